@@ -1,0 +1,168 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// MaxCountKeys is the most keys one Count may name.
+const MaxCountKeys = 4
+
+// Cap is the bound and window of one key's counter in a Count.
+type Cap struct {
+	// Max is the highest count the key may reach, at least 1.
+	Max int64
+	// Window is how long a counter lives from its first count, at least a
+	// millisecond; it is kept to the millisecond.
+	Window time.Duration
+}
+
+// Tally is the outcome of a Count.
+type Tally struct {
+	// Allowed reports whether every key had room and was counted.
+	Allowed bool
+	// Now is the store's time when it counted.
+	Now time.Time
+	// Limiting is the index of the first key that had no room, or -1.
+	Limiting int
+	// Counts[i] is keys[i]'s count after the call: with n added when
+	// Allowed, as it was otherwise.
+	Counts [MaxCountKeys]int64
+	// ExpiresAt[i] is when keys[i]'s counter ends, on the store's clock; the
+	// zero time when it has none.
+	ExpiresAt [MaxCountKeys]time.Time
+}
+
+// Counter is an optional Backend capability: a Count done by the store in
+// one step, as fast as it can. A backend that offers it must give exactly the
+// results of the generic Count, which runs on Update, and keep each counter
+// as the generic Count does: a JSON integer value expiring at the end of its
+// window. The contract suite checks both.
+type Counter interface {
+	Count(ctx context.Context, prefix string, keys []string, caps []Cap, n int64, t *Tally) error
+}
+
+// ErrInvalidCount is returned by Count for caps or an amount out of range.
+var ErrInvalidCount = errors.New("store: invalid count")
+
+// ErrNotCounter is returned by ParseCount for a value that is not a count.
+var ErrNotCounter = errors.New("store: value is not a count")
+
+// Count adds n to the counter of each of keys, all or nothing: when every
+// key's count plus n stays within its cap, each is counted (a key with no
+// live counter starts one that expires caps[i].Window from the store's
+// now); otherwise none is, and the Tally says which key had no room. It is
+// the fixed-window counter limiters are built on, done by the store in one
+// step where it offers Counter, and through Update where it does not.
+func (h *Handle) Count(ctx context.Context, keys []string, caps []Cap, n int64) (Tally, error) {
+	if err := checkCount(keys, caps, n); err != nil {
+		return Tally{}, err
+	}
+	s := h.s
+	c := countPool.Get().(*countCall)
+	c.caps, c.n, c.t = caps, n, Tally{Limiting: -1}
+	var err error
+	if ct, ok := s.b.(Counter); ok {
+		if s.inline {
+			if err = s.enter(); err == nil {
+				err = ct.Count(ctx, h.prefix, keys, caps, n, &c.t)
+				s.inFlight.Add(-1)
+				err = s.classify(ctx, err)
+			}
+		} else {
+			// The backend writes into its own Tally, which may outlive
+			// the caller's deadline.
+			t := new(Tally)
+			*t = c.t
+			err = s.call(ctx, func(ctx context.Context) error {
+				return ct.Count(ctx, h.prefix, keys, caps, n, t)
+			})
+			c.t = *t
+		}
+	} else {
+		err = h.Update(ctx, keys, c.fn)
+	}
+	t := c.t
+	if s.inline || err == nil {
+		c.caps, c.t = nil, Tally{}
+		countPool.Put(c)
+	}
+	return t, err
+}
+
+func checkCount(keys []string, caps []Cap, n int64) error {
+	if len(keys) > MaxCountKeys || len(caps) != len(keys) {
+		return fmt.Errorf("%w: %d keys and %d caps, want as many of each and at most %d", ErrInvalidCount, len(keys), len(caps), MaxCountKeys)
+	}
+	if n < 1 {
+		return fmt.Errorf("%w: amount %d, want at least 1", ErrInvalidCount, n)
+	}
+	for i, c := range caps {
+		if c.Max < 1 || c.Window < time.Millisecond {
+			return fmt.Errorf("%w: cap %d is %d per %v, want at least 1 per millisecond", ErrInvalidCount, i, c.Max, c.Window)
+		}
+	}
+	return nil
+}
+
+type countCall struct {
+	fn   ApplyFunc
+	caps []Cap
+	n    int64
+	t    Tally
+}
+
+var countPool = sync.Pool{New: func() any {
+	c := new(countCall)
+	c.fn = c.apply
+	return c
+}}
+
+func (c *countCall) apply(now time.Time, es []Entry) error {
+	t := &c.t
+	*t = Tally{Now: now, Limiting: -1}
+	for i := range es {
+		var v int64
+		if es[i].Live() {
+			var err error
+			if v, err = ParseCount(es[i].Value); err != nil {
+				return err
+			}
+			t.ExpiresAt[i] = es[i].ExpiresAt
+		}
+		t.Counts[i] = v
+		if t.Limiting < 0 && v > c.caps[i].Max-c.n {
+			t.Limiting = i
+		}
+	}
+	if t.Limiting >= 0 {
+		return nil // nothing changed: the entries are written back as read
+	}
+	t.Allowed = true
+	for i := range es {
+		e := &es[i]
+		t.Counts[i] += c.n
+		if !e.Live() {
+			e.ExpiresAt = now.Add(c.caps[i].Window).Truncate(time.Millisecond)
+			t.ExpiresAt[i] = e.ExpiresAt
+		}
+		e.Value = strconv.AppendInt(e.Value[:0], t.Counts[i], 10)
+	}
+	return nil
+}
+
+// ParseCount reads a counter's value: a JSON integer of at least zero.
+func ParseCount(v []byte) (int64, error) {
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: %.40q", ErrNotCounter, v)
+	}
+	return n, nil
+}
+
+// AppendCount appends a counter's value for n to dst.
+func AppendCount(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }

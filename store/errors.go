@@ -1,0 +1,134 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrUnavailable is matched, through errors.Is, by every error that says the
+// store could not answer: it timed out, was overloaded, full, down or
+// closed. It never means that a limit was reached; what an unavailable
+// store means for a request is the caller's choice.
+var ErrUnavailable = errors.New("store: unavailable")
+
+// ErrValueTooLarge is returned when apply leaves a value longer than
+// MaxValueSize. Nothing is written.
+var ErrValueTooLarge = errors.New("store: value larger than 4096 bytes")
+
+// ErrInvalidValue is returned when apply leaves a value that is not JSON.
+// Nothing is written.
+var ErrInvalidValue = errors.New("store: value is not JSON")
+
+// ErrInvalidKey is returned for a call with no keys, more than MaxKeys keys,
+// an empty key, a key longer than MaxKeyLen bytes, or the same key twice.
+var ErrInvalidKey = errors.New("store: invalid key")
+
+// ErrInvalidPrefix is returned by Store.Handle for an empty prefix or one
+// longer than MaxPrefixLen bytes.
+var ErrInvalidPrefix = errors.New("store: invalid prefix")
+
+// ErrStoreReuse is matched by the *ReuseError a second Claim of a Handle
+// returns: one handle must back exactly one limiter.
+var ErrStoreReuse = errors.New("store: handle already claimed by another limiter")
+
+// ErrDuplicatePrefix is returned when a second handle with the same prefix
+// is asked for on one backing. Two limiters counting under one prefix would
+// each count every attempt of the other: the double-count mistake.
+var ErrDuplicatePrefix = errors.New("store: prefix already has a handle on this backing")
+
+// Reason tells why a store was unavailable.
+type Reason uint8
+
+// The reasons a store can be unavailable.
+const (
+	// ReasonDown: the store failed or could not be reached.
+	ReasonDown Reason = iota + 1
+	// ReasonDeadline: the call did not finish within the guard's deadline.
+	ReasonDeadline
+	// ReasonOverloaded: the guard's limit on calls in flight was reached,
+	// or the breaker was open.
+	ReasonOverloaded
+	// ReasonFull: the store holds MaxEntries live entries and had no room
+	// for a new key.
+	ReasonFull
+	// ReasonClosed: the store was closed.
+	ReasonClosed
+)
+
+// String returns the reason's name as it appears in logs and errors.
+func (r Reason) String() string {
+	switch r {
+	case ReasonDown:
+		return "down"
+	case ReasonDeadline:
+		return "deadline"
+	case ReasonOverloaded:
+		return "overloaded"
+	case ReasonFull:
+		return "full"
+	case ReasonClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("Reason(%d)", uint8(r))
+}
+
+// UnavailableError is the error of a store that could not answer. It
+// matches ErrUnavailable through errors.Is; errors.As tells its Reason.
+type UnavailableError struct {
+	Reason Reason
+	// Err is the underlying failure, if any.
+	Err error
+}
+
+// Error describes the failure.
+func (e *UnavailableError) Error() string {
+	if e.Err == nil {
+		return "store: unavailable (" + e.Reason.String() + ")"
+	}
+	return "store: unavailable (" + e.Reason.String() + "): " + e.Err.Error()
+}
+
+// Is reports whether target is ErrUnavailable.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the underlying failure.
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable returns an *UnavailableError with the reason and cause.
+func Unavailable(r Reason, err error) error { return &UnavailableError{Reason: r, Err: err} }
+
+// ReasonOf returns the reason err says the store was unavailable, or 0 when
+// err is not an unavailable error.
+func ReasonOf(err error) Reason {
+	var u *UnavailableError
+	if errors.As(err, &u) {
+		return u.Reason
+	}
+	return 0
+}
+
+// Errors answered without allocation on hot paths.
+var (
+	errOverloaded = &UnavailableError{Reason: ReasonOverloaded}
+	errClosed     = &UnavailableError{Reason: ReasonClosed}
+	// ErrFull is the error a store returns when it has no room for a new
+	// key. Stores return it (or wrap it) so that every store reports a full
+	// bound the same way.
+	ErrFull error = &UnavailableError{Reason: ReasonFull}
+)
+
+// ReuseError is returned by Handle.Claim when the handle already serves
+// another limiter. It names both claimants.
+type ReuseError struct {
+	Prefix string
+	First  string
+	Second string
+}
+
+// Error names the handle and both claimants.
+func (e *ReuseError) Error() string {
+	return fmt.Sprintf("store: handle %q is claimed by %q and cannot also serve %q: give each limiter its own handle", e.Prefix, e.First, e.Second)
+}
+
+// Is reports whether target is ErrStoreReuse.
+func (e *ReuseError) Is(target error) bool { return target == ErrStoreReuse }

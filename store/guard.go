@@ -1,0 +1,477 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Defaults of Options.
+const (
+	DefaultDeadline    = 2 * time.Second
+	DefaultMaxInFlight = 64
+)
+
+// Options configure the guard of a Store. The zero value gives the defaults.
+type Options struct {
+	// Logger receives the store's logs; nil means slog.Default(). Every
+	// record carries a stable "kind" attribute and the store's instance ID,
+	// never a key.
+	Logger *slog.Logger
+	// Deadline bounds every call; 0 means DefaultDeadline. A call past it is
+	// answered as unavailable even if it still runs in the backend.
+	Deadline time.Duration
+	// MaxInFlight bounds the calls running in the backend at once, including
+	// those answered past their deadline that have not yet returned; 0 means
+	// DefaultMaxInFlight. Past it, a call is answered as unavailable at once.
+	MaxInFlight int
+	// Breaker configures the breaker; the zero value gives its defaults.
+	Breaker BreakerOptions
+	// InstanceID names this process's store in logs; the zero UUID means a
+	// new random one.
+	InstanceID uuid.UUID
+}
+
+// WithDefaults returns o with every zero field given its default, including
+// a new InstanceID. A backend's constructor calls it to log with the same
+// logger and instance ID as the Store that will wrap it.
+func (o Options) WithDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Deadline <= 0 {
+		o.Deadline = DefaultDeadline
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.InstanceID == (uuid.UUID{}) {
+		o.InstanceID = uuid.New()
+		o.Logger = o.Logger.With("instance", o.InstanceID.String())
+	}
+	o.Breaker = o.Breaker.withDefaults()
+	return o
+}
+
+// Store is a Backend behind the guard. Limiters use it through the handles it
+// hands out. It is safe for concurrent use.
+type Store struct {
+	b        Backend
+	inline   bool
+	opts     Options
+	backing  any
+	inFlight atomic.Int64
+	closed   atomic.Bool
+	calls    sync.WaitGroup // goroutines running backend calls
+	breaker  breaker
+
+	mu       sync.Mutex
+	prefixes []string
+}
+
+// New wraps b in the guard. opts should be the ones b was built with, after
+// WithDefaults, so that both log under one instance ID.
+func New(b Backend, opts Options) *Store {
+	opts = opts.WithDefaults()
+	s := &Store{b: b, opts: opts, backing: any(b)}
+	if in, ok := b.(Inline); ok && in.Inline() {
+		s.inline = true
+	}
+	if bk, ok := b.(Backing); ok {
+		s.backing = bk.Backing()
+	}
+	s.breaker.init(opts.Breaker)
+	return s
+}
+
+// InstanceID returns the ID this store logs under.
+func (s *Store) InstanceID() uuid.UUID { return s.opts.InstanceID }
+
+// Shared reports whether every instance of the app sees the same entries.
+func (s *Store) Shared() bool { return s.b.Shared() }
+
+// InFlight returns the number of backend calls running now.
+func (s *Store) InFlight() int { return int(s.inFlight.Load()) }
+
+// Backend returns the backend the store guards.
+func (s *Store) Backend() Backend { return s.b }
+
+var backings = struct {
+	sync.Mutex
+	m map[backingPrefix]struct{}
+}{m: map[backingPrefix]struct{}{}}
+
+type backingPrefix struct {
+	backing any
+	prefix  string
+}
+
+// Handle returns a new handle whose keys live under prefix. A prefix can have
+// one handle on a backing at a time: a second is refused with
+// ErrDuplicatePrefix until the store holding the first is closed.
+func (s *Store) Handle(prefix string) (*Handle, error) {
+	if prefix == "" || len(prefix) > MaxPrefixLen {
+		return nil, fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidPrefix, prefix, MaxPrefixLen)
+	}
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	bp := backingPrefix{s.backing, prefix}
+	backings.Lock()
+	defer backings.Unlock()
+	if _, dup := backings.m[bp]; dup {
+		return nil, fmt.Errorf("%w: %q", ErrDuplicatePrefix, prefix)
+	}
+	backings.m[bp] = struct{}{}
+	s.mu.Lock()
+	s.prefixes = append(s.prefixes, prefix)
+	s.mu.Unlock()
+	return &Handle{s: s, prefix: prefix}, nil
+}
+
+// Sweep removes expired entries from the whole store and returns how many
+// went.
+func (s *Store) Sweep(ctx context.Context) (int, error) {
+	var n int
+	err := s.call(ctx, func(ctx context.Context) error {
+		var err error
+		n, err = s.b.Sweep(ctx)
+		return err
+	})
+	return n, err
+}
+
+// Close stops new calls, waits for calls still running in the backend, and
+// closes the backend. Its handles' prefixes become free again. Close is
+// idempotent.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.calls.Wait()
+	err := s.b.Close()
+	backings.Lock()
+	s.mu.Lock()
+	for _, p := range s.prefixes {
+		delete(backings.m, backingPrefix{s.backing, p})
+	}
+	s.mu.Unlock()
+	backings.Unlock()
+	return err
+}
+
+// enter admits a call, or answers why not.
+func (s *Store) enter() error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	if s.inFlight.Add(1) > int64(s.opts.MaxInFlight) {
+		s.inFlight.Add(-1)
+		return errOverloaded
+	}
+	return nil
+}
+
+// call runs f under the deadline, the in-flight bound and the breaker, on a
+// goroutine of its own unless the backend is inline.
+func (s *Store) call(ctx context.Context, f func(ctx context.Context) error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	if s.inline {
+		err := f(ctx)
+		s.inFlight.Add(-1)
+		return s.classify(ctx, err)
+	}
+	if err := s.breaker.allow(); err != nil {
+		s.inFlight.Add(-1)
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, s.opts.Deadline)
+	done := make(chan error, 1)
+	s.calls.Add(1)
+	go func() {
+		defer s.calls.Done()
+		err := f(dctx)
+		s.inFlight.Add(-1)
+		cancel()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		err = s.classify(ctx, err)
+		s.breaker.record(err)
+		return err
+	case <-dctx.Done():
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		err := Unavailable(ReasonDeadline, fmt.Errorf("no answer within %v", s.opts.Deadline))
+		s.breaker.record(err)
+		return err
+	}
+}
+
+// classify turns a backend's error into the guard's answer: nil, an error of
+// the contract, the caller's own context error, or ErrUnavailable.
+func (s *Store) classify(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	var u *UnavailableError
+	var own callerError
+	switch {
+	case errors.As(err, &own):
+		return own.err
+	case errors.As(err, &u):
+		return err
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return err
+	case errors.Is(err, context.DeadlineExceeded):
+		return Unavailable(ReasonDeadline, err)
+	}
+	return Unavailable(ReasonDown, err)
+}
+
+// Handle is a prefixed view of a Store, claimed by one limiter. Its keys
+// never meet those of another handle. It is safe for concurrent use.
+type Handle struct {
+	s      *Store
+	prefix string
+
+	mu    sync.Mutex
+	owner string
+}
+
+// Prefix returns the prefix under which the handle's keys live.
+func (h *Handle) Prefix() string { return h.prefix }
+
+// Store returns the store the handle belongs to.
+func (h *Handle) Store() *Store { return h.s }
+
+// Shared reports whether every instance of the app sees the same entries.
+func (h *Handle) Shared() bool { return h.s.b.Shared() }
+
+// Claim records that owner, a limiter's name, counts through this handle. A
+// handle can be claimed once: a second claim returns a *ReuseError matching
+// ErrStoreReuse that names both claimants.
+func (h *Handle) Claim(owner string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.owner != "" {
+		return &ReuseError{Prefix: h.prefix, First: h.owner, Second: owner}
+	}
+	if owner == "" {
+		owner = "(unnamed)"
+	}
+	h.owner = owner
+	return nil
+}
+
+// Owner returns the name the handle was claimed by, or "".
+func (h *Handle) Owner() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.owner
+}
+
+// Update atomically reads the live entries for keys, calls apply with them
+// and the store's clock, and writes what apply leaves in them, with no other
+// update to these keys in between (see ApplyFunc). It returns apply's own
+// error unchanged; ErrValueTooLarge or ErrInvalidValue when apply left a bad
+// value (nothing is written); ErrInvalidKey for bad keys; ErrFull (matching
+// ErrUnavailable) when a new key finds the store full; and an error matching
+// ErrUnavailable when the store could not answer.
+func (h *Handle) Update(ctx context.Context, keys []string, apply ApplyFunc) error {
+	if err := checkKeys(keys); err != nil {
+		return err
+	}
+	s := h.s
+	c := applyPool.Get().(*applyCall)
+	c.user = apply
+	if s.inline {
+		if err := s.enter(); err != nil {
+			c.release()
+			return err
+		}
+		err := s.b.Update(ctx, h.prefix, keys, c.fnInline)
+		s.inFlight.Add(-1)
+		if err != nil {
+			if own := c.own(err); own != nil {
+				err = own
+			} else {
+				err = s.classify(ctx, err)
+			}
+		}
+		c.release()
+		return err
+	}
+	// Remote: the call may outlive its deadline, so apply must not run once
+	// the caller has been answered.
+	err := s.call(ctx, func(ctx context.Context) error {
+		err := s.b.Update(ctx, h.prefix, keys, c.fn)
+		if err == nil {
+			return nil
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if own := c.own(err); own != nil {
+			return callerError{own}
+		}
+		return err
+	})
+	c.mu.Lock()
+	c.abandoned = true
+	c.mu.Unlock()
+	// c is not returned to the pool: a late apply may still look at it.
+	return err
+}
+
+// Read returns the live entries for keys, in order; a key with no live entry
+// has the zero Entry.
+func (h *Handle) Read(ctx context.Context, keys []string) ([]Entry, error) {
+	if err := checkKeys(keys); err != nil {
+		return nil, err
+	}
+	var out []Entry
+	err := h.s.call(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = h.s.b.Read(ctx, h.prefix, keys)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func checkKeys(keys []string) error {
+	if len(keys) == 0 || len(keys) > MaxKeys {
+		return fmt.Errorf("%w: %d keys in one call, want 1 to %d", ErrInvalidKey, len(keys), MaxKeys)
+	}
+	for i, k := range keys {
+		if k == "" || len(k) > MaxKeyLen {
+			return fmt.Errorf("%w: key %d is %d bytes, want 1 to %d", ErrInvalidKey, i, len(k), MaxKeyLen)
+		}
+		for _, o := range keys[:i] {
+			if o == k {
+				return fmt.Errorf("%w: key %d named twice", ErrInvalidKey, i)
+			}
+		}
+	}
+	return nil
+}
+
+// errAbandoned aborts an apply that runs after its caller was answered.
+var errAbandoned = Unavailable(ReasonDeadline, errors.New("apply ran after the caller was answered"))
+
+// applyCall wraps a caller's apply: it checks and normalises what apply
+// leaves, and remembers apply's own error so that the guard can tell it from
+// a store failure. fn is bound once, so a call allocates nothing.
+type applyCall struct {
+	fn        ApplyFunc // for backends that are not inline: checks abandoned
+	fnInline  ApplyFunc // for inline backends, whose apply runs on the caller's goroutine
+	user      ApplyFunc
+	userErr   error // the last error apply itself returned
+	checkErr  error // the last error the checks returned
+	mu        sync.Mutex
+	abandoned bool
+}
+
+var applyPool = sync.Pool{New: func() any {
+	c := new(applyCall)
+	c.fn = c.apply
+	c.fnInline = c.run
+	return c
+}}
+
+func (c *applyCall) release() {
+	c.user, c.userErr, c.checkErr = nil, nil, nil
+	applyPool.Put(c)
+}
+
+func (c *applyCall) apply(now time.Time, entries []Entry) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.abandoned {
+		return errAbandoned
+	}
+	return c.run(now, entries)
+}
+
+func (c *applyCall) run(now time.Time, entries []Entry) error {
+	c.userErr, c.checkErr = nil, nil
+	now = time.UnixMilli(now.UnixMilli())
+	if err := c.user(now, entries); err != nil {
+		c.userErr = err
+		return err
+	}
+	for i := range entries {
+		e := &entries[i]
+		if e.Value == nil {
+			continue
+		}
+		if len(e.Value) > MaxValueSize {
+			c.checkErr = fmt.Errorf("%w: %d bytes", ErrValueTooLarge, len(e.Value))
+			return c.checkErr
+		}
+		if !validJSON(e.Value) {
+			c.checkErr = ErrInvalidValue
+			return c.checkErr
+		}
+		ms := e.ExpiresAt.UnixMilli()
+		if ms <= now.UnixMilli() {
+			e.Value = nil // expired as written: not live, so gone
+			continue
+		}
+		e.ExpiresAt = time.UnixMilli(ms)
+	}
+	return nil
+}
+
+// own returns the error of the caller's making that err carries, if any:
+// apply's own error, or a check of what apply left.
+func (c *applyCall) own(err error) error {
+	switch {
+	case c.userErr != nil && errors.Is(err, c.userErr):
+		return c.userErr
+	case c.checkErr != nil && errors.Is(err, c.checkErr):
+		return c.checkErr
+	}
+	return nil
+}
+
+// callerError carries an error of the caller's making through the guard,
+// which passes it on unchanged and does not count it against the store.
+type callerError struct{ err error }
+
+func (e callerError) Error() string { return e.err.Error() }
+func (e callerError) Unwrap() error { return e.err }
+
+// validJSON reports whether v is JSON, with a fast path for the plain
+// integers limiters keep.
+func validJSON(v []byte) bool {
+	if len(v) > 0 && len(v) < 20 {
+		i := 0
+		if v[0] == '-' {
+			i = 1
+		}
+		if i < len(v) && (v[i] != '0' || len(v) == i+1) {
+			j := i
+			for j < len(v) && v[j] >= '0' && v[j] <= '9' {
+				j++
+			}
+			if j == len(v) && j > i {
+				return true
+			}
+		}
+	}
+	return json.Valid(v)
+}

@@ -1,0 +1,126 @@
+package memory_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/memory"
+)
+
+// counter is an apply that adds one to a JSON integer, as a limiter does.
+// It is bound once so that calls allocate nothing.
+type counter struct{ fn store.ApplyFunc }
+
+func newCounter() *counter {
+	c := &counter{}
+	c.fn = func(now time.Time, es []store.Entry) error {
+		for i := range es {
+			e := &es[i]
+			n := int64(0)
+			if e.Live() {
+				n, _ = strconv.ParseInt(string(e.Value), 10, 64)
+			} else {
+				e.ExpiresAt = now.Add(time.Hour)
+			}
+			e.Value = strconv.AppendInt(e.Value[:0], n+1, 10)
+		}
+		return nil
+	}
+	return c
+}
+
+func benchHandle(b *testing.B) *store.Handle {
+	s := memory.New(memory.Options{MaxEntries: 1 << 20})
+	b.Cleanup(func() { s.Close() })
+	h, err := s.Handle("bench:")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return h
+}
+
+// BenchmarkYardstickAllow is rate.Limiter.Allow, the yardstick for a
+// one-key Update.
+func BenchmarkYardstickAllow(b *testing.B) {
+	l := rate.NewLimiter(1e9, 1e9)
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Allow()
+	}
+}
+
+func BenchmarkUpdateHotKey(b *testing.B) {
+	h := benchHandle(b)
+	c := newCounter()
+	keys := []string{"hot"}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := h.Update(ctx, keys, c.fn); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkUpdate100kKeys(b *testing.B) {
+	h := benchHandle(b)
+	c := newCounter()
+	const n = 100_000
+	keys := make([][]string, n)
+	for i := range keys {
+		keys[i] = []string{"k" + strconv.Itoa(i)}
+	}
+	ctx := context.Background()
+	for _, k := range keys { // every key held: the steady state
+		if err := h.Update(ctx, k, c.fn); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if err := h.Update(ctx, keys[i%n], c.fn); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+func BenchmarkUpdateParallel(b *testing.B) {
+	h := benchHandle(b)
+	const n = 100_000
+	keys := make([][]string, n)
+	for i := range keys {
+		keys[i] = []string{"k" + strconv.Itoa(i)}
+	}
+	var next atomic.Int64
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		c := newCounter()
+		i := int(next.Add(7919))
+		for pb.Next() {
+			if err := h.Update(ctx, keys[i%n], c.fn); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}
+
+func BenchmarkYardstickAllowParallel(b *testing.B) {
+	l := rate.NewLimiter(1e9, 1e9)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l.Allow()
+		}
+	})
+}

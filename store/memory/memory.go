@@ -1,0 +1,322 @@
+// Package memory is the default limit store: entries in this process's
+// memory, on this process's clock.
+//
+// The store is not shared: on several instances of an app, each keeps its own
+// counts, so every budget is multiplied by the number of instances. Use a
+// shared store (PostgreSQL, SQLite on one host, Redis) when that matters.
+//
+// Entries live in a map split into shards, each behind its own mutex, so
+// that updates of different keys rarely wait for each other. A multi-key
+// update locks its keys' shards in ascending order, which keeps it atomic
+// and free of deadlock. Expired entries are removed lazily when their key is
+// next touched, by a background sweep every SweepInterval, and at once when
+// a new key finds the store full.
+package memory
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gatecount/gatecount/internal/clock"
+	"github.com/gatecount/gatecount/store"
+)
+
+// Defaults of Options.
+const (
+	DefaultSweepInterval = time.Minute
+	DefaultShards        = 64
+)
+
+// Options configure a memory store. The zero value gives the defaults.
+type Options struct {
+	// Store configures the guard.
+	Store store.Options
+	// MaxEntries bounds the live entries; 0 means
+	// store.DefaultMaxEntriesMemory (100,000).
+	MaxEntries int
+	// SweepInterval is how often expired entries are removed in the
+	// background; 0 means DefaultSweepInterval.
+	SweepInterval time.Duration
+	// Shards is the number of shards, rounded up to a power of two; 0 means
+	// DefaultShards.
+	Shards int
+	// Now is the store's clock; nil means the process clock. Tests set it.
+	Now func() time.Time
+}
+
+// New returns a memory store behind the guard. Its background sweep runs
+// until Close.
+func New(o Options) *store.Store {
+	o.Store = o.Store.WithDefaults()
+	return store.New(NewBackend(o), o.Store)
+}
+
+// Backend is the memory store's store.Backend. Most code wants New, which
+// wraps it in the guard.
+type Backend struct {
+	shards []shard
+	mask   uint64
+	seed   maphash.Seed
+	now    func() time.Time
+	live   atomic.Int64
+	bound  *store.Bound
+
+	sweepMu   sync.Mutex // one sweep at a time
+	closeOnce sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+type mapKey struct{ prefix, key string }
+
+type item struct {
+	value []byte
+	exp   int64 // unix milliseconds
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[mapKey]*item
+	// scratch and bufs serve the update whose lowest shard this is, under
+	// mu, so that updates allocate nothing.
+	scratch [store.MaxKeys]store.Entry
+	bufs    [store.MaxKeys][]byte
+	_       [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+// NewBackend returns the memory backend and starts its background sweep.
+// o.Store should already have its defaults (see store.Options.WithDefaults).
+func NewBackend(o Options) *Backend {
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = store.DefaultMaxEntriesMemory
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = DefaultSweepInterval
+	}
+	n := 1
+	if o.Shards <= 0 {
+		o.Shards = DefaultShards
+	}
+	for n < o.Shards {
+		n <<= 1
+	}
+	if o.Now == nil {
+		o.Now = new(clock.Monotonic).Now
+	}
+	log := o.Store.Logger
+	if log != nil {
+		log = log.With("store", "memory")
+	}
+	b := &Backend{
+		shards: make([]shard, n),
+		mask:   uint64(n - 1),
+		seed:   maphash.MakeSeed(),
+		now:    o.Now,
+		bound:  store.NewBound(o.MaxEntries, log),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	for i := range b.shards {
+		b.shards[i].m = make(map[mapKey]*item)
+	}
+	go b.sweepEvery(o.SweepInterval)
+	return b
+}
+
+// Shared reports false: the entries are this process's alone.
+func (b *Backend) Shared() bool { return false }
+
+// Inline reports true: calls never block on I/O.
+func (b *Backend) Inline() bool { return true }
+
+// Len returns the number of entries held, expired ones not yet removed
+// included.
+func (b *Backend) Len() int { return int(b.live.Load()) }
+
+func (b *Backend) shardOf(prefix, key string) int {
+	h := maphash.String(b.seed, key) ^ maphash.String(b.seed, prefix)*0x9e3779b97f4a7c15
+	return int((h >> 32) & b.mask)
+}
+
+// lockSet is the shards of one call, locked in ascending order.
+type lockSet struct {
+	idx [store.MaxKeys]int // shard of each key
+	ord [store.MaxKeys]int // distinct shards, ascending
+	n   int
+}
+
+func (b *Backend) lock(ls *lockSet, prefix string, keys []string) {
+	for i, k := range keys {
+		s := b.shardOf(prefix, k)
+		ls.idx[i] = s
+		j := ls.n
+		for j > 0 && ls.ord[j-1] > s {
+			j--
+		}
+		if j > 0 && ls.ord[j-1] == s {
+			continue
+		}
+		copy(ls.ord[j+1:ls.n+1], ls.ord[j:ls.n])
+		ls.ord[j] = s
+		ls.n++
+	}
+	for _, s := range ls.ord[:ls.n] {
+		b.shards[s].mu.Lock()
+	}
+}
+
+func (b *Backend) unlock(ls *lockSet) {
+	for i := ls.n - 1; i >= 0; i-- {
+		b.shards[ls.ord[i]].mu.Unlock()
+	}
+}
+
+// Update implements store.Backend.
+func (b *Backend) Update(_ context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
+	for attempt := 0; ; attempt++ {
+		full, err := b.update(prefix, keys, apply, attempt > 0)
+		if !full || attempt > 0 {
+			return err
+		}
+		// Full: remove expired entries with no shard locked, then run the
+		// update once more.
+		b.sweep()
+	}
+}
+
+// update runs one read-modify-write. It reports full, with nothing written,
+// when new keys found no room and swept is false.
+func (b *Backend) update(prefix string, keys []string, apply store.ApplyFunc, swept bool) (full bool, err error) {
+	var ls lockSet
+	b.lock(&ls, prefix, keys)
+	defer b.unlock(&ls)
+
+	now := b.now()
+	nowMs := now.UnixMilli()
+	sc := &b.shards[ls.ord[0]]
+	entries := sc.scratch[:len(keys)]
+	var items [store.MaxKeys]*item
+	for i, k := range keys {
+		m := b.shards[ls.idx[i]].m
+		it := m[mapKey{prefix, k}]
+		if it != nil && it.exp <= nowMs {
+			delete(m, mapKey{prefix, k})
+			b.live.Add(-1)
+			it = nil
+		}
+		items[i] = it
+		if it == nil {
+			entries[i] = store.Entry{}
+			continue
+		}
+		sc.bufs[i] = append(sc.bufs[i][:0], it.value...)
+		entries[i] = store.Entry{Value: sc.bufs[i], ExpiresAt: time.UnixMilli(it.exp)}
+	}
+	defer clear(entries)
+
+	if err := apply(now, entries); err != nil {
+		return false, err
+	}
+
+	added := 0
+	for i := range keys {
+		if items[i] == nil && entries[i].Value != nil {
+			added++
+		}
+	}
+	if added > 0 {
+		// Reserve room for every new key, or for none.
+		n := int(b.live.Add(int64(added)))
+		if b.bound.Full(n - 1) {
+			b.live.Add(-int64(added))
+			if !swept {
+				return true, nil
+			}
+			return true, b.bound.Admit(n-1, prefix)
+		}
+		_ = b.bound.Admit(n-1, prefix) // not full: only logs when filling
+	}
+	for i, k := range keys {
+		e := &entries[i]
+		it := items[i]
+		switch {
+		case e.Value == nil && it != nil:
+			delete(b.shards[ls.idx[i]].m, mapKey{prefix, k})
+			b.live.Add(-1)
+		case e.Value == nil:
+		case it == nil:
+			b.shards[ls.idx[i]].m[mapKey{prefix, k}] = &item{
+				value: append([]byte(nil), e.Value...),
+				exp:   e.ExpiresAt.UnixMilli(),
+			}
+		default:
+			it.value = append(it.value[:0], e.Value...)
+			it.exp = e.ExpiresAt.UnixMilli()
+		}
+	}
+	return false, nil
+}
+
+// Read implements store.Backend.
+func (b *Backend) Read(_ context.Context, prefix string, keys []string) ([]store.Entry, error) {
+	var ls lockSet
+	b.lock(&ls, prefix, keys)
+	defer b.unlock(&ls)
+	nowMs := b.now().UnixMilli()
+	out := make([]store.Entry, len(keys))
+	for i, k := range keys {
+		it := b.shards[ls.idx[i]].m[mapKey{prefix, k}]
+		if it == nil || it.exp <= nowMs {
+			continue
+		}
+		out[i] = store.Entry{Value: append([]byte(nil), it.value...), ExpiresAt: time.UnixMilli(it.exp)}
+	}
+	return out, nil
+}
+
+// Sweep implements store.Backend.
+func (b *Backend) Sweep(context.Context) (int, error) { return b.sweep(), nil }
+
+func (b *Backend) sweep() int {
+	b.sweepMu.Lock()
+	defer b.sweepMu.Unlock()
+	n := 0
+	for i := range b.shards {
+		s := &b.shards[i]
+		s.mu.Lock()
+		nowMs := b.now().UnixMilli()
+		for k, it := range s.m {
+			if it.exp <= nowMs {
+				delete(s.m, k)
+				n++
+			}
+		}
+		s.mu.Unlock()
+	}
+	b.live.Add(-int64(n))
+	return n
+}
+
+func (b *Backend) sweepEvery(d time.Duration) {
+	defer close(b.done)
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+			b.sweep()
+		}
+	}
+}
+
+// Close stops the background sweep and waits for it. It is idempotent.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() { close(b.stop) })
+	<-b.done
+	return nil
+}

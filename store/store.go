@@ -1,0 +1,116 @@
+// Package store is where limits keep their counts: the contract every limit
+// store honours, and the guard, bound and handles every store gets for free.
+//
+// A store author implements Backend. store.New wraps a Backend in the guard:
+// every call is answered within a deadline (2 s by default), at most 64 calls
+// run at once, a breaker stops calling a store that keeps failing, and every
+// failure is answered as an error matching ErrUnavailable. A limiter never
+// talks to a Backend directly: it claims a Handle, a prefixed view of one
+// Store with a key space of its own.
+//
+//	s := memory.New(memory.Options{})
+//	defer s.Close()
+//	signIn, err := s.Handle("signin:")
+//
+// # Entries and time
+//
+// A store keeps, for each key, an Entry: a JSON value of at most
+// MaxValueSize bytes and the time it expires, to the millisecond, on the
+// store's own clock. An entry whose ExpiresAt is not after the store's
+// current time is not live: it is neither read nor given to apply, and Sweep
+// removes it. Judging expiry on the store's clock (a database server's, say)
+// lets instances whose clocks differ agree on when a window ends.
+//
+// # The bound
+//
+// A store holds a bounded number of live entries (see Bound). It never
+// removes a live entry to make room, since anyone able to send new keys could
+// then free the count of an attacker they cover for. When full it removes
+// expired entries; if there is still no room, a new key is answered with
+// ErrFull while keys it already holds keep counting.
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Limits on what one call may carry.
+const (
+	// MaxValueSize is the largest value, in bytes, an entry may hold.
+	MaxValueSize = 4096
+	// MaxKeyLen is the longest key, in bytes.
+	MaxKeyLen = 512
+	// MaxKeys is the most keys one Update or Read may name.
+	MaxKeys = 16
+	// MaxPrefixLen is the longest handle prefix, in bytes.
+	MaxPrefixLen = 64
+)
+
+// Entry is what a store keeps under a key.
+type Entry struct {
+	// Value is JSON of at most MaxValueSize bytes. A nil Value means the key
+	// has no live entry; leaving it nil in apply deletes the key.
+	Value []byte
+	// ExpiresAt is when the entry stops being live, on the store's clock,
+	// to the millisecond.
+	ExpiresAt time.Time
+}
+
+// Live reports whether the entry holds a value.
+func (e Entry) Live() bool { return e.Value != nil }
+
+// ApplyFunc is the read-modify-write step of an Update. It is called with the
+// store's current time and, in entries[i], the live entry for keys[i] (the
+// zero Entry when there is none). It changes entries in place: what it leaves
+// in entries[i] is written for keys[i], a nil Value deleting the key. The
+// value bytes it is given are its own to change or replace.
+//
+// apply is synchronous and must not retain entries. It may run more than
+// once for one Update when a store retries; only the run whose result is
+// written counts. If it returns an error, nothing is written and Update
+// returns that error.
+type ApplyFunc func(now time.Time, entries []Entry) error
+
+// Backend is the contract a limit store implements. Keys arrive with the
+// prefix of the handle that names them, apart; a backend keeps each
+// (prefix, key) pair apart from every other.
+//
+// A Backend is called through the guard of the Store that wraps it, which
+// checks keys, enforces the value limits, deadline and calls in flight, and
+// turns failures into ErrUnavailable. Backends return ErrFull when the bound
+// refuses a new key, the error of apply unchanged, and any other error for a
+// failure of their own.
+type Backend interface {
+	// Shared reports whether every instance of the app sees the same
+	// entries.
+	Shared() bool
+	// Update atomically reads the live entries for keys, calls apply with
+	// them and the store's clock, and writes what it leaves, with no other
+	// update to these keys in between.
+	Update(ctx context.Context, prefix string, keys []string, apply ApplyFunc) error
+	// Read returns the live entries for keys, in order, judged on the
+	// store's clock; a key with none has the zero Entry. The values are the
+	// caller's to keep.
+	Read(ctx context.Context, prefix string, keys []string) ([]Entry, error)
+	// Sweep removes expired entries and returns how many went.
+	Sweep(ctx context.Context) (int, error)
+	// Close releases what the backend holds and stops its goroutines.
+	Close() error
+}
+
+// Inline is implemented by backends whose calls never block on I/O or on
+// anything but short critical sections, such as an in-process map. The guard
+// calls them on the caller's goroutine, with no deadline timer, which keeps
+// the cost of a call to tens of nanoseconds.
+type Inline interface {
+	Inline() bool
+}
+
+// Backing is implemented by backends that share something, such as a
+// connection pool, with other Backend values. Backing returns a comparable
+// identity of it; two handles with one prefix on one backing are refused
+// with ErrDuplicatePrefix even when they come from different Stores.
+type Backing interface {
+	Backing() any
+}

@@ -1,0 +1,264 @@
+package keyfunc
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func bodyRequest(method, contentType, body string) *http.Request {
+	r := httptest.NewRequest(method, "/signin", strings.NewReader(body))
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	return r
+}
+
+const (
+	ctForm = "application/x-www-form-urlencoded"
+	ctJSON = "application/json"
+)
+
+func TestBodyField(t *testing.T) {
+	tests := []struct {
+		name    string
+		method  string // default POST
+		ct      string
+		body    string
+		opts    BodyOptions
+		want    string
+		wantErr error
+	}{
+		// Forms.
+		{name: "form", ct: ctForm, body: "username=alice&password=x", want: "alice"},
+		{name: "form escapes", ct: ctForm, body: "pw=1&user%6eame=al+ice%21", want: "al ice!"},
+		{name: "form charset param", ct: "Application/X-WWW-Form-Urlencoded; charset=utf-8", body: "username=alice", want: "alice"},
+		{name: "form put", method: http.MethodPut, ct: ctForm, body: "username=alice", want: "alice"},
+		{name: "form get", method: http.MethodGet, ct: ctForm, body: "username=alice", wantErr: ErrUnsupportedMediaType},
+		{name: "form absent", ct: ctForm, body: "user=alice", wantErr: ErrNoKey},
+		{name: "form empty value", ct: ctForm, body: "username=&a=b", wantErr: ErrNoKey},
+		{name: "form no value", ct: ctForm, body: "username", wantErr: ErrNoKey},
+		{name: "form duplicate", ct: ctForm, body: "username=alice&username=bob", wantErr: ErrMalformedBody},
+		{name: "form duplicate escaped", ct: ctForm, body: "username=alice&user%6Eame=bob", wantErr: ErrMalformedBody},
+		{name: "form semicolon", ct: ctForm, body: "username=alice;x=y", wantErr: ErrMalformedBody},
+		{name: "form bad escape in key", ct: ctForm, body: "a%zz=1&username=alice", wantErr: ErrMalformedBody},
+		{name: "form bad escape in value", ct: ctForm, body: "username=al%c", wantErr: ErrMalformedBody},
+		{name: "form value too long", ct: ctForm, body: "username=" + strings.Repeat("a", 300), wantErr: ErrValueTooLong},
+		{name: "form value bound configurable", ct: ctForm, body: "username=" + strings.Repeat("a", 300), opts: BodyOptions{MaxValueBytes: 300}, want: strings.Repeat("a", 300)},
+		{name: "form over read bound", ct: ctForm, body: "username=alice&pad=" + strings.Repeat("x", 100), opts: BodyOptions{MaxBytes: 50}, wantErr: ErrBodyTooLarge},
+		{name: "empty body", ct: ctForm, body: "", wantErr: ErrNoKey},
+
+		// JSON.
+		{name: "json", ct: ctJSON, body: `{"username":"alice","password":"x"}`, want: "alice"},
+		{name: "json suffix type", ct: "application/vnd.api+json; charset=utf-8", body: `{"username":"alice"}`, want: "alice"},
+		{name: "json escapes", ct: ctJSON, body: `{"user\u006eame":"al\u0069ce\n"}`, want: "alice\n"},
+		{name: "json case-insensitive key", ct: ctJSON, body: `{"UserName":"alice"}`, want: "alice"},
+		{name: "json skips nested", ct: ctJSON, body: `{"a":{"username":"bob","b":[1,{"c":null}]},"n":1.5,"t":true,"username":"alice"}`, want: "alice"},
+		{name: "json duplicate", ct: ctJSON, body: `{"username":"alice","username":"bob"}`, wantErr: ErrMalformedBody},
+		{name: "json duplicate by case", ct: ctJSON, body: `{"username":"alice","USERNAME":"bob"}`, wantErr: ErrMalformedBody},
+		{name: "json duplicate by unicode fold", ct: ctJSON, body: `{"username":"alice","u\u017Fername":"bob"}`, wantErr: ErrMalformedBody},
+		{name: "json number", ct: ctJSON, body: `{"username":42}`, wantErr: ErrMalformedBody},
+		{name: "json null", ct: ctJSON, body: `{"username":null}`, wantErr: ErrMalformedBody},
+		{name: "json object value", ct: ctJSON, body: `{"username":{"x":"alice"}}`, wantErr: ErrMalformedBody},
+		{name: "json array top", ct: ctJSON, body: `["username","alice"]`, wantErr: ErrMalformedBody},
+		{name: "json truncated", ct: ctJSON, body: `{"username":"alice",`, wantErr: ErrMalformedBody},
+		{name: "json syntax", ct: ctJSON, body: `{"username" "alice"}`, wantErr: ErrMalformedBody},
+		{name: "json absent", ct: ctJSON, body: `{"user":"alice"}`, wantErr: ErrNoKey},
+		{name: "json empty", ct: ctJSON, body: `{"username":""}`, wantErr: ErrNoKey},
+		{name: "json over read bound", ct: ctJSON, body: `{"username":"alice","pad":"` + strings.Repeat("x", 100) + `"}`, opts: BodyOptions{MaxBytes: 50}, wantErr: ErrBodyTooLarge},
+		{name: "empty json body", ct: ctJSON, body: "", wantErr: ErrMalformedBody},
+
+		// Media types.
+		{name: "no content type", body: "username=alice", wantErr: ErrUnsupportedMediaType},
+		{name: "text plain", ct: "text/plain", body: "username=alice", wantErr: ErrUnsupportedMediaType},
+		{name: "multipart", ct: "multipart/form-data; boundary=x", body: "--x--", wantErr: ErrUnsupportedMediaType},
+		{name: "bad content type", ct: "application/json; =", body: `{"username":"alice"}`, wantErr: ErrUnsupportedMediaType},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			method := tt.method
+			if method == "" {
+				method = http.MethodPost
+			}
+			r := bodyRequest(method, tt.ct, tt.body)
+			got, err := BodyField("username", tt.opts)(r)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) || !errors.Is(err, ErrNoKey) {
+					t.Errorf("BodyField = %q, %v; want error %v", got, err, tt.wantErr)
+				}
+			} else if err != nil || got != tt.want {
+				t.Errorf("BodyField = %q, %v; want %q", got, err, tt.want)
+			}
+			rest, err := io.ReadAll(r.Body)
+			if err != nil || string(rest) != tt.body {
+				t.Errorf("body after BodyField = %q, %v; want original %q", rest, err, tt.body)
+			}
+		})
+	}
+}
+
+func TestFormAndJSONFieldCheckMediaType(t *testing.T) {
+	if _, err := FormField("u", BodyOptions{})(bodyRequest(http.MethodPost, ctJSON, `{"u":"a"}`)); !errors.Is(err, ErrUnsupportedMediaType) {
+		t.Errorf("FormField on JSON: %v", err)
+	}
+	if _, err := JSONField("u", BodyOptions{})(bodyRequest(http.MethodPost, ctForm, "u=a")); !errors.Is(err, ErrUnsupportedMediaType) {
+		t.Errorf("JSONField on form: %v", err)
+	}
+	if k, err := FormField("u", BodyOptions{})(bodyRequest(http.MethodPost, ctForm, "u=a")); k != "a" || err != nil {
+		t.Errorf("FormField = %q, %v", k, err)
+	}
+	if k, err := JSONField("u", BodyOptions{})(bodyRequest(http.MethodPost, ctJSON, `{"u":"a"}`)); k != "a" || err != nil {
+		t.Errorf("JSONField = %q, %v", k, err)
+	}
+	if _, err := FormField("u", BodyOptions{})(bodyRequest(http.MethodPost, "", "u=a")); !errors.Is(err, ErrUnsupportedMediaType) {
+		t.Errorf("FormField without Content-Type: %v", err)
+	}
+}
+
+// countingBody is an endless body that counts the bytes read from it and
+// whether it was closed.
+type countingBody struct {
+	limit  int64 // bytes available
+	read   int64
+	closed bool
+}
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	if c.read >= c.limit {
+		return 0, io.EOF
+	}
+	n := int64(len(p))
+	n = min(n, c.limit-c.read)
+	for i := range p[:n] {
+		p[i] = 'a'
+	}
+	c.read += n
+	return int(n), nil
+}
+
+func (c *countingBody) Close() error { c.closed = true; return nil }
+
+func TestBodyFieldReadsAtMostBound(t *testing.T) {
+	const size = 100 << 20
+	tests := []struct {
+		name          string
+		ct            string
+		contentLength int64
+		max           int64
+		wantRead      int64
+	}{
+		{"form unknown length", ctForm, -1, 0, DefaultMaxBodyBytes},
+		{"json unknown length", ctJSON, -1, 0, DefaultMaxBodyBytes},
+		{"custom bound", ctJSON, -1, 1000, 1000},
+		{"known length over bound reads nothing", ctForm, size, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := &countingBody{limit: size}
+			r := httptest.NewRequest(http.MethodPost, "/", nil)
+			r.Body, r.ContentLength = body, tt.contentLength
+			r.Header.Set("Content-Type", tt.ct)
+			_, err := BodyField("username", BodyOptions{MaxBytes: tt.max})(r)
+			if !errors.Is(err, ErrBodyTooLarge) {
+				t.Errorf("error = %v, want ErrBodyTooLarge", err)
+			}
+			if body.read != tt.wantRead {
+				t.Errorf("read %d bytes, want %d", body.read, tt.wantRead)
+			}
+			n, err := io.Copy(io.Discard, r.Body)
+			if err != nil || n != size {
+				t.Errorf("handler reads %d bytes, %v; want %d", n, err, size)
+			}
+			if err := r.Body.Close(); err != nil || !body.closed {
+				t.Errorf("Close = %v, original closed = %v", err, body.closed)
+			}
+		})
+	}
+}
+
+func TestBodyExactlyAtBound(t *testing.T) {
+	body := "username=alice&p=" + strings.Repeat("x", 10)
+	max := int64(len(body))
+	// Known length equal to the bound: complete.
+	r := bodyRequest(http.MethodPost, ctForm, body)
+	if k, err := FormField("username", BodyOptions{MaxBytes: max})(r); err != nil || k != "alice" {
+		t.Errorf("at bound with ContentLength: %q, %v", k, err)
+	}
+	// Unknown length: cannot tell without reading more, so too large.
+	r = bodyRequest(http.MethodPost, ctForm, body)
+	r.ContentLength = -1
+	if _, err := FormField("username", BodyOptions{MaxBytes: max})(r); !errors.Is(err, ErrBodyTooLarge) {
+		t.Errorf("at bound without ContentLength: %v", err)
+	}
+	if rest, _ := io.ReadAll(r.Body); string(rest) != body {
+		t.Errorf("body not restored: %q", rest)
+	}
+}
+
+func TestBodyRestoredByteForByte(t *testing.T) {
+	// Binary-ish JSON body with every byte value in a string, and a tail
+	// past a small bound.
+	var raw bytes.Buffer
+	raw.WriteString(`{"username":"alice","blob":"`)
+	for i := 0x20; i < 0x7f; i++ {
+		if i != '"' && i != '\\' {
+			raw.WriteByte(byte(i))
+		}
+	}
+	raw.WriteString("\u00e9\u4e16\"}")
+	for _, ct := range []string{ctJSON, ctForm} {
+		body := raw.String()
+		if ct == ctForm {
+			body = "username=alice&blob=%00%FF%e9+x&z"
+		}
+		r := bodyRequest(http.MethodPost, ct, body)
+		orig := r.Body
+		k, err := BodyField("username", BodyOptions{})(r)
+		if err != nil || k != "alice" {
+			t.Fatalf("%s: BodyField = %q, %v", ct, k, err)
+		}
+		// A second Func reading the same request sees the same body.
+		if k2, err := BodyField("username", BodyOptions{})(r); err != nil || k2 != k {
+			t.Fatalf("%s: second BodyField = %q, %v", ct, k2, err)
+		}
+		got, err := io.ReadAll(r.Body)
+		if err != nil || !bytes.Equal(got, []byte(body)) {
+			t.Errorf("%s: restored body = %q, %v; want %q", ct, got, err, body)
+		}
+		if r.Body == orig {
+			t.Errorf("%s: body not replaced", ct)
+		}
+	}
+}
+
+type errBody struct{ err error }
+
+func (e errBody) Read([]byte) (int, error) { return 0, e.err }
+func (errBody) Close() error               { return nil }
+
+func TestBodyReadError(t *testing.T) {
+	boom := errors.New("connection reset")
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r.Body = io.NopCloser(io.MultiReader(strings.NewReader("username=al"), errBody{boom}))
+	r.Header.Set("Content-Type", ctForm)
+	_, err := BodyField("username", BodyOptions{})(r)
+	if !errors.Is(err, boom) || !errors.Is(err, ErrNoKey) {
+		t.Errorf("error = %v, want wrapping %v and ErrNoKey", err, boom)
+	}
+	got, err := io.ReadAll(r.Body)
+	if string(got) != "username=al" || !errors.Is(err, boom) {
+		t.Errorf("handler sees %q, %v; want the same prefix and error", got, err)
+	}
+}
+
+func TestNoBody(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r.Header.Set("Content-Type", ctJSON)
+	if _, err := JSONField("u", BodyOptions{})(r); !errors.Is(err, ErrNoKey) {
+		t.Errorf("no body: %v", err)
+	}
+}

@@ -201,15 +201,22 @@ func (s *Store) call(ctx context.Context, f func(ctx context.Context) error) err
 		defer s.calls.Done()
 		err := f(dctx)
 		s.inFlight.Add(-1)
-		cancel()
 		done <- err
 	}()
+	defer cancel()
 	select {
 	case err := <-done:
 		err = s.classify(ctx, err)
 		s.breaker.record(err)
 		return err
 	case <-dctx.Done():
+		select {
+		case err := <-done: // finished as the deadline came
+			err = s.classify(ctx, err)
+			s.breaker.record(err)
+			return err
+		default:
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -1,0 +1,448 @@
+// Package limiter counts attempts against budgets kept in a limit store.
+//
+// A Limiter allows at most Limit attempts per key in each window of length
+// Window. It is a fixed window that starts at a key's first counted attempt:
+//
+//   - The first attempt on a key with no live window opens one; the window
+//     ends Window later, on the store's clock (its Reset). Attempts that find
+//     no room do not open or extend a window.
+//   - Within the window, attempts are admitted while the count is below
+//     Limit; the rest are refused with a RetryAfter of the time left in the
+//     window.
+//   - At Reset the count is gone (the store's entry expires), and the next
+//     attempt opens a new window. At the edge, a client may therefore have
+//     Limit attempts admitted just before one window ends and Limit just
+//     after the next opens: at most 2×Limit in any span of length Window,
+//     and never more than Limit in one window.
+//
+// Admission is exact: the count is read and written in one atomic store
+// update, so N concurrent attempts against a budget B, on any number of
+// instances sharing a store, admit exactly min(N, B).
+//
+// Attempt counts against several keys at once, all or nothing: if any key
+// has no room, none is charged. The Decision tells which key limited.
+//
+// What a store that cannot answer means is each limiter's choice (see
+// Unavailable): refuse, allow, or count in process memory until the store
+// recovers.
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/memory"
+)
+
+// Bounds of a Budget.
+const (
+	MinWindow = time.Second
+	MaxWindow = 366 * 24 * time.Hour
+	MaxLimit  = 1 << 30
+)
+
+// ErrInvalidBudget is returned for a budget out of range.
+var ErrInvalidBudget = errors.New("limiter: invalid budget")
+
+// ErrInvalidKeys is returned for an attempt with no keys, more than
+// MaxKeys, or keys the store refuses.
+var ErrInvalidKeys = errors.New("limiter: invalid keys")
+
+// MaxKeys is the most keys one attempt may count against.
+const MaxKeys = store.MaxCountKeys
+
+// Budget is Limit attempts per Window.
+type Budget struct {
+	Limit  int
+	Window time.Duration
+}
+
+// Validate reports whether the budget is usable: Limit from 1 to MaxLimit,
+// Window from MinWindow to MaxWindow, in whole milliseconds.
+func (b Budget) Validate() error {
+	switch {
+	case b.Limit < 1 || b.Limit > MaxLimit:
+		return fmt.Errorf("%w: limit %d, want 1 to %d", ErrInvalidBudget, b.Limit, MaxLimit)
+	case b.Window < MinWindow || b.Window > MaxWindow:
+		return fmt.Errorf("%w: window %v, want %v to %v", ErrInvalidBudget, b.Window, MinWindow, MaxWindow)
+	case b.Window%time.Millisecond != 0:
+		return fmt.Errorf("%w: window %v is not whole milliseconds", ErrInvalidBudget, b.Window)
+	}
+	return nil
+}
+
+// String formats the budget as "5 per 15m0s".
+func (b Budget) String() string { return fmt.Sprintf("%d per %v", b.Limit, b.Window) }
+
+func (b Budget) cap() store.Cap { return store.Cap{Max: int64(b.Limit), Window: b.Window} }
+
+// Unavailable is what a limiter answers when its store cannot.
+type Unavailable int
+
+const (
+	// Deny refuses the attempt: fail closed. Nothing can get through while
+	// the store is down, which also stops legitimate users.
+	Deny Unavailable = iota
+	// Allow admits the attempt and logs it: fail open. Nothing is counted
+	// while the store is down.
+	Allow
+	// Local counts in this process's memory while the store is down, and
+	// returns to the store as soon as it answers again. Budgets still hold
+	// per instance; across N instances an attacker gets up to N times the
+	// budget during the outage. Counts made locally are not carried over.
+	Local
+)
+
+// String names the policy.
+func (u Unavailable) String() string {
+	switch u {
+	case Deny:
+		return "deny"
+	case Allow:
+		return "allow"
+	case Local:
+		return "local"
+	}
+	return fmt.Sprintf("Unavailable(%d)", int(u))
+}
+
+// Log kinds of the limiter.
+const (
+	KindFailOpen = "limiter-fail-open"
+	KindLocal    = "limiter-local-fallback"
+	KindDenied   = "limiter-store-unavailable"
+)
+
+// Options configure a Limiter.
+type Options struct {
+	// Name identifies the limiter in logs and in the handle's claim.
+	// Required.
+	Name string
+	// Budget applies to every key of Attempt.
+	Budget Budget
+	// Unavailable is what an attempt answers when the store cannot; the
+	// zero value is Deny.
+	Unavailable Unavailable
+	// Logger receives the limiter's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// LocalMaxEntries bounds the in-memory store of the Local policy; 0
+	// means store.DefaultMaxEntriesMemory.
+	LocalMaxEntries int
+}
+
+// Limiter counts attempts in one store handle, which it claims. It is safe
+// for concurrent use.
+type Limiter struct {
+	h      *store.Handle
+	name   string
+	budget Budget
+	caps   [MaxKeys]store.Cap
+	policy Unavailable
+	log    *slog.Logger
+	local  *store.Handle // the Local policy's in-memory handle
+	warn   rate.Sometimes
+}
+
+// New returns a Limiter counting in h, which it claims: a handle already
+// claimed by another limiter is refused with an error matching
+// store.ErrStoreReuse.
+func New(h *store.Handle, o Options) (*Limiter, error) {
+	if h == nil {
+		return nil, errors.New("limiter: nil store handle")
+	}
+	if o.Name == "" {
+		return nil, errors.New("limiter: Options.Name is required")
+	}
+	if err := o.Budget.Validate(); err != nil {
+		return nil, fmt.Errorf("limiter %q: %w", o.Name, err)
+	}
+	if o.Unavailable < Deny || o.Unavailable > Local {
+		return nil, fmt.Errorf("limiter %q: unknown Unavailable policy %d", o.Name, int(o.Unavailable))
+	}
+	if err := h.Claim(o.Name); err != nil {
+		return nil, fmt.Errorf("limiter %q: %w", o.Name, err)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	l := &Limiter{
+		h:      h,
+		name:   o.Name,
+		budget: o.Budget,
+		policy: o.Unavailable,
+		log:    o.Logger.With("limiter", o.Name, "prefix", h.Prefix()),
+		warn:   rate.Sometimes{Interval: time.Second},
+	}
+	for i := range l.caps {
+		l.caps[i] = o.Budget.cap()
+	}
+	if o.Unavailable == Local {
+		s := memory.New(memory.Options{MaxEntries: o.LocalMaxEntries, Store: store.Options{Logger: o.Logger}})
+		local, err := s.Handle(h.Prefix())
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("limiter %q: local fallback: %w", o.Name, err)
+		}
+		l.local = local
+	}
+	return l, nil
+}
+
+// Name returns the limiter's name.
+func (l *Limiter) Name() string { return l.name }
+
+// Budget returns the limiter's budget.
+func (l *Limiter) Budget() Budget { return l.budget }
+
+// Handle returns the store handle the limiter counts in.
+func (l *Limiter) Handle() *store.Handle { return l.h }
+
+// Close releases what the limiter holds of its own: the in-memory store of
+// the Local policy. The store handle it counts in is the caller's to close.
+func (l *Limiter) Close() error {
+	if l.local != nil {
+		return l.local.Store().Close()
+	}
+	return nil
+}
+
+// Decision is the outcome of an attempt.
+type Decision struct {
+	// Allowed reports whether the attempt may go ahead.
+	Allowed bool
+	// Unavailable reports that the store could not answer, so the limiter's
+	// Unavailable policy decided; Cause says why.
+	Unavailable bool
+	Cause       error
+	// Local reports that the attempt was counted in process memory under
+	// the Local policy.
+	Local bool
+	// Limit is the budget of the key that decided: the one that limited, or
+	// when allowed the one with the least room left.
+	Limit int
+	// Remaining is how many more attempts that key admits in its window.
+	Remaining int
+	// Reset is when that key's window ends, on the store's clock; zero when
+	// unknown.
+	Reset time.Time
+	// RetryAfter is how long to wait before an attempt can succeed: the
+	// time left in the limiting window when refused, zero when allowed.
+	RetryAfter time.Duration
+	// Now is the store's time of the decision.
+	Now time.Time
+	// Limiting is the index, among the attempt's keys, of the key that
+	// limited, or -1.
+	Limiting int
+	// Window is the budget window of the key that decided.
+	Window time.Duration
+
+	n       int
+	keys    [MaxKeys]string
+	expires [MaxKeys]time.Time
+}
+
+// Keys returns the keys the attempt counted against.
+func (d *Decision) Keys() []string { return d.keys[:d.n] }
+
+// Attempt counts one attempt against each of keys, with the limiter's
+// budget, in one atomic store update, all or nothing. It returns an error
+// only for invalid keys; a store that cannot answer is reported in the
+// Decision, decided by the limiter's Unavailable policy.
+func (l *Limiter) Attempt(ctx context.Context, keys ...string) (Decision, error) {
+	if len(keys) == 0 || len(keys) > MaxKeys {
+		return Decision{}, fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(keys), MaxKeys)
+	}
+	return l.count(ctx, keys, l.caps[:len(keys)])
+}
+
+// Charge is one key of AttemptEach with a budget of its own.
+type Charge struct {
+	Key    string
+	Budget Budget
+}
+
+// AttemptEach counts one attempt against each charge's key, each with its own
+// budget, in one atomic store update, all or nothing, as Attempt does.
+func (l *Limiter) AttemptEach(ctx context.Context, charges ...Charge) (Decision, error) {
+	if len(charges) == 0 || len(charges) > MaxKeys {
+		return Decision{}, fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(charges), MaxKeys)
+	}
+	var keys [MaxKeys]string
+	var caps [MaxKeys]store.Cap
+	for i, c := range charges {
+		if err := c.Budget.Validate(); err != nil {
+			return Decision{}, fmt.Errorf("limiter %q: key %d: %w", l.name, i, err)
+		}
+		keys[i], caps[i] = c.Key, c.Budget.cap()
+	}
+	n := len(charges)
+	return l.count(ctx, keys[:n:n], caps[:n:n])
+}
+
+func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Cap) (Decision, error) {
+	t, err := l.h.Count(ctx, keys, caps, 1)
+	if err == nil {
+		return decide(t, keys, caps, false), nil
+	}
+	if !errors.Is(err, store.ErrUnavailable) {
+		return Decision{}, fmt.Errorf("%w: limiter %q: %w", ErrInvalidKeys, l.name, err)
+	}
+	switch l.policy {
+	case Allow:
+		l.warn.Do(func() {
+			l.log.Warn("store unavailable: attempt allowed uncounted", "kind", KindFailOpen, "err", err)
+		})
+		return l.unavailable(true, err, caps), nil
+	case Local:
+		t, lerr := l.local.Count(ctx, keys, caps, 1)
+		l.warn.Do(func() {
+			l.log.Warn("store unavailable: counting in process memory", "kind", KindLocal, "err", err)
+		})
+		if lerr != nil {
+			return l.unavailable(false, errors.Join(err, lerr), caps), nil
+		}
+		d := decide(t, keys, caps, true)
+		d.Unavailable, d.Cause = true, err
+		return d, nil
+	}
+	l.warn.Do(func() {
+		l.log.Warn("store unavailable: attempt refused", "kind", KindDenied, "err", err)
+	})
+	return l.unavailable(false, err, caps), nil
+}
+
+// unavailable is the decision of a store that could not answer, under the
+// Allow or Deny policy.
+func (l *Limiter) unavailable(allowed bool, cause error, caps []store.Cap) Decision {
+	return Decision{
+		Allowed:     allowed,
+		Unavailable: true,
+		Cause:       cause,
+		Limit:       int(caps[0].Max),
+		Window:      caps[0].Window,
+		Limiting:    -1,
+	}
+}
+
+func decide(t store.Tally, keys []string, caps []store.Cap, local bool) Decision {
+	d := Decision{Allowed: t.Allowed, Local: local, Now: t.Now, Limiting: t.Limiting, n: len(keys)}
+	copy(d.keys[:], keys)
+	copy(d.expires[:], t.ExpiresAt[:len(keys)])
+	at := t.Limiting
+	if at < 0 { // the key with the least room left decides
+		at = 0
+		for i := range keys {
+			if caps[i].Max-t.Counts[i] < caps[at].Max-t.Counts[at] {
+				at = i
+			}
+		}
+	}
+	d.Limit = int(caps[at].Max)
+	d.Window = caps[at].Window
+	d.Remaining = int(max(caps[at].Max-t.Counts[at], 0))
+	d.Reset = t.ExpiresAt[at]
+	if !t.Allowed {
+		d.Remaining = 0
+		d.RetryAfter = max(d.Reset.Sub(t.Now), 0)
+	}
+	return d
+}
+
+// Peek reports what an attempt on keys would be answered now, with the
+// limiter's budget, without counting it.
+func (l *Limiter) Peek(ctx context.Context, keys ...string) (Decision, error) {
+	if len(keys) == 0 || len(keys) > MaxKeys {
+		return Decision{}, fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(keys), MaxKeys)
+	}
+	caps := l.caps[:len(keys)]
+	var t store.Tally
+	t.Limiting = -1
+	err := l.h.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
+		t.Now = now
+		for i := range es {
+			if !es[i].Live() {
+				continue
+			}
+			n, err := store.ParseCount(es[i].Value)
+			if err != nil {
+				return err
+			}
+			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
+			if t.Limiting < 0 && n+1 > caps[i].Max {
+				t.Limiting = i
+			}
+		}
+		t.Allowed = t.Limiting < 0
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrUnavailable) {
+			return l.unavailable(l.policy != Deny, err, caps), nil
+		}
+		return Decision{}, fmt.Errorf("limiter %q: peek: %w", l.name, err)
+	}
+	return decide(t, keys, caps, false), nil
+}
+
+// ErrNotRefundable is returned by Refund for a decision that counted
+// nothing: refused, or allowed uncounted while the store was unavailable.
+var ErrNotRefundable = errors.New("limiter: decision counted nothing to refund")
+
+// Refund gives back the attempt d counted, on each of its keys whose window
+// is still the one d counted in. A window that has since reset is left
+// alone: the refund would otherwise be credited to a later window.
+func (l *Limiter) Refund(ctx context.Context, d Decision) error {
+	if !d.Allowed || (d.Unavailable && !d.Local) || d.n == 0 {
+		return ErrNotRefundable
+	}
+	h := l.h
+	if d.Local {
+		h = l.local
+	}
+	err := h.Update(ctx, d.Keys(), func(_ time.Time, es []store.Entry) error {
+		for i := range es {
+			e := &es[i]
+			if !e.Live() || !e.ExpiresAt.Equal(d.expires[i]) {
+				continue
+			}
+			n, err := store.ParseCount(e.Value)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				e.Value = store.AppendCount(e.Value[:0], n-1)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("limiter %q: refund: %w", l.name, err)
+	}
+	return nil
+}
+
+// Reset forgets the count of key: its next attempt opens a new window.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	keys := []string{key}
+	err := l.h.Update(ctx, keys, func(_ time.Time, es []store.Entry) error {
+		es[0].Value = nil
+		return nil
+	})
+	if err == nil && l.local != nil {
+		err = l.local.Update(ctx, keys, func(_ time.Time, es []store.Entry) error {
+			es[0].Value = nil
+			return nil
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("limiter %q: reset: %w", l.name, err)
+	}
+	return nil
+}
+

@@ -1,0 +1,367 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gatecount/gatecount/internal/clock"
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// newLimiter returns a limiter on a fresh memory store read through clk.
+func newLimiter(t *testing.T, clk *clock.Fake, o limiter.Options) *limiter.Limiter {
+	t.Helper()
+	mo := memory.Options{}
+	if clk != nil {
+		mo.Now = clk.Now
+	}
+	s := memory.New(mo)
+	t.Cleanup(func() { s.Close() })
+	h, err := s.Handle("test:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Name == "" {
+		o.Name = "test"
+	}
+	l, err := limiter.New(h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func TestBudgetValidate(t *testing.T) {
+	for _, tc := range []struct {
+		b  limiter.Budget
+		ok bool
+	}{
+		{limiter.Budget{Limit: 5, Window: 15 * time.Minute}, true},
+		{limiter.Budget{Limit: 1, Window: time.Second}, true},
+		{limiter.Budget{Limit: 0, Window: time.Minute}, false},
+		{limiter.Budget{Limit: -3, Window: time.Minute}, false},
+		{limiter.Budget{Limit: limiter.MaxLimit + 1, Window: time.Minute}, false},
+		{limiter.Budget{Limit: 5, Window: 0}, false},
+		{limiter.Budget{Limit: 5, Window: -time.Minute}, false},
+		{limiter.Budget{Limit: 5, Window: 10 * time.Millisecond}, false},
+		{limiter.Budget{Limit: 5, Window: 400 * 24 * time.Hour}, false},
+		{limiter.Budget{Limit: 5, Window: time.Second + time.Microsecond}, false},
+	} {
+		err := tc.b.Validate()
+		if (err == nil) != tc.ok {
+			t.Errorf("%v: Validate() = %v, want ok=%v", tc.b, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, limiter.ErrInvalidBudget) {
+			t.Errorf("%v: error %v does not match ErrInvalidBudget", tc.b, err)
+		}
+	}
+}
+
+func TestNewRefusesBadOptions(t *testing.T) {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	h, _ := s.Handle("p:")
+	if _, err := limiter.New(h, limiter.Options{Name: "x", Budget: limiter.Budget{Limit: 0, Window: time.Minute}}); !errors.Is(err, limiter.ErrInvalidBudget) {
+		t.Errorf("zero limit: %v", err)
+	}
+	if _, err := limiter.New(h, limiter.Options{Budget: limiter.Budget{Limit: 1, Window: time.Minute}}); err == nil {
+		t.Error("no name accepted")
+	}
+	if _, err := limiter.New(nil, limiter.Options{Name: "x", Budget: limiter.Budget{Limit: 1, Window: time.Minute}}); err == nil {
+		t.Error("nil handle accepted")
+	}
+	if _, err := limiter.New(h, limiter.Options{Name: "x", Budget: limiter.Budget{Limit: 1, Window: time.Minute}, Unavailable: 9}); err == nil {
+		t.Error("unknown policy accepted")
+	}
+}
+
+func TestHandleReuseRefused(t *testing.T) {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	h, _ := s.Handle("shared:")
+	b := limiter.Budget{Limit: 1, Window: time.Minute}
+	if _, err := limiter.New(h, limiter.Options{Name: "execute", Budget: b}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := limiter.New(h, limiter.Options{Name: "health", Budget: b})
+	var re *store.ReuseError
+	if !errors.Is(err, store.ErrStoreReuse) || !errors.As(err, &re) || re.First != "execute" || re.Second != "health" {
+		t.Fatalf("second limiter on one handle: %v", err)
+	}
+}
+
+func TestExactUnderConcurrency(t *testing.T) {
+	l := newLimiter(t, nil, limiter.Options{Budget: limiter.Budget{Limit: 30, Window: time.Hour}})
+	for _, keys := range [][]string{{"one"}, {"a", "b"}} {
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, err := l.Attempt(context.Background(), keys...)
+				if err != nil {
+					t.Error(err)
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if got := admitted.Load(); got != 30 {
+			t.Errorf("keys %v: %d of 200 admitted against a budget of 30", keys, got)
+		}
+	}
+}
+
+func TestWindow(t *testing.T) {
+	clk := clock.NewFake(t0)
+	l := newLimiter(t, clk, limiter.Options{Budget: limiter.Budget{Limit: 3, Window: time.Minute}})
+	ctx := context.Background()
+	clk.Advance(1500 * time.Millisecond)
+	opened := clk.Now()
+	for i := range 3 {
+		d, _ := l.Attempt(ctx, "k")
+		if !d.Allowed || d.Remaining != 2-i || d.Limit != 3 || !d.Reset.Equal(opened.Add(time.Minute)) || d.RetryAfter != 0 {
+			t.Fatalf("attempt %d: %+v", i+1, d)
+		}
+		clk.Advance(10 * time.Second)
+	}
+	d, _ := l.Attempt(ctx, "k")
+	if d.Allowed || d.Remaining != 0 || d.RetryAfter != 30*time.Second || d.Limiting != 0 {
+		t.Fatalf("over budget: %+v", d)
+	}
+	clk.Set(opened.Add(time.Minute - time.Millisecond))
+	if d, _ := l.Attempt(ctx, "k"); d.Allowed || d.RetryAfter != time.Millisecond {
+		t.Fatalf("a millisecond before reset: %+v", d)
+	}
+	clk.Set(opened.Add(time.Minute)) // the window's end: its count is gone
+	d, _ = l.Attempt(ctx, "k")
+	if !d.Allowed || d.Remaining != 2 || !d.Reset.Equal(opened.Add(2*time.Minute)) {
+		t.Fatalf("at reset: %+v", d)
+	}
+}
+
+func TestRefusedAttemptsDoNotExtendWindow(t *testing.T) {
+	clk := clock.NewFake(t0)
+	l := newLimiter(t, clk, limiter.Options{Budget: limiter.Budget{Limit: 1, Window: time.Minute}})
+	ctx := context.Background()
+	first, _ := l.Attempt(ctx, "k")
+	for range 5 {
+		clk.Advance(5 * time.Second)
+		if d, _ := l.Attempt(ctx, "k"); d.Allowed || !d.Reset.Equal(first.Reset) {
+			t.Fatalf("refused attempt moved the window: %+v", d)
+		}
+	}
+}
+
+func TestMultiKeyAllOrNothing(t *testing.T) {
+	l := newLimiter(t, nil, limiter.Options{Budget: limiter.Budget{Limit: 2, Window: time.Minute}})
+	ctx := context.Background()
+	l.Attempt(ctx, "b")
+	l.Attempt(ctx, "b")
+	d, _ := l.Attempt(ctx, "a", "b", "c")
+	if d.Allowed || d.Limiting != 1 {
+		t.Fatalf("b is full: %+v", d)
+	}
+	for _, k := range []string{"a", "c"} {
+		if p, _ := l.Peek(ctx, k); p.Remaining != 2 {
+			t.Errorf("%s charged by a refused attempt: %+v", k, p)
+		}
+	}
+	d, _ = l.Attempt(ctx, "a", "c")
+	if !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("a, c: %+v", d)
+	}
+}
+
+func TestAttemptEachBudgets(t *testing.T) {
+	l := newLimiter(t, nil, limiter.Options{Budget: limiter.Budget{Limit: 100, Window: time.Hour}})
+	ctx := context.Background()
+	tight := limiter.Budget{Limit: 2, Window: time.Minute}
+	loose := limiter.Budget{Limit: 5, Window: time.Hour}
+	for i := range 2 {
+		d, err := l.AttemptEach(ctx, limiter.Charge{Key: "acct|ip", Budget: tight}, limiter.Charge{Key: "acct", Budget: loose})
+		if err != nil || !d.Allowed || d.Limit != 2 || d.Remaining != 1-i {
+			t.Fatalf("attempt %d: %+v %v", i, d, err)
+		}
+	}
+	d, _ := l.AttemptEach(ctx, limiter.Charge{Key: "acct|ip", Budget: tight}, limiter.Charge{Key: "acct", Budget: loose})
+	if d.Allowed || d.Limiting != 0 || d.Window != time.Minute {
+		t.Fatalf("tight budget spent: %+v", d)
+	}
+	if _, err := l.AttemptEach(ctx, limiter.Charge{Key: "x", Budget: limiter.Budget{}}); !errors.Is(err, limiter.ErrInvalidBudget) {
+		t.Fatalf("bad budget: %v", err)
+	}
+}
+
+func TestInvalidKeys(t *testing.T) {
+	l := newLimiter(t, nil, limiter.Options{Budget: limiter.Budget{Limit: 1, Window: time.Minute}})
+	ctx := context.Background()
+	for _, keys := range [][]string{nil, {""}, {"a", "a"}, {"1", "2", "3", "4", "5"}} {
+		if _, err := l.Attempt(ctx, keys...); !errors.Is(err, limiter.ErrInvalidKeys) {
+			t.Errorf("keys %q: %v", keys, err)
+		}
+	}
+}
+
+func TestPeekDoesNotCount(t *testing.T) {
+	l := newLimiter(t, nil, limiter.Options{Budget: limiter.Budget{Limit: 2, Window: time.Minute}})
+	ctx := context.Background()
+	for range 5 {
+		if d, _ := l.Peek(ctx, "k"); !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("peek: %+v", d)
+		}
+	}
+	l.Attempt(ctx, "k")
+	l.Attempt(ctx, "k")
+	if d, _ := l.Peek(ctx, "k"); d.Allowed || d.RetryAfter <= 0 {
+		t.Fatalf("peek at budget: %+v", d)
+	}
+}
+
+func TestRefund(t *testing.T) {
+	clk := clock.NewFake(t0)
+	l := newLimiter(t, clk, limiter.Options{Budget: limiter.Budget{Limit: 2, Window: time.Minute}})
+	ctx := context.Background()
+	d1, _ := l.Attempt(ctx, "k")
+	d2, _ := l.Attempt(ctx, "k")
+	if err := l.Refund(ctx, d2); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Peek(ctx, "k"); d.Remaining != 1 {
+		t.Fatalf("after refund: %+v", d)
+	}
+	refused, _ := l.Attempt(ctx, "k")
+	refused, _ = l.Attempt(ctx, "k")
+	if refused.Allowed {
+		t.Fatal("third attempt allowed")
+	}
+	if err := l.Refund(ctx, refused); !errors.Is(err, limiter.ErrNotRefundable) {
+		t.Fatalf("refund of a refusal: %v", err)
+	}
+	// After the window resets, a refund of its attempt must not credit the
+	// new window.
+	clk.Advance(time.Minute)
+	l.Attempt(ctx, "k")
+	if err := l.Refund(ctx, d1); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Peek(ctx, "k"); d.Remaining != 1 {
+		t.Fatalf("stale refund credited the new window: %+v", d)
+	}
+}
+
+func TestReset(t *testing.T) {
+	l := newLimiter(t, nil, limiter.Options{Budget: limiter.Budget{Limit: 1, Window: time.Minute}})
+	ctx := context.Background()
+	l.Attempt(ctx, "k")
+	if d, _ := l.Attempt(ctx, "k"); d.Allowed {
+		t.Fatal("over budget allowed")
+	}
+	if err := l.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Attempt(ctx, "k"); !d.Allowed {
+		t.Fatal("refused after reset")
+	}
+}
+
+// flaky is a memory backend that can be taken down.
+type flaky struct {
+	*memory.Backend
+	down atomic.Bool
+}
+
+var errDown = errors.New("connection refused")
+
+func (f *flaky) Inline() bool { return false }
+
+func (f *flaky) Update(ctx context.Context, p string, k []string, a store.ApplyFunc) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.Backend.Update(ctx, p, k, a)
+}
+
+func (f *flaky) Read(ctx context.Context, p string, k []string) ([]store.Entry, error) {
+	if f.down.Load() {
+		return nil, errDown
+	}
+	return f.Backend.Read(ctx, p, k)
+}
+
+func newFlaky(t *testing.T, policy limiter.Unavailable) (*flaky, *limiter.Limiter) {
+	t.Helper()
+	o := store.Options{Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
+	f := &flaky{Backend: memory.NewBackend(memory.Options{Store: o})}
+	s := store.New(f, o)
+	t.Cleanup(func() { s.Close() })
+	h, _ := s.Handle("f:")
+	l, err := limiter.New(h, limiter.Options{Name: "flaky", Budget: limiter.Budget{Limit: 2, Window: time.Minute}, Unavailable: policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return f, l
+}
+
+func TestUnavailablePolicies(t *testing.T) {
+	ctx := context.Background()
+	t.Run("deny", func(t *testing.T) {
+		f, l := newFlaky(t, limiter.Deny)
+		f.down.Store(true)
+		d, err := l.Attempt(ctx, "k")
+		if err != nil || d.Allowed || !d.Unavailable || !errors.Is(d.Cause, store.ErrUnavailable) || !errors.Is(d.Cause, errDown) {
+			t.Fatalf("%+v %v", d, err)
+		}
+	})
+	t.Run("allow", func(t *testing.T) {
+		f, l := newFlaky(t, limiter.Allow)
+		f.down.Store(true)
+		for range 5 {
+			d, err := l.Attempt(ctx, "k")
+			if err != nil || !d.Allowed || !d.Unavailable {
+				t.Fatalf("%+v %v", d, err)
+			}
+			if err := l.Refund(ctx, d); !errors.Is(err, limiter.ErrNotRefundable) {
+				t.Fatalf("refund of an uncounted attempt: %v", err)
+			}
+		}
+	})
+	t.Run("local", func(t *testing.T) {
+		f, l := newFlaky(t, limiter.Local)
+		if d, _ := l.Attempt(ctx, "k"); !d.Allowed || d.Local {
+			t.Fatalf("store up: %+v", d)
+		}
+		f.down.Store(true)
+		for i := range 3 {
+			d, _ := l.Attempt(ctx, "k")
+			if !d.Unavailable || !d.Local || d.Allowed != (i < 2) {
+				t.Fatalf("store down, attempt %d: %+v", i, d)
+			}
+		}
+		f.down.Store(false) // back: the store's own count (1 of 2) decides again
+		d, _ := l.Attempt(ctx, "k")
+		if !d.Allowed || d.Local || d.Unavailable || d.Remaining != 0 {
+			t.Fatalf("store back: %+v", d)
+		}
+		if d, _ := l.Attempt(ctx, "k"); d.Allowed {
+			t.Fatalf("store back, over budget: %+v", d)
+		}
+	})
+}

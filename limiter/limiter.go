@@ -445,4 +445,3 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	return nil
 }
-

@@ -1,0 +1,360 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gatecount/gatecount/store"
+)
+
+// countExactBudget: 100 concurrent Counts of one key with a cap of 30,
+// across First and Second, allow exactly 30, each seeing a count of its
+// own.
+func countExactBudget(r *runner) error {
+	const capMax, calls = 30, 100
+	k := r.key("budget")
+	caps := []store.Cap{{Max: capMax, Window: time.Minute}}
+	tallies := make([]store.Tally, calls)
+	var wg sync.WaitGroup
+	var fe firstErr
+	for i := range calls {
+		h := r.p.First
+		if i%2 == 1 {
+			h = r.p.Second
+		}
+		wg.Go(func() {
+			t, err := r.count(h, []string{k}, caps, 1)
+			if err != nil {
+				fe.keep(r.failf("Count on %s under contention: %v", r.hname(h), err))
+			}
+			tallies[i] = t
+		})
+	}
+	wg.Wait()
+	if fe.err != nil {
+		return fe.err
+	}
+	seen := make(map[int64]bool)
+	var exp time.Time
+	for i, t := range tallies {
+		if exp.IsZero() {
+			exp = t.ExpiresAt[0]
+		}
+		if !t.ExpiresAt[0].Equal(exp) {
+			return r.failf("concurrent Counts of one key in one window told different ends of it: %v and %v", ts(exp), ts(t.ExpiresAt[0]))
+		}
+		if !t.Allowed {
+			if t.Limiting != 0 || t.Counts[0] != capMax {
+				return r.failf("a refused Count (call %d) told Limiting %d and count %d, want 0 and %d", i, t.Limiting, t.Counts[0], capMax)
+			}
+			continue
+		}
+		if t.Limiting != -1 || t.Counts[0] < 1 || t.Counts[0] > capMax || seen[t.Counts[0]] {
+			return r.failf("an allowed Count (call %d) told Limiting %d and count %d, which another allowed call also saw or which is out of 1..%d",
+				i, t.Limiting, t.Counts[0], capMax)
+		}
+		seen[t.Counts[0]] = true
+	}
+	if len(seen) != capMax {
+		return r.failf("%d concurrent Counts against a cap of %d, through First and Second: %d allowed, want exactly %d",
+			calls, capMax, len(seen), capMax)
+	}
+	es, err := r.mustRead(r.p.First, k)
+	if err != nil {
+		return err
+	}
+	if n, err := store.ParseCount(es[0].Value); err != nil || n != capMax {
+		return r.failf("the counter read back %s after the budget was spent, want %d", short(es[0].Value), capMax)
+	}
+	return nil
+}
+
+// countAllOrNothing: a Count charges every key or none, and says which key
+// had no room.
+func countAllOrNothing(r *runner) error {
+	a, b, c := r.key("aon-a"), r.key("aon-b"), r.key("aon-c")
+	minute := func(max int64) store.Cap { return store.Cap{Max: max, Window: time.Minute} }
+	keys := []string{a, b, c}
+	caps := []store.Cap{minute(10), minute(2), minute(10)}
+	for i := range 2 {
+		t, err := r.count(r.p.First, keys, caps, 1)
+		if err != nil {
+			return r.failf("Count %d of three keys: %v", i+1, err)
+		}
+		if !t.Allowed || t.Limiting != -1 || t.Counts != [store.MaxCountKeys]int64{int64(i + 1), int64(i + 1), int64(i + 1)} {
+			return r.failf("Count %d of three keys with room: allowed %v, Limiting %d, counts %v; want allowed, -1, all %d",
+				i+1, t.Allowed, t.Limiting, t.Counts[:3], i+1)
+		}
+	}
+	t, err := r.count(r.p.Second, keys, caps, 1)
+	if err != nil {
+		return r.failf("Count of three keys, the second at its cap: %v", err)
+	}
+	if t.Allowed || t.Limiting != 1 || t.Counts != [store.MaxCountKeys]int64{2, 2, 2} {
+		return r.failf("Count of three keys, the second at its cap: allowed %v, Limiting %d, counts %v; want refused, 1, [2 2 2]",
+			t.Allowed, t.Limiting, t.Counts[:3])
+	}
+	es, err := r.mustRead(r.p.First, keys...)
+	if err != nil {
+		return err
+	}
+	for i, e := range es {
+		if n, err := store.ParseCount(e.Value); err != nil || n != 2 {
+			return r.failf("after a refused Count, key %d read %s, want 2: a key was charged though one had no room", i, short(e.Value))
+		}
+	}
+	// The first key with no room is named.
+	t, err = r.count(r.p.First, []string{c, b, a}, []store.Cap{minute(2), minute(2), minute(2)}, 1)
+	if err != nil {
+		return r.failf("Count of three keys, all at their caps: %v", err)
+	}
+	if t.Allowed || t.Limiting != 0 {
+		return r.failf("Count of three keys all at their caps: allowed %v, Limiting %d, want refused, 0", t.Allowed, t.Limiting)
+	}
+	// An amount beyond a fresh key's cap starts nothing.
+	d, e := r.key("aon-d"), r.key("aon-e")
+	t, err = r.count(r.p.First, []string{e, d}, []store.Cap{minute(10), minute(4)}, 5)
+	if err != nil {
+		return r.failf("Count of 5 against a cap of 4: %v", err)
+	}
+	if t.Allowed || t.Limiting != 1 || t.Counts[0] != 0 || t.Counts[1] != 0 || !t.ExpiresAt[0].IsZero() || !t.ExpiresAt[1].IsZero() {
+		return r.failf("Count of 5 against fresh keys, the second capped at 4: allowed %v, Limiting %d, counts %v, ends %v %v; want refused, 1, zero counts and times",
+			t.Allowed, t.Limiting, t.Counts[:2], ts(t.ExpiresAt[0]), ts(t.ExpiresAt[1]))
+	}
+	es, err = r.mustRead(r.p.Second, e, d)
+	if err != nil {
+		return err
+	}
+	if es[0].Live() || es[1].Live() {
+		return r.failf("a refused Count of fresh keys left counters: %s and %s", short(es[0].Value), short(es[1].Value))
+	}
+	return nil
+}
+
+// countValues: counters are kept as store.ParseCount values expiring a
+// window after the store's time of their first count, which later counts do
+// not move; the Tally tells the store's time.
+func countValues(r *runner) error {
+	a, b := r.key("val-a"), r.key("val-b")
+	keys := []string{a, b}
+	caps := []store.Cap{{Max: 5, Window: time.Minute}, {Max: 5, Window: 90*time.Second + 7*time.Millisecond}}
+	var first store.Tally
+	for i, h := range []*store.Handle{r.p.First, r.p.Second} {
+		before, err := r.now(h)
+		if err != nil {
+			return err
+		}
+		t, err := r.count(h, keys, caps, 2)
+		if err != nil {
+			return r.failf("Count on %s: %v", r.hname(h), err)
+		}
+		after, err := r.now(h)
+		if err != nil {
+			return err
+		}
+		if t.Now.Before(before) || t.Now.After(after) {
+			return r.failf("Count on %s told the store's time as %v, but it read %v just before and %v just after",
+				r.hname(h), ts(t.Now), ts(before), ts(after))
+		}
+		if i == 0 {
+			first = t
+		}
+		es, err := r.mustRead(h, keys...)
+		if err != nil {
+			return err
+		}
+		for j := range keys {
+			want := first.Now.Add(caps[j].Window).Truncate(time.Millisecond)
+			if !t.Allowed || t.Counts[j] != int64(2*(i+1)) || !t.ExpiresAt[j].Equal(want) {
+				return r.failf("Count %d of 2 on %s, key %d: allowed %v, count %d ending %v; want allowed, %d ending %v (a window after the first count at %v)",
+					i+1, r.hname(h), j, t.Allowed, t.Counts[j], ts(t.ExpiresAt[j]), 2*(i+1), ts(want), ts(first.Now))
+			}
+			n, err := store.ParseCount(es[j].Value)
+			if err != nil || n != t.Counts[j] || !es[j].ExpiresAt.Equal(t.ExpiresAt[j]) {
+				return r.failf("after Count %d on %s, key %d read back %s ending %v; want the count %d ending %v",
+					i+1, r.hname(h), j, short(es[j].Value), ts(es[j].ExpiresAt), t.Counts[j], ts(t.ExpiresAt[j]))
+			}
+		}
+	}
+	return nil
+}
+
+// countWindow: once a counter's window has ended on the store's time, the
+// next Count starts a new one.
+func countWindow(r *runner) error {
+	k := r.key("window")
+	caps := []store.Cap{{Max: 2, Window: shortTTL}}
+	var t store.Tally
+	for i := range 3 {
+		var err error
+		if t, err = r.count(r.p.First, []string{k}, caps, 1); err != nil {
+			return r.failf("Count %d: %v", i+1, err)
+		}
+	}
+	if t.Allowed || t.Counts[0] != 2 {
+		// The window may already have ended on a slow machine: only a
+		// count beyond the cap is a violation.
+		if t.Counts[0] > 2 {
+			return r.failf("three Counts against a cap of 2 reached a count of %d", t.Counts[0])
+		}
+	}
+	old := t.ExpiresAt[0]
+	if old.IsZero() {
+		return r.failf("a Count of a live counter told no end of its window")
+	}
+	if _, err := r.waitPast(r.p.Second, old); err != nil {
+		return err
+	}
+	t, err := r.count(r.p.Second, []string{k}, caps, 1)
+	if err != nil {
+		return r.failf("Count after the window ended: %v", err)
+	}
+	want := t.Now.Add(shortTTL).Truncate(time.Millisecond)
+	if !t.Allowed || t.Counts[0] != 1 || !t.ExpiresAt[0].Equal(want) {
+		return r.failf("Count once the window ending %v had ended (store time %v): allowed %v, count %d ending %v; want allowed, 1, ending %v",
+			ts(old), ts(t.Now), t.Allowed, t.Counts[0], ts(t.ExpiresAt[0]), ts(want))
+	}
+	return nil
+}
+
+// refCount is the generic Count, done here through Update, as the
+// reference a store's own Count must match.
+func (r *runner) refCount(h *store.Handle, keys []string, caps []store.Cap, n int64) (store.Tally, error) {
+	var t store.Tally
+	err := r.update(h, keys, func(now time.Time, es []store.Entry) error {
+		t = store.Tally{Now: now, Limiting: -1}
+		for i := range es {
+			var v int64
+			if es[i].Live() {
+				var err error
+				if v, err = store.ParseCount(es[i].Value); err != nil {
+					return err
+				}
+				t.ExpiresAt[i] = es[i].ExpiresAt
+			}
+			t.Counts[i] = v
+			if t.Limiting < 0 && v > caps[i].Max-n {
+				t.Limiting = i
+			}
+		}
+		if t.Limiting >= 0 {
+			return nil
+		}
+		t.Allowed = true
+		for i := range es {
+			t.Counts[i] += n
+			if !es[i].Live() {
+				es[i].ExpiresAt = now.Add(caps[i].Window).Truncate(time.Millisecond)
+				t.ExpiresAt[i] = es[i].ExpiresAt
+			}
+			es[i].Value = store.AppendCount(nil, t.Counts[i])
+		}
+		return nil
+	})
+	return t, err
+}
+
+// countMatchesGeneric: Count gives the results of the generic Count, done
+// through Update, step for step; a store's own Counter must too. A value
+// that is not a count is refused with ErrNotCounter and left as it was.
+func countMatchesGeneric(r *runner) error {
+	_, native := r.p.First.Store().Backend().(store.Counter)
+	path := "the generic Count"
+	if native {
+		path = "the store's own Count (store.Counter)"
+	}
+	capOf := []store.Cap{{Max: 3, Window: time.Minute}, {Max: 5, Window: 2 * time.Minute}}
+	steps := []struct {
+		keys []int
+		n    int64
+	}{
+		{[]int{0}, 1},
+		{[]int{0, 1}, 2},
+		{[]int{1, 0}, 1},
+		{[]int{1}, 3},
+		{[]int{1}, 1},
+		{[]int{0, 1}, 1},
+		{[]int{1, 0}, 6},
+	}
+	names := func(set string, idx []int) ([]string, []store.Cap) {
+		var ks []string
+		var cs []store.Cap
+		for _, i := range idx {
+			ks = append(ks, r.key(fmt.Sprintf("gen-%s-%d", set, i)))
+			cs = append(cs, capOf[i])
+		}
+		return ks, cs
+	}
+	// start[set][key] is the store's time of the key's first count.
+	var start [2][2]time.Time
+	handles := []*store.Handle{r.p.First, r.p.Second}
+	if r.p.Second == r.p.First {
+		handles = handles[:1]
+	}
+	for s, step := range steps {
+		for _, h := range handles {
+			set := r.hname(h)
+			ks, cs := names("got-"+set, step.keys)
+			got, err := r.count(h, ks, cs, step.n)
+			if err != nil {
+				return r.failf("step %d, Count on %s: %v", s+1, set, err)
+			}
+			ks, cs = names("want-"+set, step.keys)
+			want, err := r.refCount(h, ks, cs, step.n)
+			if err != nil {
+				return r.failf("step %d, the generic Count through Update on %s: %v", s+1, set, err)
+			}
+			if got.Allowed != want.Allowed || got.Limiting != want.Limiting || got.Counts != want.Counts {
+				return r.failf("step %d on %s: %s gave allowed %v, Limiting %d, counts %v; the generic Count gave %v, %d, %v",
+					s+1, set, path, got.Allowed, got.Limiting, got.Counts[:len(ks)], want.Allowed, want.Limiting, want.Counts[:len(ks)])
+			}
+			hi := 0
+			if h != r.p.First {
+				hi = 1
+			}
+			for j, i := range step.keys {
+				if got.ExpiresAt[j].IsZero() != want.ExpiresAt[j].IsZero() {
+					return r.failf("step %d on %s, key %d: %s told its window ends %v; the generic Count, %v",
+						s+1, set, i, path, ts(got.ExpiresAt[j]), ts(want.ExpiresAt[j]))
+				}
+				if got.ExpiresAt[j].IsZero() {
+					continue
+				}
+				if start[hi][i].IsZero() {
+					start[hi][i] = got.Now
+				}
+				if w := start[hi][i].Add(capOf[i].Window).Truncate(time.Millisecond); !got.ExpiresAt[j].Equal(w) {
+					return r.failf("step %d on %s, key %d: %s told its window ends %v, want %v, a window after its first count",
+						s+1, set, i, path, ts(got.ExpiresAt[j]), ts(w))
+				}
+			}
+		}
+	}
+	// A value that is not a count.
+	for _, v := range []string{`{"x":1}`, `-1`, `"7"`} {
+		k := r.key("gen-notcount")
+		if _, _, err := r.put(r.p.First, v, longTTL, k); err != nil {
+			return err
+		}
+		_, err := r.count(r.p.First, []string{k}, []store.Cap{{Max: 10, Window: time.Minute}}, 1)
+		if !errors.Is(err, store.ErrNotCounter) {
+			return r.failf("%s of a key holding %s returned %v, want %v", path, v, err, store.ErrNotCounter)
+		}
+		es, err := r.mustRead(r.p.First, k)
+		if err != nil {
+			return err
+		}
+		if !sameValue(es[0].Value, []byte(v)) {
+			return r.failf("%s of a key holding %s, refused, left %s", path, v, short(es[0].Value))
+		}
+		if err := r.update(r.p.First, []string{k}, func(_ time.Time, es []store.Entry) error {
+			es[0].Value = nil
+			return nil
+		}); err != nil {
+			return r.failf("deleting Update: %v", err)
+		}
+	}
+	return nil
+}

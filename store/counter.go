@@ -95,6 +95,9 @@ func (h *Handle) Count(ctx context.Context, keys []string, caps []Cap, n int64) 
 }
 
 func checkCount(keys []string, caps []Cap, n int64) error {
+	if err := checkKeys(keys); err != nil {
+		return err
+	}
 	if len(keys) > MaxCountKeys || len(caps) != len(keys) {
 		return fmt.Errorf("%w: %d keys and %d caps, want as many of each and at most %d", ErrInvalidCount, len(keys), len(caps), MaxCountKeys)
 	}

@@ -252,8 +252,9 @@ func (d *Decision) Keys() []string { return d.keys[:d.n] }
 
 // Attempt counts one attempt against each of keys, with the limiter's
 // budget, in one atomic store update, all or nothing. It returns an error
-// only for invalid keys; a store that cannot answer is reported in the
-// Decision, decided by the limiter's Unavailable policy.
+// only for invalid keys, or when ctx ends before the store answers; a store
+// that cannot answer is reported in the Decision, decided by the limiter's
+// Unavailable policy.
 func (l *Limiter) Attempt(ctx context.Context, keys ...string) (Decision, error) {
 	if len(keys) == 0 || len(keys) > MaxKeys {
 		return Decision{}, fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(keys), MaxKeys)
@@ -289,6 +290,9 @@ func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Cap) (D
 	t, err := l.h.Count(ctx, keys, caps, 1)
 	if err == nil {
 		return decide(t, keys, caps, false), nil
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return Decision{}, fmt.Errorf("limiter %q: %w", l.name, err)
 	}
 	if !errors.Is(err, store.ErrUnavailable) {
 		return Decision{}, fmt.Errorf("%w: limiter %q: %w", ErrInvalidKeys, l.name, err)

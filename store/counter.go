@@ -65,11 +65,14 @@ func (h *Handle) Count(ctx context.Context, keys []string, caps []Cap, n int64) 
 	s := h.s
 	c := countPool.Get().(*countCall)
 	c.caps, c.n, c.t = caps, n, Tally{Limiting: -1}
+	// The backend gets the call's own copy of keys, so that the caller's
+	// slice does not escape and a one-key Count allocates nothing.
+	own := c.keys[:copy(c.keys[:], keys)]
 	var err error
 	if ct, ok := s.b.(Counter); ok {
 		if s.inline {
 			if err = s.enter(); err == nil {
-				err = ct.Count(ctx, h.prefix, keys, caps, n, &c.t)
+				err = ct.Count(ctx, h.prefix, own, caps, n, &c.t)
 				s.inFlight.Add(-1)
 				err = s.classify(ctx, err)
 			}
@@ -79,16 +82,16 @@ func (h *Handle) Count(ctx context.Context, keys []string, caps []Cap, n int64) 
 			t := new(Tally)
 			*t = c.t
 			err = s.call(ctx, func(ctx context.Context) error {
-				return ct.Count(ctx, h.prefix, keys, caps, n, t)
+				return ct.Count(ctx, h.prefix, own, caps, n, t)
 			})
 			c.t = *t
 		}
 	} else {
-		err = h.Update(ctx, keys, c.fn)
+		err = h.Update(ctx, own, c.fn)
 	}
 	t := c.t
 	if s.inline || err == nil {
-		c.caps, c.t = nil, Tally{}
+		c.caps, c.t, c.keys = nil, Tally{}, [MaxCountKeys]string{}
 		countPool.Put(c)
 	}
 	return t, err
@@ -114,6 +117,7 @@ func checkCount(keys []string, caps []Cap, n int64) error {
 
 type countCall struct {
 	fn   ApplyFunc
+	keys [MaxCountKeys]string
 	caps []Cap
 	n    int64
 	t    Tally

@@ -1,0 +1,438 @@
+// Package middleware limits HTTP handlers: func(http.Handler) http.Handler
+// wrappers, usable with http.ServeMux, chi and gorilla/mux, that count each
+// request against a limiter and refuse the ones over budget.
+//
+// Each Middleware owns its limiter, which claims its own store handle:
+// building two middlewares on one handle is refused with an error matching
+// store.ErrStoreReuse, since both would count each other's requests.
+//
+//	s := memory.New(memory.Options{})
+//	execH, _ := s.Handle("execute:")
+//	healthH, _ := s.Handle("health:")
+//	perCaller, err := middleware.PerCaller(execH, limiter.Budget{Limit: 30, Window: time.Minute}, middleware.Options{})
+//	perIP, err := middleware.PerIP(healthH, limiter.Budget{Limit: 300, Window: time.Minute}, middleware.Options{})
+//	mux.Handle("POST /execute", auth(perCaller.Wrap(execute)))
+//	mux.Handle("GET /health", perIP.Wrap(health))
+//
+// # Responses
+//
+// A request over budget is answered 429 Too Many Requests, and never reaches
+// the wrapped handler. The answer carries Retry-After, in whole seconds
+// rounded up from the end of the limiting window on the store's clock (at
+// least 1), and an application/problem+json body (RFC 9457); Options.OnLimit
+// replaces it.
+//
+// Every counted response carries the fields of the IETF RateLimit header
+// draft (draft-ietf-httpapi-ratelimit-headers):
+//
+//	RateLimit-Policy: "execute";q=30;w=60
+//	RateLimit: "execute";r=12;t=42
+//
+// q is the budget, w its window in seconds, r the requests left and t the
+// seconds until the window resets; on a 429, Retry-After is never earlier
+// than t. Options.LegacyHeaders adds X-RateLimit-Limit, -Remaining and
+// -Reset; Options.HideRemaining leaves out r and X-RateLimit-Remaining.
+//
+// A store that cannot answer is handled by the limiter's Unavailable policy.
+// Under limiter.Deny the request is answered 503 Service Unavailable with
+// Retry-After, never 429, so that a client can tell an outage from its own
+// excess.
+//
+// # Counting only failures
+//
+// For sign-in and similar forms, Options.CountFailures counts the attempt
+// before the handler runs, so that concurrent attempts cannot all slip
+// through, and refunds it when the handler succeeds: by the status it writes
+// (Options.Success, by default a status below 400), or as it says with
+// ReportSuccess and ReportFailure.
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"golang.org/x/time/rate"
+
+	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/store"
+)
+
+// Log kinds of the middleware.
+const (
+	KindNoKey   = "ratelimit-no-key"
+	KindLimited = "ratelimit-limited"
+)
+
+// DefaultUnavailableRetryAfter is the Retry-After of a 503 answered while the
+// store is unavailable.
+const DefaultUnavailableRetryAfter = 5 * time.Second
+
+// Policy is what a Middleware answers when its store is unavailable. The zero
+// value, Default, lets the constructor choose.
+type Policy int
+
+const (
+	// Default: the constructor's choice (see PerCaller, PerIP, New).
+	Default Policy = iota
+	// Deny answers 503 (limiter.Deny).
+	Deny
+	// Allow lets the request through uncounted (limiter.Allow).
+	Allow
+	// Local counts in process memory until the store recovers
+	// (limiter.Local).
+	Local
+)
+
+func (p Policy) limiter(def limiter.Unavailable) (limiter.Unavailable, error) {
+	switch p {
+	case Default:
+		return def, nil
+	case Deny:
+		return limiter.Deny, nil
+	case Allow:
+		return limiter.Allow, nil
+	case Local:
+		return limiter.Local, nil
+	}
+	return 0, fmt.Errorf("middleware: unknown Policy %d", int(p))
+}
+
+// Options configure a Middleware. The zero value gives the defaults.
+type Options struct {
+	// Name names the limiter in logs and in the RateLimit fields; the
+	// constructor gives a default. It must be a token: letters, digits and
+	// "-_.".
+	Name string
+	// Unavailable is what to answer when the store is unavailable.
+	Unavailable Policy
+	// Key replaces the constructor's key function.
+	Key keyfunc.Func
+	// IP configures the client address of PerIP (trusted proxies, IPv6
+	// prefix).
+	IP keyfunc.IPOptions
+	// OnLimit replaces the 429 answer. The RateLimit fields and Retry-After
+	// are already set when it runs.
+	OnLimit func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
+	// OnNoKey answers a request the key function finds no key in; nil
+	// answers it with KeyErrorStatus. The request never reaches the
+	// handler uncounted.
+	OnNoKey func(w http.ResponseWriter, r *http.Request, err error)
+	// KeyErrorStatus is the status of the default OnNoKey; 0 means the
+	// constructor's (401 for PerCaller, 400 otherwise).
+	KeyErrorStatus int
+	// Skip, when it returns true, lets a request through uncounted: a
+	// platform's health checker, say.
+	Skip func(r *http.Request) bool
+	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (seconds until reset).
+	LegacyHeaders bool
+	// HideRemaining leaves out how many requests are left, which tells a
+	// guesser how to pace; Retry-After is still sent on a 429.
+	HideRemaining bool
+	// CountFailures refunds the attempt of every request the handler
+	// succeeds with (see the package doc).
+	CountFailures bool
+	// Success tells a successful response by its status under
+	// CountFailures; nil means status < 400.
+	Success func(status int) bool
+	// UnavailableRetryAfter is the Retry-After of a 503 answered under
+	// the Deny policy; 0 means DefaultUnavailableRetryAfter.
+	UnavailableRetryAfter time.Duration
+	// Logger receives the middleware's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Middleware limits the handlers it wraps with one limiter. It is safe for
+// concurrent use.
+type Middleware struct {
+	l        *limiter.Limiter
+	key      keyfunc.Func
+	o        Options
+	policy   []string // the RateLimit-Policy field, shared by every response
+	legacyQ  []string // X-RateLimit-Limit
+	prefix   string   // `"name";`
+	retry503 []string
+	log      *slog.Logger
+	noKeyLog rate.Sometimes
+}
+
+// PerCaller returns a Middleware that limits each authenticated caller to
+// budget, keyed by the caller ID the app's authentication middleware put in
+// the request context (keyfunc.WithCallerID). A request without one is
+// answered 401 and never reaches the handler. When the store is unavailable
+// it counts in process memory by default (Local): the endpoint it guards
+// does real work, so it should stay limited, but an outage of the store
+// should not stop every caller.
+func PerCaller(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
+	if o.Name == "" {
+		o.Name = "caller"
+	}
+	if o.KeyErrorStatus == 0 {
+		o.KeyErrorStatus = http.StatusUnauthorized
+	}
+	if o.Key == nil {
+		o.Key = keyfunc.CallerID
+	}
+	return build(h, budget, o, limiter.Local)
+}
+
+// PerIP returns a Middleware that limits each client address to budget,
+// keyed by keyfunc.IP under o.IP (forwarding headers only from trusted
+// proxies). When the store is unavailable it lets requests through by
+// default (Allow): the cheap routes it is meant for, such as health checks
+// polled by a platform, must keep answering.
+func PerIP(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
+	if o.Name == "" {
+		o.Name = "ip"
+	}
+	if o.Key == nil {
+		k, err := keyfunc.NewIP(o.IP)
+		if err != nil {
+			return nil, fmt.Errorf("middleware %q: %w", o.Name, err)
+		}
+		o.Key = k.Key
+	}
+	return build(h, budget, o, limiter.Allow)
+}
+
+// New returns a Middleware that limits each key o.Key finds to budget. When
+// the store is unavailable it refuses requests by default (Deny), the safe
+// choice when nothing is known of the endpoint.
+func New(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
+	if o.Key == nil {
+		return nil, errors.New("middleware: Options.Key is required")
+	}
+	if o.Name == "" {
+		o.Name = "limit"
+	}
+	return build(h, budget, o, limiter.Deny)
+}
+
+func build(h *store.Handle, budget limiter.Budget, o Options, def limiter.Unavailable) (*Middleware, error) {
+	if !isToken(o.Name) {
+		return nil, fmt.Errorf("middleware: name %q is not a token of letters, digits and -_.", o.Name)
+	}
+	policy, err := o.Unavailable.limiter(def)
+	if err != nil {
+		return nil, err
+	}
+	if o.KeyErrorStatus == 0 {
+		o.KeyErrorStatus = http.StatusBadRequest
+	}
+	if o.KeyErrorStatus < 400 || o.KeyErrorStatus > 599 {
+		return nil, fmt.Errorf("middleware %q: KeyErrorStatus %d is not an error status", o.Name, o.KeyErrorStatus)
+	}
+	if o.Success == nil {
+		o.Success = func(status int) bool { return status < 400 }
+	}
+	if o.UnavailableRetryAfter <= 0 {
+		o.UnavailableRetryAfter = DefaultUnavailableRetryAfter
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	l, err := limiter.New(h, limiter.Options{Name: o.Name, Budget: budget, Unavailable: policy, Logger: o.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("middleware: %w", err)
+	}
+	w := int64(budget.Window / time.Second)
+	if w < 1 {
+		w = 1
+	}
+	m := &Middleware{
+		l:        l,
+		key:      o.Key,
+		o:        o,
+		prefix:   strconv.Quote(o.Name) + ";",
+		log:      o.Logger.With("limiter", o.Name),
+		noKeyLog: rate.Sometimes{Interval: time.Second},
+	}
+	m.policy = []string{fmt.Sprintf("%q;q=%d;w=%d", o.Name, budget.Limit, w)}
+	m.legacyQ = []string{strconv.Itoa(budget.Limit)}
+	m.retry503 = []string{strconv.FormatInt(ceilSeconds(o.UnavailableRetryAfter), 10)}
+	return m, nil
+}
+
+func isToken(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// Limiter returns the middleware's limiter.
+func (m *Middleware) Limiter() *limiter.Limiter { return m.l }
+
+// Close releases what the middleware's limiter holds of its own (see
+// limiter.Limiter.Close). The store is the caller's to close.
+func (m *Middleware) Close() error { return m.l.Close() }
+
+// Wrap returns next limited by m.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.serve(w, r, next)
+	})
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if m.o.Skip != nil && m.o.Skip(r) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	key, err := m.key(r)
+	if err != nil {
+		m.noKey(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	if m.o.CountFailures {
+		// A client that hangs up after sending is still counted.
+		ctx = context.WithoutCancel(ctx)
+	}
+	d, err := m.l.Attempt(ctx, key)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client is gone
+		}
+		m.noKey(w, r, err)
+		return
+	}
+	if d.Unavailable && !d.Local {
+		if !d.Allowed {
+			m.unavailable(w, r)
+			return
+		}
+		next.ServeHTTP(w, r) // fail open: nothing was counted
+		return
+	}
+	m.setHeaders(w.Header(), &d)
+	if !d.Allowed {
+		m.limited(w, r, d)
+		return
+	}
+	if !m.o.CountFailures {
+		next.ServeHTTP(w, r)
+		return
+	}
+	m.serveCounted(w, r, next, d)
+}
+
+// serveCounted runs next and refunds the attempt if it succeeded.
+func (m *Middleware) serveCounted(w http.ResponseWriter, r *http.Request, next http.Handler, d limiter.Decision) {
+	out := &outcome{}
+	rw := &responseWriter{ResponseWriter: w}
+	next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), outcomeKey{}, out)))
+	success := out.said == saidSuccess || (out.said == saidNothing && m.o.Success(rw.Status()))
+	if !success {
+		return
+	}
+	if err := m.l.Refund(context.WithoutCancel(r.Context()), d); err != nil {
+		m.log.Warn("refund of a successful request failed", "kind", "ratelimit-refund-failed", "err", err)
+	}
+}
+
+// setHeaders writes the RateLimit fields of d.
+func (m *Middleware) setHeaders(h http.Header, d *limiter.Decision) {
+	t := ceilSeconds(d.Reset.Sub(d.Now))
+	if d.Reset.IsZero() {
+		t = 0
+	}
+	h["Ratelimit-Policy"] = m.policy
+	var buf [80]byte
+	b := append(buf[:0], m.prefix...)
+	if !m.o.HideRemaining {
+		b = append(b, "r="...)
+		b = strconv.AppendInt(b, int64(d.Remaining), 10)
+		b = append(b, ';')
+	}
+	b = append(b, "t="...)
+	b = strconv.AppendInt(b, t, 10)
+	h["Ratelimit"] = field(b)
+	if m.o.LegacyHeaders {
+		h["X-Ratelimit-Limit"] = m.legacyQ
+		if !m.o.HideRemaining {
+			h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(d.Remaining)}
+		}
+		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
+	}
+	if !d.Allowed {
+		h["Retry-After"] = []string{strconv.FormatInt(max(t, 1), 10)}
+	}
+}
+
+// oneField holds a header field's value and the one-element slice a Header
+// keeps it in, so that both cost one allocation.
+type oneField struct {
+	vals [1]string
+	buf  [80]byte
+}
+
+// field returns b as a header field's values in one allocation. b must be
+// at most 80 bytes.
+func field(b []byte) []string {
+	f := new(oneField)
+	n := copy(f.buf[:], b)
+	f.vals[0] = unsafe.String(&f.buf[0], n) // f.buf is never written again
+	return f.vals[:]
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+var (
+	problem429 = []byte(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Too many requests: retry after the time in the Retry-After header."}` + "\n")
+	problem503 = []byte(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limit store is unavailable: retry after the time in the Retry-After header."}` + "\n")
+)
+
+func (m *Middleware) limited(w http.ResponseWriter, r *http.Request, d limiter.Decision) {
+	if m.o.OnLimit != nil {
+		m.o.OnLimit(w, r, d)
+		return
+	}
+	writeProblem(w, http.StatusTooManyRequests, problem429)
+}
+
+func (m *Middleware) unavailable(w http.ResponseWriter, _ *http.Request) {
+	w.Header()["Retry-After"] = m.retry503
+	writeProblem(w, http.StatusServiceUnavailable, problem503)
+}
+
+func (m *Middleware) noKey(w http.ResponseWriter, r *http.Request, err error) {
+	m.noKeyLog.Do(func() {
+		m.log.Warn("request refused: no rate-limit key", "kind", KindNoKey, "err", err)
+	})
+	if m.o.OnNoKey != nil {
+		m.o.OnNoKey(w, r, err)
+		return
+	}
+	status := m.o.KeyErrorStatus
+	body := fmt.Appendf(nil, `{"type":"about:blank","title":%q,"status":%d}`+"\n", http.StatusText(status), status)
+	writeProblem(w, status, body)
+}
+
+func writeProblem(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h["Content-Type"] = []string{"application/problem+json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	h["Cache-Control"] = []string{"no-store"}
+	w.WriteHeader(status)
+	w.Write(body)
+}

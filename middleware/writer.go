@@ -71,4 +71,3 @@ func (w *responseWriter) ReadFrom(src io.Reader) (int64, error) {
 
 // writerOnly hides ReadFrom, so that io.Copy does not call back into it.
 type writerOnly struct{ io.Writer }
-

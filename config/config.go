@@ -1,0 +1,234 @@
+// Package config reads gatecount's settings from the environment, in one
+// place, and opens the limit store they choose.
+//
+// The variables, with their defaults:
+//
+//	RATE_LIMIT_EXECUTE_PER_MINUTE       30    budget of POST /execute, per caller
+//	RATE_LIMIT_HEALTH_PER_MINUTE        300   budget of GET /health and /ready, per IP
+//	RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES 5    sign-in failures per account and IP, per 15 minutes
+//	RATE_LIMIT_LOGIN_ACCOUNT_FAILURES   20    sign-in failures per account, per hour
+//	RATE_LIMIT_LOGIN_IP_ATTEMPTS        100   sign-in attempts per IP, per hour
+//	RATE_LIMIT_RESET_PER_DESTINATION    3     password-reset requests per address, per hour
+//	RATE_LIMIT_RESET_PER_IP             20    password-reset requests per IP, per hour
+//	RATE_LIMIT_STORE                    (see below) memory, database or redis
+//	DATABASE_URL                        unset  postgres://…, sqlite:PATH or file:PATH
+//	RATE_LIMIT_STORE_URL                unset  redis://… or rediss://…
+//	RATE_LIMIT_SINGLE_INSTANCE          false  true: the app runs one instance
+//	RATE_LIMIT_MAX_ENTRIES              the store's default (memory 100,000; others 1,000,000)
+//	TRUSTED_PROXIES                     unset  comma-separated CIDRs whose forwarding headers are believed
+//	GATECOUNT_SECRET                    unset  required by the shared stores; at least 32 bytes
+//
+// RATE_LIMIT_STORE chooses where counts live. Unset, it is redis when
+// RATE_LIMIT_STORE_URL is set, database when DATABASE_URL is set, and memory
+// otherwise; set it to memory to keep counts in memory when DATABASE_URL
+// serves the app for other things. The memory store is not shared: on N
+// instances every budget is multiplied by N, and Open logs a warning that
+// says so unless RATE_LIMIT_SINGLE_INSTANCE=true.
+//
+// A bad value stops start-up: FromEnv returns an error naming every variable
+// at fault and what it expects. A store that is chosen but cannot be opened
+// is an error too, never a silent fall back to memory.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/store/keyhash"
+)
+
+// Kind names a limit store.
+type Kind string
+
+// The stores.
+const (
+	Memory   Kind = "memory"
+	Postgres Kind = "postgres"
+	SQLite   Kind = "sqlite"
+	Redis    Kind = "redis"
+)
+
+// Config is the configuration read from the environment.
+type Config struct {
+	Execute          limiter.Budget // per caller
+	Health           limiter.Budget // per IP
+	LoginAccountIP   limiter.Budget // failures per (account, IP)
+	LoginAccount     limiter.Budget // failures per account
+	LoginIP          limiter.Budget // attempts per IP
+	ResetDestination limiter.Budget // requests per destination
+	ResetIP          limiter.Budget // requests per IP
+	Store            Kind
+	DatabaseURL      string
+	StoreURL         string
+	SingleInstance   bool
+	MaxEntries       int // 0: the store's default
+	TrustedProxies   []netip.Prefix
+	Secret           []byte
+}
+
+// ErrInvalid is matched by every error FromEnv returns for a bad value.
+var ErrInvalid = errors.New("config: invalid setting")
+
+// VarError is a bad value of one variable.
+type VarError struct {
+	Var   string // the variable
+	Value string // its value, or "" when the trouble is its absence
+	Want  string // what it expects
+}
+
+// Error names the variable and what it expects.
+func (e *VarError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("%s: %s", e.Var, e.Want)
+	}
+	return fmt.Sprintf("%s=%q: want %s", e.Var, e.Value, e.Want)
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *VarError) Is(target error) bool { return target == ErrInvalid }
+
+// FromEnv reads the configuration through lookup (os.LookupEnv, say). It
+// returns every bad value at once, joined, each a *VarError.
+func FromEnv(lookup func(string) (string, bool)) (Config, error) {
+	r := reader{lookup: lookup}
+	c := Config{
+		Execute:          r.budget("RATE_LIMIT_EXECUTE_PER_MINUTE", 30, time.Minute),
+		Health:           r.budget("RATE_LIMIT_HEALTH_PER_MINUTE", 300, time.Minute),
+		LoginAccountIP:   r.budget("RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", 5, 15*time.Minute),
+		LoginAccount:     r.budget("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", 20, time.Hour),
+		LoginIP:          r.budget("RATE_LIMIT_LOGIN_IP_ATTEMPTS", 100, time.Hour),
+		ResetDestination: r.budget("RATE_LIMIT_RESET_PER_DESTINATION", 3, time.Hour),
+		ResetIP:          r.budget("RATE_LIMIT_RESET_PER_IP", 20, time.Hour),
+		DatabaseURL:      r.str("DATABASE_URL"),
+		StoreURL:         r.str("RATE_LIMIT_STORE_URL"),
+		SingleInstance:   r.boolean("RATE_LIMIT_SINGLE_INSTANCE"),
+		MaxEntries:       r.count("RATE_LIMIT_MAX_ENTRIES", 100_000_000),
+	}
+	if s := r.str("TRUSTED_PROXIES"); s != "" {
+		p, err := keyfunc.ParseTrustedProxies(s)
+		if err != nil {
+			r.fail("TRUSTED_PROXIES", s, "a comma-separated list of CIDRs such as 10.0.0.0/8,2001:db8::/32 ("+err.Error()+")")
+		}
+		c.TrustedProxies = p
+	}
+	c.Store = r.kind(c.DatabaseURL, c.StoreURL)
+	if secret := r.str("GATECOUNT_SECRET"); secret != "" {
+		if len(secret) < keyhash.MinSecretLen {
+			r.fail("GATECOUNT_SECRET", "(hidden)", fmt.Sprintf("at least %d bytes; %s", keyhash.MinSecretLen, keyhash.HowToMakeSecret))
+		}
+		c.Secret = []byte(secret)
+	} else if c.Store != Memory && c.Store != "" {
+		r.fail("GATECOUNT_SECRET", "", fmt.Sprintf("required by the %s store, which keeps keys only as HMACs under it: at least %d bytes; %s", c.Store, keyhash.MinSecretLen, keyhash.HowToMakeSecret))
+	}
+	return c, errors.Join(r.errs...)
+}
+
+type reader struct {
+	lookup func(string) (string, bool)
+	errs   []error
+}
+
+func (r *reader) fail(name, value, want string) {
+	r.errs = append(r.errs, &VarError{Var: name, Value: value, Want: want})
+}
+
+func (r *reader) str(name string) string {
+	v, _ := r.lookup(name)
+	return strings.TrimSpace(v)
+}
+
+func (r *reader) count(name string, most int) int {
+	v := r.str(name)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		r.fail(name, v, fmt.Sprintf("a whole number from 1 to %d", most))
+		return 0
+	}
+	return n
+}
+
+func (r *reader) budget(name string, def int, window time.Duration) limiter.Budget {
+	n := r.count(name, limiter.MaxLimit)
+	if n == 0 {
+		n = def
+	}
+	return limiter.Budget{Limit: n, Window: window}
+}
+
+func (r *reader) boolean(name string) bool {
+	v := r.str(name)
+	if v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.fail(name, v, "true or false")
+	}
+	return b
+}
+
+// kind resolves the store from RATE_LIMIT_STORE and the URLs.
+func (r *reader) kind(dbURL, storeURL string) Kind {
+	dbKind := Kind("")
+	if dbURL != "" {
+		switch {
+		case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
+			dbKind = Postgres
+		case strings.HasPrefix(dbURL, "sqlite:"), strings.HasPrefix(dbURL, "file:"):
+			dbKind = SQLite
+		default:
+			r.fail("DATABASE_URL", redact(dbURL), "a postgres://, postgresql://, sqlite: or file: URL")
+		}
+	}
+	if storeURL != "" && !strings.HasPrefix(storeURL, "redis://") && !strings.HasPrefix(storeURL, "rediss://") {
+		r.fail("RATE_LIMIT_STORE_URL", redact(storeURL), "a redis:// or rediss:// URL")
+	}
+	switch v := strings.ToLower(r.str("RATE_LIMIT_STORE")); v {
+	case "":
+		switch {
+		case storeURL != "":
+			return Redis
+		case dbURL != "":
+			return dbKind
+		}
+		return Memory
+	case "memory":
+		return Memory
+	case "database":
+		if dbURL == "" {
+			r.fail("RATE_LIMIT_STORE", v, "DATABASE_URL to be set when it is database")
+		}
+		return dbKind
+	case "redis":
+		if storeURL == "" {
+			r.fail("RATE_LIMIT_STORE", v, "RATE_LIMIT_STORE_URL to be set when it is redis")
+		}
+		return Redis
+	default:
+		r.fail("RATE_LIMIT_STORE", v, "memory, database or redis")
+		return ""
+	}
+}
+
+// redact hides a URL's password.
+func redact(s string) string {
+	at := strings.LastIndex(s, "@")
+	scheme := strings.Index(s, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return s
+	}
+	userinfo := s[scheme+3 : at]
+	if i := strings.Index(userinfo, ":"); i >= 0 {
+		return s[:scheme+3] + userinfo[:i] + ":xxxxx" + s[at:]
+	}
+	return s
+}

@@ -1,0 +1,76 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/memory"
+)
+
+// KindMemoryNotShared is the "kind" of the warning Open logs when it opens
+// the memory store for an app that has not said it runs one instance.
+const KindMemoryNotShared = "limit-store-not-shared"
+
+// ErrNotBuilt is returned by Open for a store this build cannot open.
+var ErrNotBuilt = errors.New("config: store not available in this build")
+
+// Opened is a store opened by Open, with what it was opened over.
+type Opened struct {
+	// Store is the opened store. Handles come from it.
+	Store *store.Store
+	// Kind is the store's kind.
+	Kind Kind
+	// closers release what Open opened beneath the store, such as a
+	// connection pool, after the store is closed.
+	closers []func() error
+}
+
+// Close closes the store and then what Open opened beneath it.
+func (o *Opened) Close() error {
+	errs := []error{o.Store.Close()}
+	for i := len(o.closers) - 1; i >= 0; i-- {
+		errs = append(errs, o.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// Open opens the store c chooses, logging which to log (nil means
+// slog.Default()). Opening the memory store for an app that has not said it
+// runs one instance logs a warning of kind KindMemoryNotShared.
+func Open(ctx context.Context, c Config, log *slog.Logger) (*Opened, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	so := store.Options{Logger: log}
+	var (
+		o   *Opened
+		err error
+	)
+	switch c.Store {
+	case Memory:
+		o = &Opened{Store: memory.New(memory.Options{Store: so, MaxEntries: c.MaxEntries}), Kind: Memory}
+		if !c.SingleInstance {
+			log.Warn("rate limits count in this process's memory: on N instances every budget is multiplied by N. "+
+				"Set DATABASE_URL or RATE_LIMIT_STORE_URL to share counts, or RATE_LIMIT_SINGLE_INSTANCE=true if the app runs one instance.",
+				"kind", KindMemoryNotShared)
+		}
+	default:
+		o, err = openShared(ctx, c, so)
+	}
+	if err != nil {
+		return nil, err
+	}
+	log.Info("rate limit store opened", "kind", "limit-store-opened", "store", string(o.Kind), "shared", o.Store.Shared(), "instance", o.Store.InstanceID().String())
+	return o, nil
+}
+
+func openShared(ctx context.Context, c Config, so store.Options) (*Opened, error) {
+	switch c.Store {
+	case Postgres, SQLite, Redis:
+		return nil, fmt.Errorf("%w: the %s store", ErrNotBuilt, c.Store)
+	}
+	return nil, fmt.Errorf("%w: unknown store %q", ErrInvalid, c.Store)
+}

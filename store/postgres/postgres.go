@@ -1,0 +1,575 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/keyhash"
+)
+
+// Defaults of Options.
+const (
+	DefaultSweepInterval = 5 * time.Minute
+	DefaultCountInterval = 30 * time.Second
+	// SweepBatch is the most rows one statement of a sweep deletes.
+	SweepBatch = 1000
+)
+
+// SecretEnv is the environment variable New reads the secret from when
+// Options.Secret is empty.
+const SecretEnv = "GATECOUNT_SECRET"
+
+// ErrNoSecret is returned by New when neither Options.Secret nor the
+// GATECOUNT_SECRET environment variable gives a secret.
+var ErrNoSecret = errors.New("postgres: no secret: set Options.Secret or GATECOUNT_SECRET")
+
+// Log kinds of this store, besides those of store.Bound.
+const (
+	KindSweepFailed = "limit-store-sweep-failed"
+	KindCountFailed = "limit-store-count-failed"
+)
+
+// Options configure a PostgreSQL store. Secret is required; the zero value
+// of every other field gives its default.
+type Options struct {
+	// Secret keys the HMAC under which keys are stored, at least
+	// keyhash.MinSecretLen bytes; empty means the value of GATECOUNT_SECRET.
+	// Every instance of an app must use the same secret to share counts.
+	Secret []byte
+	// MaxEntries bounds the live entries of this secret; 0 means
+	// store.DefaultMaxEntriesDatabase (1,000,000).
+	MaxEntries int
+	// SweepInterval is how often expired rows are removed in the
+	// background, after a first sweep when the store starts; 0 means
+	// DefaultSweepInterval.
+	SweepInterval time.Duration
+	// CountInterval is how often the approximate count of live entries the
+	// bound relies on is made exact again; 0 means DefaultCountInterval.
+	CountInterval time.Duration
+	// Store configures the guard.
+	Store store.Options
+
+	// processNow is the process clock, used only to schedule; tests skew it.
+	processNow func() time.Time
+}
+
+// New returns a store over pool, the app's own pool, behind the guard. It
+// checks that Migrate has run (or returns an error matching ErrNotMigrated),
+// and starts the background sweep and count, which run until the Store is
+// closed. Closing the Store does not close pool.
+//
+// Stores made by several New calls over one pool share it and open no
+// connections of their own; a prefix can have one handle on a pool at a
+// time (store.ErrDuplicatePrefix).
+func New(ctx context.Context, pool *pgxpool.Pool, o Options) (*store.Store, error) {
+	o.Store = o.Store.WithDefaults()
+	b, err := NewBackend(ctx, pool, o)
+	if err != nil {
+		return nil, err
+	}
+	return store.New(b, o.Store), nil
+}
+
+// Backend is the PostgreSQL store's store.Backend and store.Counter. Most
+// code wants New, which wraps it in the guard.
+type Backend struct {
+	pool       *pgxpool.Pool
+	hasher     *keyhash.Hasher
+	fp         string
+	bound      *store.Bound
+	boundLock  int64
+	slack      int64
+	log        *slog.Logger
+	processNow func() time.Time
+	countEvery time.Duration
+
+	// estimate is the approximate number of live entries of this secret:
+	// the last exact count plus this instance's additions since, or -1
+	// when unknown. countedAt is when (process clock, Unix ns) it was last
+	// made exact.
+	estimate  atomic.Int64
+	countedAt atomic.Int64
+
+	sweepMu sync.Mutex // one sweep at a time per instance
+	cancel  context.CancelFunc
+	done    chan struct{}
+	closeMu sync.Once
+}
+
+// NewBackend returns the PostgreSQL backend and starts its background
+// sweep and count. o.Store should already have its defaults (see
+// store.Options.WithDefaults).
+func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: nil pool")
+	}
+	secret := o.Secret
+	if len(secret) == 0 {
+		secret = []byte(os.Getenv(SecretEnv))
+	}
+	if len(secret) == 0 {
+		return nil, fmt.Errorf("%w (%s)", ErrNoSecret, keyhash.HowToMakeSecret)
+	}
+	h, err := keyhash.New(secret)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = store.DefaultMaxEntriesDatabase
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = DefaultSweepInterval
+	}
+	if o.CountInterval <= 0 {
+		o.CountInterval = DefaultCountInterval
+	}
+	if o.processNow == nil {
+		o.processNow = time.Now
+	}
+	if err := checkSchema(ctx, pool); err != nil {
+		return nil, err
+	}
+	log := o.Store.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("store", "postgres")
+	b := &Backend{
+		pool:       pool,
+		hasher:     h,
+		fp:         h.Fingerprint(),
+		bound:      store.NewBound(o.MaxEntries, log),
+		boundLock:  lockID(sha256.Sum256([]byte("gatecount bound " + h.Fingerprint()))),
+		slack:      slackFor(o.MaxEntries),
+		log:        log,
+		processNow: o.processNow,
+		countEvery: o.CountInterval,
+		done:       make(chan struct{}),
+	}
+	b.estimate.Store(-1)
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b.cancel = cancel
+	go b.background(bctx, o.SweepInterval, o.CountInterval)
+	return b, nil
+}
+
+// slackFor is how far below the bound the approximate count is trusted: a
+// twentieth of it, but never fewer than 1,000 entries (so small bounds are
+// always counted exactly).
+func slackFor(bound int) int64 { return int64(max(bound/20, min(bound, 1000))) }
+
+// Shared reports true: every instance over the same database sees the same
+// entries.
+func (b *Backend) Shared() bool { return true }
+
+// Backing returns the pool, so that two handles with one prefix on one pool
+// are refused even from different Stores.
+func (b *Backend) Backing() any { return b.pool }
+
+// Fingerprint names the store's secret, as recorded in each of its rows.
+func (b *Backend) Fingerprint() string { return b.fp }
+
+// lockID is the advisory lock of a key: the first 8 bytes of its hash.
+func lockID(h [sha256.Size]byte) int64 { return int64(binary.BigEndian.Uint64(h[:8])) }
+
+// keyRef is one key of a call, hashed.
+type keyRef struct {
+	hash [sha256.Size]byte
+	lock int64
+}
+
+// hashKeys hashes keys and returns their advisory locks in ascending order.
+func (b *Backend) hashKeys(prefix string, keys []string) ([]keyRef, []int64) {
+	refs := make([]keyRef, len(keys))
+	locks := make([]int64, len(keys))
+	for i, k := range keys {
+		refs[i].hash = b.hasher.Sum(prefix, k)
+		refs[i].lock = lockID(refs[i].hash)
+		locks[i] = refs[i].lock
+	}
+	slices.Sort(locks)
+	return refs, slices.Compact(locks)
+}
+
+// near reports whether added new entries could bring the store within the
+// slack of its bound, in which case admission is counted exactly.
+func (b *Backend) near(added int) bool {
+	est := b.estimate.Load()
+	if est < 0 {
+		return true
+	}
+	// An estimate not refreshed for two intervals (the database was
+	// unreachable, say) is not trusted.
+	if b.processNow().UnixNano()-b.countedAt.Load() > int64(2*b.countEvery) {
+		return true
+	}
+	return est+int64(added) > int64(b.bound.Max())-b.slack
+}
+
+// SQL of Update and Read. See the package documentation.
+const (
+	sqlLock = `SELECT count(pg_advisory_xact_lock(l)) FROM unnest($1::bigint[]) AS l`
+	sqlRead = `SELECT c.now, g.keyhash, g.value, g.expires_at
+  FROM (SELECT date_trunc('milliseconds', clock_timestamp()) AS now) c
+  LEFT JOIN gatecount_entries g
+    ON g.keyhash = ANY($1) AND g.fingerprint = $2 AND g.expires_at > c.now`
+	sqlUpsert = `INSERT INTO gatecount_entries (keyhash, fingerprint, value, expires_at)
+SELECT k, $2, v, e FROM unnest($1::bytea[], $3::text[], $4::timestamptz[]) AS u(k, v, e)
+ON CONFLICT (keyhash) DO UPDATE
+   SET fingerprint = EXCLUDED.fingerprint, value = EXCLUDED.value, expires_at = EXCLUDED.expires_at`
+	sqlDelete = `DELETE FROM gatecount_entries WHERE keyhash = ANY($1)`
+	sqlAdmit  = `SELECT gatecount_admit($1, $2, $3, $4, $5)`
+	sqlCount  = `SELECT now_ms, allowed, limiting, counts, expires_ms, added, bad, is_full, live
+  FROM gatecount_count($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+	sqlLive  = `SELECT count(*) FROM gatecount_entries WHERE fingerprint = $1 AND expires_at > now()`
+	sqlSweep = `DELETE FROM gatecount_entries
+ WHERE keyhash IN (SELECT keyhash FROM gatecount_entries WHERE expires_at <= now() LIMIT $1)
+   AND expires_at <= now()`
+)
+
+// errFullCode is the SQLSTATE gatecount_admit raises when the bound has no
+// room.
+const errFullCode = "GCF01"
+
+// Update implements store.Backend in one transaction of its own, on a
+// connection of the pool, in two round trips. See the package
+// documentation.
+func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) (err error) {
+	refs, locks := b.hashKeys(prefix, keys)
+	hashes := make([][]byte, len(refs))
+	for i := range refs {
+		hashes[i] = refs[i].hash[:]
+	}
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: update: acquire a connection: %w", err)
+	}
+	// Release destroys a connection left in a transaction, so a failure
+	// past BEGIN never hands an open transaction to the pool.
+	defer conn.Release()
+
+	// Round trip 1: begin, lock the keys in ascending order, read them.
+	batch := &pgx.Batch{}
+	batch.Queue("BEGIN")
+	batch.Queue(sqlLock, locks)
+	batch.Queue(sqlRead, hashes, b.fp)
+	entries := make([]store.Entry, len(keys))
+	var now time.Time
+	err = func() error {
+		br := conn.SendBatch(ctx, batch)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var kh, val []byte
+			var exp *time.Time
+			if err := rows.Scan(&now, &kh, &val, &exp); err != nil {
+				return err
+			}
+			if kh == nil {
+				continue
+			}
+			for i := range refs {
+				if bytes.Equal(kh, refs[i].hash[:]) {
+					entries[i] = store.Entry{Value: val, ExpiresAt: time.UnixMilli(exp.UnixMilli())}
+				}
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return br.Close()
+	}()
+	if err != nil {
+		return fmt.Errorf("postgres: update: lock and read: %w", err)
+	}
+	before := make([]store.Entry, len(entries))
+	for i, e := range entries {
+		before[i] = store.Entry{Value: bytes.Clone(e.Value), ExpiresAt: e.ExpiresAt}
+	}
+
+	if err := apply(now, entries); err != nil {
+		b.rollback(ctx, conn)
+		return err
+	}
+
+	// Round trip 2: write what changed, commit.
+	var upKeys [][]byte
+	var upVals []string
+	var upExp []time.Time
+	var delKeys [][]byte
+	added, removed := 0, 0
+	for i, e := range entries {
+		old := before[i]
+		switch {
+		case e.Value == nil && old.Value == nil:
+		case e.Value == nil:
+			delKeys = append(delKeys, hashes[i])
+			removed++
+		case old.Value != nil && bytes.Equal(e.Value, old.Value) && e.ExpiresAt.Equal(old.ExpiresAt):
+		default:
+			if old.Value == nil {
+				added++
+			}
+			upKeys = append(upKeys, hashes[i])
+			upVals = append(upVals, string(e.Value))
+			upExp = append(upExp, e.ExpiresAt)
+		}
+	}
+	batch = &pgx.Batch{}
+	exact := added > 0 && b.near(added)
+	if exact {
+		batch.Queue(sqlAdmit, b.fp, added, int64(b.bound.Max()), now, b.boundLock)
+	}
+	if len(upKeys) > 0 {
+		batch.Queue(sqlUpsert, upKeys, b.fp, upVals, upExp)
+	}
+	if len(delKeys) > 0 {
+		batch.Queue(sqlDelete, delKeys)
+	}
+	batch.Queue("COMMIT")
+	var live int64 = -1
+	err = func() error {
+		br := conn.SendBatch(ctx, batch)
+		defer br.Close()
+		if exact {
+			if err := br.QueryRow().Scan(&live); err != nil {
+				return err
+			}
+		}
+		for range batch.Len() - btoi(exact) {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return br.Close()
+	}()
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == errFullCode {
+			b.rollback(ctx, conn)
+			var n int
+			fmt.Sscan(pgErr.Detail, &n)
+			b.estimate.Store(int64(n))
+			b.countedAt.Store(b.processNow().UnixNano())
+			return b.bound.Admit(n+added-1, prefix)
+		}
+		return fmt.Errorf("postgres: update: write and commit: %w", err)
+	}
+	if exact {
+		_ = b.bound.Admit(int(live)+added-1, prefix) // logs when filling
+		b.estimate.Store(live + int64(added))
+		b.countedAt.Store(b.processNow().UnixNano())
+	} else if d := added - removed; d != 0 {
+		b.addEstimate(int64(d))
+	}
+	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// addEstimate adds d to a known estimate.
+func (b *Backend) addEstimate(d int64) {
+	for {
+		est := b.estimate.Load()
+		if est < 0 || b.estimate.CompareAndSwap(est, max(est+d, 0)) {
+			return
+		}
+	}
+}
+
+// rollback ends the transaction on conn if ctx allows; otherwise Release
+// destroys the connection, which ends it too.
+func (b *Backend) rollback(ctx context.Context, conn *pgxpool.Conn) {
+	if ctx.Err() != nil {
+		return
+	}
+	_, _ = conn.Exec(ctx, "ROLLBACK")
+}
+
+// Read implements store.Backend in one statement, judged on the database
+// server's clock.
+func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]store.Entry, error) {
+	refs, _ := b.hashKeys(prefix, keys)
+	hashes := make([][]byte, len(refs))
+	for i := range refs {
+		hashes[i] = refs[i].hash[:]
+	}
+	rows, err := b.pool.Query(ctx, sqlRead, hashes, b.fp)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: read: %w", err)
+	}
+	defer rows.Close()
+	out := make([]store.Entry, len(keys))
+	for rows.Next() {
+		var now time.Time
+		var kh, val []byte
+		var exp *time.Time
+		if err := rows.Scan(&now, &kh, &val, &exp); err != nil {
+			return nil, fmt.Errorf("postgres: read: %w", err)
+		}
+		for i := range refs {
+			if kh != nil && bytes.Equal(kh, refs[i].hash[:]) {
+				out[i] = store.Entry{Value: val, ExpiresAt: time.UnixMilli(exp.UnixMilli())}
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: read: %w", err)
+	}
+	return out, nil
+}
+
+// Count implements store.Counter in one statement, a call of the function
+// gatecount_count: one round trip, one implicit transaction.
+func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+	refs, locks := b.hashKeys(prefix, keys)
+	hashes := make([][]byte, len(refs))
+	maxes := make([]int64, len(refs))
+	windows := make([]int64, len(refs))
+	for i := range refs {
+		hashes[i] = refs[i].hash[:]
+		maxes[i] = caps[i].Max
+		windows[i] = caps[i].Window.Milliseconds()
+	}
+	exact := b.near(len(keys))
+	var (
+		nowMs, live          int64
+		allowed, full        bool
+		limiting, added, bad int32
+		counts, expires      []int64
+	)
+	err := b.pool.QueryRow(ctx, sqlCount, hashes, locks, b.fp, maxes, windows, n,
+		int64(b.bound.Max()), exact, b.boundLock).
+		Scan(&nowMs, &allowed, &limiting, &counts, &expires, &added, &bad, &full, &live)
+	if err != nil {
+		return fmt.Errorf("postgres: count: %w", err)
+	}
+	if bad >= 0 {
+		return fmt.Errorf("postgres: count: key %d: %w", bad, store.ErrNotCounter)
+	}
+	if live >= 0 {
+		b.estimate.Store(live)
+		b.countedAt.Store(b.processNow().UnixNano())
+	}
+	if full {
+		return b.bound.Admit(int(live)+len(keys)-1, prefix)
+	}
+	if live >= 0 && added > 0 {
+		_ = b.bound.Admit(int(live)+int(added)-1, prefix) // logs when filling
+	}
+	if added > 0 {
+		b.addEstimate(int64(added))
+	}
+	*t = store.Tally{Allowed: allowed, Now: time.UnixMilli(nowMs), Limiting: int(limiting)}
+	for i := range keys {
+		t.Counts[i] = counts[i]
+		if expires[i] != 0 {
+			t.ExpiresAt[i] = time.UnixMilli(expires[i])
+		}
+	}
+	return nil
+}
+
+// Sweep implements store.Backend: it deletes expired rows, of every secret,
+// in statements of at most SweepBatch rows each, until none is left, and
+// returns how many went.
+func (b *Backend) Sweep(ctx context.Context) (int, error) {
+	b.sweepMu.Lock()
+	defer b.sweepMu.Unlock()
+	total := 0
+	for {
+		tag, err := b.pool.Exec(ctx, sqlSweep, SweepBatch)
+		if err != nil {
+			return total, fmt.Errorf("postgres: sweep: %w", err)
+		}
+		n := int(tag.RowsAffected())
+		total += n
+		if n < SweepBatch {
+			return total, nil
+		}
+	}
+}
+
+// recount makes the estimate of live entries exact.
+func (b *Backend) recount(ctx context.Context) error {
+	var n int64
+	if err := b.pool.QueryRow(ctx, sqlLive, b.fp).Scan(&n); err != nil {
+		return fmt.Errorf("postgres: count live entries: %w", err)
+	}
+	b.estimate.Store(n)
+	b.countedAt.Store(b.processNow().UnixNano())
+	return nil
+}
+
+// background sweeps at once and every sweepEvery, and recounts after each
+// sweep and every countEvery, until ctx is cancelled.
+func (b *Backend) background(ctx context.Context, sweepEvery, countEvery time.Duration) {
+	defer close(b.done)
+	sweep := func() {
+		if _, err := b.Sweep(ctx); err != nil && ctx.Err() == nil {
+			b.log.Warn("limit store sweep failed; expired entries stay until the next sweep",
+				"kind", KindSweepFailed, "err", err)
+		}
+	}
+	recount := func() {
+		if err := b.recount(ctx); err != nil && ctx.Err() == nil {
+			b.log.Warn("limit store count failed; new keys are counted exactly until it succeeds",
+				"kind", KindCountFailed, "err", err)
+		}
+	}
+	sweep()
+	recount()
+	st := time.NewTicker(sweepEvery)
+	defer st.Stop()
+	ct := time.NewTicker(countEvery)
+	defer ct.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-st.C:
+			sweep()
+			recount()
+		case <-ct.C:
+			recount()
+		}
+	}
+}
+
+// Close stops the background sweep and count and waits for them. It does
+// not close the pool, which is the app's. It is idempotent.
+func (b *Backend) Close() error {
+	b.closeMu.Do(b.cancel)
+	<-b.done
+	return nil
+}

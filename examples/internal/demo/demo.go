@@ -1,0 +1,218 @@
+// Package demo is the application the example servers share: its handlers,
+// its demo authentication, and the limiters built from the environment. The
+// examples differ only in the router they mount it on.
+package demo
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gatecount/gatecount/config"
+	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/middleware"
+)
+
+// DefaultAddr is where the examples listen when ADDR is unset.
+const DefaultAddr = "127.0.0.1:8080"
+
+// DefaultAPIKeys are the demo callers when API_KEYS is unset.
+const DefaultAPIKeys = "alice:alice-token,bob:bob-token"
+
+// App is the demo application.
+type App struct {
+	Config  config.Config
+	Addr    string
+	Store   *config.Opened
+	Execute *middleware.Middleware // POST /execute, per caller
+	Health  *middleware.Middleware // GET /health and /ready, per IP
+	Log     *slog.Logger
+
+	tokens map[string]string // token → caller
+
+	mu         sync.Mutex
+	executions map[string]int64
+}
+
+// New builds the app from the environment read through lookup: the
+// settings of package config, plus ADDR and API_KEYS.
+func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger) (*App, error) {
+	c, err := config.FromEnv(lookup)
+	if err != nil {
+		return nil, err
+	}
+	a := &App{Config: c, Addr: DefaultAddr, Log: log, executions: map[string]int64{}}
+	if v, ok := lookup("ADDR"); ok && v != "" {
+		a.Addr = v
+	}
+	keys := DefaultAPIKeys
+	if v, ok := lookup("API_KEYS"); ok && v != "" {
+		keys = v
+	}
+	if a.tokens, err = parseAPIKeys(keys); err != nil {
+		return nil, err
+	}
+	if a.Store, err = config.Open(ctx, c, log); err != nil {
+		return nil, err
+	}
+	if err := a.limiters(); err != nil {
+		a.Store.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// limiters builds the two limiters, each on its own store handle.
+func (a *App) limiters() error {
+	execH, err := a.Store.Store.Handle("execute:")
+	if err != nil {
+		return err
+	}
+	healthH, err := a.Store.Store.Handle("health:")
+	if err != nil {
+		return err
+	}
+	ip := keyfunc.IPOptions{TrustedProxies: a.Config.TrustedProxies}
+	if a.Execute, err = middleware.PerCaller(execH, a.Config.Execute, middleware.Options{Name: "execute", Logger: a.Log}); err != nil {
+		return err
+	}
+	a.Health, err = middleware.PerIP(healthH, a.Config.Health, middleware.Options{Name: "health", IP: ip, Logger: a.Log})
+	return err
+}
+
+// Close closes the limiters and the store.
+func (a *App) Close() error {
+	var errs []error
+	for _, m := range []*middleware.Middleware{a.Execute, a.Health} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
+	}
+	errs = append(errs, a.Store.Close())
+	return errors.Join(errs...)
+}
+
+// parseAPIKeys reads "caller:token,caller:token".
+func parseAPIKeys(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		caller, token, ok := strings.Cut(strings.TrimSpace(pair), ":")
+		if !ok || caller == "" || token == "" {
+			return nil, fmt.Errorf("API_KEYS: want caller:token pairs separated by commas, got %q", pair)
+		}
+		if _, dup := out[token]; dup {
+			return nil, fmt.Errorf("API_KEYS: a token is given twice")
+		}
+		out[token] = caller
+	}
+	return out, nil
+}
+
+// Authenticate puts the caller of a known bearer token in the request
+// context and answers 401, before any limiter, for a missing or unknown one.
+func (a *App) Authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		caller := ""
+		if ok {
+			for t, c := range a.tokens { // compare every token in constant time
+				if subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
+					caller = c
+				}
+			}
+		}
+		if caller == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="gatecount-demo"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or unknown bearer token"})
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(keyfunc.WithCallerID(r.Context(), caller)))
+	})
+}
+
+// ExecuteHandler does the demo's "real work": it counts the caller's
+// executions and answers the count.
+func (a *App) ExecuteHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		caller, _ := keyfunc.CallerIDFrom(r.Context())
+		a.mu.Lock()
+		a.executions[caller]++
+		n := a.executions[caller]
+		a.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{"caller": caller, "executions": n})
+	})
+}
+
+// Executions returns how many times caller's work was done.
+func (a *App) Executions(caller string) int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.executions[caller]
+}
+
+// HealthHandler answers that the process is up.
+func (a *App) HealthHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+}
+
+// ReadyHandler answers whether the store answers.
+func (a *App) ReadyHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.Store.Store.BreakerOpen() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "store": string(a.Store.Kind)})
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// Serve serves h on addr until ctx ends, then shuts down gracefully. ready,
+// if not nil, is told the address once the server listens.
+func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, ready func(addr string)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("listening", "kind", "server-listening", "addr", ln.Addr().String())
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = srv.Shutdown(shutdown)
+	<-errc
+	log.Info("shut down", "kind", "server-stopped")
+	return err
+}

@@ -1,0 +1,55 @@
+// Command stdlib serves the demo with net/http's ServeMux:
+//
+//	POST /execute  limited per caller (Authorization: Bearer TOKEN)
+//	GET  /health   limited per IP
+//	GET  /ready    limited per IP
+//
+// It reads its settings from the environment (see the README), listens on
+// ADDR (default 127.0.0.1:8080) and shuts down gracefully on SIGINT or
+// SIGTERM.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gatecount/gatecount/examples/internal/demo"
+)
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.LookupEnv, log, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "stdlib:", err)
+		os.Exit(1)
+	}
+}
+
+// run builds the app and serves it until ctx ends.
+func run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger, ready func(*demo.App, string)) error {
+	app, err := demo.New(ctx, lookup, log)
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+	return demo.Serve(ctx, app.Addr, routes(app), log, func(addr string) {
+		if ready != nil {
+			ready(app, addr)
+		}
+	})
+}
+
+// routes mounts each limiter on its own routes.
+func routes(app *demo.App) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /execute", app.Authenticate(app.Execute.Wrap(app.ExecuteHandler())))
+	mux.Handle("GET /health", app.Health.Wrap(app.HealthHandler()))
+	mux.Handle("GET /ready", app.Health.Wrap(app.ReadyHandler()))
+	return mux
+}

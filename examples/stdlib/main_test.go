@@ -1,0 +1,19 @@
+package main
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/gatecount/gatecount/examples/internal/demotest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestLimits(t *testing.T) {
+	s := demotest.Start(t, run, map[string]string{
+		"RATE_LIMIT_EXECUTE_PER_MINUTE": "3",
+		"RATE_LIMIT_HEALTH_PER_MINUTE":  "2",
+	})
+	demotest.CheckLimits(t, s)
+}

@@ -241,14 +241,43 @@ type Decision struct {
 	Limiting int
 	// Window is the budget window of the key that decided.
 	Window time.Duration
+	// Key is the index, among the attempt's keys, of the key that decided:
+	// Limiting when refused, the key with the least room left when allowed.
+	Key int
 
-	n       int
-	keys    [MaxKeys]string
-	expires [MaxKeys]time.Time
+	n         int
+	keys      [MaxKeys]string
+	expires   [MaxKeys]time.Time
+	remaining [MaxKeys]int
 }
 
 // Keys returns the keys the attempt counted against.
 func (d *Decision) Keys() []string { return d.keys[:d.n] }
+
+// RemainingOf returns how many more attempts key i of the attempt admits in
+// its window.
+func (d *Decision) RemainingOf(i int) int {
+	if i < 0 || i >= d.n {
+		return 0
+	}
+	return d.remaining[i]
+}
+
+// Only returns the decision restricted to the keys at the given indexes, for
+// a Refund of some of them. Unknown indexes are ignored.
+func (d Decision) Only(indexes ...int) Decision {
+	o := d
+	o.n = 0
+	o.keys, o.expires, o.remaining = [MaxKeys]string{}, [MaxKeys]time.Time{}, [MaxKeys]int{}
+	for _, i := range indexes {
+		if i < 0 || i >= d.n {
+			continue
+		}
+		o.keys[o.n], o.expires[o.n], o.remaining[o.n] = d.keys[i], d.expires[i], d.remaining[i]
+		o.n++
+	}
+	return o
+}
 
 // Attempt counts one attempt against each of keys, with the limiter's
 // budget, in one atomic store update, all or nothing. It returns an error
@@ -334,19 +363,46 @@ func (l *Limiter) unavailable(allowed bool, cause error, caps []store.Cap) Decis
 	}
 }
 
+// Block refuses every attempt on key for d, from the store's now: a
+// lock-out longer than the key's window, for a progressive back-off. Its
+// count is set past any budget, and expires at the end of the block unless
+// an existing window ends later.
+func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error {
+	if d < time.Millisecond || d > MaxWindow {
+		return fmt.Errorf("%w: block of %v, want 1ms to %v", ErrInvalidBudget, d, MaxWindow)
+	}
+	err := l.h.Update(ctx, []string{key}, func(now time.Time, es []store.Entry) error {
+		e := &es[0]
+		until := now.Add(d)
+		if !e.Live() || e.ExpiresAt.Before(until) {
+			e.ExpiresAt = until
+		}
+		e.Value = store.AppendCount(e.Value[:0], MaxLimit)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("limiter %q: block: %w", l.name, err)
+	}
+	return nil
+}
+
 func decide(t store.Tally, keys []string, caps []store.Cap, local bool) Decision {
 	d := Decision{Allowed: t.Allowed, Local: local, Now: t.Now, Limiting: t.Limiting, n: len(keys)}
 	copy(d.keys[:], keys)
 	copy(d.expires[:], t.ExpiresAt[:len(keys)])
+	for i := range keys {
+		d.remaining[i] = int(max(caps[i].Max-t.Counts[i], 0))
+	}
 	at := t.Limiting
 	if at < 0 { // the key with the least room left decides
 		at = 0
 		for i := range keys {
-			if caps[i].Max-t.Counts[i] < caps[at].Max-t.Counts[at] {
+			if d.remaining[i] < d.remaining[at] {
 				at = i
 			}
 		}
 	}
+	d.Key = at
 	d.Limit = int(caps[at].Max)
 	d.Window = caps[at].Window
 	d.Remaining = int(max(caps[at].Max-t.Counts[at], 0))

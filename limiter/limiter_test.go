@@ -365,3 +365,46 @@ func TestUnavailablePolicies(t *testing.T) {
 		}
 	})
 }
+
+func TestRefundOnlySomeKeys(t *testing.T) {
+	l := newLimiter(t, nil, limiter.Options{Budget: limiter.Budget{Limit: 3, Window: time.Minute}})
+	ctx := context.Background()
+	d, _ := l.Attempt(ctx, "a", "b")
+	if d.RemainingOf(0) != 2 || d.RemainingOf(1) != 2 || d.RemainingOf(5) != 0 {
+		t.Fatalf("remaining: %+v", d)
+	}
+	if err := l.Refund(ctx, d.Only(1)); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := l.Peek(ctx, "a"); p.Remaining != 2 {
+		t.Errorf("a refunded: %+v", p)
+	}
+	if p, _ := l.Peek(ctx, "b"); p.Remaining != 3 {
+		t.Errorf("b not refunded: %+v", p)
+	}
+}
+
+func TestBlock(t *testing.T) {
+	clk := clock.NewFake(t0)
+	l := newLimiter(t, clk, limiter.Options{Budget: limiter.Budget{Limit: 3, Window: time.Minute}})
+	ctx := context.Background()
+	l.Attempt(ctx, "k")
+	if err := l.Block(ctx, "k", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := l.Attempt(ctx, "k")
+	if d.Allowed || d.RetryAfter != time.Hour {
+		t.Fatalf("blocked: %+v", d)
+	}
+	clk.Advance(time.Hour - time.Millisecond)
+	if d, _ := l.Attempt(ctx, "k"); d.Allowed {
+		t.Fatalf("a millisecond before the block ends: %+v", d)
+	}
+	clk.Advance(time.Millisecond)
+	if d, _ := l.Attempt(ctx, "k"); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("after the block: %+v", d)
+	}
+	if err := l.Block(ctx, "k", 0); !errors.Is(err, limiter.ErrInvalidBudget) {
+		t.Fatalf("zero block: %v", err)
+	}
+}

@@ -237,6 +237,10 @@ func (s *Store) classify(ctx context.Context, err error) error {
 	switch {
 	case errors.As(err, &own):
 		return own.err
+	case errors.Is(err, ErrNotCounter):
+		// A Counter's answer for a value that is not a count: the caller's
+		// mistake, as the generic Count returns it, not the store's.
+		return err
 	case errors.As(err, &u):
 		return err
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):

@@ -54,6 +54,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -155,9 +156,7 @@ type Middleware struct {
 	l        *limiter.Limiter
 	key      keyfunc.Func
 	o        Options
-	policy   []string // the RateLimit-Policy field, shared by every response
-	legacyQ  []string // X-RateLimit-Limit
-	prefix   string   // `"name";`
+	fields   *fields
 	retry503 []string
 	log      *slog.Logger
 	noKeyLog rate.Sometimes
@@ -242,21 +241,15 @@ func build(h *store.Handle, budget limiter.Budget, o Options, def limiter.Unavai
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
-	w := int64(budget.Window / time.Second)
-	if w < 1 {
-		w = 1
-	}
 	m := &Middleware{
 		l:        l,
 		key:      o.Key,
 		o:        o,
-		prefix:   strconv.Quote(o.Name) + ";",
+		fields:   newFields([]string{o.Name}, []limiter.Budget{budget}, o.HideRemaining, o.LegacyHeaders),
+		retry503: []string{strconv.FormatInt(ceilSeconds(o.UnavailableRetryAfter), 10)},
 		log:      o.Logger.With("limiter", o.Name),
 		noKeyLog: rate.Sometimes{Interval: time.Second},
 	}
-	m.policy = []string{fmt.Sprintf("%q;q=%d;w=%d", o.Name, budget.Limit, w)}
-	m.legacyQ = []string{strconv.Itoa(budget.Limit)}
-	m.retry503 = []string{strconv.FormatInt(ceilSeconds(o.UnavailableRetryAfter), 10)}
 	return m, nil
 }
 
@@ -318,7 +311,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r) // fail open: nothing was counted
 		return
 	}
-	m.setHeaders(w.Header(), &d)
+	m.fields.set(w.Header(), &d)
 	if !d.Allowed {
 		m.limited(w, r, d)
 		return
@@ -344,16 +337,40 @@ func (m *Middleware) serveCounted(w http.ResponseWriter, r *http.Request, next h
 	}
 }
 
-// setHeaders writes the RateLimit fields of d.
-func (m *Middleware) setHeaders(h http.Header, d *limiter.Decision) {
+// fields writes the RateLimit header fields of decisions on one or more
+// budgets, each named.
+type fields struct {
+	policy        []string // RateLimit-Policy, shared by every response
+	names         []string // `"name";` of each key of an attempt
+	limits        [][]string
+	hideRemaining bool
+	legacy        bool
+}
+
+func newFields(names []string, budgets []limiter.Budget, hideRemaining, legacy bool) *fields {
+	f := &fields{hideRemaining: hideRemaining, legacy: legacy}
+	var policy []string
+	for i, name := range names {
+		w := max(int64(budgets[i].Window/time.Second), 1)
+		policy = append(policy, fmt.Sprintf("%q;q=%d;w=%d", name, budgets[i].Limit, w))
+		f.names = append(f.names, strconv.Quote(name)+";")
+		f.limits = append(f.limits, []string{strconv.Itoa(budgets[i].Limit)})
+	}
+	f.policy = []string{strings.Join(policy, ", ")}
+	return f
+}
+
+// set writes the fields of d, naming the key that decided it.
+func (f *fields) set(h http.Header, d *limiter.Decision) {
 	t := ceilSeconds(d.Reset.Sub(d.Now))
 	if d.Reset.IsZero() {
 		t = 0
 	}
-	h["Ratelimit-Policy"] = m.policy
-	var buf [80]byte
-	b := append(buf[:0], m.prefix...)
-	if !m.o.HideRemaining {
+	at := min(max(d.Key, 0), len(f.names)-1)
+	h["Ratelimit-Policy"] = f.policy
+	var buf [128]byte
+	b := append(buf[:0], f.names[at]...)
+	if !f.hideRemaining {
 		b = append(b, "r="...)
 		b = strconv.AppendInt(b, int64(d.Remaining), 10)
 		b = append(b, ';')
@@ -361,9 +378,9 @@ func (m *Middleware) setHeaders(h http.Header, d *limiter.Decision) {
 	b = append(b, "t="...)
 	b = strconv.AppendInt(b, t, 10)
 	h["Ratelimit"] = field(b)
-	if m.o.LegacyHeaders {
-		h["X-Ratelimit-Limit"] = m.legacyQ
-		if !m.o.HideRemaining {
+	if f.legacy {
+		h["X-Ratelimit-Limit"] = f.limits[at]
+		if !f.hideRemaining {
 			h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(d.Remaining)}
 		}
 		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
@@ -377,11 +394,11 @@ func (m *Middleware) setHeaders(h http.Header, d *limiter.Decision) {
 // keeps it in, so that both cost one allocation.
 type oneField struct {
 	vals [1]string
-	buf  [80]byte
+	buf  [128]byte
 }
 
 // field returns b as a header field's values in one allocation. b must be
-// at most 80 bytes.
+// at most 128 bytes, as a name of at most 64 bytes and two numbers keep it.
 func field(b []byte) []string {
 	f := new(oneField)
 	n := copy(f.buf[:], b)

@@ -47,7 +47,8 @@ $$;
 -- counters on the server's clock and, when every key has room for n more,
 -- counts them all; otherwise it changes nothing. keyhashes, maxes and
 -- windows_ms are in the caller's key order. Near the bound (exact_bound) new
--- keys are admitted through the bound's lock with an exact count.
+-- keys are admitted through the bound's lock with an exact count. With
+-- async_commit the transaction commits without waiting for its WAL flush.
 --
 -- Results: now_ms, the server's time in Unix milliseconds; allowed;
 -- limiting, the 0-based index of the first key without room or -1;
@@ -58,7 +59,7 @@ $$;
 CREATE FUNCTION gatecount_count(keyhashes bytea[], locks bigint[], fp text,
                                 maxes bigint[], windows_ms bigint[], n bigint,
                                 max_entries bigint, exact_bound boolean,
-                                bound_lock bigint,
+                                bound_lock bigint, async_commit boolean,
                                 OUT now_ms bigint, OUT allowed boolean,
                                 OUT limiting integer, OUT counts bigint[],
                                 OUT expires_ms bigint[], OUT added integer,
@@ -74,6 +75,9 @@ DECLARE
     c      numeric;
     isnew  boolean[] := array_fill(false, ARRAY[nkeys]);
 BEGIN
+    IF async_commit THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
     FOREACH lk IN ARRAY locks LOOP
         PERFORM pg_advisory_xact_lock(lk);
     END LOOP;

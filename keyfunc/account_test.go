@@ -1,0 +1,148 @@
+package keyfunc
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+type normCase struct {
+	in   string
+	want string // "" means rejected
+}
+
+func testNormalize(t *testing.T, name string, f func(string) (string, error), cases []normCase) {
+	t.Helper()
+	for _, c := range cases {
+		got, err := f(c.in)
+		if c.want == "" {
+			if !errors.Is(err, ErrInvalidAccount) || !errors.Is(err, ErrNoKey) {
+				t.Errorf("%s(%q) = %q, %v; want ErrInvalidAccount", name, c.in, got, err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%s(%q) = %q, %v; want %q", name, c.in, got, err, c.want)
+			continue
+		}
+		if again, err := f(got); err != nil || again != got {
+			t.Errorf("%s not idempotent on %q: %q, %v", name, got, again, err)
+		}
+	}
+}
+
+func TestNormalizeUsername(t *testing.T) {
+	testNormalize(t, "NormalizeUsername", NormalizeUsername, []normCase{
+		{"alice", "alice"},
+		{"  Alice\t", "alice"},
+		{"ALICE", "alice"},
+		{"ＡＬＩＣＥ", "alice"}, // full width
+		{"ÉCOLE", "école"},
+		{"Ǆemal", ""},                      // compatibility character disallowed
+		{"Cafe\u0301", "café"},             // NFC
+		{"café", "café"},                   // precomposed
+		{"user.name-1_x", "user.name-1_x"}, // ASCII punctuation allowed
+		{"", ""},
+		{"   ", ""},
+		{"alice smith", ""}, // inner space disallowed
+		{"ali\u0000ce", ""},
+		{"ali\u200Bce", ""}, // zero-width space
+		{"\xff", ""},
+		{strings.Repeat("a", MaxUsername), strings.Repeat("a", MaxUsername)},
+		{strings.Repeat("a", MaxUsername+1), ""},
+		{strings.Repeat("a", MaxAccountInput+1), ""},
+	})
+}
+
+func TestNormalizeEmail(t *testing.T) {
+	testNormalize(t, "NormalizeEmail", NormalizeEmail, []normCase{
+		{"alice@example.com", "alice@example.com"},
+		{"Alice@Example.COM ", "alice@example.com"},
+		{"\tALICE@EXAMPLE.COM\n", "alice@example.com"},
+		{"alice＠example．com", "alice@example.com"}, // full-width @ and dot
+		{"alice+tag@example.com", "alice+tag@example.com"},
+		{"a.l.i.c.e@example.com", "a.l.i.c.e@example.com"},
+		{"Straße@example.de", "strasse@example.de"},
+		{"JÖRG@BÜCHER.example", "jörg@bücher.example"},
+		{"a@b", "a@b"},
+		{"", ""},
+		{"alice", ""},
+		{"@example.com", ""},
+		{"alice@", ""},
+		{"a@b@example.com", ""},
+		{`"a@b"@example.com`, ""},
+		{"alice smith@example.com", ""},
+		{"alice@exa mple.com", ""},
+		{"alice\u00A0@example.com", ""}, // NBSP becomes a space
+		{"alice@example..com", ""},
+		{"alice@.example.com", ""},
+		{"alice@example.com.", ""},
+		{"ali\x01ce@example.com", ""},
+		{"\xffa@example.com", ""},
+		{strings.Repeat("a", 65) + "@example.com", ""},
+		{strings.Repeat("a", 64) + "@example.com", strings.Repeat("a", 64) + "@example.com"},
+		{"a@" + strings.Repeat("b", 252), "a@" + strings.Repeat("b", 252)},
+		{"a@" + strings.Repeat("b", 253), ""},
+	})
+	a, _ := NormalizeEmail("Alice@Example.COM ")
+	b, _ := NormalizeEmail("alice@example.com")
+	if a != b {
+		t.Errorf("NormalizeEmail spellings differ: %q vs %q", a, b)
+	}
+}
+
+func TestNormalizePhone(t *testing.T) {
+	testNormalize(t, "NormalizePhone", NormalizePhone, []normCase{
+		{"+1 (415) 555-0100", "+14155550100"},
+		{"+14155550100", "+14155550100"},
+		{" +44 20.7946.0000 ", "+442079460000"},
+		{"0207 946 0000", "02079460000"},
+		{"＋１４１５５５５０１００", "+14155550100"}, // full width
+		{"1234567", "1234567"},
+		{"123456", ""},
+		{"+123456789012345", "+123456789012345"},
+		{"+1234567890123456", ""},
+		{"", ""},
+		{"+", ""},
+		{"1+4155550100", ""},
+		{"++14155550100", ""},
+		{"+1 415 555 0100 ext 2", ""},
+		{"+1/415/5550100", ""},
+		{"٤١٥٥٥٥٠١٠٠", ""}, // Arabic-Indic digits are not ASCII
+	})
+}
+
+func TestAccount(t *testing.T) {
+	tests := []struct {
+		name      string
+		ct, body  string
+		normalize func(string) (string, error)
+		want      string
+		wantErr   error
+	}{
+		{name: "email form", ct: ctForm, body: "email=Alice%40Example.COM+", normalize: NormalizeEmail, want: "alice@example.com"},
+		{name: "email json", ct: ctJSON, body: `{"email":" alice@example.com"}`, normalize: NormalizeEmail, want: "alice@example.com"},
+		{name: "invalid email", ct: ctJSON, body: `{"email":"alice"}`, normalize: NormalizeEmail, wantErr: ErrInvalidAccount},
+		{name: "missing field", ct: ctJSON, body: `{}`, normalize: NormalizeEmail, wantErr: ErrNoKey},
+		{name: "foreign normalizer error", ct: ctJSON, body: `{"email":"x"}`,
+			normalize: func(string) (string, error) { return "", errors.New("nope") }, wantErr: ErrInvalidAccount},
+		{name: "normalizer returns empty", ct: ctJSON, body: `{"email":"x"}`,
+			normalize: func(string) (string, error) { return "", nil }, wantErr: ErrInvalidAccount},
+		{name: "nil normalizer", ct: ctJSON, body: `{"email":"x"}`, wantErr: ErrInvalidOption},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Account("email", tt.normalize, BodyOptions{})(bodyRequest(http.MethodPost, tt.ct, tt.body))
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) || !errors.Is(err, ErrNoKey) {
+					t.Errorf("Account = %q, %v; want %v", got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("Account = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,231 @@
+package keyfunc
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// checkCanonicalKey fails t unless key is a canonical IP key: a dotted-quad
+// IPv4 address or a masked IPv6 prefix of the given length, as netip
+// renders them.
+func checkCanonicalKey(t *testing.T, key string, bits int) {
+	t.Helper()
+	if strings.Contains(key, "/") {
+		p, err := netip.ParsePrefix(key)
+		if err != nil || !p.Addr().Is6() || p.Bits() != bits || p != p.Masked() || p.String() != key {
+			t.Fatalf("key %q is not a canonical /%d IPv6 prefix", key, bits)
+		}
+		return
+	}
+	a, err := netip.ParseAddr(key)
+	if err != nil || !a.Is4() || a.String() != key {
+		t.Fatalf("key %q is not a canonical IPv4 address", key)
+	}
+}
+
+// addrsIn returns every address that some piece of s parses as, ignoring
+// brackets, quotes, ports and zones (netip allows any characters in a zone): an oracle, independent of the parser
+// under test, for "this address appears in the header".
+func addrsIn(s string) map[netip.Addr]bool {
+	out := make(map[netip.Addr]bool)
+	fields := strings.FieldsFunc(s, func(r rune) bool { return strings.ContainsRune(",;=\" \t\n\\[]", r) })
+	for _, f := range fields {
+		cands := []string{f}
+		if i := strings.IndexByte(f, ':'); i >= 0 && strings.Count(f, ":") == 1 {
+			cands = append(cands, f[:i])
+		}
+		if i := strings.IndexByte(f, '%'); i >= 0 { // a zone, which may hold anything
+			cands = append(cands, f[:i])
+		}
+		for _, c := range cands {
+			if a, err := netip.ParseAddr(c); err == nil {
+				out[a.WithZone("").Unmap()] = true
+			}
+		}
+	}
+	return out
+}
+
+func FuzzForwardedHeaders(f *testing.F) {
+	f.Add("198.51.100.1", "", true)
+	f.Add("6.6.6.6, 198.51.100.1, 10.2.2.2", "", true)
+	f.Add("10.3.3.3, 10.2.2.2", "", true)
+	f.Add("198.51.100.1, unknown", "", true)
+	f.Add("[2001:db8::1]:80, ::ffff:10.0.0.1, fe80::1%eth0", "", true)
+	f.Add("", `for="[2001:db8:cafe::17]:4711"`, true)
+	f.Add("", `for=192.0.2.60;proto=http;by=203.0.113.43, for="\[10.0.0.1\]"`, true)
+	f.Add("", `for=198.51.100.1, for=_hidden, for=unknown;proto=https`, true)
+	f.Add("", `for="198.51.100.1:_obf" ; host="a,b"`, true)
+	f.Add("", `for=198.51.100.1, for="10.2.2.2`, true)
+	f.Add("198.51.100.1", "for=6.6.6.6", false)
+	ks := map[HeaderMode]*IPKeyer{}
+	for _, m := range []HeaderMode{HeaderAuto, HeaderXForwardedFor, HeaderForwarded} {
+		ks[m] = mustKeyer(f, IPOptions{TrustedProxies: mustPrefixes(f, "10.0.0.0/8, 2001:db8:ffff::/48"), Header: m})
+	}
+	f.Fuzz(func(t *testing.T, xff, fwd string, trustedPeer bool) {
+		peerStr, peer := "203.0.113.9:1", netip.MustParseAddr("203.0.113.9")
+		if trustedPeer {
+			peerStr, peer = "10.1.1.1:1", netip.MustParseAddr("10.1.1.1")
+		}
+		r, _ := http.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = peerStr
+		r.Header["X-Forwarded-For"] = strings.Split(xff, "\n")
+		r.Header["Forwarded"] = strings.Split(fwd, "\n")
+		seen := addrsIn(xff + "," + fwd)
+		for m, k := range ks {
+			a, err := k.ClientAddr(r)
+			if err != nil {
+				t.Fatalf("mode %d: ClientAddr: %v", m, err)
+			}
+			if !trustedPeer && a != peer {
+				t.Fatalf("mode %d: untrusted peer, got client %v", m, a)
+			}
+			if a != peer && !seen[a] {
+				t.Fatalf("mode %d: client %v is neither the peer nor an address in the headers", m, a)
+			}
+			key, err := k.Key(r)
+			if err != nil {
+				t.Fatalf("mode %d: Key: %v", m, err)
+			}
+			checkCanonicalKey(t, key, DefaultIPv6Prefix)
+			if key != k.AddrKey(a) {
+				t.Fatalf("mode %d: Key %q != AddrKey(ClientAddr) %q", m, key, k.AddrKey(a))
+			}
+		}
+	})
+}
+
+func FuzzRemoteAddr(f *testing.F) {
+	for _, s := range []string{
+		"192.0.2.1:80", "192.0.2.1", "[2001:db8::1]:443", "2001:db8::1", "[fe80::1%eth0]:1",
+		"fe80::1%eth0", "[::ffff:192.0.2.1]:1", "::ffff:192.0.2.1", "", "@", "[::1", "1.2.3.4:99999",
+		"[1.2.3.4]:80", "01.2.3.4", "1.2.3.4:_x",
+	} {
+		f.Add(s, uint8(64))
+	}
+	f.Fuzz(func(t *testing.T, remote string, bits uint8) {
+		k, err := NewIP(IPOptions{IPv6Prefix: int(bits)})
+		if err != nil {
+			if !errors.Is(err, ErrInvalidOption) {
+				t.Fatalf("NewIP(%d): %v", bits, err)
+			}
+			return
+		}
+		b := int(bits)
+		if b == 0 {
+			b = DefaultIPv6Prefix
+		}
+		r, _ := http.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = remote
+		key, err := k.Key(r)
+		if bare, perr := netip.ParseAddr(remote); perr == nil {
+			if err != nil || key != k.AddrKey(bare) {
+				t.Fatalf("Key(%q) = %q, %v; want %q", remote, key, err, k.AddrKey(bare))
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, ErrNoKey) || key != "" {
+				t.Fatalf("Key(%q) = %q, %v", remote, key, err)
+			}
+			return
+		}
+		checkCanonicalKey(t, key, b)
+		if ap, perr := netip.ParseAddrPort(remote); perr == nil && key != k.AddrKey(ap.Addr()) {
+			t.Fatalf("Key(%q) = %q, netip says %q", remote, key, k.AddrKey(ap.Addr()))
+		}
+	})
+}
+
+func FuzzBodyField(f *testing.F) {
+	f.Add(false, "username=alice&password=x")
+	f.Add(false, "username=alice&username=bob")
+	f.Add(false, "user%6eame=a+b%21;x")
+	f.Add(false, "a=1&&username=%zz")
+	f.Add(true, `{"username":"alice","password":"x"}`)
+	f.Add(true, `{"a":{"username":1},"USERNAME":"b","u\u017Fername":"c"}`)
+	f.Add(true, `{"username":"al\ud800ice"} trailing`)
+	f.Add(true, `[{"username":"x"}]`)
+	opts := BodyOptions{MaxBytes: 512}
+	f.Fuzz(func(t *testing.T, isJSON bool, body string) {
+		ct := ctForm
+		if isJSON {
+			ct = ctJSON
+		}
+		r := bodyRequest(http.MethodPost, ct, body)
+		key, err := BodyField("username", opts)(r)
+		rest, rerr := io.ReadAll(r.Body)
+		if rerr != nil || string(rest) != body {
+			t.Fatalf("body not restored: %q, %v", rest, rerr)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrNoKey) || key != "" {
+				t.Fatalf("BodyField = %q, %v", key, err)
+			}
+		} else if key == "" || len(key) > DefaultMaxValueBytes {
+			t.Fatalf("BodyField key %q out of bounds", key)
+		}
+		if len(body) > 512 {
+			if !errors.Is(err, ErrBodyTooLarge) {
+				t.Fatalf("body of %d bytes over bound: %v", len(body), err)
+			}
+			return
+		}
+		if isJSON {
+			// When the handler's decoding succeeds, it sees our key.
+			var v struct {
+				Username string `json:"username"`
+			}
+			if err == nil && json.Unmarshal([]byte(body), &v) == nil && v.Username != key {
+				t.Fatalf("BodyField = %q, encoding/json sees %q", key, v.Username)
+			}
+			return
+		}
+		vs, perr := url.ParseQuery(body)
+		if err == nil && (len(vs["username"]) != 1 || vs["username"][0] != key) {
+			t.Fatalf("BodyField = %q, url.ParseQuery sees %q", key, vs["username"])
+		}
+		if perr == nil && len(vs["username"]) == 1 && vs["username"][0] != "" && len(vs["username"][0]) <= DefaultMaxValueBytes && err != nil {
+			t.Fatalf("BodyField failed (%v) where url.ParseQuery sees %q", err, vs["username"])
+		}
+	})
+}
+
+func fuzzNormalize(f *testing.F, normalize func(string) (string, error), seeds ...string) {
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		out, err := normalize(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidAccount) || out != "" {
+				t.Fatalf("normalize(%q) = %q, %v", s, out, err)
+			}
+			return
+		}
+		if out == "" {
+			t.Fatalf("normalize(%q) = empty, no error", s)
+		}
+		again, err := normalize(out)
+		if err != nil || again != out {
+			t.Fatalf("not idempotent: normalize(%q) = %q; normalize(%q) = %q, %v", s, out, out, again, err)
+		}
+	})
+}
+
+func FuzzNormalizeUsername(f *testing.F) {
+	fuzzNormalize(f, NormalizeUsername, "alice", " Alice ", "ＡＬＩＣＥ", "Cafe\u0301", "ali ce", "\xff", "ß", "İstanbul", "ΣΑΣ")
+}
+
+func FuzzNormalizeEmail(f *testing.F) {
+	fuzzNormalize(f, NormalizeEmail, "Alice@Example.COM ", "alice＠example．com", "Straße@x.de", "a@b@c", "@x", "a@x..y", "ﬁ@ﬂ.example", "İ@x", "\u0345@x")
+}
+
+func FuzzNormalizePhone(f *testing.F) {
+	fuzzNormalize(f, NormalizePhone, "+1 (415) 555-0100", "＋１４１５５５５０１００", "0207.946.0000", "+", "1+2", "123456", "⁺¹²³⁴⁵⁶⁷")
+}

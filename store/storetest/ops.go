@@ -27,6 +27,9 @@ const (
 	// store's clock, in local time, before it calls the store's clock
 	// stuck.
 	clockSlack = 10 * time.Second
+	// maxWait is the furthest ahead of the store's time a case ever waits
+	// for; a handle whose clock reads further behind is skewed.
+	maxWait = 5 * time.Second
 	// skewTolerance is how far two handles' views of the store's time may
 	// differ before a case calls it a skew.
 	skewTolerance = time.Second
@@ -157,6 +160,10 @@ func (r *runner) waitPast(h *store.Handle, t time.Time) (time.Time, error) {
 	now, err := r.now(h)
 	if err != nil {
 		return now, err
+	}
+	if ahead := t.Sub(now); ahead > maxWait {
+		return now, r.failf("the store's time on %s reads %v, %v before %v, a time set moments ago no more than %v ahead of the store's: the handles' clocks differ",
+			r.hname(h), ts(now), ahead.Round(time.Millisecond), ts(t), maxWait)
 	}
 	limit := time.Now().Add(t.Sub(now) + clockSlack)
 	for now.Before(t) {

@@ -1,0 +1,434 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/keyhash"
+)
+
+// hideCounter hides the Counter capability of a backend, so that Count runs
+// the generic algorithm through Update.
+type hideCounter struct{ b *Backend }
+
+func (h hideCounter) Shared() bool { return h.b.Shared() }
+func (h hideCounter) Backing() any { return h.b.Backing() }
+func (h hideCounter) Update(ctx context.Context, p string, k []string, a store.ApplyFunc) error {
+	return h.b.Update(ctx, p, k, a)
+}
+func (h hideCounter) Read(ctx context.Context, p string, k []string) ([]store.Entry, error) {
+	return h.b.Read(ctx, p, k)
+}
+func (h hideCounter) Sweep(ctx context.Context) (int, error) { return h.b.Sweep(ctx) }
+func (h hideCounter) Close() error                           { return h.b.Close() }
+
+// newGenericStore opens a store whose Count goes through Update.
+func newGenericStore(t testing.TB, pool *pgxpool.Pool, o Options) *store.Store {
+	t.Helper()
+	if o.Secret == nil {
+		o.Secret = testSecret
+	}
+	o.Store = o.Store.WithDefaults()
+	b, err := NewBackend(context.Background(), pool, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(hideCounter{b}, o.Store)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestExactBudget: 100 goroutines on each of two pools make 200 attempts
+// at once on a fresh key with a budget of 30; exactly 30 are admitted,
+// through the native Count and through the generic one, for one key and
+// for two.
+func TestExactBudget(t *testing.T) {
+	poolA, poolB := newPool(t), newPool(t)
+	const (
+		perPool = 100
+		budget  = 30
+		rounds  = 20
+	)
+	kinds := []struct {
+		name string
+		open func(testing.TB, *pgxpool.Pool, Options) *store.Store
+	}{
+		{"native", newStore},
+		{"generic", newGenericStore},
+	}
+	for _, kind := range kinds {
+		for _, nkeys := range []int{1, 2} {
+			t.Run(kind.name+"/"+strings.Repeat("k", nkeys), func(t *testing.T) {
+				prefix := randomPrefix("exact")
+				// Every attempt is let in, so that each is decided.
+				o := Options{Store: store.Options{MaxInFlight: 2 * perPool}}
+				a, err := kind.open(t, poolA, o).Handle(prefix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := kind.open(t, poolB, o).Handle(prefix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				caps := make([]store.Cap, nkeys)
+				for i := range caps {
+					caps[i] = store.Cap{Max: budget, Window: time.Minute}
+				}
+				for round := range rounds {
+					keys := []string{"shared-" + randomPrefix("a"), "shared-" + randomPrefix("b")}[:nkeys]
+					var admitted, failed atomic.Int64
+					var firstErr error
+					var errOnce sync.Once
+					var wg sync.WaitGroup
+					for i := range 2 * perPool {
+						h := a
+						if i%2 == 1 {
+							h = b
+						}
+						wg.Go(func() {
+							tl, err := h.Count(context.Background(), keys, caps, 1)
+							if err != nil {
+								failed.Add(1)
+								errOnce.Do(func() { firstErr = err })
+								return
+							}
+							if tl.Allowed {
+								admitted.Add(1)
+							}
+						})
+					}
+					wg.Wait()
+					if firstErr != nil {
+						t.Fatalf("round %d: %d attempts failed, first: %v", round, failed.Load(), firstErr)
+					}
+					if got := admitted.Load(); got != budget {
+						t.Fatalf("round %d: %d of %d attempts admitted, want exactly %d", round, got, 2*perPool, budget)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestUpdateExact: concurrent increments through Update on two pools lose
+// nothing, a key's first increment included.
+func TestUpdateExact(t *testing.T) {
+	poolA, poolB := newPool(t), newPool(t)
+	prefix := randomPrefix("incr")
+	o := Options{Store: store.Options{MaxInFlight: 128}}
+	a, _ := newStore(t, poolA, o).Handle(prefix)
+	b, _ := newStore(t, poolB, o).Handle(prefix)
+	incr := func(now time.Time, es []store.Entry) error {
+		for i := range es {
+			var n int64
+			if es[i].Live() {
+				var err error
+				if n, err = store.ParseCount(es[i].Value); err != nil {
+					return err
+				}
+			} else {
+				es[i].ExpiresAt = now.Add(time.Minute)
+			}
+			es[i].Value = store.AppendCount(es[i].Value[:0], n+1)
+		}
+		return nil
+	}
+	for round := range 5 {
+		keys := []string{"x-" + randomPrefix("k"), "y-" + randomPrefix("k")}
+		const workers = 100
+		var wg sync.WaitGroup
+		var failures atomic.Int64
+		for i := range workers {
+			h := a
+			if i%2 == 1 {
+				h = b
+			}
+			wg.Go(func() {
+				if err := h.Update(context.Background(), keys, incr); err != nil {
+					failures.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := failures.Load(); n != 0 {
+			t.Fatalf("round %d: %d updates failed", round, n)
+		}
+		es, err := a.Read(context.Background(), keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range es {
+			if n, err := store.ParseCount(e.Value); err != nil || n != workers {
+				t.Fatalf("round %d: key %d counted %s (%v), want %d", round, i, e.Value, err, workers)
+			}
+		}
+	}
+}
+
+// dbNow returns the database server's clock.
+func dbNow(t testing.TB, pool *pgxpool.Pool) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := pool.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// TestSkewedProcessClocks: two instances whose process clocks are twenty
+// minutes apart make the same decisions, and both report the database's
+// time: the store judges expiry on the server's clock alone.
+func TestSkewedProcessClocks(t *testing.T) {
+	pool := newPool(t)
+	ahead := func() time.Time { return time.Now().Add(10 * time.Minute) }
+	behind := func() time.Time { return time.Now().Add(-10 * time.Minute) }
+	prefix := randomPrefix("skew")
+	for _, kind := range []string{"native", "generic"} {
+		t.Run(kind, func(t *testing.T) {
+			open := newStore
+			if kind == "generic" {
+				open = newGenericStore
+			}
+			a, err := open(t, pool, Options{processNow: ahead}).Handle(prefix + kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The second instance needs its own backing for the same prefix.
+			b, err := open(t, newPool(t), Options{processNow: behind}).Handle(prefix + kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const window = 400 * time.Millisecond
+			caps := []store.Cap{{Max: 3, Window: window}}
+			key := []string{"k"}
+			var exp time.Time
+			for i, want := range []bool{true, true, true, false, false, false} {
+				h := []*store.Handle{a, b}[i%2]
+				before := dbNow(t, pool).Truncate(time.Millisecond)
+				tl, err := h.Count(context.Background(), key, caps, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				after := dbNow(t, pool)
+				if tl.Allowed != want {
+					t.Fatalf("attempt %d: allowed %v, want %v", i, tl.Allowed, want)
+				}
+				if tl.Now.Before(before) || tl.Now.After(after) {
+					t.Fatalf("attempt %d: store time %v outside the database's %v..%v", i, tl.Now, before, after)
+				}
+				if i == 0 {
+					exp = tl.ExpiresAt[0]
+				} else if !tl.ExpiresAt[0].Equal(exp) {
+					t.Fatalf("attempt %d: window ends %v, first said %v", i, tl.ExpiresAt[0], exp)
+				}
+			}
+			// Once the database's clock passes the end of the window, a new
+			// window starts on either instance.
+			for deadline := time.Now().Add(10 * time.Second); !dbNow(t, pool).After(exp); {
+				if time.Now().After(deadline) {
+					t.Fatal("the database's clock never passed the window's end")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			tl, err := b.Count(context.Background(), key, caps, 1)
+			if err != nil || !tl.Allowed || tl.Counts[0] != 1 {
+				t.Fatalf("after the window: %+v, %v; want a fresh count of 1", tl, err)
+			}
+		})
+	}
+}
+
+// TestPrivacy: no column of any row holds the key in clear.
+func TestPrivacy(t *testing.T) {
+	pool := newPool(t)
+	s := newStore(t, pool, Options{})
+	h := newHandle(t, s, "privacy")
+	gs := newGenericStore(t, pool, Options{})
+	gh := newHandle(t, gs, "privacy-generic")
+	const key = "alice@example.com"
+	ctx := context.Background()
+	caps := []store.Cap{{Max: 5, Window: time.Minute}}
+	for _, hh := range []*store.Handle{h, gh} {
+		if _, err := hh.Count(ctx, []string{key}, caps, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rows, found int
+	err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE g::text ILIKE '%alice@example.com%' OR encode(g.keyhash, 'escape') ILIKE '%alice@example.com%') FROM gatecount_entries g`).Scan(&rows, &found)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows == 0 || found != 0 {
+		t.Fatalf("%d of %d rows hold the key in clear", found, rows)
+	}
+	// The row is there, under the key's HMAC.
+	hs, _ := keyhash.New(testSecret)
+	sum := hs.Sum(h.Prefix(), key)
+	var fp, value string
+	if err := pool.QueryRow(ctx, "SELECT fingerprint, value FROM gatecount_entries WHERE keyhash = $1", sum[:]).Scan(&fp, &value); err != nil {
+		t.Fatal(err)
+	}
+	if fp != hs.Fingerprint() || value != "1" {
+		t.Fatalf("row under the key's hash: fingerprint %s value %s; want %s and 1", fp, value, hs.Fingerprint())
+	}
+}
+
+// TestSecretRotation: a store under a new secret neither reads the rows of
+// the old one nor counts them against its bound, and its sweep leaves them
+// until they expire.
+func TestSecretRotation(t *testing.T) {
+	pool := newPool(t)
+	ctx := context.Background()
+	prefix := randomPrefix("rotate")
+	old, err := newStore(t, pool, Options{Secret: randomSecret()}).Handle(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := []store.Cap{{Max: 5, Window: time.Minute}}
+	short := []store.Cap{{Max: 5, Window: 300 * time.Millisecond}}
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := old.Count(ctx, []string{k}, caps, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := old.Count(ctx, []string{"brief"}, short, 1); err != nil {
+		t.Fatal(err)
+	}
+	old.Store().Close() // the rolling deployment is over
+
+	newer := newStore(t, pool, Options{Secret: randomSecret(), MaxEntries: 2})
+	h, err := newer.Handle(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := h.Read(ctx, []string{"a", "b", "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range es {
+		if e.Live() {
+			t.Fatalf("the new secret reads key %d of the old one: %s", i, e.Value)
+		}
+	}
+	// The old rows do not count: the new store has room for two keys.
+	for _, k := range []string{"a", "b"} {
+		tl, err := h.Count(ctx, []string{k}, caps, 1)
+		if err != nil || tl.Counts[0] != 1 {
+			t.Fatalf("Count(%s) under the new secret: %+v, %v; want a fresh count", k, tl, err)
+		}
+	}
+	if _, err := h.Count(ctx, []string{"c"}, caps, 1); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("third key under a bound of two: %v, want ErrFull", err)
+	}
+	// Sweeping leaves the old secret's live rows and removes its expired one.
+	time.Sleep(400 * time.Millisecond)
+	if _, err := newer.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var live, expired int
+	err = pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE expires_at > now()), count(*) FILTER (WHERE expires_at <= now())
+		FROM gatecount_entries WHERE keyhash = ANY($1)`, oldHashes(t, old, []string{"a", "b", "c", "brief"})).Scan(&live, &expired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live != 3 || expired != 0 {
+		t.Fatalf("after a sweep under the new secret: %d live and %d expired rows of the old one, want 3 and 0", live, expired)
+	}
+}
+
+// oldHashes returns the row keys of keys under h's store.
+func oldHashes(t testing.TB, h *store.Handle, keys []string) [][]byte {
+	t.Helper()
+	b := h.Store().Backend().(*Backend)
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		s := b.hasher.Sum(h.Prefix(), k)
+		out[i] = s[:]
+	}
+	return out
+}
+
+// TestSweepBatches: a sweep removes every expired row, in several batches,
+// and says how many went.
+func TestSweepBatches(t *testing.T) {
+	pool := newPool(t)
+	ctx := context.Background()
+	s := newStore(t, pool, Options{Secret: randomSecret(), SweepInterval: time.Hour})
+	b := s.Backend().(*Backend)
+	for b.countedAt.Load() == 0 { // the first background sweep is done
+		time.Sleep(10 * time.Millisecond)
+	}
+	const n = 2*SweepBatch + 17
+	fp := "sweeptest" + randomPrefix("")
+	_, err := pool.Exec(ctx, `INSERT INTO gatecount_entries (keyhash, fingerprint, value, expires_at)
+		SELECT sha256(($1 || i)::bytea), $1, '1', now() - interval '1 minute' FROM generate_series(1, $2) AS i`, fp, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM gatecount_entries WHERE fingerprint = $1", fp).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("%d expired rows left after Sweep", left)
+	}
+	// Other tests' stores may sweep some of these rows first.
+	if got < 0 {
+		t.Fatalf("Sweep = %d", got)
+	}
+	t.Logf("Sweep removed %d rows", got)
+}
+
+// TestDuplicatePrefixOnOnePool: two stores over one pool refuse a second
+// handle for a prefix.
+func TestDuplicatePrefixOnOnePool(t *testing.T) {
+	pool := newPool(t)
+	prefix := randomPrefix("dup")
+	if _, err := newStore(t, pool, Options{}).Handle(prefix); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newStore(t, pool, Options{}).Handle(prefix); !errors.Is(err, store.ErrDuplicatePrefix) {
+		t.Fatalf("second handle for %s on one pool: %v, want ErrDuplicatePrefix", prefix, err)
+	}
+}
+
+func TestSecretRequired(t *testing.T) {
+	pool := newPool(t)
+	t.Setenv(SecretEnv, "")
+	for _, tc := range []struct {
+		name   string
+		secret []byte
+		want   error
+	}{
+		{"none", nil, ErrNoSecret},
+		{"short", []byte("too short"), keyhash.ErrWeakSecret},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(context.Background(), pool, Options{Secret: tc.secret})
+			if !errors.Is(err, tc.want) {
+				if s != nil {
+					s.Close()
+				}
+				t.Fatalf("New: %v, want %v", err, tc.want)
+			}
+		})
+	}
+	t.Setenv(SecretEnv, string(testSecret))
+	s, err := New(context.Background(), pool, Options{})
+	if err != nil {
+		t.Fatalf("New with %s set: %v", SecretEnv, err)
+	}
+	s.Close()
+}

@@ -146,3 +146,24 @@ func TestAccount(t *testing.T) {
 		})
 	}
 }
+
+func BenchmarkNormalize(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		f    func(string) (string, error)
+		in   string
+	}{
+		{"username", NormalizeUsername, " Alice "},
+		{"email", NormalizeEmail, "Alice@Example.COM "},
+		{"phone", NormalizePhone, "+1 (415) 555-0100"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.f(bc.in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

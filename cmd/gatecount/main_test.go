@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func testURL() string {
+	if u := os.Getenv("GATECOUNT_TEST_POSTGRES_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test"
+}
+
+func TestRun(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		url  string
+		code int
+		out  string // in stdout or stderr
+	}{
+		{"no command", nil, "", 2, "usage"},
+		{"unknown", []string{"frobnicate"}, "", 2, "unknown command"},
+		{"help", []string{"help"}, "", 0, "migrate"},
+		{"no url", []string{"migrate"}, "", 2, "set DATABASE_URL"},
+		{"unknown scheme", []string{"migrate"}, "mysql://u:secretpw@h/db", 2, `scheme "mysql"`},
+		{"bad url", []string{"migrate"}, "postgres://%zz", 1, "parse DATABASE_URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			getenv := func(k string) string {
+				if k == "DATABASE_URL" {
+					return tc.url
+				}
+				return ""
+			}
+			code := run(context.Background(), tc.args, getenv, &out, &errOut)
+			all := out.String() + errOut.String()
+			if code != tc.code || !strings.Contains(all, tc.out) {
+				t.Fatalf("run(%q) = %d, %q; want %d and %q", tc.args, code, all, tc.code, tc.out)
+			}
+			if strings.Contains(all, "secretpw") {
+				t.Fatalf("output reveals the URL's password: %q", all)
+			}
+		})
+	}
+}
+
+// TestMigratePostgres migrates the test database (idempotent: it may be
+// migrated already).
+func TestMigratePostgres(t *testing.T) {
+	url := testURL()
+	if err := migratePostgres(context.Background(), url); err != nil {
+		if os.Getenv("CI") != "true" && strings.Contains(err.Error(), "connect") {
+			t.Skipf("PostgreSQL at %s is unreachable: %v", url, err)
+		}
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	getenv := func(k string) string {
+		if k == "DATABASE_URL" {
+			return url
+		}
+		return ""
+	}
+	if code := run(context.Background(), []string{"migrate"}, getenv, &out, &errOut); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, errOut.String())
+	}
+}

@@ -176,8 +176,9 @@ func (k *IPKeyer) Key(r *http.Request) (string, error) {
 //
 // It starts from the immediate peer, parsed from r.RemoteAddr ("host:port",
 // "[host]:port" or a bare host). If the peer is not a trusted proxy, the peer
-// is the client. Otherwise the forwarding header (see [HeaderMode]) is walked
-// from the right, nearest hop first: trusted hops are skipped, and the first
+// is the client. Otherwise the forwarding header (see [HeaderMode]; all its
+// lines, in order, taken as one comma-separated list) is walked from the
+// right, nearest hop first: trusted hops are skipped, and the first
 // untrusted hop is the client; if every hop is trusted, the leftmost is. If
 // the header is malformed or oversized, the peer is the client; if a hop is
 // not an IP address (such as "unknown" or an obfuscated identifier), the walk

@@ -47,5 +47,7 @@ func routes(app *demo.App) http.Handler {
 		r.Get("/health", app.HealthHandler().ServeHTTP)
 		r.Get("/ready", app.ReadyHandler().ServeHTTP)
 	})
+	r.With(app.Login.Wrap).Post("/login", app.LoginHandler().ServeHTTP)
+	r.With(app.Reset.Wrap).Post("/password-reset", app.PasswordResetHandler().ServeHTTP)
 	return r
 }

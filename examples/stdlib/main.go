@@ -3,6 +3,8 @@
 //	POST /execute  limited per caller (Authorization: Bearer TOKEN)
 //	GET  /health   limited per IP
 //	GET  /ready    limited per IP
+//	POST /login           sign-in, throttled per account, account and IP, and IP
+//	POST /password-reset  throttled per address and IP, silently
 //
 // It reads its settings from the environment (see the README), listens on
 // ADDR (default 127.0.0.1:8080) and shuts down gracefully on SIGINT or
@@ -51,5 +53,7 @@ func routes(app *demo.App) http.Handler {
 	mux.Handle("POST /execute", app.Authenticate(app.Execute.Wrap(app.ExecuteHandler())))
 	mux.Handle("GET /health", app.Health.Wrap(app.HealthHandler()))
 	mux.Handle("GET /ready", app.Health.Wrap(app.ReadyHandler()))
+	mux.Handle("POST /login", app.Login.Wrap(app.LoginHandler()))
+	mux.Handle("POST /password-reset", app.Reset.Wrap(app.PasswordResetHandler()))
 	return mux
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gatecount/gatecount/config"
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/store"
 )
 
 // DefaultAddr is where the examples listen when ADDR is unset.
@@ -34,12 +35,17 @@ type App struct {
 	Store   *config.Opened
 	Execute *middleware.Middleware // POST /execute, per caller
 	Health  *middleware.Middleware // GET /health and /ready, per IP
+	Login   *middleware.SignInGuard // POST /login
+	Reset   *middleware.SendGuard   // POST /password-reset
 	Log     *slog.Logger
 
 	tokens map[string]string // token → caller
+	users  map[string]user   // name → user
 
 	mu         sync.Mutex
 	executions map[string]int64
+	signIns    map[string]int
+	codesSent  map[string]int
 }
 
 // New builds the app from the environment read through lookup: the
@@ -49,7 +55,7 @@ func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Config: c, Addr: DefaultAddr, Log: log, executions: map[string]int64{}}
+	a := &App{Config: c, Addr: DefaultAddr, Log: log, executions: map[string]int64{}, signIns: map[string]int{}, codesSent: map[string]int{}}
 	if v, ok := lookup("ADDR"); ok && v != "" {
 		a.Addr = v
 	}
@@ -58,6 +64,13 @@ func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 		keys = v
 	}
 	if a.tokens, err = parseAPIKeys(keys); err != nil {
+		return nil, err
+	}
+	users := DefaultDemoUsers
+	if v, ok := lookup("DEMO_USERS"); ok && v != "" {
+		users = v
+	}
+	if a.users, err = parseUsers(users); err != nil {
 		return nil, err
 	}
 	if a.Store, err = config.Open(ctx, c, log); err != nil {
@@ -70,31 +83,58 @@ func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 	return a, nil
 }
 
-// limiters builds the two limiters, each on its own store handle.
+// limiters builds the limiters, each on its own store handle.
 func (a *App) limiters() error {
-	execH, err := a.Store.Store.Handle("execute:")
-	if err != nil {
-		return err
-	}
-	healthH, err := a.Store.Store.Handle("health:")
-	if err != nil {
-		return err
+	s := a.Store.Store
+	var h [4]*store.Handle
+	for i, prefix := range []string{"execute:", "health:", "login:", "reset:"} {
+		var err error
+		if h[i], err = s.Handle(prefix); err != nil {
+			return err
+		}
 	}
 	ip := keyfunc.IPOptions{TrustedProxies: a.Config.TrustedProxies}
-	if a.Execute, err = middleware.PerCaller(execH, a.Config.Execute, middleware.Options{Name: "execute", Logger: a.Log}); err != nil {
+	var err error
+	if a.Execute, err = middleware.PerCaller(h[0], a.Config.Execute, middleware.Options{Name: "execute", Logger: a.Log}); err != nil {
 		return err
 	}
-	a.Health, err = middleware.PerIP(healthH, a.Config.Health, middleware.Options{Name: "health", IP: ip, Logger: a.Log})
+	if a.Health, err = middleware.PerIP(h[1], a.Config.Health, middleware.Options{Name: "health", IP: ip, Logger: a.Log}); err != nil {
+		return err
+	}
+	if a.Login, err = middleware.SignIn(h[2], middleware.SignInOptions{
+		Name:              "login",
+		AccountIPFailures: a.Config.LoginAccountIP,
+		AccountFailures:   a.Config.LoginAccount,
+		IPAttempts:        a.Config.LoginIP,
+		IP:                ip,
+		Logger:            a.Log,
+	}); err != nil {
+		return err
+	}
+	a.Reset, err = middleware.Send(h[3], middleware.SendOptions{
+		Name:           "reset",
+		PerDestination: a.Config.ResetDestination,
+		PerIP:          a.Config.ResetIP,
+		IP:             ip,
+		Logger:         a.Log,
+	})
 	return err
 }
 
 // Close closes the limiters and the store.
 func (a *App) Close() error {
 	var errs []error
-	for _, m := range []*middleware.Middleware{a.Execute, a.Health} {
-		if m != nil {
-			errs = append(errs, m.Close())
-		}
+	if a.Execute != nil {
+		errs = append(errs, a.Execute.Close())
+	}
+	if a.Health != nil {
+		errs = append(errs, a.Health.Close())
+	}
+	if a.Login != nil {
+		errs = append(errs, a.Login.Close())
+	}
+	if a.Reset != nil {
+		errs = append(errs, a.Reset.Close())
 	}
 	errs = append(errs, a.Store.Close())
 	return errors.Join(errs...)

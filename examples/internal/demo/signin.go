@@ -1,0 +1,135 @@
+package demo
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/middleware"
+)
+
+// DefaultDemoUsers are the demo's accounts when DEMO_USERS is unset. Each
+// user name doubles as the address NAME@example.com for password resets.
+const DefaultDemoUsers = "alice:correct-horse,bob:battery-staple"
+
+type user struct {
+	name   string
+	digest [sha256.Size]byte
+}
+
+// parseUsers reads "name:password,name:password".
+func parseUsers(s string) (map[string]user, error) {
+	out := map[string]user{}
+	for _, pair := range strings.Split(s, ",") {
+		name, password, ok := strings.Cut(strings.TrimSpace(pair), ":")
+		if !ok || name == "" || password == "" {
+			return nil, fmt.Errorf("DEMO_USERS: want name:password pairs separated by commas, got %q", pair)
+		}
+		canon, err := keyfunc.NormalizeUsername(name)
+		if err != nil {
+			return nil, fmt.Errorf("DEMO_USERS: user name %q: %w", name, err)
+		}
+		out[canon] = user{name: canon, digest: sha256.Sum256([]byte(password))}
+	}
+	return out, nil
+}
+
+// unknownDigest is compared against for unknown users, so that they take the
+// same work as known ones.
+var unknownDigest = sha256.Sum256([]byte("no such user"))
+
+// credentials reads username and password from a form or JSON body.
+func credentials(r *http.Request, fields ...string) map[string]string {
+	out := map[string]string{}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt == "application/json" || strings.HasSuffix(mt, "+json") {
+		var body map[string]any
+		if json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<10)).Decode(&body) == nil {
+			for _, f := range fields {
+				if s, ok := body[f].(string); ok {
+					out[f] = s
+				}
+			}
+		}
+		return out
+	}
+	r.Body = http.MaxBytesReader(nil, r.Body, 64<<10)
+	if r.ParseForm() == nil {
+		for _, f := range fields {
+			out[f] = r.PostForm.Get(f)
+		}
+	}
+	return out
+}
+
+// LoginHandler signs a demo user in: 200 with a session cookie on success,
+// 401 on failure. An unknown user is answered exactly like a wrong password,
+// after the same work.
+func (a *App) LoginHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := credentials(r, "username", "password")
+		name, err := keyfunc.NormalizeUsername(c["username"])
+		u, known := a.users[name]
+		want := unknownDigest
+		if err == nil && known {
+			want = u.digest
+		}
+		got := sha256.Sum256([]byte(c["password"]))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || err != nil || !known {
+			middleware.ReportFailure(r)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid username or password"})
+			return
+		}
+		middleware.ReportSuccess(r)
+		var id [16]byte
+		rand.Read(id[:])
+		http.SetCookie(w, &http.Cookie{Name: "session", Value: hex.EncodeToString(id[:]), Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode})
+		a.mu.Lock()
+		a.signIns[u.name]++
+		a.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]string{"status": "signed in"})
+	})
+}
+
+// PasswordResetHandler "sends" a reset code to a demo user's address
+// (NAME@example.com), by logging it, and answers 202 Accepted whether or not
+// the address is known.
+func (a *App) PasswordResetHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		email, err := keyfunc.NormalizeEmail(credentials(r, "email")["email"])
+		if local, domain, _ := strings.Cut(email, "@"); err == nil && domain == "example.com" {
+			if _, known := a.users[local]; known {
+				var code [4]byte
+				rand.Read(code[:])
+				a.mu.Lock()
+				a.codesSent[email]++
+				a.mu.Unlock()
+				a.Log.Info("password reset code sent", "kind", "password-reset-sent", "code", hex.EncodeToString(code[:]))
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		w.Write([]byte(middleware.DefaultAcceptedBody))
+	})
+}
+
+// SignIns returns how many times user signed in.
+func (a *App) SignIns(user string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.signIns[user]
+}
+
+// CodesSent returns how many reset codes went to email.
+func (a *App) CodesSent(email string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.codesSent[email]
+}

@@ -1,0 +1,206 @@
+package middleware
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/store"
+)
+
+// Default budgets of SendGuard.
+var (
+	DefaultPerDestination = limiter.Budget{Limit: 3, Window: time.Hour}
+	DefaultSendPerIP      = limiter.Budget{Limit: 20, Window: time.Hour}
+)
+
+// DefaultAcceptedBody is the body of the default Accepted answer.
+const DefaultAcceptedBody = `{"status":"accepted"}` + "\n"
+
+// SendOptions configure SendGuard. The zero value gives the defaults.
+type SendOptions struct {
+	// Name prefixes the budgets' names: NAME-destination and NAME-ip; ""
+	// means "send".
+	Name string
+	// PerDestination bounds the requests per destination (an address, a
+	// phone number); zero means DefaultPerDestination (3 per hour).
+	PerDestination limiter.Budget
+	// PerIP bounds the requests per client IP; zero means DefaultSendPerIP
+	// (20 per hour).
+	PerIP limiter.Budget
+	// Field is the form or JSON body field holding the destination; ""
+	// means "email".
+	Field string
+	// Normalize canonicalises the destination; nil means
+	// keyfunc.NormalizeEmail (keyfunc.NormalizePhone suits phone numbers).
+	Normalize func(string) (string, error)
+	// Body bounds how much of the body is read to find Field.
+	Body keyfunc.BodyOptions
+	// IP configures the client address (trusted proxies, IPv6 prefix).
+	IP keyfunc.IPOptions
+	// Reveal answers a throttled request 429 with Retry-After and the
+	// RateLimit fields. Off by default: a throttled request, or one whose
+	// destination is malformed, gets Accepted's answer and the handler does
+	// not run, so nothing is sent and a client cannot tell whether it was
+	// throttled, nor whether the destination is known.
+	Reveal bool
+	// Accepted is the answer a throttled request gets when Reveal is off.
+	// It must answer exactly as the handler answers a request it accepts;
+	// nil means 202 Accepted with DefaultAcceptedBody as application/json.
+	Accepted http.Handler
+	// Unavailable is what to answer when the store is unavailable; Default
+	// means Local: sending stays limited per instance.
+	Unavailable Policy
+	// Logger receives the guard's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// SendGuard throttles a handler that sends something to a destination the
+// client names: password-reset mail, sign-in codes. Build one with Send.
+type SendGuard struct {
+	l      *limiter.Limiter
+	o      SendOptions
+	ip     *keyfunc.IPKeyer
+	dest   keyfunc.Func
+	fields *fields
+	log    *slog.Logger
+	warn   rate.Sometimes
+}
+
+// Send returns a guard counting in h (which it claims) every request against
+// its destination's budget and its client IP's, in one atomic store update,
+// before the handler runs. A request over either budget never reaches the
+// handler, so nothing is sent for it.
+func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
+	if o.Name == "" {
+		o.Name = "send"
+	}
+	if o.PerDestination == (limiter.Budget{}) {
+		o.PerDestination = DefaultPerDestination
+	}
+	if o.PerIP == (limiter.Budget{}) {
+		o.PerIP = DefaultSendPerIP
+	}
+	if o.Field == "" {
+		o.Field = "email"
+	}
+	if o.Normalize == nil {
+		o.Normalize = keyfunc.NormalizeEmail
+	}
+	if o.Accepted == nil {
+		o.Accepted = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusAccepted)
+			w.Write([]byte(DefaultAcceptedBody))
+		})
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	names := []string{o.Name + "-destination", o.Name + "-ip"}
+	budgets := []limiter.Budget{o.PerDestination, o.PerIP}
+	for i, b := range budgets {
+		if !isToken(names[i]) {
+			return nil, fmt.Errorf("middleware: name %q is not a token of letters, digits and -_.", o.Name)
+		}
+		if err := b.Validate(); err != nil {
+			return nil, fmt.Errorf("middleware %q: %s: %w", o.Name, names[i], err)
+		}
+	}
+	policy, err := o.Unavailable.limiter(limiter.Local)
+	if err != nil {
+		return nil, err
+	}
+	ip, err := keyfunc.NewIP(o.IP)
+	if err != nil {
+		return nil, fmt.Errorf("middleware %q: %w", o.Name, err)
+	}
+	l, err := limiter.New(h, limiter.Options{Name: o.Name, Budget: o.PerIP, Unavailable: policy, Logger: o.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("middleware: %w", err)
+	}
+	return &SendGuard{
+		l:      l,
+		o:      o,
+		ip:     ip,
+		dest:   keyfunc.BodyField(o.Field, o.Body),
+		fields: newFields(names, budgets, false, false),
+		log:    o.Logger.With("limiter", o.Name),
+		warn:   rate.Sometimes{Interval: time.Second},
+	}, nil
+}
+
+// Limiter returns the guard's limiter.
+func (g *SendGuard) Limiter() *limiter.Limiter { return g.l }
+
+// Close releases what the guard's limiter holds of its own.
+func (g *SendGuard) Close() error { return g.l.Close() }
+
+// Wrap returns next guarded by g.
+func (g *SendGuard) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, next) })
+}
+
+func (g *SendGuard) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	ip, err := g.ip.Key(r)
+	if err != nil {
+		g.warn.Do(func() { g.log.Warn("send refused: no client address", "kind", KindNoKey, "err", err) })
+		writeProblem(w, http.StatusBadRequest, problem400)
+		return
+	}
+	dest := ""
+	raw, err := g.dest(r)
+	if err == nil {
+		dest, err = g.o.Normalize(raw)
+	}
+	if err != nil {
+		// Malformed or missing: nothing can be sent, and the answer must
+		// not tell, so it is Accepted's; the client's address still pays.
+		if !g.o.Reveal {
+			g.l.Attempt(context.WithoutCancel(r.Context()), keyfunc.JoinKeys("ip", ip))
+			g.o.Accepted.ServeHTTP(w, r)
+			return
+		}
+		writeProblem(w, http.StatusBadRequest, problem400)
+		return
+	}
+	d, err := g.l.AttemptEach(context.WithoutCancel(r.Context()),
+		limiter.Charge{Key: keyfunc.JoinKeys("destination", dest), Budget: g.o.PerDestination},
+		limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.PerIP},
+	)
+	if err != nil {
+		g.log.Error("send attempt not counted", "kind", "send-count-failed", "err", err)
+		writeProblem(w, http.StatusBadRequest, problem400)
+		return
+	}
+	if d.Unavailable && !d.Local {
+		if !d.Allowed {
+			w.Header()["Retry-After"] = []string{strconv.FormatInt(ceilSeconds(DefaultUnavailableRetryAfter), 10)}
+			writeProblem(w, http.StatusServiceUnavailable, problem503)
+			return
+		}
+		next.ServeHTTP(w, r)
+		return
+	}
+	if !g.o.Reveal {
+		if !d.Allowed {
+			g.o.Accepted.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+		return
+	}
+	g.fields.set(w.Header(), &d)
+	if !d.Allowed {
+		writeProblem(w, http.StatusTooManyRequests, problem429)
+		return
+	}
+	next.ServeHTTP(w, r)
+}

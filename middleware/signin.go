@@ -1,0 +1,314 @@
+package middleware
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/store"
+)
+
+// Default budgets of SignIn, after OWASP's guidance on authentication and
+// credential stuffing.
+var (
+	DefaultAccountIPFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
+	DefaultAccountFailures   = limiter.Budget{Limit: 20, Window: time.Hour}
+	DefaultIPAttempts        = limiter.Budget{Limit: 100, Window: time.Hour}
+)
+
+// DefaultBackoffHistory is how long Backoff remembers lock-outs by default.
+const DefaultBackoffHistory = 24 * time.Hour
+
+// Backoff lengthens the lock-outs of an (account, client IP) pair that keeps
+// failing. The first time its failures budget is spent, the pair waits out
+// the rest of that budget's window, as without Backoff. Each further time
+// within History, the wait doubles: the k-th lock-out lasts
+// min(Window × 2^(k-1), Max) from the failure that spent the budget. The
+// count of lock-outs outlives the budget's window, for History from the
+// latest; a successful sign-in from the pair forgets it.
+type Backoff struct {
+	// Max caps a lock-out; zero turns Backoff off.
+	Max time.Duration
+	// History is how long lock-outs are remembered; zero means
+	// DefaultBackoffHistory.
+	History time.Duration
+}
+
+// SignInOptions configure SignIn. The zero value gives the defaults.
+type SignInOptions struct {
+	// Name prefixes the names of the three budgets in logs and RateLimit
+	// fields: NAME-account-ip, NAME-account and NAME-ip; "" means
+	// "signin".
+	Name string
+	// AccountIPFailures bounds the failures of one account from one client
+	// IP; zero means DefaultAccountIPFailures (5 per 15 minutes).
+	AccountIPFailures limiter.Budget
+	// AccountFailures bounds the failures of one account from all clients,
+	// looser, so that a distributed guesser is stopped while a real user
+	// on their own network is rarely locked out by strangers; zero means
+	// DefaultAccountFailures (20 per hour).
+	AccountFailures limiter.Budget
+	// IPAttempts bounds the attempts, failed or not, of one client IP on
+	// all accounts: credential stuffing and password spraying; zero means
+	// DefaultIPAttempts (100 per hour).
+	IPAttempts limiter.Budget
+	// Backoff lengthens repeated lock-outs; the zero value is off.
+	Backoff Backoff
+	// Field is the form or JSON body field holding the account name; ""
+	// means "username".
+	Field string
+	// Normalize canonicalises the account name; nil means
+	// keyfunc.NormalizeUsername. A name it rejects is counted under its
+	// raw form and passed to the handler, which answers it like a wrong
+	// password.
+	Normalize func(string) (string, error)
+	// Body bounds how much of the body is read to find Field.
+	Body keyfunc.BodyOptions
+	// IP configures the client address (trusted proxies, IPv6 prefix).
+	IP keyfunc.IPOptions
+	// Success tells a successful sign-in by its status when the handler
+	// reports nothing; nil means status < 400.
+	Success func(status int) bool
+	// ShowRemaining sends the attempts left in the RateLimit fields. Off by
+	// default: it tells a guesser how to pace.
+	ShowRemaining bool
+	// LegacyHeaders adds X-RateLimit-* fields.
+	LegacyHeaders bool
+	// OnLimit replaces the 429 answer.
+	OnLimit func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
+	// Unavailable is what to answer when the store is unavailable; Default
+	// means Local: guessing stays limited per instance, and users can still
+	// sign in.
+	Unavailable Policy
+	// UnavailableRetryAfter is the Retry-After of a 503; 0 means
+	// DefaultUnavailableRetryAfter.
+	UnavailableRetryAfter time.Duration
+	// Logger receives the guard's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// SignInGuard throttles a sign-in handler. Build one with SignIn.
+type SignInGuard struct {
+	l        *limiter.Limiter
+	o        SignInOptions
+	ip       *keyfunc.IPKeyer
+	account  keyfunc.Func
+	fields   *fields
+	retry503 []string
+	log      *slog.Logger
+	warn     rate.Sometimes
+}
+
+// The indexes of the keys of one sign-in attempt.
+const (
+	keyAccountIP = iota
+	keyAccount
+	keyIP
+)
+
+// SignIn returns a guard for a sign-in handler, counting in h (which it
+// claims). Each attempt is counted in one atomic store update against three
+// budgets: failures per (account, client IP), failures per account, and
+// attempts per client IP. The attempt is charged before the handler runs, so
+// that concurrent guesses cannot all reach the password check, and when the
+// handler reports success (ReportSuccess, or a status Success accepts) the
+// account's failure is refunded and the (account, IP) failures are cleared.
+//
+// The guard never learns whether an account exists, so its answers for a
+// known and an unknown account are the same at every attempt count: status,
+// headers and body. The handler must keep that too: answer an unknown
+// account exactly like a wrong password, in comparable time.
+func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
+	if o.Name == "" {
+		o.Name = "signin"
+	}
+	if o.AccountIPFailures == (limiter.Budget{}) {
+		o.AccountIPFailures = DefaultAccountIPFailures
+	}
+	if o.AccountFailures == (limiter.Budget{}) {
+		o.AccountFailures = DefaultAccountFailures
+	}
+	if o.IPAttempts == (limiter.Budget{}) {
+		o.IPAttempts = DefaultIPAttempts
+	}
+	if o.Field == "" {
+		o.Field = "username"
+	}
+	if o.Normalize == nil {
+		o.Normalize = keyfunc.NormalizeUsername
+	}
+	if o.Success == nil {
+		o.Success = func(status int) bool { return status < 400 }
+	}
+	if o.UnavailableRetryAfter <= 0 {
+		o.UnavailableRetryAfter = DefaultUnavailableRetryAfter
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Backoff.Max != 0 {
+		if o.Backoff.History == 0 {
+			o.Backoff.History = DefaultBackoffHistory
+		}
+		if o.Backoff.Max < o.AccountIPFailures.Window || o.Backoff.Max > limiter.MaxWindow || o.Backoff.History < time.Minute || o.Backoff.History > limiter.MaxWindow {
+			return nil, fmt.Errorf("middleware %q: Backoff max %v must be from the account-IP window %v to %v, and history %v from 1m to %v",
+				o.Name, o.Backoff.Max, o.AccountIPFailures.Window, limiter.MaxWindow, o.Backoff.History, limiter.MaxWindow)
+		}
+	}
+	names := []string{o.Name + "-account-ip", o.Name + "-account", o.Name + "-ip"}
+	budgets := []limiter.Budget{o.AccountIPFailures, o.AccountFailures, o.IPAttempts}
+	for i, b := range budgets {
+		if !isToken(names[i]) {
+			return nil, fmt.Errorf("middleware: name %q is not a token of letters, digits and -_.", o.Name)
+		}
+		if err := b.Validate(); err != nil {
+			return nil, fmt.Errorf("middleware %q: %s: %w", o.Name, names[i], err)
+		}
+	}
+	policy, err := o.Unavailable.limiter(limiter.Local)
+	if err != nil {
+		return nil, err
+	}
+	ip, err := keyfunc.NewIP(o.IP)
+	if err != nil {
+		return nil, fmt.Errorf("middleware %q: %w", o.Name, err)
+	}
+	l, err := limiter.New(h, limiter.Options{Name: o.Name, Budget: o.IPAttempts, Unavailable: policy, Logger: o.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("middleware: %w", err)
+	}
+	return &SignInGuard{
+		l:        l,
+		o:        o,
+		ip:       ip,
+		account:  keyfunc.BodyField(o.Field, o.Body),
+		fields:   newFields(names, budgets, !o.ShowRemaining, o.LegacyHeaders),
+		retry503: []string{strconv.FormatInt(ceilSeconds(o.UnavailableRetryAfter), 10)},
+		log:      o.Logger.With("limiter", o.Name),
+		warn:     rate.Sometimes{Interval: time.Second},
+	}, nil
+}
+
+// Limiter returns the guard's limiter.
+func (g *SignInGuard) Limiter() *limiter.Limiter { return g.l }
+
+// Close releases what the guard's limiter holds of its own.
+func (g *SignInGuard) Close() error { return g.l.Close() }
+
+// Account returns the key under which the guard counts the account named in
+// r's body: the normalised name, or the raw value (marked as such) when
+// normalisation rejects it, or "" when the body has none. The body is
+// restored for the handler.
+func (g *SignInGuard) Account(r *http.Request) string {
+	raw, err := g.account(r)
+	if err != nil {
+		return ""
+	}
+	name, err := g.o.Normalize(raw)
+	if err != nil {
+		return keyfunc.JoinKeys("raw", strings.TrimSpace(raw))
+	}
+	return name
+}
+
+// Wrap returns next guarded by g.
+func (g *SignInGuard) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, next) })
+}
+
+func (g *SignInGuard) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	ip, err := g.ip.Key(r)
+	if err != nil {
+		g.warn.Do(func() { g.log.Warn("sign-in refused: no client address", "kind", KindNoKey, "err", err) })
+		writeProblem(w, http.StatusBadRequest, problem400)
+		return
+	}
+	account := g.Account(r)
+	accountIP := keyfunc.JoinKeys("account-ip", account, ip)
+	// Counted even if the client hangs up right after sending.
+	ctx := context.WithoutCancel(r.Context())
+	d, err := g.l.AttemptEach(ctx,
+		limiter.Charge{Key: accountIP, Budget: g.o.AccountIPFailures},
+		limiter.Charge{Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
+		limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts},
+	)
+	if err != nil {
+		g.log.Error("sign-in attempt not counted", "kind", "signin-count-failed", "err", err)
+		writeProblem(w, http.StatusBadRequest, problem400)
+		return
+	}
+	if d.Unavailable && !d.Local {
+		if !d.Allowed {
+			w.Header()["Retry-After"] = g.retry503
+			writeProblem(w, http.StatusServiceUnavailable, problem503)
+			return
+		}
+		next.ServeHTTP(w, r)
+		return
+	}
+	g.fields.set(w.Header(), &d)
+	if !d.Allowed {
+		if g.o.OnLimit != nil {
+			g.o.OnLimit(w, r, d)
+			return
+		}
+		writeProblem(w, http.StatusTooManyRequests, problem429)
+		return
+	}
+	out := &outcome{}
+	rw := &responseWriter{ResponseWriter: w}
+	next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), outcomeKey{}, out)))
+	if out.said == saidSuccess || (out.said == saidNothing && g.o.Success(rw.Status())) {
+		g.succeeded(ctx, d, account, ip)
+		return
+	}
+	if g.o.Backoff.Max > 0 && d.RemainingOf(keyAccountIP) == 0 {
+		g.lockOut(ctx, accountIP, account, ip)
+	}
+}
+
+// succeeded refunds the account's failure and clears the (account, IP)
+// failures and lock-outs.
+func (g *SignInGuard) succeeded(ctx context.Context, d limiter.Decision, account, ip string) {
+	err := g.l.Refund(ctx, d.Only(keyAccount))
+	for _, k := range []string{d.Keys()[keyAccountIP], keyfunc.JoinKeys("lockouts", account, ip)} {
+		if err == nil {
+			err = g.l.Reset(ctx, k)
+		}
+	}
+	if err != nil {
+		g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
+	}
+}
+
+// lockOut counts a lock-out of (account, IP), whose failures budget the
+// attempt just spent, and lengthens it from the second on.
+func (g *SignInGuard) lockOut(ctx context.Context, accountIP, account, ip string) {
+	b := g.o.Backoff
+	d, err := g.l.AttemptEach(ctx, limiter.Charge{Key: keyfunc.JoinKeys("lockouts", account, ip), Budget: limiter.Budget{Limit: limiter.MaxLimit, Window: b.History}})
+	if err != nil || !d.Allowed || d.Unavailable {
+		return
+	}
+	k := limiter.MaxLimit - d.Remaining // lock-outs within History, this one included
+	if k < 2 {
+		return
+	}
+	wait := g.o.AccountIPFailures.Window
+	for i := 1; i < k && wait < b.Max; i++ {
+		wait *= 2
+	}
+	wait = min(wait, b.Max)
+	if err := g.l.Block(ctx, accountIP, wait); err != nil {
+		g.log.Warn("lock-out not lengthened", "kind", "signin-backoff-failed", "err", err)
+	}
+}
+
+var problem400 = []byte(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")

@@ -1,0 +1,289 @@
+package middleware_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gatecount/gatecount/internal/clock"
+	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/middleware"
+)
+
+// passwords is a sign-in handler: alice's password is "right"; anyone else
+// is answered like a wrong password.
+type passwords struct{ checks atomic.Int64 }
+
+func (p *passwords) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.checks.Add(1)
+	r.ParseForm()
+	name, _ := keyfunc.NormalizeUsername(r.PostForm.Get("username"))
+	if name == "alice" && r.PostForm.Get("password") == "right" {
+		http.SetCookie(w, &http.Cookie{Name: "session", Value: "s"})
+		w.WriteHeader(200)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	io.WriteString(w, `{"error":"invalid username or password"}`)
+}
+
+func signIn(t testing.TB, clk *clock.Fake, o middleware.SignInOptions) (*middleware.SignInGuard, *passwords, http.Handler) {
+	t.Helper()
+	s := memStore(t, clk)
+	o.Logger = quiet
+	if o.IP.TrustedProxies == nil {
+		proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+		o.IP.TrustedProxies = proxies
+	}
+	g, err := middleware.SignIn(handle(t, s, "signin:"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	p := &passwords{}
+	return g, p, g.Wrap(p)
+}
+
+func login(h http.Handler, ip, user, password string) *httptest.ResponseRecorder {
+	form := url.Values{"username": {user}, "password": {password}}.Encode()
+	r := httptest.NewRequest("POST", "/login", strings.NewReader(form))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.RemoteAddr = "127.0.0.1:4000"
+	r.Header.Set("X-Forwarded-For", ip)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func TestSignInConcurrentGuesses(t *testing.T) {
+	_, p, h := signIn(t, nil, middleware.SignInOptions{})
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Add(1)
+		go func() { defer wg.Done(); login(h, "192.0.2.1", "alice", "wrong") }()
+	}
+	wg.Wait()
+	if n := p.checks.Load(); n != 5 {
+		t.Fatalf("%d of 200 concurrent guesses reached the password check, want 5", n)
+	}
+}
+
+func TestSignInSuccessClearsFailures(t *testing.T) {
+	_, p, h := signIn(t, nil, middleware.SignInOptions{})
+	for range 4 {
+		if c := login(h, "192.0.2.1", "alice", "wrong").Code; c != 401 {
+			t.Fatal(c)
+		}
+	}
+	w := login(h, "192.0.2.1", "Alice ", "right")
+	if w.Code != 200 || w.Header().Get("Set-Cookie") == "" {
+		t.Fatalf("right password after 4 failures: %d", w.Code)
+	}
+	for i := range 5 { // the slate is clean: five more failures are allowed
+		if c := login(h, "192.0.2.1", "alice", "wrong").Code; c != 401 {
+			t.Fatalf("failure %d after a success: %d", i+1, c)
+		}
+	}
+	w = login(h, "192.0.2.1", "alice", "right")
+	if w.Code != 429 || w.Header().Get("Set-Cookie") != "" || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("blocked, right password: %d %v", w.Code, w.Header())
+	}
+	if p.checks.Load() != 10 {
+		t.Fatalf("password checks %d, want 10", p.checks.Load())
+	}
+}
+
+func TestSignInOnlyFailuresCount(t *testing.T) {
+	_, _, h := signIn(t, nil, middleware.SignInOptions{})
+	for i := range 50 {
+		if c := login(h, "192.0.2.1", "alice", "right").Code; c != 200 {
+			t.Fatalf("success %d: %d", i+1, c)
+		}
+	}
+}
+
+func TestSignInStuffingAndDistributedGuessing(t *testing.T) {
+	_, _, h := signIn(t, nil, middleware.SignInOptions{})
+	// One IP, 1,000 accounts, one try each: the per-IP budget stops it.
+	passed := 0
+	for i := range 1000 {
+		if login(h, "198.51.100.1", fmt.Sprintf("user%d", i), "guess").Code == 401 {
+			passed++
+		}
+	}
+	if passed != 100 {
+		t.Fatalf("credential stuffing: %d tries reached the check, want 100", passed)
+	}
+	// 100 IPs, one account: the per-account budget stops it, while the
+	// owner gets in from elsewhere while it has room.
+	passed = 0
+	for i := range 100 {
+		if i == 10 {
+			if c := login(h, "203.0.113.250", "alice", "right").Code; c != 200 {
+				t.Fatalf("owner during the attack: %d", c)
+			}
+		}
+		if login(h, fmt.Sprintf("203.0.113.%d", i), "alice", "guess").Code == 401 {
+			passed++
+		}
+	}
+	if passed != 20 {
+		t.Fatalf("distributed guessing: %d guesses reached the check, want 20", passed)
+	}
+}
+
+// The guard's answers for a known and an unknown account are the same, byte
+// for byte, at every attempt count.
+func TestSignInEnumerationSafe(t *testing.T) {
+	clk := clock.NewFake(t0)
+	_, _, h := signIn(t, clk, middleware.SignInOptions{})
+	for i := range 8 {
+		known := login(h, "192.0.2.1", "alice", "wrong")
+		unknown := login(h, "192.0.2.2", "mallory", "wrong")
+		if !bytes.Equal(dump(known), dump(unknown)) {
+			t.Fatalf("attempt %d differs:\nknown:   %s\nunknown: %s", i+1, dump(known), dump(unknown))
+		}
+		if i >= 5 && known.Code != 429 {
+			t.Fatalf("attempt %d: %d", i+1, known.Code)
+		}
+		clk.Advance(time.Second)
+	}
+}
+
+func dump(w *httptest.ResponseRecorder) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%d\n", w.Code)
+	w.Header().Write(&b)
+	b.Write(w.Body.Bytes())
+	return b.Bytes()
+}
+
+func TestSignInHidesRemaining(t *testing.T) {
+	_, _, h := signIn(t, nil, middleware.SignInOptions{})
+	w := login(h, "192.0.2.1", "alice", "wrong")
+	if rl := w.Header().Get("RateLimit"); strings.Contains(rl, "r=") || !strings.Contains(rl, "t=") {
+		t.Errorf("RateLimit %q", rl)
+	}
+	if p := w.Header().Get("RateLimit-Policy"); !strings.Contains(p, `"signin-account-ip";q=5;w=900`) {
+		t.Errorf("RateLimit-Policy %q", p)
+	}
+}
+
+func TestSignInRejectedNameLikeWrongPassword(t *testing.T) {
+	_, p, h := signIn(t, nil, middleware.SignInOptions{})
+	for i := range 6 {
+		w := login(h, "192.0.2.1", "bad\x00name", "x")
+		if want := map[bool]int{true: 401, false: 429}[i < 5]; w.Code != want {
+			t.Fatalf("attempt %d: %d, want %d", i+1, w.Code, want)
+		}
+	}
+	if p.checks.Load() != 5 {
+		t.Fatalf("checks %d", p.checks.Load())
+	}
+}
+
+func TestSignInBackoff(t *testing.T) {
+	clk := clock.NewFake(t0)
+	_, _, h := signIn(t, clk, middleware.SignInOptions{
+		AccountIPFailures: limiter.Budget{Limit: 2, Window: time.Minute},
+		Backoff:           middleware.Backoff{Max: 10 * time.Minute},
+	})
+	wait := func() time.Duration {
+		w := login(h, "192.0.2.1", "alice", "wrong")
+		if w.Code != 429 {
+			t.Fatalf("not locked out: %d", w.Code)
+		}
+		var s int
+		fmt.Sscan(w.Header().Get("Retry-After"), &s)
+		return time.Duration(s) * time.Second
+	}
+	// Lock-out k lasts min(1m × 2^(k-1), 10m).
+	for k, want := range []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 10 * time.Minute, 10 * time.Minute} {
+		login(h, "192.0.2.1", "alice", "wrong")
+		login(h, "192.0.2.1", "alice", "wrong")
+		if got := wait(); got != want {
+			t.Fatalf("lock-out %d: wait %v, want %v", k+1, got, want)
+		}
+		clk.Advance(want)
+	}
+	// A success forgets the history.
+	if c := login(h, "192.0.2.1", "alice", "right").Code; c != 200 {
+		t.Fatal(c)
+	}
+	login(h, "192.0.2.1", "alice", "wrong")
+	login(h, "192.0.2.1", "alice", "wrong")
+	if got := wait(); got != time.Minute {
+		t.Fatalf("after a success: wait %v", got)
+	}
+	if _, err := middleware.SignIn(handle(t, memStore(t, nil), "x:"), middleware.SignInOptions{Backoff: middleware.Backoff{Max: time.Second}}); err == nil {
+		t.Error("Backoff.Max shorter than the window accepted")
+	}
+}
+
+// countingReader counts the bytes read from a large body.
+type countingReader struct {
+	n, size int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if c.n >= c.size {
+		return 0, io.EOF
+	}
+	k := min(int64(len(p)), c.size-c.n)
+	for i := range p[:k] {
+		p[i] = 'a'
+	}
+	c.n += k
+	return int(k), nil
+}
+
+func TestSignInHugeBodyReadOnlyToBound(t *testing.T) {
+	g, _, _ := signIn(t, nil, middleware.SignInOptions{})
+	body := &countingReader{size: 100 << 20}
+	reached := false
+	h := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached = true; w.WriteHeader(401) }))
+	r := httptest.NewRequest("POST", "/login", io.NopCloser(body))
+	r.ContentLength = body.size
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if body.n > keyfunc.DefaultMaxBodyBytes+4096 {
+		t.Fatalf("read %d bytes of a 100 MB body", body.n)
+	}
+	if !reached || w.Code != 401 {
+		t.Fatalf("handler reached %v, status %d", reached, w.Code)
+	}
+}
+
+func TestSignInClientGoneStillCounted(t *testing.T) {
+	_, p, h := signIn(t, nil, middleware.SignInOptions{})
+	for range 5 {
+		form := url.Values{"username": {"alice"}, "password": {"wrong"}}.Encode()
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // the client hung up right after sending
+		r := httptest.NewRequestWithContext(ctx, "POST", "/login", strings.NewReader(form))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.RemoteAddr = "192.0.2.9:1"
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	w := httptest.NewRecorder()
+	form := url.Values{"username": {"alice"}, "password": {"right"}}.Encode()
+	r := httptest.NewRequest("POST", "/login", strings.NewReader(form))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.RemoteAddr = "192.0.2.9:1"
+	h.ServeHTTP(w, r)
+	if w.Code != 429 || p.checks.Load() != 5 {
+		t.Fatalf("after 5 abandoned guesses: %d, %d checks", w.Code, p.checks.Load())
+	}
+}

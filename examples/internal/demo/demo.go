@@ -33,8 +33,8 @@ type App struct {
 	Config  config.Config
 	Addr    string
 	Store   *config.Opened
-	Execute *middleware.Middleware // POST /execute, per caller
-	Health  *middleware.Middleware // GET /health and /ready, per IP
+	Execute *middleware.Middleware  // POST /execute, per caller
+	Health  *middleware.Middleware  // GET /health and /ready, per IP
 	Login   *middleware.SignInGuard // POST /login
 	Reset   *middleware.SendGuard   // POST /password-reset
 	Log     *slog.Logger

@@ -1,0 +1,139 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// SchemaVersion is the schema version this package needs: the number of the
+// last migration embedded in it.
+var SchemaVersion = func() int {
+	ms, err := migrations()
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].version
+}()
+
+// ErrNotMigrated is returned by Open and New when the database's schema is
+// older than SchemaVersion: run Migrate first (or set Options.AutoMigrate).
+var ErrNotMigrated = errors.New("sqlite: limit store schema not migrated")
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations returns the embedded migrations in version order. A file is
+// named NNNN_what.sql, NNNN its version.
+func migrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, n := range names {
+		base := strings.TrimPrefix(n, "migrations/")
+		num, _, ok := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v < 1 {
+			return nil, fmt.Errorf("sqlite: migration file %q is not named NNNN_what.sql", base)
+		}
+		b, err := migrationFiles.ReadFile(n)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: base, sql: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i, m := range ms {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("sqlite: migration %q out of sequence, want version %d", m.name, i+1)
+		}
+	}
+	return ms, nil
+}
+
+const schemaTable = `CREATE TABLE IF NOT EXISTS gatecount_limit_schema (
+    version    INTEGER NOT NULL PRIMARY KEY,
+    applied_at INTEGER NOT NULL
+)`
+
+// Migrate brings the limit store's tables in db up to SchemaVersion, applying
+// each embedded migration the database has not had, in order, in one
+// BEGIN IMMEDIATE transaction: all of them or none. It is idempotent, and safe
+// to run from several processes at once on one file: they take turns and the
+// later ones find nothing to do. It also turns on WAL mode, which the file
+// keeps.
+//
+// db must use the driver of modernc.org/sqlite (driver name "sqlite").
+func Migrate(ctx context.Context, db *sql.DB) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	defer conn.Close()
+	if err := setPragmas(ctx, conn, defaultBusyTimeout, false); err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("sqlite: migrate: begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	if _, err := conn.ExecContext(ctx, schemaTable); err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	var have int
+	if err := conn.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM gatecount_limit_schema").Scan(&have); err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	for _, m := range ms {
+		if m.version <= have {
+			continue
+		}
+		if _, err := conn.ExecContext(ctx, m.sql); err != nil {
+			return fmt.Errorf("sqlite: migrate: %s: %w", m.name, err)
+		}
+		if _, err := conn.ExecContext(ctx, "INSERT INTO gatecount_limit_schema (version, applied_at) VALUES (?, unixepoch())", m.version); err != nil {
+			return fmt.Errorf("sqlite: migrate: %s: %w", m.name, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("sqlite: migrate: commit: %w", err)
+	}
+	committed = true
+	return nil
+}
+
+// schemaVersion returns the version the database was migrated to, 0 when
+// it never was.
+func schemaVersion(ctx context.Context, conn *sql.Conn) (int, error) {
+	var n int
+	err := conn.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'gatecount_limit_schema'").Scan(&n)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	var v int
+	err = conn.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM gatecount_limit_schema").Scan(&v)
+	return v, err
+}

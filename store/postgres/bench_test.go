@@ -1,0 +1,238 @@
+package postgres
+
+// Benchmarks of the store against the single-statement floor, in one run:
+//
+//	go test -run '^$' -bench . -benchmem ./store/postgres/
+//
+// Each benchmark runs at pool concurrency 1 and 8 (that many goroutines on
+// a pool of that many connections) and reports ops/s and the p50 and p99
+// latency of one call. "hot" counts on one key, "random" on keys drawn from
+// a million, almost all new.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/store"
+)
+
+var benchConcurrency = []int{1, 8}
+
+// benchPool opens a pool of conns connections, with extra run-time
+// parameters.
+func benchPool(b *testing.B, conns int, params map[string]string) *pgxpool.Pool {
+	b.Helper()
+	newPool(b) // skips or fails when unreachable; migrates
+	cfg, err := pgxpool.ParseConfig(testURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = int32(conns)
+	cfg.MinConns = int32(conns)
+	for k, v := range params {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
+}
+
+// keySource returns, per call, the key to count: one hot key, or a random
+// one.
+func keySource(hot bool) func(r *rand.Rand) string {
+	if hot {
+		k := "hot-" + randomPrefix("k")
+		return func(*rand.Rand) string { return k }
+	}
+	run := randomPrefix("r")
+	return func(r *rand.Rand) string { return run + strconv.Itoa(r.IntN(1_000_000)) }
+}
+
+// runConcurrent runs b.N calls of op on conc goroutines and reports ops/s
+// and per-call p50 and p99.
+func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, r *rand.Rand) error) {
+	b.Helper()
+	ctx := context.Background()
+	lat := make([][]time.Duration, conc)
+	var wg sync.WaitGroup
+	var failed sync.Once
+	var firstErr error
+	b.ResetTimer()
+	start := time.Now()
+	for g := range conc {
+		n := b.N / conc
+		if g < b.N%conc {
+			n++
+		}
+		lat[g] = make([]time.Duration, 0, n)
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
+			for range n {
+				t0 := time.Now()
+				if err := op(ctx, r); err != nil {
+					failed.Do(func() { firstErr = err })
+					return
+				}
+				lat[g] = append(lat[g], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+}
+
+func BenchmarkSelect1(b *testing.B) {
+	for _, conc := range benchConcurrency {
+		b.Run(fmt.Sprintf("c%d", conc), func(b *testing.B) {
+			pool := benchPool(b, conc, nil)
+			runConcurrent(b, conc, func(ctx context.Context, _ *rand.Rand) error {
+				var one int
+				return pool.QueryRow(ctx, "SELECT 1").Scan(&one)
+			})
+		})
+	}
+}
+
+// BenchmarkUpsertCounter is the floor a special-purpose store could reach:
+// a fixed-window counter in one INSERT ... ON CONFLICT DO UPDATE ...
+// RETURNING on a table of its own, without a bound or all-or-nothing keys.
+// "async" commits as this store does by default; "sync" waits for the WAL
+// flush.
+func BenchmarkUpsertCounter(b *testing.B) {
+	table := "gatecount_bench_" + randomPrefix("t")[2:14]
+	admin := newPool(b)
+	ctx := context.Background()
+	if _, err := admin.Exec(ctx, "CREATE TABLE "+table+` (
+		keyhash bytea PRIMARY KEY, value bigint NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { admin.Exec(context.Background(), "DROP TABLE "+table) })
+	q := `INSERT INTO ` + table + ` AS t (keyhash, value, expires_at)
+VALUES ($1, 1, now() + interval '1 minute')
+ON CONFLICT (keyhash) DO UPDATE SET
+  value = CASE WHEN t.expires_at <= now() THEN 1 ELSE t.value + 1 END,
+  expires_at = CASE WHEN t.expires_at <= now() THEN EXCLUDED.expires_at ELSE t.expires_at END
+RETURNING value, expires_at`
+	for _, commit := range []string{"async", "sync"} {
+		for _, hot := range []bool{true, false} {
+			for _, conc := range benchConcurrency {
+				b.Run(fmt.Sprintf("%s/%s/c%d", commit, keysName(hot), conc), func(b *testing.B) {
+					params := map[string]string{}
+					if commit == "async" {
+						params["synchronous_commit"] = "off"
+					}
+					pool := benchPool(b, conc, params)
+					key := keySource(hot)
+					runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
+						var v int64
+						var e time.Time
+						return pool.QueryRow(ctx, q, []byte(key(r))).Scan(&v, &e)
+					})
+				})
+			}
+		}
+	}
+}
+
+func keysName(hot bool) string {
+	if hot {
+		return "hot"
+	}
+	return "random"
+}
+
+// benchHandle opens a store of its own secret on a pool of conc
+// connections.
+func benchHandle(b *testing.B, conc int) *store.Handle {
+	b.Helper()
+	pool := benchPool(b, conc, nil)
+	s := newStore(b, pool, Options{Secret: randomSecret()})
+	return newHandle(b, s, "bench")
+}
+
+// BenchmarkUpdate is the generic path: two round trips, apply in between.
+func BenchmarkUpdate(b *testing.B) {
+	incr := func(now time.Time, es []store.Entry) error {
+		var n int64
+		if es[0].Live() {
+			var err error
+			if n, err = store.ParseCount(es[0].Value); err != nil {
+				return err
+			}
+		} else {
+			es[0].ExpiresAt = now.Add(time.Minute)
+		}
+		es[0].Value = store.AppendCount(es[0].Value[:0], n+1)
+		return nil
+	}
+	for _, hot := range []bool{true, false} {
+		for _, conc := range benchConcurrency {
+			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
+				h := benchHandle(b, conc)
+				key := keySource(hot)
+				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
+					return h.Update(ctx, []string{key(r)}, incr)
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkCount is Handle.Count through the native Counter: one statement.
+func BenchmarkCount(b *testing.B) {
+	caps := []store.Cap{{Max: 1 << 40, Window: time.Minute}}
+	for _, hot := range []bool{true, false} {
+		for _, conc := range benchConcurrency {
+			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
+				h := benchHandle(b, conc)
+				key := keySource(hot)
+				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
+					_, err := h.Count(ctx, []string{key(r)}, caps, 1)
+					return err
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkLimiterAttempt is limiter.Attempt over this store.
+func BenchmarkLimiterAttempt(b *testing.B) {
+	for _, hot := range []bool{true, false} {
+		for _, conc := range benchConcurrency {
+			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
+				h := benchHandle(b, conc)
+				l, err := limiter.New(h, limiter.Options{Name: "bench", Budget: limiter.Budget{Limit: limiter.MaxLimit, Window: time.Minute}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { l.Close() })
+				key := keySource(hot)
+				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
+					_, err := l.Attempt(ctx, key(r))
+					return err
+				})
+			})
+		}
+	}
+}

@@ -1,0 +1,33 @@
+package sqlite_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/sqlite"
+	"github.com/gatecount/gatecount/store/storetest"
+)
+
+// TestContract runs the contract suite with two stores, each with its own
+// *sql.DB, on one file, as two processes of an app would hold it.
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Pair {
+		path := tempFile(t)
+		first := open(t, path, sqlite.Options{})
+		second := open(t, path, sqlite.Options{})
+		return storetest.Pair{
+			First:  handle(t, first, "contract:"),
+			Second: handle(t, second, "contract:"),
+			Other:  handle(t, first, "contract-other:"),
+			NewBounded: func(max int) (*store.Handle, error) {
+				path := filepath.Join(t.TempDir(), "bounded.db")
+				s, err := sqlite.Open(t.Context(), path, sqlite.Options{Secret: secretA, MaxEntries: max, AutoMigrate: true})
+				if err != nil {
+					return nil, err
+				}
+				return s.Handle("bounded:")
+			},
+		}
+	})
+}

@@ -1,0 +1,827 @@
+// Package redisstore is the Redis limit store: entries in a Redis shared by
+// every instance of an app, on the Redis server's clock. It works over any
+// go-redis v9 redis.UniversalClient: a single node, Sentinel (a failover
+// client) or Cluster.
+//
+//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+//	s, err := redisstore.New(ctx, client, redisstore.Options{Secret: secret})
+//	...
+//	signIn, err := s.Handle("signin:")
+//
+// or, from the environment configuration, with a URL:
+//
+//	RATE_LIMIT_STORE_URL=redis://[user:password@]host:6379/0   plain TCP
+//	RATE_LIMIT_STORE_URL=rediss://[user:password@]host:6380/0  TLS
+//
+// which OpenURL turns into a store with a client of its own (see OpenURL for
+// the client settings it picks).
+//
+// # Keys
+//
+// No key is kept in clear. An entry lives under
+//
+//	gatecount:{<tag>}:<fingerprint>:<hex HMAC-SHA-256 of prefix and key>
+//
+// where the fingerprint names the secret (see package keyhash) and the tag,
+// sixteen hex digits, is derived from the handle's prefix under the secret.
+// The braces make the tag Redis Cluster's hash tag: every key of one handle,
+// and its live index, lands on one hash slot, so that a multi-key Update or
+// Count runs as one script on one node. The cost is twofold. A limiter's
+// keys cannot be spread over the Cluster: all the traffic of one limiter (of
+// sign-in, say) goes to one node, which bounds that limiter's throughput by
+// one node's, though different limiters land on different nodes. And no
+// single call can update keys of two handles atomically: a limit that must
+// count two things together names both keys through one handle.
+//
+// After the secret is rotated, keys carry the new fingerprint (and new
+// HMACs and tags): entries written under the old secret are neither read nor
+// counted against the bound; Redis removes them when they expire.
+//
+// The value of an entry is the string "<expiry in Unix ms>:<value JSON>",
+// set with PXAT at its expiry, so Redis itself expires it.
+//
+// # Exact updates
+//
+// Update is optimistic and exact: one script reads the entries and the
+// server's TIME in one step, apply runs in this process, and a second script
+// writes apply's result only if every key still holds exactly what was read
+// and every entry read as live is still live; otherwise nothing is written
+// and the update starts over, with a short random backoff. Since that check
+// and the write are one atomic step, an update that is written acts as if it
+// had read, applied and written at that step, which makes concurrent updates
+// of one key, from any number of instances, count one at a time. An update
+// that leaves its entries as they were writes nothing. An Update still
+// conflicting after Options.MaxRetries retries is answered unavailable
+// (overloaded, ErrContention); Backend.Retries counts the attempts that
+// conflicted. Count, the fixed-window counter limiters use, needs no retry:
+// it is one script, one round trip, doing what the generic Count does.
+//
+// # The bound
+//
+// Live entries are counted without scanning. Each (tag, fingerprint) keeps a
+// sorted set, its live index, of entry -> expiry, updated by the same script
+// that writes the entries; its expired members are removed
+// (ZREMRANGEBYSCORE) before it is counted (ZCARD). The tags of a
+// fingerprint are listed in a set, gatecount:{<fingerprint>}:tags. A script
+// that adds entries checks, atomically, its own tag's live count plus the
+// live entries under the other tags, as this process last counted them,
+// against MaxEntries. The count of other tags is refreshed by every Sweep,
+// which the store runs every SweepInterval and whenever the bound seems
+// full, before a new key is refused. The bound is therefore exact for one
+// handle, and across handles can be passed by the entries other handles add
+// between two sweeps.
+//
+// # Redis settings
+//
+// Redis must not evict: set maxmemory-policy noeviction. Evicting a live
+// count would free an attacker's budget, and every entry has a TTL, so even
+// the volatile-* policies evict them. At start the store reads the policy
+// with CONFIG GET and logs an error of kind KindEvicting when Redis may
+// evict, or a warning of kind KindEvictionUnchecked when CONFIG is disabled
+// (as on many managed Redis services); check the setting by hand then.
+// With noeviction and a maxmemory, a full Redis refuses writes and the store
+// answers unavailable. Redis 6.2 or later is needed (SET PXAT), with Lua
+// scripting.
+//
+// # Faults
+//
+// The guard of package store bounds every call by its deadline, bounds the
+// calls in flight and opens its breaker when Redis keeps failing; the store
+// recovers by itself when Redis answers again. Give a client of your own
+// ContextTimeoutEnabled, so that a call abandoned at its deadline does not
+// hold its connection until the read timeout, and MaxRetries -1: a command
+// retried after a lost reply may count an attempt twice.
+package redisstore
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/keyhash"
+)
+
+// Defaults of Options.
+const (
+	DefaultSweepInterval = 15 * time.Second
+	DefaultMaxRetries    = 32
+)
+
+// Log kinds: the stable "kind" attribute of the logs this store writes, on
+// top of those of package store.
+const (
+	// KindEvicting: Redis's maxmemory-policy may evict live entries.
+	KindEvicting = "limit-store-evicting"
+	// KindEvictionUnchecked: the maxmemory-policy could not be read.
+	KindEvictionUnchecked = "limit-store-eviction-unchecked"
+	// KindSweepFailed: a background sweep failed.
+	KindSweepFailed = "limit-store-sweep-failed"
+)
+
+// ErrContention is the cause of the unavailable error (ReasonOverloaded) an
+// Update returns when it conflicted with concurrent updates of its keys
+// Options.MaxRetries times in a row.
+var ErrContention = errors.New("redisstore: update kept conflicting with concurrent updates")
+
+// ErrCorrupt is returned for a key that holds something other than an entry
+// in this store's encoding.
+var ErrCorrupt = errors.New("redisstore: value not in the store's encoding")
+
+// Options configure a Redis store.
+type Options struct {
+	// Secret keys the HMAC that names every key; at least
+	// keyhash.MinSecretLen bytes, the same on every instance of the app.
+	Secret []byte
+	// MaxEntries bounds the live entries under Secret; 0 means
+	// store.DefaultMaxEntriesDatabase (1,000,000).
+	MaxEntries int
+	// MaxRetries bounds how many times an Update that conflicts with
+	// concurrent updates of its keys is started over; 0 means
+	// DefaultMaxRetries. Past it, the Update is answered unavailable
+	// (ReasonOverloaded, ErrContention).
+	MaxRetries int
+	// SweepInterval is how often the store sweeps in the background; 0
+	// means DefaultSweepInterval.
+	SweepInterval time.Duration
+	// Store configures the guard.
+	Store store.Options
+}
+
+// New returns a Redis store over c behind the guard. It checks that Redis
+// answers (an error matching store.ErrUnavailable if not), loads its
+// scripts, checks maxmemory-policy and starts a background sweep, which runs
+// until the store is closed. Closing the store does not close c.
+func New(ctx context.Context, c redis.UniversalClient, o Options) (*store.Store, error) {
+	o.Store = o.Store.WithDefaults()
+	b, err := NewBackend(ctx, c, o)
+	if err != nil {
+		return nil, err
+	}
+	return store.New(b, o.Store), nil
+}
+
+// Backend is the Redis store's store.Backend and store.Counter. Most code
+// wants New, which wraps it in the guard; Store.Backend returns it.
+type Backend struct {
+	c          redis.UniversalClient
+	ownsClient bool
+	hasher     *keyhash.Hasher
+	fp         string
+	tags       string // the set of the fingerprint's tags
+	bound      *store.Bound
+	max        int
+	warnAt     int
+	maxRetries int
+	deadline   time.Duration
+	log        *slog.Logger
+	sweepLog   rate.Sometimes
+
+	retries atomic.Uint64
+	spaces  sync.Map // prefix -> *space
+	stripes [stripes]chan struct{}
+
+	mu    sync.Mutex
+	live  map[string]*atomic.Int64 // tag -> its live entries, as last counted
+	total atomic.Int64             // the sum of live
+
+	sweepMu   sync.Mutex
+	closeOnce sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+// space is what the backend knows of one prefix.
+type space struct {
+	tag        string
+	keyPrefix  string // "gatecount:{tag}:fingerprint:"
+	idx        string // the live index
+	live       *atomic.Int64
+	registered atomic.Bool
+}
+
+// NewBackend returns the backend New wraps, and starts its background sweep.
+// o.Store should already have its defaults (see store.Options.WithDefaults).
+func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backend, error) {
+	h, err := keyhash.New(o.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = store.DefaultMaxEntriesDatabase
+	}
+	if o.MaxRetries <= 0 {
+		o.MaxRetries = DefaultMaxRetries
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = DefaultSweepInterval
+	}
+	if o.Store.Deadline <= 0 {
+		o.Store.Deadline = store.DefaultDeadline
+	}
+	log := o.Store.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("store", "redis")
+	b := &Backend{
+		c:          c,
+		hasher:     h,
+		fp:         h.Fingerprint(),
+		tags:       "gatecount:{" + h.Fingerprint() + "}:tags",
+		bound:      store.NewBound(o.MaxEntries, log),
+		max:        o.MaxEntries,
+		warnAt:     o.MaxEntries - o.MaxEntries/5,
+		maxRetries: o.MaxRetries,
+		deadline:   o.Store.Deadline,
+		log:        log,
+		sweepLog:   rate.Sometimes{Interval: time.Minute},
+		live:       make(map[string]*atomic.Int64),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	for i := range b.stripes {
+		b.stripes[i] = make(chan struct{}, 1)
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redisstore: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
+	}
+	b.checkEviction(ctx)
+	for _, s := range []*redis.Script{readScript, writeScript, countScript, tidyScript} {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			return nil, fmt.Errorf("redisstore: loading a script: %w", store.Unavailable(store.ReasonDown, err))
+		}
+	}
+	if _, err := b.Sweep(ctx); err != nil {
+		return nil, err
+	}
+	go b.sweepEvery(o.SweepInterval)
+	return b, nil
+}
+
+// checkEviction logs when Redis may evict live entries, or when it cannot
+// tell.
+func (b *Backend) checkEviction(ctx context.Context) {
+	check := func(ctx context.Context, c redis.Cmdable) error {
+		m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			b.log.Warn("could not read Redis maxmemory-policy: make sure it is noeviction, or live counts may be evicted",
+				"kind", KindEvictionUnchecked, "err", err)
+			return nil
+		}
+		p, ok := m["maxmemory-policy"]
+		switch {
+		case !ok:
+			b.log.Warn("could not read Redis maxmemory-policy: make sure it is noeviction, or live counts may be evicted",
+				"kind", KindEvictionUnchecked)
+		case p != "noeviction":
+			b.log.Error("Redis may evict live counts, which frees the budget of whoever they count: set maxmemory-policy noeviction",
+				"kind", KindEvicting, "maxmemory_policy", p)
+		}
+		return nil
+	}
+	if cc, ok := b.c.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+		return
+	}
+	_ = check(ctx, b.c)
+}
+
+// Shared reports true: every instance using the Redis sees the same entries.
+func (b *Backend) Shared() bool { return true }
+
+type backing struct {
+	c  redis.UniversalClient
+	fp string
+}
+
+// Backing returns the client and the secret's fingerprint: two handles with
+// one prefix on one client and secret are refused.
+func (b *Backend) Backing() any { return backing{b.c, b.fp} }
+
+// Fingerprint returns the fingerprint of the secret, as it appears in key
+// names.
+func (b *Backend) Fingerprint() string { return b.fp }
+
+// Retries returns how many update attempts conflicted with a concurrent
+// update and were started over, since the backend was made.
+func (b *Backend) Retries() uint64 { return b.retries.Load() }
+
+// Live returns the live entries under the secret, as last counted.
+func (b *Backend) Live() int { return int(b.total.Load()) }
+
+func (b *Backend) space(prefix string) *space {
+	if sp, ok := b.spaces.Load(prefix); ok {
+		return sp.(*space)
+	}
+	sum := b.hasher.Sum(prefix, "") // keys are never empty: no key shares it
+	tag := hex.EncodeToString(sum[:8])
+	kp := "gatecount:{" + tag + "}:" + b.fp + ":"
+	sp := &space{tag: tag, keyPrefix: kp, idx: kp + "live", live: b.liveOf(tag)}
+	v, _ := b.spaces.LoadOrStore(prefix, sp)
+	return v.(*space)
+}
+
+// liveOf returns the counter of a tag's live entries.
+func (b *Backend) liveOf(tag string) *atomic.Int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.live[tag]
+	if n == nil {
+		n = new(atomic.Int64)
+		b.live[tag] = n
+	}
+	return n
+}
+
+// setLive records that a tag has n live entries.
+func (b *Backend) setLive(n *atomic.Int64, v int64) {
+	if v < 0 {
+		return
+	}
+	b.total.Add(v - n.Swap(v))
+}
+
+// elsewhere returns the live entries under the tags other than sp's.
+func (b *Backend) elsewhere(sp *space) int64 {
+	return max(b.total.Load()-sp.live.Load(), 0)
+}
+
+// names returns the Redis keys of keys, then the live index, and the
+// members that name them in the index. If locks is not nil, it adds the
+// stripe of each key to it.
+func (b *Backend) names(sp *space, prefix string, keys []string, locks *lockSet) (names, members []string) {
+	names = make([]string, len(keys)+1)
+	members = make([]string, len(keys))
+	var buf [64]byte
+	for i, k := range keys {
+		sum := b.hasher.Sum(prefix, k)
+		hex.Encode(buf[:], sum[:])
+		members[i] = string(buf[:])
+		names[i] = sp.keyPrefix + members[i]
+		if locks != nil {
+			locks.add(int(binary.BigEndian.Uint16(sum[:2])) % stripes)
+		}
+	}
+	names[len(keys)] = sp.idx
+	return names, members
+}
+
+// stripes is the number of local locks Update spreads keys over.
+const stripes = 1024
+
+// lockSet is the stripes of one Update's keys, distinct and ascending.
+type lockSet struct {
+	ord [store.MaxKeys]int
+	n   int
+}
+
+func (l *lockSet) add(s int) {
+	j := l.n
+	for j > 0 && l.ord[j-1] > s {
+		j--
+	}
+	if j > 0 && l.ord[j-1] == s {
+		return
+	}
+	copy(l.ord[j+1:l.n+1], l.ord[j:l.n])
+	l.ord[j] = s
+	l.n++
+}
+
+// lock takes the stripes of l in ascending order, which keeps it free of
+// deadlock, or gives up when ctx ends.
+func (b *Backend) lock(ctx context.Context, l *lockSet) error {
+	for i, s := range l.ord[:l.n] {
+		select {
+		case b.stripes[s] <- struct{}{}:
+		case <-ctx.Done():
+			for _, t := range l.ord[:i] {
+				<-b.stripes[t]
+			}
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (b *Backend) unlock(l *lockSet) {
+	for i := l.n - 1; i >= 0; i-- {
+		<-b.stripes[l.ord[i]]
+	}
+}
+
+// register lists sp's tag under the fingerprint, once.
+func (b *Backend) register(ctx context.Context, sp *space) {
+	if sp.registered.Load() {
+		return
+	}
+	if b.c.SAdd(ctx, b.tags, sp.tag).Err() == nil {
+		sp.registered.Store(true)
+	}
+}
+
+// decode splits a raw value into its expiry and value.
+func decode(raw string) (exp int64, value string, err error) {
+	i := strings.IndexByte(raw, ':')
+	if i > 0 {
+		exp, err = strconv.ParseInt(raw[:i], 10, 64)
+		if err == nil {
+			return exp, raw[i+1:], nil
+		}
+	}
+	return 0, "", ErrCorrupt
+}
+
+// read runs readScript on names and returns the server's time in Unix
+// milliseconds; raws[i] is the raw value of names[i] and present[i]
+// whether there is one.
+func (b *Backend) read(ctx context.Context, names []string, raws []string, present []bool) (int64, error) {
+	res, err := readScript.Run(ctx, b.c, names).Slice()
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != len(names)+2 {
+		return 0, fmt.Errorf("redisstore: read answered %d values for %d keys", len(res)-2, len(names))
+	}
+	now, err := serverTime(res[0], res[1])
+	if err != nil {
+		return 0, err
+	}
+	for i := range names {
+		raws[i], present[i] = "", false
+		if s, ok := res[i+2].(string); ok {
+			raws[i], present[i] = s, true
+		}
+	}
+	return now, nil
+}
+
+// serverTime turns TIME's seconds and microseconds into Unix milliseconds.
+func serverTime(sec, usec any) (int64, error) {
+	s, _ := sec.(string)
+	u, _ := usec.(string)
+	si, err1 := strconv.ParseInt(s, 10, 64)
+	ui, err2 := strconv.ParseInt(u, 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("redisstore: TIME answered %v %v", sec, usec)
+	}
+	return si*1000 + ui/1000, nil
+}
+
+// Read implements store.Backend.
+func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]store.Entry, error) {
+	sp := b.space(prefix)
+	names, _ := b.names(sp, prefix, keys, nil)
+	names = names[:len(keys)]
+	raws := make([]string, len(keys))
+	present := make([]bool, len(keys))
+	now, err := b.read(ctx, names, raws, present)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Entry, len(keys))
+	for i := range keys {
+		if !present[i] {
+			continue
+		}
+		exp, v, err := decode(raws[i])
+		if err != nil {
+			return nil, err
+		}
+		if exp > now {
+			out[i] = store.Entry{Value: []byte(v), ExpiresAt: time.UnixMilli(exp)}
+		}
+	}
+	return out, nil
+}
+
+// Update implements store.Backend.
+func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
+	sp := b.space(prefix)
+	n := len(keys)
+	var locks lockSet
+	names, members := b.names(sp, prefix, keys, &locks)
+	// Updates of one key from this process take turns, so that they do not
+	// conflict with each other: only other processes' updates can.
+	if err := b.lock(ctx, &locks); err != nil {
+		return err
+	}
+	defer b.unlock(&locks)
+	raws := make([]string, n)
+	present := make([]bool, n)
+	exps := make([]int64, n)    // expiry of each live entry read, else 0
+	bodies := make([]string, n) // value of each live entry read
+	entries := make([]store.Entry, n)
+	args := make([]any, 2+5*n)
+	args[0] = b.max
+	swept := false
+	for conflicts := 0; ; {
+		now, err := b.read(ctx, names[:n], raws, present)
+		if err != nil {
+			return err
+		}
+		for i := range entries {
+			exps[i], bodies[i], entries[i] = 0, "", store.Entry{}
+			if !present[i] {
+				continue
+			}
+			exp, v, err := decode(raws[i])
+			if err != nil {
+				return err
+			}
+			if exp > now {
+				exps[i], bodies[i] = exp, v
+				entries[i] = store.Entry{Value: []byte(v), ExpiresAt: time.UnixMilli(exp)}
+			}
+		}
+		if err := apply(time.UnixMilli(now), entries); err != nil {
+			return err
+		}
+		changed, fresh := false, int64(0)
+		for i := range entries {
+			o := 2 + 5*i
+			e := &entries[i]
+			args[o] = members[i]
+			switch {
+			case !present[i]:
+				args[o+1] = "a"
+			case exps[i] > 0:
+				args[o+1] = "l"
+			default:
+				args[o+1] = "d"
+			}
+			args[o+2] = raws[i]
+			exp := e.ExpiresAt.UnixMilli()
+			live := e.Value != nil && exp > now
+			switch {
+			case !live && exps[i] == 0:
+				args[o+3], args[o+4] = "=", 0
+			case live && exps[i] == exp && string(e.Value) == bodies[i]:
+				args[o+3], args[o+4] = "=", 0
+			case live:
+				if exps[i] == 0 {
+					fresh++
+				}
+				args[o+3] = strconv.FormatInt(exp, 10) + ":" + string(e.Value)
+				args[o+4] = exp
+				changed = true
+			default:
+				args[o+3], args[o+4] = "", 0
+				changed = true
+			}
+		}
+		if !changed {
+			return nil // a read: it happened at the read's instant
+		}
+		others := b.elsewhere(sp)
+		args[1] = others
+		res, err := writeScript.Run(ctx, b.c, names, args...).Int64Slice()
+		if err != nil {
+			return err
+		}
+		if len(res) < 1 {
+			return fmt.Errorf("redisstore: write answered %v", res)
+		}
+		switch res[0] {
+		case 1:
+			b.wrote(ctx, sp, prefix, res[1], others)
+			return nil
+		case 2:
+			b.setLive(sp.live, res[1])
+			if swept {
+				return b.refuse(prefix, res[1]+b.elsewhere(sp)+fresh-1)
+			}
+			if _, err := b.Sweep(ctx); err != nil {
+				return err
+			}
+			swept = true
+		default:
+			conflicts++
+			if conflicts > b.maxRetries {
+				return store.Unavailable(store.ReasonOverloaded, fmt.Errorf("%w: %d attempts", ErrContention, conflicts))
+			}
+			b.retries.Add(1)
+			if err := backoff(ctx, conflicts); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// wrote records a successful write that left live entries under sp's tag
+// (-1: not counted), with others elsewhere.
+func (b *Backend) wrote(ctx context.Context, sp *space, prefix string, live, others int64) {
+	if live < 0 {
+		return
+	}
+	b.setLive(sp.live, live)
+	b.register(ctx, sp)
+	if total := live + others; total >= int64(b.warnAt) && total <= int64(b.max) {
+		_ = b.bound.Admit(int(total)-1, prefix) // logs that the store is filling
+	}
+}
+
+// refuse answers a new key the bound has no room for.
+func (b *Backend) refuse(prefix string, live int64) error {
+	if err := b.bound.Admit(int(max(live, int64(b.max))), prefix); err != nil {
+		return err
+	}
+	return store.ErrFull
+}
+
+// backoff waits a random while, growing with the number of conflicts, for
+// the update that won to finish.
+func backoff(ctx context.Context, conflicts int) error {
+	limit := min(20*time.Microsecond<<min(conflicts, 10), 2*time.Millisecond)
+	d := rand.N(limit) + time.Microsecond
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// maxExact is the largest cap or amount countScript takes: Lua counts in
+// float64, exact to 2^53.
+const maxExact = 1 << 52
+
+// Count implements store.Counter: one script, one round trip.
+func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+	if n > maxExact {
+		return b.countByUpdate(ctx, prefix, keys, caps, n, t)
+	}
+	for _, c := range caps {
+		if c.Max > maxExact {
+			return b.countByUpdate(ctx, prefix, keys, caps, n, t)
+		}
+	}
+	sp := b.space(prefix)
+	names, members := b.names(sp, prefix, keys, nil)
+	args := make([]any, 3+3*len(keys))
+	args[0], args[1] = n, b.max
+	for i := range keys {
+		o := 3 + 3*i
+		args[o], args[o+1], args[o+2] = members[i], caps[i].Max, caps[i].Window.Milliseconds()
+	}
+	for swept := false; ; {
+		others := b.elsewhere(sp)
+		args[2] = others
+		res, err := countScript.Run(ctx, b.c, names, args...).Int64Slice()
+		if err != nil {
+			return err
+		}
+		switch {
+		case len(res) == 1 && res[0] == -1:
+			return b.countByUpdate(ctx, prefix, keys, caps, n, t)
+		case len(res) == 3 && res[0] == -2:
+			b.setLive(sp.live, res[2])
+			if swept {
+				return b.refuse(prefix, res[2]+b.elsewhere(sp))
+			}
+			if _, err := b.Sweep(ctx); err != nil {
+				return err
+			}
+			swept = true
+			continue
+		case len(res) != 4+2*len(keys):
+			return fmt.Errorf("redisstore: count answered %v", res)
+		}
+		*t = store.Tally{Allowed: res[0] == 1, Now: time.UnixMilli(res[1]), Limiting: int(res[2]) - 1}
+		for i := range keys {
+			t.Counts[i] = res[4+2*i]
+			if e := res[5+2*i]; e > 0 {
+				t.ExpiresAt[i] = time.UnixMilli(e)
+			}
+		}
+		if t.Allowed {
+			b.wrote(ctx, sp, prefix, res[3], others)
+		}
+		return nil
+	}
+}
+
+// countByUpdate is the generic Count, through Update, for what countScript
+// cannot count exactly.
+func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+	return b.Update(ctx, prefix, keys, func(now time.Time, es []store.Entry) error {
+		*t = store.Tally{Now: now, Limiting: -1}
+		for i := range es {
+			var v int64
+			if es[i].Live() {
+				var err error
+				if v, err = store.ParseCount(es[i].Value); err != nil {
+					return err
+				}
+				t.ExpiresAt[i] = es[i].ExpiresAt
+			}
+			t.Counts[i] = v
+			if t.Limiting < 0 && v > caps[i].Max-n {
+				t.Limiting = i
+			}
+		}
+		if t.Limiting >= 0 {
+			return nil
+		}
+		t.Allowed = true
+		for i := range es {
+			e := &es[i]
+			t.Counts[i] += n
+			if !e.Live() {
+				e.ExpiresAt = now.Add(caps[i].Window).Truncate(time.Millisecond)
+				t.ExpiresAt[i] = e.ExpiresAt
+			}
+			e.Value = store.AppendCount(e.Value[:0], t.Counts[i])
+		}
+		return nil
+	})
+}
+
+// Sweep implements store.Backend. Redis removes expired entries by itself;
+// Sweep removes the expired members of every live index under the secret,
+// recounts the live entries under each tag (which the bound uses), and
+// returns how many expired entries it removed from the indexes.
+func (b *Backend) Sweep(ctx context.Context) (int, error) {
+	b.sweepMu.Lock()
+	defer b.sweepMu.Unlock()
+	own := map[string]*space{}
+	b.spaces.Range(func(_, v any) bool {
+		sp := v.(*space)
+		own[sp.tag] = sp
+		if !sp.registered.Load() {
+			b.register(ctx, sp)
+		}
+		return true
+	})
+	tags, err := b.c.SMembers(ctx, b.tags).Result()
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	for _, tag := range tags {
+		if len(tag) != 16 {
+			continue
+		}
+		idx := "gatecount:{" + tag + "}:" + b.fp + ":live"
+		res, err := tidyScript.Run(ctx, b.c, []string{idx}).Int64Slice()
+		if err != nil {
+			return removed, err
+		}
+		if len(res) != 2 {
+			return removed, fmt.Errorf("redisstore: tidy answered %v", res)
+		}
+		removed += int(res[0])
+		b.setLive(b.liveOf(tag), res[1])
+	}
+	return removed, nil
+}
+
+func (b *Backend) sweepEvery(d time.Duration) {
+	defer close(b.done)
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), b.deadline)
+			if _, err := b.Sweep(ctx); err != nil {
+				b.sweepLog.Do(func() {
+					b.log.Warn("limit store sweep failed: the count of live entries may be stale",
+						"kind", KindSweepFailed, "err", err)
+				})
+			}
+			cancel()
+		}
+	}
+}
+
+// Close stops the background sweep and waits for it; the client is closed
+// if the store opened it (OpenURL). Close is idempotent.
+func (b *Backend) Close() error {
+	var err error
+	b.closeOnce.Do(func() {
+		close(b.stop)
+		<-b.done
+		if b.ownsClient {
+			err = b.c.Close()
+		}
+	})
+	return err
+}

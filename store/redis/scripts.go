@@ -1,0 +1,167 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua scripts the store runs. Each takes the server's time with TIME and
+// touches only keys of one hash tag, so it runs on one node of a Cluster.
+//
+// An entry is a Redis string "<expiry ms>:<value JSON>" set with PXAT at
+// its expiry, so Redis removes it by itself. Each (tag, fingerprint) has a
+// sorted set, its live index, of entry member -> expiry ms: its members
+// past their score are removed before it is counted, so ZCARD is the number
+// of live entries under the tag.
+
+// readScript returns the server's time (seconds, microseconds) and the raw
+// values of KEYS, false where there is none.
+var readScript = redis.NewScript(`
+local t = redis.call('TIME')
+local r = {t[1], t[2]}
+for i = 1, #KEYS do
+  r[i + 2] = redis.call('GET', KEYS[i])
+end
+return r
+`)
+
+// writeScript is the compare-and-set step of an Update. KEYS are the entry
+// keys, then the live index. ARGV: max entries, live entries elsewhere, then
+// five per key: member, mode, raw value as read, new raw value, new expiry.
+//
+// Mode 'a': the key was absent and must still be. Mode 'l': the key held
+// the raw value, live; it must hold it still and still be live now. Mode
+// 'd': the key held the raw value, expired; it must hold it or nothing. A new
+// raw value of "=" leaves the key as it is; "" deletes it.
+//
+// It returns {0} on a conflict, {2, live} when new entries find no room,
+// and {1, live} when written, live being the index's count after the write
+// or -1 when it was not counted.
+var writeScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = #KEYS - 1
+local idx = KEYS[n + 1]
+local fresh = 0
+for i = 1, n do
+  local o = 2 + (i - 1) * 5
+  local mode, want, val = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
+  local cur = redis.call('GET', KEYS[i])
+  if mode == 'a' then
+    if cur then return {0} end
+  elseif mode == 'l' then
+    if cur ~= want then return {0} end
+    if tonumber(string.match(want, '^(%d+):')) <= now then return {0} end
+  else
+    if cur and cur ~= want then return {0} end
+  end
+  if mode ~= 'l' and val ~= '' and val ~= '=' and tonumber(ARGV[o + 5]) > now then
+    fresh = fresh + 1
+  end
+end
+local live = -1
+if fresh > 0 then
+  redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
+  live = redis.call('ZCARD', idx)
+  if live + tonumber(ARGV[2]) + fresh > tonumber(ARGV[1]) then return {2, live} end
+  live = live + fresh
+end
+local top, tops = 0, ''
+for i = 1, n do
+  local o = 2 + (i - 1) * 5
+  local member, mode, want, val, es = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
+  if val ~= '=' then
+    local e = tonumber(es)
+    if val ~= '' and e > now then
+      redis.call('SET', KEYS[i], val, 'PXAT', es)
+      if mode ~= 'l' or tonumber(string.match(want, '^(%d+):')) ~= e then
+        redis.call('ZADD', idx, es, member)
+      end
+      if e > top then top, tops = e, es end
+    elseif mode ~= 'a' then
+      redis.call('DEL', KEYS[i])
+      if redis.call('ZREM', idx, member) == 1 and mode == 'l' and live >= 0 then
+        live = live - 1
+      end
+    end
+  end
+end
+if top > 0 then
+  local ttl = redis.call('PTTL', idx)
+  if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, tops) end
+end
+return {1, live}
+`)
+
+// countScript is the fixed-window count of store.Count in one step. KEYS
+// are the counters' keys, then the live index. ARGV: amount, max entries,
+// live entries elsewhere, then three per key: member, cap, window ms.
+//
+// It returns {-1} when a value is not a plain count it can do exact
+// arithmetic on (the caller then counts through Update); {-2, now, live}
+// when new counters find no room; otherwise {allowed (0 or 1), now,
+// limiting (1-based, 0 for none), live, count1, expiry1, count2, ...}, an
+// expiry of 0 meaning no counter.
+var countScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = #KEYS - 1
+local idx = KEYS[n + 1]
+local amt = tonumber(ARGV[1])
+local cnt, exp = {}, {}
+local limiting, fresh = 0, 0
+for i = 1, n do
+  local o = 3 + (i - 1) * 3
+  local v = redis.call('GET', KEYS[i])
+  local c, e = 0, 0
+  if v then
+    local es, body = string.match(v, '^(%d+):(.*)$')
+    if not es then return {-1} end
+    local ev = tonumber(es)
+    if ev > now then
+      if #body > 15 or not string.match(body, '^%d+$') then return {-1} end
+      c, e = tonumber(body), ev
+    end
+  end
+  cnt[i], exp[i] = c, e
+  if e == 0 then fresh = fresh + 1 end
+  if limiting == 0 and c > tonumber(ARGV[o + 2]) - amt then limiting = i end
+end
+local live = -1
+if limiting == 0 then
+  if fresh > 0 then
+    redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
+    live = redis.call('ZCARD', idx)
+    if live + tonumber(ARGV[3]) + fresh > tonumber(ARGV[2]) then return {-2, now, live} end
+    live = live + fresh
+  end
+  local top = 0
+  for i = 1, n do
+    local o = 3 + (i - 1) * 3
+    local c, e = cnt[i] + amt, exp[i]
+    if e == 0 then
+      e = now + tonumber(ARGV[o + 3])
+      redis.call('ZADD', idx, string.format('%d', e), ARGV[o + 1])
+      if e > top then top = e end
+    end
+    redis.call('SET', KEYS[i], string.format('%d:%d', e, c), 'PXAT', string.format('%d', e))
+    cnt[i], exp[i] = c, e
+  end
+  if top > 0 then
+    local ttl = redis.call('PTTL', idx)
+    if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, string.format('%d', top)) end
+  end
+end
+local r = {limiting == 0 and 1 or 0, now, limiting, live}
+for i = 1, n do
+  r[3 + 2 * i] = cnt[i]
+  r[4 + 2 * i] = exp[i]
+end
+return r
+`)
+
+// tidyScript removes the expired members of the live index KEYS[1] and
+// returns {removed, live}.
+var tidyScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local removed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return {removed, redis.call('ZCARD', KEYS[1])}
+`)

@@ -17,3 +17,7 @@ func TestLimits(t *testing.T) {
 	})
 	demotest.CheckLimits(t, s)
 }
+
+func TestSignIn(t *testing.T) {
+	demotest.CheckSignIn(t, demotest.Start(t, run, demotest.SignInEnv))
+}

@@ -45,6 +45,8 @@ type App struct {
 	mu         sync.Mutex
 	executions map[string]int64
 	signIns    map[string]int
+	// passwordChecks counts the sign-in attempts that reached the check.
+	passwordChecks int
 	codesSent  map[string]int
 }
 

@@ -74,6 +74,9 @@ func credentials(r *http.Request, fields ...string) map[string]string {
 // after the same work.
 func (a *App) LoginHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.passwordChecks++
+		a.mu.Unlock()
 		c := credentials(r, "username", "password")
 		name, err := keyfunc.NormalizeUsername(c["username"])
 		u, known := a.users[name]
@@ -118,6 +121,14 @@ func (a *App) PasswordResetHandler() http.Handler {
 		w.WriteHeader(http.StatusAccepted)
 		w.Write([]byte(middleware.DefaultAcceptedBody))
 	})
+}
+
+// PasswordChecks returns how many sign-in attempts reached the password
+// check.
+func (a *App) PasswordChecks() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.passwordChecks
 }
 
 // SignIns returns how many times user signed in.

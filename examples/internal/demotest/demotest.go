@@ -67,6 +67,12 @@ func Do(t testing.TB, method, url, token string) (*http.Response, string) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	return send(t, req)
+}
+
+// send sends req and returns the response with its body read.
+func send(t testing.TB, req *http.Request) (*http.Response, string) {
+	t.Helper()
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -10,15 +10,27 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Count implements store.Counter: store.Handle.Count in one BEGIN IMMEDIATE
-// transaction on the writer, with the result the generic Count gives. A
-// count of one key is one UPSERT in the common case (the key new, expired,
-// or live with room); the rest is done as the generic Count does it.
+// Count implements store.Counter: store.Handle.Count with the result the
+// generic Count gives. A count of one key is, in the common case (the key
+// new, expired, or live with room), one UPSERT in a transaction of its own:
+// a write statement outside BEGIN takes the file's write lock when it
+// starts, as BEGIN IMMEDIATE does. Otherwise, and for several keys, the count
+// is done as the generic Count does it, in one BEGIN IMMEDIATE transaction.
 func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
 	if err := b.acquire(ctx); err != nil {
 		return err
 	}
 	defer b.release()
+	if len(keys) == 1 && n <= caps[0].Max {
+		if err := b.clean(ctx); err != nil {
+			return err
+		}
+		done, err := b.countOne(ctx, prefix, keys[0], caps[0], n, t)
+		if done || err != nil {
+			return err
+		}
+		// Nothing was written: count the long way.
+	}
 	if err := b.begin(ctx); err != nil {
 		return err
 	}
@@ -31,26 +43,30 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	return b.commit(tctx)
 }
 
+// countOne counts n on key in one statement, and reports whether it did.
+func (b *Backend) countOne(ctx context.Context, prefix, key string, c store.Cap, n int64, t *store.Tally) (bool, error) {
+	nowMs := b.now().UnixMilli()
+	now := time.UnixMilli(nowMs)
+	name := b.nameOf(prefix, key)
+	expMs := now.Add(c.Window).Truncate(time.Millisecond).UnixMilli()
+	warnAt := b.bound.Max() - b.bound.Max()/5
+	var v, exp int64
+	err := b.st.fastCount.QueryRowContext(ctx, name[:], b.fp, n, expMs, warnAt-1, nowMs, c.Max-n).Scan(&v, &exp)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, b.failed("count", ctx, err)
+	}
+	*t = store.Tally{Allowed: true, Now: now, Limiting: -1}
+	t.Counts[0] = v
+	t.ExpiresAt[0] = time.UnixMilli(exp)
+	return true, nil
+}
+
 func (b *Backend) count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
 	nowMs := b.now().UnixMilli()
 	now := time.UnixMilli(nowMs)
-	if len(keys) == 1 && n <= caps[0].Max {
-		name := b.nameOf(prefix, keys[0])
-		expMs := now.Add(caps[0].Window).Truncate(time.Millisecond).UnixMilli()
-		warnAt := b.bound.Max() - b.bound.Max()/5
-		var v, exp int64
-		err := b.st.fastCount.QueryRowContext(ctx, name[:], b.fp, n, expMs, warnAt-1, nowMs, caps[0].Max-n).Scan(&v, &exp)
-		switch {
-		case err == nil:
-			*t = store.Tally{Allowed: true, Now: now, Limiting: -1}
-			t.Counts[0] = v
-			t.ExpiresAt[0] = time.UnixMilli(exp)
-			return nil
-		case !errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("sqlite: count: %w", err)
-		}
-		// Nothing was written: count the long way, in the same transaction.
-	}
 	names := make([][32]byte, len(keys))
 	for i, k := range keys {
 		names[i] = b.nameOf(prefix, k)

@@ -366,16 +366,26 @@ func (b *Backend) release() { <-b.sem }
 // begin starts a write transaction on the writer, waiting for the file's
 // write lock no longer than ctx allows. The caller holds the writer.
 func (b *Backend) begin(ctx context.Context) error {
-	if b.dirty {
-		if _, err := b.st.rollback.ExecContext(context.WithoutCancel(ctx)); err != nil && !strings.Contains(err.Error(), "no transaction") {
-			return fmt.Errorf("sqlite: rollback: %w", err)
-		}
-		b.dirty = false
+	if err := b.clean(ctx); err != nil {
+		return err
 	}
 	if _, err := b.st.begin.ExecContext(ctx); err != nil {
 		return b.failed("begin", ctx, err)
 	}
 	b.dirty = true
+	return nil
+}
+
+// clean rolls back a transaction a failed rollback may have left open on
+// the writer. The caller holds the writer.
+func (b *Backend) clean(ctx context.Context) error {
+	if !b.dirty {
+		return nil
+	}
+	if _, err := b.st.rollback.ExecContext(context.WithoutCancel(ctx)); err != nil && !strings.Contains(err.Error(), "no transaction") {
+		return fmt.Errorf("sqlite: rollback: %w", err)
+	}
+	b.dirty = false
 	return nil
 }
 

@@ -1,0 +1,157 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/sqlite"
+)
+
+// benchKeys is the key space of the random-key benchmarks.
+const benchKeys = 100_000
+
+// runLoad calls op b.N times from conc goroutines and reports ops/s and the
+// p50 and p99 latency of one call. op gets the goroutine's index and the
+// call's sequence number.
+func runLoad(b *testing.B, conc int, op func(g, i int) error) {
+	b.Helper()
+	var next atomic.Int64
+	lat := make([][]time.Duration, conc)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for g := range conc {
+		wg.Go(func() {
+			l := make([]time.Duration, 0, b.N/conc+1)
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					break
+				}
+				t0 := time.Now()
+				if err := op(g, i); err != nil {
+					b.Error(err)
+					break
+				}
+				l = append(l, time.Since(t0))
+			}
+			lat[g] = l
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	all := slices.Concat(lat...)
+	if len(all) == 0 {
+		return
+	}
+	slices.Sort(all)
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "ops/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+}
+
+func benchHandle(b *testing.B) *store.Handle {
+	s := open(b, tempFile(b), sqlite.Options{})
+	return handle(b, s, "bench:")
+}
+
+// keyOf picks the key of call i: one hot key, or random ones.
+func keyOf(hot bool, rng *rand.Rand) string {
+	if hot {
+		return "hot"
+	}
+	return "k" + strconv.Itoa(rng.IntN(benchKeys))
+}
+
+// BenchmarkBareTx is the floor: BEGIN IMMEDIATE, one UPSERT, COMMIT on one
+// connection with the store's pragmas, nothing else.
+func BenchmarkBareTx(b *testing.B) {
+	ctx := context.Background()
+	db := openDB(b, tempFile(b))
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	for _, p := range []string{"PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL", "PRAGMA busy_timeout = 5000"} {
+		if _, err := conn.ExecContext(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var stmts []*sql.Stmt
+	for _, q := range []string{"BEGIN IMMEDIATE", `INSERT INTO gatecount_limit_entries (name, secret, value, expires_at)
+VALUES (?1, 'bench', 1, ?2) ON CONFLICT (name) DO UPDATE SET value = value + 1`, "COMMIT"} {
+		st, err := conn.PrepareContext(ctx, q)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer st.Close()
+		stmts = append(stmts, st)
+	}
+	name := make([]byte, 32)
+	exp := time.Now().Add(time.Hour).UnixMilli()
+	runLoad(b, 1, func(_, _ int) error {
+		if _, err := stmts[0].ExecContext(ctx); err != nil {
+			return err
+		}
+		if _, err := stmts[1].ExecContext(ctx, name, exp); err != nil {
+			return err
+		}
+		_, err := stmts[2].ExecContext(ctx)
+		return err
+	})
+}
+
+func BenchmarkUpdate(b *testing.B) {
+	benchEach(b, func(b *testing.B, conc int, hot bool) {
+		h := benchHandle(b)
+		ctx := context.Background()
+		inc := add(time.Hour)
+		rngs := rngsFor(conc)
+		runLoad(b, conc, func(g, _ int) error {
+			return h.Update(ctx, []string{keyOf(hot, rngs[g])}, inc)
+		})
+	})
+}
+
+func BenchmarkCount(b *testing.B) {
+	benchEach(b, func(b *testing.B, conc int, hot bool) {
+		h := benchHandle(b)
+		ctx := context.Background()
+		caps := []store.Cap{{Max: 1 << 40, Window: time.Hour}}
+		rngs := rngsFor(conc)
+		runLoad(b, conc, func(g, _ int) error {
+			_, err := h.Count(ctx, []string{keyOf(hot, rngs[g])}, caps, 1)
+			return err
+		})
+	})
+}
+
+func benchEach(b *testing.B, run func(b *testing.B, conc int, hot bool)) {
+	for _, conc := range []int{1, 4} {
+		for _, hot := range []bool{true, false} {
+			name := "conc=" + strconv.Itoa(conc) + "/random"
+			if hot {
+				name = "conc=" + strconv.Itoa(conc) + "/hot"
+			}
+			b.Run(name, func(b *testing.B) { run(b, conc, hot) })
+		}
+	}
+}
+
+func rngsFor(conc int) []*rand.Rand {
+	rs := make([]*rand.Rand, conc)
+	for i := range rs {
+		rs[i] = rand.New(rand.NewPCG(uint64(i), 42))
+	}
+	return rs
+}

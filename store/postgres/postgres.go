@@ -249,6 +249,31 @@ ON CONFLICT (keyhash) DO UPDATE
 	sqlAdmit  = `SELECT gatecount_admit($1, $2, $3, $4, $5)`
 	sqlCount  = `SELECT now_ms, allowed, limiting, counts, expires_ms, added, bad, is_full, live
   FROM gatecount_count($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+	// sqlCountOne is the single-key Count far from the bound: one
+	// statement and no advisory lock. INSERT ... ON CONFLICT serialises a
+	// key's first count; its WHERE decides on the newest row version. When
+	// it writes nothing (no room), cur, which locks the row and reads its
+	// newest version, tells the count as it is.
+	sqlCountOne = `WITH now AS (SELECT date_trunc('milliseconds', clock_timestamp()) AS t),
+cur AS (
+  SELECT g.fingerprint, g.value, g.expires_at FROM gatecount_entries g WHERE g.keyhash = $1 FOR UPDATE
+),
+up AS (
+  INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
+  SELECT $1, $2, $3::bigint::text, now.t + $5::bigint * interval '1 millisecond' FROM now WHERE $3::bigint <= $4::bigint
+  ON CONFLICT (keyhash) DO UPDATE SET
+    fingerprint = EXCLUDED.fingerprint,
+    value = CASE WHEN g.expires_at <= (SELECT t FROM now) OR g.fingerprint <> EXCLUDED.fingerprint
+                 THEN EXCLUDED.value ELSE (g.value::bigint + $3::bigint)::text END,
+    expires_at = CASE WHEN g.expires_at <= (SELECT t FROM now) OR g.fingerprint <> EXCLUDED.fingerprint
+                      THEN EXCLUDED.expires_at ELSE g.expires_at END
+  WHERE g.expires_at <= (SELECT t FROM now) OR g.fingerprint <> EXCLUDED.fingerprint
+     OR CASE WHEN g.value ~ '^[0-9]{1,18}$' THEN g.value::bigint <= $4::bigint - $3::bigint ELSE false END
+  RETURNING g.value, g.expires_at, (xmax = 0) AS inserted
+)
+SELECT (SELECT t FROM now), u.value, u.expires_at, u.inserted, c.fingerprint, c.value, c.expires_at,
+       CASE WHEN $6::boolean THEN set_config('synchronous_commit', 'off', true) END
+  FROM (SELECT 1) AS one LEFT JOIN up u ON true LEFT JOIN cur c ON true`
 	sqlLive  = `SELECT count(*) FROM gatecount_entries WHERE fingerprint = $1 AND expires_at > now()`
 	sqlSweep = `DELETE FROM gatecount_entries
  WHERE keyhash IN (SELECT keyhash FROM gatecount_entries WHERE expires_at <= now() LIMIT $1)
@@ -476,6 +501,12 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 		maxes[i] = caps[i].Max
 		windows[i] = caps[i].Window.Milliseconds()
 	}
+	if len(keys) == 1 && !b.near(1) {
+		done, err := b.countOne(ctx, hashes[0], caps[0], n, t)
+		if done || err != nil {
+			return err
+		}
+	}
 	exact := b.near(len(keys))
 	var (
 		nowMs, live          int64
@@ -513,6 +544,58 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 		}
 	}
 	return nil
+}
+
+// countOne counts one key in one statement, sqlCountOne. It reports false,
+// having written nothing, when the outcome needs the general function: a
+// row written meanwhile that the statement could not see, or a value its
+// pattern does not take.
+func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Cap, n int64, t *store.Tally) (bool, error) {
+	var (
+		now                  time.Time
+		upVal, curVal, curFP *string
+		upExp, curExp        *time.Time
+		inserted             *bool
+		async                *string
+	)
+	err := b.pool.QueryRow(ctx, sqlCountOne, hash, b.fp, n, c.Max, c.Window.Milliseconds(), !b.syncCommit).
+		Scan(&now, &upVal, &upExp, &inserted, &curFP, &curVal, &curExp, &async)
+	if err != nil {
+		return false, fmt.Errorf("postgres: count: %w", err)
+	}
+	*t = store.Tally{Now: time.UnixMilli(now.UnixMilli()), Limiting: -1}
+	if upVal != nil {
+		v, err := store.ParseCount([]byte(*upVal))
+		if err != nil {
+			return false, fmt.Errorf("postgres: count: %w", err)
+		}
+		t.Allowed = true
+		t.Counts[0] = v
+		t.ExpiresAt[0] = time.UnixMilli(upExp.UnixMilli())
+		if *inserted || v == n {
+			// A new row, or an expired one started afresh.
+			b.addEstimate(1)
+		}
+		return true, nil
+	}
+	t.Limiting = 0
+	live := curVal != nil && *curFP == b.fp && curExp.After(now)
+	if !live {
+		if n > c.Max {
+			return true, nil // no room even on a fresh counter
+		}
+		return false, nil // a row the statement's snapshot missed
+	}
+	v, err := store.ParseCount([]byte(*curVal))
+	if err != nil {
+		return true, fmt.Errorf("postgres: count: %w", err)
+	}
+	if v <= c.Max-n {
+		return false, nil // room after all: a value the pattern refused
+	}
+	t.Counts[0] = v
+	t.ExpiresAt[0] = time.UnixMilli(curExp.UnixMilli())
+	return true, nil
 }
 
 // Sweep implements store.Backend: it deletes expired rows, of every secret,

@@ -4,43 +4,41 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/gatecount/gatecount/store"
 )
 
 // Count implements store.Counter: store.Handle.Count with the result the
-// generic Count gives. A count of one key is, in the common case (the key
-// new, expired, or live with room), one UPSERT in a transaction of its own:
-// a write statement outside BEGIN takes the file's write lock when it
-// starts, as BEGIN IMMEDIATE does. Otherwise, and for several keys, the count
-// is done as the generic Count does it, in one BEGIN IMMEDIATE transaction.
+// generic Count gives. Alone on the writer, a count of one key is, in the
+// common case (the key new, expired, or live with room), one UPSERT in a
+// transaction of its own: a write statement outside BEGIN takes the file's
+// write lock when it starts, as BEGIN IMMEDIATE does. Otherwise it runs in
+// the writer's BEGIN IMMEDIATE transaction, shared with the calls that
+// waited with it.
 func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
-	if err := b.acquire(ctx); err != nil {
-		return err
-	}
-	defer b.release()
+	// The writer fills its own Tally: it may still run once ctx is done
+	// and Count has returned.
+	wt := new(store.Tally)
+	*wt = *t
+	var solo func(context.Context) (bool, error)
 	if len(keys) == 1 && n <= caps[0].Max {
-		if err := b.clean(ctx); err != nil {
-			return err
+		solo = func(ctx context.Context) (bool, error) {
+			return b.countOne(ctx, prefix, keys[0], caps[0], n, wt)
 		}
-		done, err := b.countOne(ctx, prefix, keys[0], caps[0], n, t)
-		if done || err != nil {
-			return err
+	}
+	answered, err := b.do(ctx, func(tctx context.Context) error {
+		if solo != nil {
+			if done, err := b.countOne(tctx, prefix, keys[0], caps[0], n, wt); done || err != nil {
+				return err
+			}
 		}
-		// Nothing was written: count the long way.
+		return b.count(tctx, prefix, keys, caps, n, wt)
+	}, solo)
+	if answered {
+		*t = *wt
 	}
-	if err := b.begin(ctx); err != nil {
-		return err
-	}
-	tctx := context.WithoutCancel(ctx)
-	err := b.count(tctx, prefix, keys, caps, n, t)
-	if err != nil {
-		b.rollback(tctx)
-		return err
-	}
-	return b.commit(tctx)
+	return err
 }
 
 // countOne counts n on key in one statement, and reports whether it did.
@@ -73,7 +71,7 @@ func (b *Backend) count(ctx context.Context, prefix string, keys []string, caps 
 	}
 	rows := make([]row, len(keys))
 	if err := b.readRows(ctx, names, rows, nowMs); err != nil {
-		return fmt.Errorf("sqlite: read: %w", err)
+		return dbErr("read", err)
 	}
 	*t = store.Tally{Now: now, Limiting: -1}
 	for i := range rows {

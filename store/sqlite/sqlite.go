@@ -97,6 +97,9 @@ const (
 	// KindSweepFailed: a background sweep of expired rows failed; the next
 	// one will try again.
 	KindSweepFailed = "limit-store-sweep-failed"
+	// KindRollbackFailed: a rollback failed; the writer's connection may be
+	// unusable.
+	KindRollbackFailed = "limit-store-rollback-failed"
 )
 
 // Options configure an SQLite store. Secret is required; the zero value of
@@ -200,17 +203,19 @@ type Backend struct {
 	log   *slog.Logger
 	batch int
 
-	// writer is the one connection every call uses, held by whoever holds
-	// a token of sem.
-	writer *sql.Conn
-	sem    chan struct{}
-	dirty  bool // a transaction may be open on writer: roll it back first
-	st     statements
+	// writer is the one connection every call uses, owned by writeLoop,
+	// which serves the calls sent on queue.
+	writer     *sql.Conn
+	st         statements
+	queue      chan *op
+	writerDone chan struct{}
 
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-	closeErr  error
+	stop        chan struct{}
+	closeCtx    context.Context // cancelled by Close
+	closeCancel context.CancelFunc
+	done        chan struct{} // closed when the background sweep has stopped
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // NewBackend is New without the guard. Most code wants New.
@@ -274,22 +279,25 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 		return fail(fmt.Errorf("%w: the database is at version %d, this store needs %d: run sqlite.Migrate (the app's migrate command)", ErrNotMigrated, v, SchemaVersion))
 	}
 	b := &Backend{
-		db:     db,
-		hash:   h,
-		fp:     h.Fingerprint(),
-		bound:  store.NewBound(o.MaxEntries, log),
-		now:    o.Now,
-		log:    log,
-		batch:  o.SweepBatch,
-		writer: conn,
-		sem:    make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		db:         db,
+		hash:       h,
+		fp:         h.Fingerprint(),
+		bound:      store.NewBound(o.MaxEntries, log),
+		now:        o.Now,
+		log:        log,
+		batch:      o.SweepBatch,
+		writer:     conn,
+		queue:      make(chan *op, maxBatch),
+		writerDone: make(chan struct{}),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	if err := b.st.prepare(ctx, conn); err != nil {
 		b.st.close()
 		return fail(fmt.Errorf("sqlite: preparing statements: %w", err))
 	}
+	b.closeCtx, b.closeCancel = context.WithCancel(context.Background())
+	go b.writeLoop()
 	go b.sweepEvery(o.SweepInterval)
 	return b, nil
 }
@@ -339,80 +347,6 @@ func (b *Backend) Shared() bool { return true }
 // Backing returns the *sql.DB the store uses: two handles with one prefix
 // are refused on one *sql.DB.
 func (b *Backend) Backing() any { return b.db }
-
-// acquire waits for the writer, no longer than ctx allows.
-func (b *Backend) acquire(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	select {
-	case b.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-b.stop:
-		return store.Unavailable(store.ReasonClosed, nil)
-	}
-	select {
-	case <-b.stop:
-		<-b.sem
-		return store.Unavailable(store.ReasonClosed, nil)
-	default:
-	}
-	return nil
-}
-
-func (b *Backend) release() { <-b.sem }
-
-// begin starts a write transaction on the writer, waiting for the file's
-// write lock no longer than ctx allows. The caller holds the writer.
-func (b *Backend) begin(ctx context.Context) error {
-	if err := b.clean(ctx); err != nil {
-		return err
-	}
-	if _, err := b.st.begin.ExecContext(ctx); err != nil {
-		return b.failed("begin", ctx, err)
-	}
-	b.dirty = true
-	return nil
-}
-
-// clean rolls back a transaction a failed rollback may have left open on
-// the writer. The caller holds the writer.
-func (b *Backend) clean(ctx context.Context) error {
-	if !b.dirty {
-		return nil
-	}
-	if _, err := b.st.rollback.ExecContext(context.WithoutCancel(ctx)); err != nil && !strings.Contains(err.Error(), "no transaction") {
-		return fmt.Errorf("sqlite: rollback: %w", err)
-	}
-	b.dirty = false
-	return nil
-}
-
-// commit ends the write transaction begun by begin.
-func (b *Backend) commit(ctx context.Context) error {
-	if _, err := b.st.commit.ExecContext(ctx); err != nil {
-		return b.failed("commit", ctx, err)
-	}
-	b.dirty = false
-	return nil
-}
-
-// rollback ends the write transaction begun by begin, writing nothing.
-func (b *Backend) rollback(ctx context.Context) {
-	if _, err := b.st.rollback.ExecContext(ctx); err == nil {
-		b.dirty = false
-	}
-}
-
-// failed wraps the error of a step, as the context's error when the
-// context ended it.
-func (b *Backend) failed(step string, ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("sqlite: %s: %w (%v)", step, cerr, err)
-	}
-	return fmt.Errorf("sqlite: %s: %w", step, err)
-}
 
 // row is what the store holds for one key.
 type row struct {
@@ -465,25 +399,14 @@ func (b *Backend) readRows(ctx context.Context, names [][32]byte, rows []row, no
 	return rs.Err()
 }
 
-// Update implements store.Backend: one BEGIN IMMEDIATE transaction on the
-// writer.
+// Update implements store.Backend: the read-modify-write runs in a BEGIN
+// IMMEDIATE transaction of the writer, which it may share with other calls
+// that waited for it, and Update returns once that transaction committed.
 func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
-	if err := b.acquire(ctx); err != nil {
-		return err
-	}
-	defer b.release()
-	if err := b.begin(ctx); err != nil {
-		return err
-	}
-	// With the lock held, the transaction runs to its end: a context ended
-	// now would only make it roll back.
-	tctx := context.WithoutCancel(ctx)
-	err := b.update(tctx, prefix, keys, apply)
-	if err != nil {
-		b.rollback(tctx)
-		return err
-	}
-	return b.commit(tctx)
+	_, err := b.do(ctx, func(tctx context.Context) error {
+		return b.update(tctx, prefix, keys, apply)
+	}, nil)
+	return err
 }
 
 func (b *Backend) update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
@@ -495,7 +418,7 @@ func (b *Backend) update(ctx context.Context, prefix string, keys []string, appl
 	}
 	rows := make([]row, len(keys))
 	if err := b.readRows(ctx, names, rows, nowMs); err != nil {
-		return fmt.Errorf("sqlite: read: %w", err)
+		return dbErr("read", err)
 	}
 	entries := make([]store.Entry, len(keys))
 	for i := range rows {
@@ -526,12 +449,12 @@ func (b *Backend) write(ctx context.Context, prefix string, names [][32]byte, ro
 		switch {
 		case e.Value == nil && rows[i].present:
 			if _, err := b.st.del.ExecContext(ctx, names[i][:]); err != nil {
-				return fmt.Errorf("sqlite: delete: %w", err)
+				return dbErr("delete", err)
 			}
 		case e.Value == nil:
 		default:
 			if _, err := b.st.upsert.ExecContext(ctx, names[i][:], b.fp, e.Value, e.ExpiresAt.UnixMilli()); err != nil {
-				return fmt.Errorf("sqlite: write: %w", err)
+				return dbErr("write", err)
 			}
 		}
 	}
@@ -547,7 +470,7 @@ func (b *Backend) admit(ctx context.Context, prefix string, added int, nowMs int
 	}
 	if b.bound.Full(n + added - 1) {
 		if _, err := b.st.purge.ExecContext(ctx, nowMs, b.fp, b.batch); err != nil {
-			return fmt.Errorf("sqlite: removing expired rows: %w", err)
+			return dbErr("removing expired rows", err)
 		}
 		if n, err = b.rowCount(ctx); err != nil {
 			return err
@@ -561,25 +484,28 @@ func (b *Backend) admit(ctx context.Context, prefix string, added int, nowMs int
 func (b *Backend) rowCount(ctx context.Context) (int, error) {
 	var n int
 	if err := b.st.count.QueryRowContext(ctx, b.fp).Scan(&n); err != nil {
-		return 0, fmt.Errorf("sqlite: counting rows: %w", err)
+		return 0, dbErr("counting rows", err)
 	}
 	return n, nil
 }
 
-// Read implements store.Backend: one statement, so one snapshot of the
-// file, judged on the host's clock.
+// Read implements store.Backend: one statement on the writer, judged on the
+// host's clock, answered once the writer's transaction committed.
 func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]store.Entry, error) {
-	if err := b.acquire(ctx); err != nil {
-		return nil, err
-	}
-	defer b.release()
 	names := make([][32]byte, len(keys))
 	for i, k := range keys {
 		names[i] = b.nameOf(prefix, k)
 	}
 	rows := make([]row, len(keys))
-	if err := b.readRows(ctx, names, rows, b.now().UnixMilli()); err != nil {
-		return nil, b.failed("read", ctx, err)
+	_, err := b.do(ctx, func(tctx context.Context) error {
+		clear(rows)
+		if err := b.readRows(tctx, names, rows, b.now().UnixMilli()); err != nil {
+			return dbErr("read", err)
+		}
+		return nil
+	}, nil)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]store.Entry, len(keys))
 	for i := range rows {
@@ -606,21 +532,16 @@ func (b *Backend) Sweep(ctx context.Context) (int, error) {
 }
 
 func (b *Backend) sweepBatch(ctx context.Context) (int, error) {
-	if err := b.acquire(ctx); err != nil {
-		return 0, err
-	}
-	defer b.release()
-	if err := b.begin(ctx); err != nil {
-		return 0, err
-	}
-	tctx := context.WithoutCancel(ctx)
-	res, err := b.st.sweep.ExecContext(tctx, b.now().UnixMilli(), b.batch)
+	var n int64
+	_, err := b.do(ctx, func(tctx context.Context) error {
+		res, err := b.st.sweep.ExecContext(tctx, b.now().UnixMilli(), b.batch)
+		if err != nil {
+			return dbErr("sweep", err)
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	}, nil)
 	if err != nil {
-		b.rollback(tctx)
-		return 0, fmt.Errorf("sqlite: sweep: %w", err)
-	}
-	n, _ := res.RowsAffected()
-	if err := b.commit(tctx); err != nil {
 		return 0, err
 	}
 	return int(n), nil
@@ -628,19 +549,10 @@ func (b *Backend) sweepBatch(ctx context.Context) (int, error) {
 
 func (b *Backend) sweepEvery(d time.Duration) {
 	defer close(b.done)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-b.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
-		if _, err := b.Sweep(ctx); err != nil && !b.closing() {
+		if _, err := b.Sweep(b.closeCtx); err != nil && !b.closing() {
 			b.log.Warn("limit store sweep failed: expired rows stay until the next sweep",
 				"kind", KindSweepFailed, "err", err)
 		}
@@ -661,17 +573,15 @@ func (b *Backend) closing() bool {
 	}
 }
 
-// Close stops the background sweep, waits for the call holding the writer,
-// and releases the writer and, when Open opened it, the database. It is
-// idempotent.
+// Close stops the background sweep and the writer, answering the calls
+// still waiting for it as closed, and releases the writer's connection and,
+// when Open opened it, the database. It is idempotent.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		close(b.stop)
+		b.closeCancel()
 		<-b.done
-		b.sem <- struct{}{} // wait for the call holding the writer; none follows
-		if b.dirty {
-			b.rollback(context.Background())
-		}
+		<-b.writerDone
 		err := b.st.close()
 		if cerr := b.writer.Close(); err == nil {
 			err = cerr

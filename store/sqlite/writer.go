@@ -1,0 +1,214 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gatecount/gatecount/store"
+)
+
+// maxBatch is the most calls one transaction of the writer serves.
+const maxBatch = 64
+
+// An op is a call waiting for the writer.
+type op struct {
+	ctx context.Context
+	// run does the call's work inside the writer's open transaction. It
+	// returns the call's answer, and a *dbError when the database failed,
+	// which leaves the transaction in doubt.
+	run func(ctx context.Context) error
+	// solo, when set, is tried first when the op is alone in its batch, in
+	// a transaction of its own: it reports whether it did the work.
+	solo func(ctx context.Context) (bool, error)
+	res  chan error // buffered: the writer never waits for the caller
+}
+
+// dbError is a failure of the database during an op, as opposed to an
+// answer (apply's error, a full store, a value that is not a count).
+type dbError struct{ err error }
+
+func (e *dbError) Error() string { return e.err.Error() }
+func (e *dbError) Unwrap() error { return e.err }
+
+// dbErr wraps a database failure of step.
+func dbErr(step string, err error) error {
+	return &dbError{fmt.Errorf("sqlite: %s: %w", step, err)}
+}
+
+func isDBError(err error) bool {
+	var de *dbError
+	return errors.As(err, &de)
+}
+
+// do runs fn on the writer, in a write transaction it may share with other
+// calls, and returns its answer once that transaction has committed. It
+// waits no longer than ctx allows: once ctx is done it answers ctx's error,
+// and a call that has not started by then never runs. answered reports
+// whether the writer answered, and so is done with what run and solo write;
+// when it is false the writer may still run them.
+func (b *Backend) do(ctx context.Context, run func(ctx context.Context) error, solo func(ctx context.Context) (bool, error)) (answered bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	o := &op{ctx: ctx, run: run, solo: solo, res: make(chan error, 1)}
+	select {
+	case b.queue <- o:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-b.stop:
+		return true, store.Unavailable(store.ReasonClosed, nil)
+	}
+	select {
+	case err := <-o.res:
+		return true, err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// writeLoop is the writer: it takes the calls waiting, up to maxBatch, and
+// serves them in one BEGIN IMMEDIATE transaction, so that the cost of a
+// commit is shared by every call that waited for it. Each call's work is
+// atomic on its own (it writes nothing before it is sure to succeed), so one
+// call's answer, such as a full store, never undoes another's.
+func (b *Backend) writeLoop() {
+	defer close(b.writerDone)
+	batch := make([]*op, 0, maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case o := <-b.queue:
+			batch = append(batch, o)
+		case <-b.stop:
+			b.drain()
+			return
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case o := <-b.queue:
+				batch = append(batch, o)
+			default:
+				break more
+			}
+		}
+		b.serve(batch)
+		clear(batch)
+	}
+}
+
+// drain answers the calls still queued at Close.
+func (b *Backend) drain() {
+	for {
+		select {
+		case o := <-b.queue:
+			o.res <- store.Unavailable(store.ReasonClosed, nil)
+		default:
+			return
+		}
+	}
+}
+
+// serve runs one batch, until every op has its answer.
+func (b *Backend) serve(ops []*op) {
+	live := ops[:0:0]
+	for _, o := range ops {
+		if err := o.ctx.Err(); err != nil {
+			o.res <- err
+			continue
+		}
+		live = append(live, o)
+	}
+	if len(live) == 1 && live[0].solo != nil {
+		o := live[0]
+		done, err := o.solo(o.ctx)
+		if done || err != nil {
+			o.res <- err
+			return
+		}
+	}
+	for len(live) > 0 {
+		live = b.serveTx(live)
+	}
+}
+
+// serveTx runs ops in one transaction and answers them, or returns those
+// to run again: when one op's database failure left the transaction in
+// doubt, it is rolled back, that op is answered with its failure, and the
+// others are returned.
+func (b *Backend) serveTx(ops []*op) (again []*op) {
+	bctx, cancel := b.batchContext(ops)
+	_, err := b.st.begin.ExecContext(bctx)
+	cancel()
+	if err != nil {
+		for _, o := range ops {
+			o.res <- b.failed("begin", o.ctx, err)
+		}
+		b.rollback() // in case BEGIN left one open
+		return nil
+	}
+	answers := make([]error, len(ops))
+	skip := make([]bool, len(ops))
+	for i, o := range ops {
+		if err := o.ctx.Err(); err != nil { // its caller was answered
+			answers[i], skip[i] = err, true
+			continue
+		}
+		answers[i] = o.run(context.Background())
+		if isDBError(answers[i]) {
+			b.rollback()
+			o.res <- answers[i]
+			again = append(again, ops[:i]...)
+			return append(again, ops[i+1:]...)
+		}
+	}
+	if _, err := b.st.commit.ExecContext(context.Background()); err != nil {
+		b.rollback()
+		err = dbErr("commit", err)
+		for i := range answers {
+			if !skip[i] {
+				answers[i] = err
+			}
+		}
+	}
+	for i, o := range ops {
+		o.res <- answers[i]
+	}
+	return nil
+}
+
+// batchContext returns the context of a batch's wait for the file's write
+// lock: it ends at the latest deadline of the batch's calls, when no call
+// is left to wait for, or at Close.
+func (b *Backend) batchContext(ops []*op) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, o := range ops {
+		d, ok := o.ctx.Deadline()
+		if !ok {
+			return context.WithCancel(b.closeCtx)
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(b.closeCtx, latest)
+}
+
+// rollback ends the writer's transaction, if one is open.
+func (b *Backend) rollback() {
+	if _, err := b.st.rollback.ExecContext(context.Background()); err != nil && !strings.Contains(err.Error(), "no transaction") {
+		b.log.Error("limit store rollback failed", "kind", KindRollbackFailed, "err", err)
+	}
+}
+
+// failed wraps the error of a step, as the context's error when the
+// context ended it.
+func (b *Backend) failed(step string, ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("sqlite: %s: %w (%v)", step, cerr, err)
+	}
+	return dbErr(step, err)
+}

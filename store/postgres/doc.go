@@ -77,10 +77,18 @@
 // # Count
 //
 // The store implements store.Counter: Handle.Count, and so a limiter's
-// Attempt, is one statement and one round trip, SELECT ... FROM
-// gatecount_count(...), a PL/pgSQL function that takes the same advisory
-// locks, reads the keys' counters on the server's clock, and counts them
-// all or none exactly as the generic Count over Update does.
+// Attempt, is one statement and one round trip. A single key far from the
+// bound is counted by one plain statement: it takes the key's advisory lock
+// (the same as Update's, so the two never interleave), reads the clock, and
+// counts with INSERT ... ON CONFLICT (keyhash) DO UPDATE ... WHERE <room
+// left> RETURNING, which decides on the row's newest version; when there is
+// no room it writes nothing, and a SELECT ... FOR UPDATE of the row in the
+// same statement tells the count as it is. Several keys, or any key near the
+// bound, go to SELECT ... FROM gatecount_count(...), a PL/pgSQL function
+// that takes the keys' advisory locks in ascending order, reads their
+// counters on the server's clock, and counts them all or none. Both give
+// exactly the results of the generic Count over Update; the contract suite
+// checks it.
 //
 // # Commit
 //

@@ -249,14 +249,19 @@ ON CONFLICT (keyhash) DO UPDATE
 	sqlAdmit  = `SELECT gatecount_admit($1, $2, $3, $4, $5)`
 	sqlCount  = `SELECT now_ms, allowed, limiting, counts, expires_ms, added, bad, is_full, live
   FROM gatecount_count($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
-	// sqlCountOne is the single-key Count far from the bound: one
-	// statement and no advisory lock. INSERT ... ON CONFLICT serialises a
-	// key's first count; its WHERE decides on the newest row version. When
-	// it writes nothing (no room), cur, which locks the row and reads its
-	// newest version, tells the count as it is.
-	sqlCountOne = `WITH now AS (SELECT date_trunc('milliseconds', clock_timestamp()) AS t),
+	// sqlCountOne is the single-key Count far from the bound, in one
+	// statement. It first takes the key's advisory lock, as Update and
+	// gatecount_count do, then reads the clock; cur and up depend on now,
+	// so they run after the lock. INSERT ... ON CONFLICT decides on the
+	// newest row version; when it writes nothing (no room), cur, which
+	// locks the row and reads its newest version, tells the count as it is.
+	sqlCountOne = `WITH now AS MATERIALIZED (
+  SELECT date_trunc('milliseconds', clock_timestamp()) AS t FROM pg_advisory_xact_lock($7::bigint) AS l
+),
 cur AS (
-  SELECT g.fingerprint, g.value, g.expires_at FROM gatecount_entries g WHERE g.keyhash = $1 FOR UPDATE
+  SELECT x.* FROM now, LATERAL (
+    SELECT g.fingerprint, g.value, g.expires_at FROM gatecount_entries g
+     WHERE g.keyhash = $1 AND now.t IS NOT NULL FOR UPDATE) AS x
 ),
 up AS (
   INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
@@ -271,9 +276,9 @@ up AS (
      OR CASE WHEN g.value ~ '^[0-9]{1,18}$' THEN g.value::bigint <= $4::bigint - $3::bigint ELSE false END
   RETURNING g.value, g.expires_at, (xmax = 0) AS inserted
 )
-SELECT (SELECT t FROM now), u.value, u.expires_at, u.inserted, c.fingerprint, c.value, c.expires_at,
+SELECT now.t, u.value, u.expires_at, u.inserted, c.fingerprint, c.value, c.expires_at,
        CASE WHEN $6::boolean THEN set_config('synchronous_commit', 'off', true) END
-  FROM (SELECT 1) AS one LEFT JOIN up u ON true LEFT JOIN cur c ON true`
+  FROM now LEFT JOIN up u ON true LEFT JOIN cur c ON true`
 	sqlLive  = `SELECT count(*) FROM gatecount_entries WHERE fingerprint = $1 AND expires_at > now()`
 	sqlSweep = `DELETE FROM gatecount_entries
  WHERE keyhash IN (SELECT keyhash FROM gatecount_entries WHERE expires_at <= now() LIMIT $1)
@@ -502,7 +507,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 		windows[i] = caps[i].Window.Milliseconds()
 	}
 	if len(keys) == 1 && !b.near(1) {
-		done, err := b.countOne(ctx, hashes[0], caps[0], n, t)
+		done, err := b.countOne(ctx, hashes[0], refs[0].lock, caps[0], n, t)
 		if done || err != nil {
 			return err
 		}
@@ -550,7 +555,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 // having written nothing, when the outcome needs the general function: a
 // row written meanwhile that the statement could not see, or a value its
 // pattern does not take.
-func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Cap, n int64, t *store.Tally) (bool, error) {
+func (b *Backend) countOne(ctx context.Context, hash []byte, lock int64, c store.Cap, n int64, t *store.Tally) (bool, error) {
 	var (
 		now                  time.Time
 		upVal, curVal, curFP *string
@@ -558,7 +563,7 @@ func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Cap, n int6
 		inserted             *bool
 		async                *string
 	)
-	err := b.pool.QueryRow(ctx, sqlCountOne, hash, b.fp, n, c.Max, c.Window.Milliseconds(), !b.syncCommit).
+	err := b.pool.QueryRow(ctx, sqlCountOne, hash, b.fp, n, c.Max, c.Window.Milliseconds(), !b.syncCommit, lock).
 		Scan(&now, &upVal, &upExp, &inserted, &curFP, &curVal, &curExp, &async)
 	if err != nil {
 		return false, fmt.Errorf("postgres: count: %w", err)

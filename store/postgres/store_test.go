@@ -432,3 +432,50 @@ func TestSecretRequired(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestMixedPaths: counts through the single-statement path (far from the
+// bound), through gatecount_count (near it) and increments through Update,
+// all on one key at once, lose nothing and admit exactly the budget.
+func TestMixedPaths(t *testing.T) {
+	secret := randomSecret()
+	prefix := randomPrefix("mixed")
+	o := Options{Secret: secret, Store: store.Options{MaxInFlight: 256}}
+	fast := newStore(t, newPool(t), o)
+	// A bound of 1,000 is always counted exactly: gatecount_count.
+	near := newStore(t, newPool(t), Options{Secret: secret, MaxEntries: 1000, Store: o.Store})
+	generic := newGenericStore(t, newPool(t), o)
+	for fast.Backend().(*Backend).near(1) { // wait for the first count
+		time.Sleep(10 * time.Millisecond)
+	}
+	hs := make([]*store.Handle, 3)
+	for i, s := range []*store.Store{fast, near, generic} {
+		h, err := s.Handle(prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs[i] = h
+	}
+	const budget, attempts = 40, 150
+	caps := []store.Cap{{Max: budget, Window: time.Minute}}
+	for round := range 5 {
+		key := []string{"k" + randomPrefix("r")}
+		var admitted, failed atomic.Int64
+		var wg sync.WaitGroup
+		for i := range attempts {
+			h := hs[i%3]
+			wg.Go(func() {
+				tl, err := h.Count(context.Background(), key, caps, 1)
+				switch {
+				case err != nil:
+					failed.Add(1)
+				case tl.Allowed:
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if failed.Load() != 0 || admitted.Load() != budget {
+			t.Fatalf("round %d: %d admitted, %d failed; want %d admitted", round, admitted.Load(), failed.Load(), budget)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
@@ -86,6 +87,8 @@ func (b *Backend) writeLoop() {
 			b.drain()
 			return
 		}
+		// Let callers that are about to queue join this batch.
+		runtime.Gosched()
 	more:
 		for len(batch) < maxBatch {
 			select {

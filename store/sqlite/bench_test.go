@@ -155,3 +155,19 @@ func rngsFor(conc int) []*rand.Rand {
 	}
 	return rs
 }
+
+// BenchmarkCountFullSync is Count with synchronous=FULL, which syncs the WAL
+// at every commit: group commit shares each sync among the calls of a batch.
+func BenchmarkCountFullSync(b *testing.B) {
+	for _, conc := range []int{1, 4} {
+		b.Run("conc="+strconv.Itoa(conc)+"/hot", func(b *testing.B) {
+			h := handle(b, open(b, tempFile(b), sqlite.Options{FullSync: true}), "bench:")
+			ctx := context.Background()
+			caps := []store.Cap{{Max: 1 << 40, Window: time.Hour}}
+			runLoad(b, conc, func(_, _ int) error {
+				_, err := h.Count(ctx, []string{"hot"}, caps, 1)
+				return err
+			})
+		})
+	}
+}

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
+	"github.com/gatecount/gatecount/store/postgres"
 )
 
 // KindMemoryNotShared is the "kind" of the warning Open logs when it opens
@@ -69,8 +72,28 @@ func Open(ctx context.Context, c Config, log *slog.Logger) (*Opened, error) {
 
 func openShared(ctx context.Context, c Config, so store.Options) (*Opened, error) {
 	switch c.Store {
-	case Postgres, SQLite, Redis:
+	case Postgres:
+		return openPostgres(ctx, c, so)
+	case SQLite, Redis:
 		return nil, fmt.Errorf("%w: the %s store", ErrNotBuilt, c.Store)
 	}
 	return nil, fmt.Errorf("%w: unknown store %q", ErrInvalid, c.Store)
+}
+
+// openPostgres opens a pool on DATABASE_URL and the store over it. The
+// database must have been migrated (go run ./cmd/gatecount migrate).
+func openPostgres(ctx context.Context, c Config, so store.Options) (*Opened, error) {
+	pool, err := pgxpool.New(ctx, c.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("config: DATABASE_URL: %w", err)
+	}
+	s, err := postgres.New(ctx, pool, postgres.Options{Secret: c.Secret, MaxEntries: c.MaxEntries, Store: so})
+	if err != nil {
+		pool.Close()
+		if errors.Is(err, postgres.ErrNotMigrated) {
+			return nil, fmt.Errorf("config: %w (run: go run ./cmd/gatecount migrate)", err)
+		}
+		return nil, fmt.Errorf("config: PostgreSQL store: %w", err)
+	}
+	return &Opened{Store: s, Kind: Postgres, closers: []func() error{func() error { pool.Close(); return nil }}}, nil
 }

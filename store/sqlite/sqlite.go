@@ -498,20 +498,24 @@ func (b *Backend) rowCount(ctx context.Context) (int, error) {
 }
 
 // Read implements store.Backend: one statement on the writer, judged on the
-// host's clock, answered once the writer's transaction committed.
+// host's clock. Alone on the writer it reads outside any write transaction;
+// queued with writes, it shares their transaction and is answered once that
+// committed.
 func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]store.Entry, error) {
 	names := make([][32]byte, len(keys))
 	for i, k := range keys {
 		names[i] = b.nameOf(prefix, k)
 	}
 	rows := make([]row, len(keys))
-	_, err := b.do(ctx, func(tctx context.Context) error {
+	read := func(ctx context.Context) error {
 		clear(rows)
-		if err := b.readRows(tctx, names, rows, b.now().UnixMilli()); err != nil {
-			return dbErr("read", err)
+		if err := b.readRows(ctx, names, rows, b.now().UnixMilli()); err != nil {
+			return b.failed("read", ctx, err)
 		}
 		return nil
-	}, nil)
+	}
+	// Alone on the writer, a read takes no write lock.
+	_, err := b.do(ctx, read, func(ctx context.Context) (bool, error) { return true, read(ctx) })
 	if err != nil {
 		return nil, err
 	}

@@ -42,10 +42,11 @@ func tempFile(t testing.TB) string {
 	return path
 }
 
-// openDB opens path with the sqlite driver, closed at the end of the test.
+// openDB opens path with the sqlite driver, as an app would, closed at the
+// end of the test. Its connections wait for the file's lock.
 func openDB(t testing.TB, path string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", path)
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,6 +383,17 @@ func TestCountWhileAppHoldsWriteLock(t *testing.T) {
 	if err := h.Update(ctx, []string{"k"}, add(time.Hour)); store.ReasonOf(err) != store.ReasonDeadline {
 		t.Fatalf("update while the app holds the write lock: %v, want unavailable (deadline)", err)
 	}
+	// A read, alone on the writer, needs no write lock: it is answered.
+	var es []store.Entry
+	for range 50 {
+		if es, err = h.Read(ctx, []string{"k"}); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil || string(es[0].Value) != "1" {
+		t.Fatalf("read while the app holds the write lock: %v, %v; want the count 1", es, err)
+	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
@@ -526,5 +538,46 @@ func TestParseURL(t *testing.T) {
 	}
 	if _, err := sqlite.ParseURL("postgres://u:secretpw@h/db"); err == nil || strings.Contains(err.Error(), "secretpw") {
 		t.Errorf("error quotes the password: %v", err)
+	}
+}
+
+// TestCloseAnswersWaitingCalls: calls waiting for the writer when the store
+// closes are answered, never left hanging.
+func TestCloseAnswersWaitingCalls(t *testing.T) {
+	ctx := context.Background()
+	path := tempFile(t)
+	o := sqlite.Options{Secret: secretA}
+	o.Store = o.Store.WithDefaults()
+	b, err := sqlite.OpenBackend(ctx, path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := openDB(t, path)
+	conn, err := app.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	// With no deadline, these wait for the app's lock until Close.
+	errs := make(chan error, 8)
+	for i := range cap(errs) {
+		go func() {
+			errs <- b.Update(ctx, "p:", []string{strconv.Itoa(i)}, add(time.Hour))
+		}()
+	}
+	time.Sleep(50 * time.Millisecond) // let them queue; the test holds either way
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range cap(errs) {
+		if err := <-errs; err == nil {
+			t.Error("an update succeeded while the app held the write lock")
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
 	}
 }

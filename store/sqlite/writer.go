@@ -54,19 +54,33 @@ func (b *Backend) do(ctx context.Context, run func(ctx context.Context) error, s
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
+	closed := store.Unavailable(store.ReasonClosed, nil)
+	select {
+	case <-b.stop:
+		return true, closed
+	default:
+	}
 	o := &op{ctx: ctx, run: run, solo: solo, res: make(chan error, 1)}
 	select {
 	case b.queue <- o:
 	case <-ctx.Done():
 		return false, ctx.Err()
 	case <-b.stop:
-		return true, store.Unavailable(store.ReasonClosed, nil)
+		return true, closed
 	}
 	select {
 	case err := <-o.res:
 		return true, err
 	case <-ctx.Done():
 		return false, ctx.Err()
+	case <-b.writerDone:
+		// Queued as the writer stopped: answered by its drain, or never.
+		select {
+		case err := <-o.res:
+			return true, err
+		default:
+			return true, closed
+		}
 	}
 }
 

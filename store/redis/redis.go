@@ -48,28 +48,40 @@
 // and every entry read as live is still live; otherwise nothing is written
 // and the update starts over, with a short random backoff. Since that check
 // and the write are one atomic step, an update that is written acts as if it
-// had read, applied and written at that step, which makes concurrent updates
-// of one key, from any number of instances, count one at a time. An update
-// that leaves its entries as they were writes nothing. An Update still
-// conflicting after Options.MaxRetries retries is answered unavailable
-// (overloaded, ErrContention); Backend.Retries counts the attempts that
-// conflicted. Count, the fixed-window counter limiters use, needs no retry:
-// it is one script, one round trip, doing what the generic Count does.
+// had read, applied and written at that step, with a clock reading taken a
+// moment before; concurrent updates of one key, from any number of
+// instances, count one at a time. Updates of one key within one process
+// take turns under a local lock, so only other processes' updates conflict
+// with them. An update that leaves its entries as they were writes nothing.
+// An Update still conflicting after Options.MaxRetries retries is answered
+// unavailable (overloaded, ErrContention); Backend.Retries counts the
+// retries.
+//
+// When none of its keys is known in this process to hold an entry, Update
+// saves the read: it guesses that none does, runs apply on no entries at an
+// estimate of the server's time that is never after it (from the times
+// earlier answers carried), and the write script checks the guess as it
+// checks a read, rejecting it too if the estimate is after the server's
+// time. A wrong guess (Backend.Misses) falls back to the read. Count, the
+// fixed-window counter limiters use, needs neither: it is one script, one
+// round trip, doing what the generic Count does.
 //
 // # The bound
 //
 // Live entries are counted without scanning. Each (tag, fingerprint) keeps a
 // sorted set, its live index, of entry -> expiry, updated by the same script
-// that writes the entries; its expired members are removed
-// (ZREMRANGEBYSCORE) before it is counted (ZCARD). The tags of a
-// fingerprint are listed in a set, gatecount:{<fingerprint>}:tags. A script
-// that adds entries checks, atomically, its own tag's live count plus the
-// live entries under the other tags, as this process last counted them,
-// against MaxEntries. The count of other tags is refreshed by every Sweep,
-// which the store runs every SweepInterval and whenever the bound seems
-// full, before a new key is refused. The bound is therefore exact for one
-// handle, and across handles can be passed by the entries other handles add
-// between two sweeps.
+// that writes the entries. Its ZCARD counts the live entries under the tag,
+// and expired ones not yet removed: when that count says the bound is
+// reached, the script removes the expired members (ZREMRANGEBYSCORE) and
+// counts again before it refuses a new key. The tags of a fingerprint are
+// listed in a set, gatecount:{<fingerprint>}:tags. A script that adds
+// entries checks, atomically, its own tag's count plus the live entries
+// under the other tags, as this process last counted them, against
+// MaxEntries. The count of other tags is refreshed by every Sweep, which the
+// store runs every SweepInterval and whenever the bound seems reached,
+// before a new key is refused. The bound is therefore exact for one handle;
+// across handles it can be passed by the entries other processes add under
+// other handles between two sweeps.
 //
 // # Redis settings
 //
@@ -190,8 +202,11 @@ type Backend struct {
 	sweepLog   rate.Sometimes
 
 	retries atomic.Uint64
+	misses  atomic.Uint64
 	spaces  sync.Map // prefix -> *space
 	stripes [stripes]chan struct{}
+	known   [knownSlots]knownLive
+	clock   serverClock
 
 	mu    sync.Mutex
 	live  map[string]*atomic.Int64 // tag -> its live entries, as last counted
@@ -251,6 +266,7 @@ func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backe
 		live:       make(map[string]*atomic.Int64),
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
+		clock:      serverClock{base: time.Now()},
 	}
 	for i := range b.stripes {
 		b.stripes[i] = make(chan struct{}, 1)
@@ -319,6 +335,10 @@ func (b *Backend) Fingerprint() string { return b.fp }
 // update and were started over, since the backend was made.
 func (b *Backend) Retries() uint64 { return b.retries.Load() }
 
+// Misses returns how many times an Update guessed that its keys had no
+// entries, and was wrong (see Update).
+func (b *Backend) Misses() uint64 { return b.misses.Load() }
+
 // Live returns the live entries under the secret, as last counted.
 func (b *Backend) Live() int { return int(b.total.Load()) }
 
@@ -359,28 +379,54 @@ func (b *Backend) elsewhere(sp *space) int64 {
 	return max(b.total.Load()-sp.live.Load(), 0)
 }
 
-// names returns the Redis keys of keys, then the live index, and the
-// members that name them in the index. If locks is not nil, it adds the
-// stripe of each key to it.
-func (b *Backend) names(sp *space, prefix string, keys []string, locks *lockSet) (names, members []string) {
-	names = make([]string, len(keys)+1)
-	members = make([]string, len(keys))
+// keySet is what one call needs of its keys.
+type keySet struct {
+	names   []string // the Redis keys, then the live index
+	members []string // the keys' members in the live index
+	slots   []int    // the keys' slots in the known-live cache
+	tags    []uint64 // the keys' tags in those slots
+	locks   lockSet  // the keys' stripes
+}
+
+// keys names keys under sp.
+func (b *Backend) keys(sp *space, prefix string, keys []string) *keySet {
+	n := len(keys)
+	ks := &keySet{
+		names:   make([]string, n+1),
+		members: make([]string, n),
+		slots:   make([]int, n),
+		tags:    make([]uint64, n),
+	}
 	var buf [64]byte
 	for i, k := range keys {
 		sum := b.hasher.Sum(prefix, k)
 		hex.Encode(buf[:], sum[:])
-		members[i] = string(buf[:])
-		names[i] = sp.keyPrefix + members[i]
-		if locks != nil {
-			locks.add(int(binary.BigEndian.Uint16(sum[:2])) % stripes)
-		}
+		ks.members[i] = string(buf[:])
+		ks.names[i] = sp.keyPrefix + ks.members[i]
+		x := int(binary.BigEndian.Uint16(sum[:2]))
+		ks.slots[i] = x % knownSlots // its stripe is x % stripes: the same lock guards it
+		ks.tags[i] = binary.BigEndian.Uint64(sum[2:10]) | 1
+		ks.locks.add(x % stripes)
 	}
-	names[len(keys)] = sp.idx
-	return names, members
+	ks.names[n] = sp.idx
+	return ks
 }
 
-// stripes is the number of local locks Update spreads keys over.
-const stripes = 1024
+// stripes is the number of local locks Update spreads keys over, and
+// knownSlots the size of the cache of keys known to be live, a multiple of
+// it.
+const (
+	stripes    = 1024
+	knownSlots = 8 * stripes
+)
+
+// knownLive is a slot of the cache of keys this process saw live, which
+// tells Update when it is worth guessing that its keys are absent. A slot
+// is guarded by the stripe lock of the keys that map to it.
+type knownLive struct {
+	tag uint64 // 0: empty
+	exp int64  // Unix ms
+}
 
 // lockSet is the stripes of one Update's keys, distinct and ascending.
 type lockSet struct {
@@ -460,6 +506,7 @@ func (b *Backend) read(ctx context.Context, names []string, raws []string, prese
 	if err != nil {
 		return 0, err
 	}
+	b.clock.observe(now)
 	for i := range names {
 		raws[i], present[i] = "", false
 		if s, ok := res[i+2].(string); ok {
@@ -484,8 +531,7 @@ func serverTime(sec, usec any) (int64, error) {
 // Read implements store.Backend.
 func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]store.Entry, error) {
 	sp := b.space(prefix)
-	names, _ := b.names(sp, prefix, keys, nil)
-	names = names[:len(keys)]
+	names := b.keys(sp, prefix, keys).names[:len(keys)]
 	raws := make([]string, len(keys))
 	present := make([]bool, len(keys))
 	now, err := b.read(ctx, names, raws, present)
@@ -509,52 +555,63 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 }
 
 // Update implements store.Backend.
+//
+// Updates of one key from this process take turns, under a local lock, so
+// that they never conflict with each other; only other processes' updates
+// can. When no key of the update is known here to be live, Update first
+// guesses that none is: it calls apply with no entries and an estimate of
+// the server's time (see serverClock), and sends its result to the write
+// script, which checks the guess (every key absent, the estimate not after
+// the server's time) as it checks a read. A right guess saves the read's
+// round trip; a wrong one costs a round trip and falls back to the read.
 func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
 	sp := b.space(prefix)
-	n := len(keys)
-	var locks lockSet
-	names, members := b.names(sp, prefix, keys, &locks)
-	// Updates of one key from this process take turns, so that they do not
-	// conflict with each other: only other processes' updates can.
-	if err := b.lock(ctx, &locks); err != nil {
+	ks := b.keys(sp, prefix, keys)
+	if err := b.lock(ctx, &ks.locks); err != nil {
 		return err
 	}
-	defer b.unlock(&locks)
+	defer b.unlock(&ks.locks)
+	n := len(keys)
+	entries := make([]store.Entry, n)
+	args := make([]any, 3+5*n)
+	args[0] = b.max
+	if est, ok := b.clock.now(); ok && b.noneKnown(ks, est) {
+		if done, err := b.guess(ctx, sp, prefix, ks, est, apply, entries, args); done {
+			return err
+		}
+	}
 	raws := make([]string, n)
 	present := make([]bool, n)
 	exps := make([]int64, n)    // expiry of each live entry read, else 0
 	bodies := make([]string, n) // value of each live entry read
-	entries := make([]store.Entry, n)
-	args := make([]any, 2+5*n)
-	args[0] = b.max
 	swept := false
 	for conflicts := 0; ; {
-		now, err := b.read(ctx, names[:n], raws, present)
+		now, err := b.read(ctx, ks.names[:n], raws, present)
 		if err != nil {
 			return err
 		}
 		for i := range entries {
 			exps[i], bodies[i], entries[i] = 0, "", store.Entry{}
-			if !present[i] {
-				continue
+			if present[i] {
+				exp, v, err := decode(raws[i])
+				if err != nil {
+					return err
+				}
+				if exp > now {
+					exps[i], bodies[i] = exp, v
+					entries[i] = store.Entry{Value: []byte(v), ExpiresAt: time.UnixMilli(exp)}
+				}
 			}
-			exp, v, err := decode(raws[i])
-			if err != nil {
-				return err
-			}
-			if exp > now {
-				exps[i], bodies[i] = exp, v
-				entries[i] = store.Entry{Value: []byte(v), ExpiresAt: time.UnixMilli(exp)}
-			}
+			b.know(ks, i, exps[i])
 		}
 		if err := apply(time.UnixMilli(now), entries); err != nil {
 			return err
 		}
 		changed, fresh := false, int64(0)
 		for i := range entries {
-			o := 2 + 5*i
+			o := 3 + 5*i
 			e := &entries[i]
-			args[o] = members[i]
+			args[o] = ks.members[i]
 			switch {
 			case !present[i]:
 				args[o+1] = "a"
@@ -587,17 +644,14 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 			return nil // a read: it happened at the read's instant
 		}
 		others := b.elsewhere(sp)
-		args[1] = others
-		res, err := writeScript.Run(ctx, b.c, names, args...).Int64Slice()
+		args[1], args[2] = others, now
+		res, err := b.write(ctx, ks, args)
 		if err != nil {
 			return err
 		}
-		if len(res) < 1 {
-			return fmt.Errorf("redisstore: write answered %v", res)
-		}
 		switch res[0] {
 		case 1:
-			b.wrote(ctx, sp, prefix, res[1], others)
+			b.wrote(ctx, sp, prefix, ks, entries, res[1], res[2], others)
 			return nil
 		case 2:
 			b.setLive(sp.live, res[1])
@@ -621,9 +675,97 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	}
 }
 
-// wrote records a successful write that left live entries under sp's tag
-// (-1: not counted), with others elsewhere.
-func (b *Backend) wrote(ctx context.Context, sp *space, prefix string, live, others int64) {
+// guess runs apply on the guess that no key has an entry, at the estimated
+// server time est, and writes its result if the guess was right. It
+// reports done when the Update is answered; otherwise the Update goes on
+// with a read.
+func (b *Backend) guess(ctx context.Context, sp *space, prefix string, ks *keySet, est int64, apply store.ApplyFunc, entries []store.Entry, args []any) (done bool, err error) {
+	clear(entries)
+	if apply(time.UnixMilli(est), entries) != nil {
+		return false, nil // an error on a guess is not the Update's answer
+	}
+	writes := false
+	for i := range entries {
+		o := 3 + 5*i
+		e := &entries[i]
+		args[o], args[o+1], args[o+2] = ks.members[i], "a", ""
+		if exp := e.ExpiresAt.UnixMilli(); e.Value != nil && exp > est {
+			args[o+3] = strconv.FormatInt(exp, 10) + ":" + string(e.Value)
+			args[o+4] = exp
+			writes = true
+		} else {
+			args[o+3], args[o+4] = "=", 0
+		}
+	}
+	if !writes {
+		return false, nil // a read must see the store to be right
+	}
+	others := b.elsewhere(sp)
+	args[1], args[2] = others, est
+	res, err := b.write(ctx, ks, args)
+	if err != nil {
+		return true, err
+	}
+	if res[0] != 1 {
+		b.misses.Add(1)
+		return false, nil
+	}
+	b.wrote(ctx, sp, prefix, ks, entries, res[1], res[2], others)
+	return true, nil
+}
+
+// write runs writeScript and notes the server's time it answers.
+func (b *Backend) write(ctx context.Context, ks *keySet, args []any) ([]int64, error) {
+	res, err := writeScript.Run(ctx, b.c, ks.names, args...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != 3 {
+		return nil, fmt.Errorf("redisstore: write answered %v", res)
+	}
+	b.clock.observe(res[2])
+	return res, nil
+}
+
+// noneKnown reports whether no key of ks is known here to be live at est.
+func (b *Backend) noneKnown(ks *keySet, est int64) bool {
+	for i, s := range ks.slots {
+		if k := b.known[s]; k.tag == ks.tags[i] && k.exp > est {
+			return false
+		}
+	}
+	return true
+}
+
+// know records that key i of ks is live until exp, or not live (exp 0).
+// The caller holds the key's stripe.
+func (b *Backend) know(ks *keySet, i int, exp int64) {
+	k := &b.known[ks.slots[i]]
+	switch {
+	case exp > 0:
+		*k = knownLive{ks.tags[i], exp}
+	case k.tag == ks.tags[i]:
+		*k = knownLive{}
+	}
+}
+
+// wrote records a successful write of entries, at the server's time now,
+// that left live entries under sp's tag (-1: not counted), with others
+// elsewhere. The caller holds the keys' stripes.
+func (b *Backend) wrote(ctx context.Context, sp *space, prefix string, ks *keySet, entries []store.Entry, live, now, others int64) {
+	for i := range entries {
+		exp := int64(0)
+		if e := entries[i]; e.Value != nil && e.ExpiresAt.UnixMilli() > now {
+			exp = e.ExpiresAt.UnixMilli()
+		}
+		b.know(ks, i, exp)
+	}
+	b.counted(ctx, sp, prefix, live, others)
+}
+
+// counted records that a write left live entries under sp's tag (-1: not
+// counted), with others elsewhere, and logs when the store is filling.
+func (b *Backend) counted(ctx context.Context, sp *space, prefix string, live, others int64) {
 	if live < 0 {
 		return
 	}
@@ -672,7 +814,8 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 		}
 	}
 	sp := b.space(prefix)
-	names, members := b.names(sp, prefix, keys, nil)
+	ks := b.keys(sp, prefix, keys)
+	names, members := ks.names, ks.members
 	args := make([]any, 3+3*len(keys))
 	args[0], args[1] = n, b.max
 	for i := range keys {
@@ -709,8 +852,9 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 				t.ExpiresAt[i] = time.UnixMilli(e)
 			}
 		}
+		b.clock.observe(res[1])
 		if t.Allowed {
-			b.wrote(ctx, sp, prefix, res[3], others)
+			b.counted(ctx, sp, prefix, res[3], others)
 		}
 		return nil
 	}
@@ -824,4 +968,47 @@ func (b *Backend) Close() error {
 		}
 	})
 	return err
+}
+
+// serverClock estimates the server's time from the times it answers, so
+// that an Update that guesses its keys are absent need not read the time
+// first. Each answer carrying the server's time S, arriving at local time
+// L, bounds the offset of the server's clock from below: S was read before
+// L, so the server's clock reads at least S - L + l at any later local time
+// l. The estimate is that bound, less a millisecond for rounding: never
+// after the server's time, unless a clock jumps, which the write script
+// catches; and behind it by at most the round trip of the answer it came
+// from. The bound is kept at its highest, or renewed once a second, so that
+// clock drift does not build up.
+type serverClock struct {
+	base   time.Time // the local origin, on the monotonic clock
+	mu     sync.Mutex
+	offset int64 // server ms less local ms, from below
+	at     int64 // local ms when offset was set; 0: never
+}
+
+// local returns the local time in ms since base, at least 1.
+func (c *serverClock) local() int64 { return time.Since(c.base).Milliseconds() + 1 }
+
+// observe notes that the server's time was server (Unix ms) a moment ago.
+func (c *serverClock) observe(server int64) {
+	l := c.local()
+	o := server - l - 1
+	c.mu.Lock()
+	if c.at == 0 || o > c.offset || l-c.at > 1000 {
+		c.offset, c.at = o, l
+	}
+	c.mu.Unlock()
+}
+
+// now returns the estimate of the server's time in Unix ms, and whether
+// there is one.
+func (c *serverClock) now() (int64, bool) {
+	c.mu.Lock()
+	o, at := c.offset, c.at
+	c.mu.Unlock()
+	if at == 0 {
+		return 0, false
+	}
+	return c.local() + o, true
 }

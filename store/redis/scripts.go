@@ -7,9 +7,11 @@ import "github.com/redis/go-redis/v9"
 //
 // An entry is a Redis string "<expiry ms>:<value JSON>" set with PXAT at
 // its expiry, so Redis removes it by itself. Each (tag, fingerprint) has a
-// sorted set, its live index, of entry member -> expiry ms: its members
-// past their score are removed before it is counted, so ZCARD is the number
-// of live entries under the tag.
+// sorted set, its live index, of entry member -> expiry ms. Its ZCARD
+// counts the live entries under the tag and the expired ones not yet
+// removed; it expires itself a minute after its last member (the minute
+// spares a PEXPIREAT on most writes): a script that finds the bound reached removes the expired
+// members (ZREMRANGEBYSCORE) and counts again, and so does every sweep.
 
 // readScript returns the server's time (seconds, microseconds) and the raw
 // values of KEYS, false where there is none.
@@ -23,34 +25,37 @@ return r
 `)
 
 // writeScript is the compare-and-set step of an Update. KEYS are the entry
-// keys, then the live index. ARGV: max entries, live entries elsewhere, then
-// five per key: member, mode, raw value as read, new raw value, new expiry.
+// keys, then the live index. ARGV: max entries, live entries elsewhere, the
+// time apply was given (Unix ms), then five per key: member, mode, raw value
+// as read, new raw value, new expiry.
 //
 // Mode 'a': the key was absent and must still be. Mode 'l': the key held
 // the raw value, live; it must hold it still and still be live now. Mode
 // 'd': the key held the raw value, expired; it must hold it or nothing. A new
-// raw value of "=" leaves the key as it is; "" deletes it.
+// raw value of "=" leaves the key as it is; "" deletes it. The time apply
+// was given must not be after the server's.
 //
-// It returns {0} on a conflict, {2, live} when new entries find no room,
-// and {1, live} when written, live being the index's count after the write
-// or -1 when it was not counted.
+// It returns {status, live, now}: status 0 on a conflict, 2 when new
+// entries find no room, 1 when written; live is the index's count (after
+// the write), or -1 when it was not counted; now is the server's time.
 var writeScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(ARGV[3]) > now then return {0, -1, now} end
 local n = #KEYS - 1
 local idx = KEYS[n + 1]
 local fresh = 0
 for i = 1, n do
-  local o = 2 + (i - 1) * 5
+  local o = 3 + (i - 1) * 5
   local mode, want, val = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
   local cur = redis.call('GET', KEYS[i])
   if mode == 'a' then
-    if cur then return {0} end
+    if cur then return {0, -1, now} end
   elseif mode == 'l' then
-    if cur ~= want then return {0} end
-    if tonumber(string.match(want, '^(%d+):')) <= now then return {0} end
+    if cur ~= want then return {0, -1, now} end
+    if tonumber(string.match(want, '^(%d+):')) <= now then return {0, -1, now} end
   else
-    if cur and cur ~= want then return {0} end
+    if cur and cur ~= want then return {0, -1, now} end
   end
   if mode ~= 'l' and val ~= '' and val ~= '=' and tonumber(ARGV[o + 5]) > now then
     fresh = fresh + 1
@@ -58,14 +63,17 @@ for i = 1, n do
 end
 local live = -1
 if fresh > 0 then
-  redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
   live = redis.call('ZCARD', idx)
-  if live + tonumber(ARGV[2]) + fresh > tonumber(ARGV[1]) then return {2, live} end
+  if live + tonumber(ARGV[2]) + fresh > tonumber(ARGV[1]) then
+    redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
+    live = redis.call('ZCARD', idx)
+    if live + tonumber(ARGV[2]) + fresh > tonumber(ARGV[1]) then return {2, live, now} end
+  end
   live = live + fresh
 end
-local top, tops = 0, ''
+local top = 0
 for i = 1, n do
-  local o = 2 + (i - 1) * 5
+  local o = 3 + (i - 1) * 5
   local member, mode, want, val, es = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
   if val ~= '=' then
     local e = tonumber(es)
@@ -74,7 +82,7 @@ for i = 1, n do
       if mode ~= 'l' or tonumber(string.match(want, '^(%d+):')) ~= e then
         redis.call('ZADD', idx, es, member)
       end
-      if e > top then top, tops = e, es end
+      if e > top then top = e end
     elseif mode ~= 'a' then
       redis.call('DEL', KEYS[i])
       if redis.call('ZREM', idx, member) == 1 and mode == 'l' and live >= 0 then
@@ -85,9 +93,9 @@ for i = 1, n do
 end
 if top > 0 then
   local ttl = redis.call('PTTL', idx)
-  if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, tops) end
+  if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, string.format('%d', top + 60000)) end
 end
-return {1, live}
+return {1, live, now}
 `)
 
 // countScript is the fixed-window count of store.Count in one step. KEYS
@@ -127,9 +135,12 @@ end
 local live = -1
 if limiting == 0 then
   if fresh > 0 then
-    redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
     live = redis.call('ZCARD', idx)
-    if live + tonumber(ARGV[3]) + fresh > tonumber(ARGV[2]) then return {-2, now, live} end
+    if live + tonumber(ARGV[3]) + fresh > tonumber(ARGV[2]) then
+      redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
+      live = redis.call('ZCARD', idx)
+      if live + tonumber(ARGV[3]) + fresh > tonumber(ARGV[2]) then return {-2, now, live} end
+    end
     live = live + fresh
   end
   local top = 0
@@ -146,7 +157,7 @@ if limiting == 0 then
   end
   if top > 0 then
     local ttl = redis.call('PTTL', idx)
-    if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, string.format('%d', top)) end
+    if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, string.format('%d', top + 60000)) end
   end
 end
 local r = {limiting == 0 and 1 or 0, now, limiting, live}

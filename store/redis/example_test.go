@@ -1,0 +1,45 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"github.com/gatecount/gatecount/store"
+	redisstore "github.com/gatecount/gatecount/store/redis"
+)
+
+// A store opened from RATE_LIMIT_STORE_URL counts sign-in attempts for
+// every instance of an app: two attempts a minute per account here.
+func ExampleOpenURL() {
+	ctx := context.Background()
+	// The secret is the app's own, the same on every instance; a random one
+	// keeps this example's keys apart from any earlier run's.
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	s, err := redisstore.OpenURL(ctx, "redis://127.0.0.1:6379/0", redisstore.Options{Secret: secret})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	signIn, err := s.Handle("signin:")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	caps := []store.Cap{{Max: 2, Window: time.Minute}}
+	for range 3 {
+		t, err := signIn.Count(ctx, []string{"alice@example.com"}, caps, 1)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println("allowed:", t.Allowed, "count:", t.Counts[0])
+	}
+	// Output:
+	// allowed: true count: 1
+	// allowed: true count: 2
+	// allowed: false count: 2
+}

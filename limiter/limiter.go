@@ -96,6 +96,11 @@ const (
 	// returns to the store as soon as it answers again. Budgets still hold
 	// per instance; across N instances an attacker gets up to N times the
 	// budget during the outage. Counts made locally are not carried over.
+	//
+	// A store that is only overloaded (more calls in flight than its guard
+	// allows) is not down: the attempt is refused, as under Deny. Otherwise
+	// anyone able to send a burst of requests could push the store past
+	// its bound and have every instance count alone.
 	Local
 )
 
@@ -333,6 +338,9 @@ func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Cap) (D
 		})
 		return l.unavailable(true, err, caps), nil
 	case Local:
+		if store.ReasonOf(err) == store.ReasonOverloaded {
+			break
+		}
 		t, lerr := l.local.Count(ctx, keys, caps, 1)
 		l.warn.Do(func() {
 			l.log.Warn("store unavailable: counting in process memory", "kind", KindLocal, "err", err)

@@ -408,3 +408,44 @@ func TestBlock(t *testing.T) {
 		t.Fatalf("zero block: %v", err)
 	}
 }
+
+// stuck is a memory backend whose updates wait until released.
+type stuck struct {
+	*memory.Backend
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *stuck) Inline() bool { return false }
+
+func (s *stuck) Update(ctx context.Context, p string, k []string, a store.ApplyFunc) error {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.Backend.Update(ctx, p, k, a)
+}
+
+// An overloaded store is not down: under Local the attempt is refused, not
+// counted alone by each instance.
+func TestLocalRefusesWhenOverloaded(t *testing.T) {
+	o := store.Options{MaxInFlight: 1, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
+	b := &stuck{Backend: memory.NewBackend(memory.Options{Store: o}), entered: make(chan struct{}), release: make(chan struct{})}
+	s := store.New(b, o)
+	defer s.Close()
+	h, _ := s.Handle("o:")
+	l, err := limiter.New(h, limiter.Options{Name: "o", Budget: limiter.Budget{Limit: 5, Window: time.Minute}, Unavailable: limiter.Local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	done := make(chan limiter.Decision)
+	go func() { d, _ := l.Attempt(context.Background(), "k"); done <- d }()
+	<-b.entered // the one call allowed in flight is in the store
+	d, _ := l.Attempt(context.Background(), "k")
+	if d.Allowed || d.Local || !d.Unavailable || store.ReasonOf(d.Cause) != store.ReasonOverloaded {
+		t.Fatalf("overloaded, Local policy: %+v", d)
+	}
+	close(b.release)
+	if d := <-done; !d.Allowed {
+		t.Fatalf("the call in flight: %+v", d)
+	}
+}

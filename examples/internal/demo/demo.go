@@ -47,7 +47,7 @@ type App struct {
 	signIns    map[string]int
 	// passwordChecks counts the sign-in attempts that reached the check.
 	passwordChecks int
-	codesSent  map[string]int
+	codesSent      map[string]int
 }
 
 // New builds the app from the environment read through lookup: the

@@ -352,6 +352,10 @@ func setPragmas(ctx context.Context, conn *sql.Conn, busy time.Duration, full bo
 // documentation).
 func (b *Backend) Shared() bool { return true }
 
+// Fingerprint returns the fingerprint of the store's secret, recorded
+// beside every row it writes.
+func (b *Backend) Fingerprint() string { return b.fp }
+
 // Backing returns the *sql.DB the store uses: two handles with one prefix
 // are refused on one *sql.DB.
 func (b *Backend) Backing() any { return b.db }

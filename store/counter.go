@@ -62,6 +62,16 @@ func (h *Handle) Count(ctx context.Context, keys []string, caps []Cap, n int64) 
 	if err := checkCount(keys, caps, n); err != nil {
 		return Tally{}, err
 	}
+	if h.s.obs == nil {
+		return h.count(ctx, keys, caps, n)
+	}
+	start := time.Now()
+	t, err := h.count(ctx, keys, caps, n)
+	h.s.observe(OpCount, h.prefix, start, err)
+	return t, err
+}
+
+func (h *Handle) count(ctx context.Context, keys []string, caps []Cap, n int64) (Tally, error) {
 	s := h.s
 	c := countPool.Get().(*countCall)
 	c.caps, c.n, c.t = caps, n, Tally{Limiting: -1}
@@ -84,10 +94,12 @@ func (h *Handle) Count(ctx context.Context, keys []string, caps []Cap, n int64) 
 			err = s.call(ctx, func(ctx context.Context) error {
 				return ct.Count(ctx, h.prefix, own, caps, n, t)
 			})
-			c.t = *t
+			if err == nil { // else the backend may still be writing t
+				c.t = *t
+			}
 		}
 	} else {
-		err = h.Update(ctx, own, c.fn)
+		err = h.update(ctx, own, c.fn)
 	}
 	t := c.t
 	if s.inline || err == nil {

@@ -37,6 +37,8 @@ type Options struct {
 	// InstanceID names this process's store in logs; the zero UUID means a
 	// new random one.
 	InstanceID uuid.UUID
+	// Observer, when set, is told of every call (see Observer).
+	Observer Observer
 }
 
 // WithDefaults returns o with every zero field given its default, including
@@ -71,6 +73,7 @@ type Store struct {
 	closed   atomic.Bool
 	calls    sync.WaitGroup // goroutines running backend calls
 	breaker  breaker
+	obs      Observer
 
 	mu       sync.Mutex
 	prefixes []string
@@ -80,7 +83,7 @@ type Store struct {
 // WithDefaults, so that both log under one instance ID.
 func New(b Backend, opts Options) *Store {
 	opts = opts.WithDefaults()
-	s := &Store{b: b, opts: opts, backing: any(b)}
+	s := &Store{b: b, opts: opts, backing: any(b), obs: opts.Observer}
 	if in, ok := b.(Inline); ok && in.Inline() {
 		s.inline = true
 	}
@@ -140,11 +143,15 @@ func (s *Store) Handle(prefix string) (*Handle, error) {
 // went.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	var n int
+	start := time.Now()
 	err := s.call(ctx, func(ctx context.Context) error {
 		var err error
 		n, err = s.b.Sweep(ctx)
 		return err
 	})
+	if s.obs != nil {
+		s.observe(OpSweep, "", start, err)
+	}
 	return n, err
 }
 
@@ -304,6 +311,16 @@ func (h *Handle) Update(ctx context.Context, keys []string, apply ApplyFunc) err
 	if err := checkKeys(keys); err != nil {
 		return err
 	}
+	if h.s.obs == nil {
+		return h.update(ctx, keys, apply)
+	}
+	start := time.Now()
+	err := h.update(ctx, keys, apply)
+	h.s.observe(OpUpdate, h.prefix, start, err)
+	return err
+}
+
+func (h *Handle) update(ctx context.Context, keys []string, apply ApplyFunc) error {
 	s := h.s
 	c := applyPool.Get().(*applyCall)
 	c.user = apply
@@ -352,11 +369,18 @@ func (h *Handle) Read(ctx context.Context, keys []string) ([]Entry, error) {
 		return nil, err
 	}
 	var out []Entry
+	var start time.Time
+	if h.s.obs != nil {
+		start = time.Now()
+	}
 	err := h.s.call(ctx, func(ctx context.Context) error {
 		var err error
 		out, err = h.s.b.Read(ctx, h.prefix, keys)
 		return err
 	})
+	if h.s.obs != nil {
+		h.s.observe(OpRead, h.prefix, start, err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -320,3 +320,9 @@ func (b *Backend) Close() error {
 	<-b.done
 	return nil
 }
+
+// Entries returns the entries held, expired ones not yet removed included.
+func (b *Backend) Entries() int { return int(b.live.Load()) }
+
+// MaxEntries returns the bound on live entries.
+func (b *Backend) MaxEntries() int { return b.bound.Max() }

@@ -1,0 +1,96 @@
+package store
+
+import "time"
+
+// Op names a store call in a CallEvent.
+type Op uint8
+
+// The calls an Observer hears of.
+const (
+	OpUpdate Op = iota + 1
+	OpRead
+	OpCount
+	OpSweep
+)
+
+// String returns the call's name: update, read, count or sweep.
+func (o Op) String() string {
+	switch o {
+	case OpUpdate:
+		return "update"
+	case OpRead:
+		return "read"
+	case OpCount:
+		return "count"
+	case OpSweep:
+		return "sweep"
+	}
+	return "unknown"
+}
+
+// CallEvent describes one call through the guard.
+type CallEvent struct {
+	Op Op
+	// Prefix is the handle's prefix; "" for a Sweep.
+	Prefix string
+	// Duration is how long the caller waited for the answer.
+	Duration time.Duration
+	// Reason is why the store was unavailable, or 0 when it answered
+	// (including with an error of the caller's making).
+	Reason Reason
+	// InFlight is the number of calls running in the backend as the call
+	// was answered.
+	InFlight int
+}
+
+// Observer hears of every call a Store answers, for metrics. It is called on
+// the caller's goroutine after the call and must be fast and safe for
+// concurrent use. It is never told a key.
+type Observer interface {
+	ObserveCall(CallEvent)
+}
+
+func (s *Store) observe(op Op, prefix string, start time.Time, err error) {
+	s.obs.ObserveCall(CallEvent{
+		Op:       op,
+		Prefix:   prefix,
+		Duration: time.Since(start),
+		Reason:   ReasonOf(err),
+		InFlight: int(s.inFlight.Load()),
+	})
+}
+
+// Sizer is implemented by backends that can tell how many live entries they
+// hold, for Stats.
+type Sizer interface {
+	// Entries returns the live entries held, or an estimate of them.
+	Entries() int
+	// MaxEntries returns the bound on live entries.
+	MaxEntries() int
+}
+
+// Stats is a Store's health at one moment.
+type Stats struct {
+	InFlight    int
+	MaxInFlight int
+	BreakerOpen bool
+	// Entries and MaxEntries are the live entries against the bound, or -1
+	// when the backend does not tell (see Sizer).
+	Entries    int
+	MaxEntries int
+}
+
+// Stats returns the store's health now.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		InFlight:    int(s.inFlight.Load()),
+		MaxInFlight: s.opts.MaxInFlight,
+		BreakerOpen: s.BreakerOpen(),
+		Entries:     -1,
+		MaxEntries:  -1,
+	}
+	if sz, ok := s.b.(Sizer); ok {
+		st.Entries, st.MaxEntries = sz.Entries(), sz.MaxEntries()
+	}
+	return st
+}

@@ -26,8 +26,8 @@
 // # Keys and secrets
 //
 // No key is stored. A row is named by keyhash, the HMAC-SHA-256 of the
-// handle's prefix and the key under the secret (Options.Secret or the
-// GATECOUNT_SECRET environment variable; see package keyhash), and records
+// handle's prefix and the key under the secret (Options.Secret; see
+// package keyhash), and records
 // the secret's fingerprint. After the secret changes, instances under the
 // new one neither read the rows of the old one nor count them against their
 // bound; those rows go when they expire, not sooner, so instances still on

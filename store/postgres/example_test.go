@@ -13,7 +13,9 @@ import (
 )
 
 // The app opens its pool, migrates once (or runs `go run ./cmd/gatecount
-// migrate`), and opens the store over the same pool.
+// migrate`), and opens the store over the same pool with its secret. The
+// store reads no environment: the app passes what it read (package config
+// reads GATECOUNT_SECRET and DATABASE_URL and does all of this).
 func Example() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))

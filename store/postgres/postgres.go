@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,13 +29,10 @@ const (
 	SweepBatch = 1000
 )
 
-// SecretEnv is the environment variable New reads the secret from when
-// Options.Secret is empty.
-const SecretEnv = "GATECOUNT_SECRET"
-
-// ErrNoSecret is returned by New when neither Options.Secret nor the
-// GATECOUNT_SECRET environment variable gives a secret.
-var ErrNoSecret = errors.New("postgres: no secret: set Options.Secret or GATECOUNT_SECRET")
+// ErrNoSecret is returned by New when Options.Secret is empty. The store
+// never reads a secret from anywhere else: the app passes it in (package
+// config reads it from GATECOUNT_SECRET).
+var ErrNoSecret = errors.New("postgres: no secret: set Options.Secret")
 
 // Log kinds of this store, besides those of store.Bound.
 const (
@@ -48,8 +44,9 @@ const (
 // of every other field gives its default.
 type Options struct {
 	// Secret keys the HMAC under which keys are stored, at least
-	// keyhash.MinSecretLen bytes; empty means the value of GATECOUNT_SECRET.
-	// Every instance of an app must use the same secret to share counts.
+	// keyhash.MinSecretLen bytes; it is required (ErrNoSecret when empty,
+	// keyhash.ErrWeakSecret when short). Every instance of an app must use
+	// the same secret to share counts.
 	Secret []byte
 	// MaxEntries bounds the live entries of this secret; 0 means
 	// store.DefaultMaxEntriesDatabase (1,000,000).
@@ -129,14 +126,10 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 	if pool == nil {
 		return nil, errors.New("postgres: nil pool")
 	}
-	secret := o.Secret
-	if len(secret) == 0 {
-		secret = []byte(os.Getenv(SecretEnv))
+	if len(o.Secret) == 0 {
+		return nil, fmt.Errorf("%w: at least %d bytes, the same on every instance (%s)", ErrNoSecret, keyhash.MinSecretLen, keyhash.HowToMakeSecret)
 	}
-	if len(secret) == 0 {
-		return nil, fmt.Errorf("%w (%s)", ErrNoSecret, keyhash.HowToMakeSecret)
-	}
-	h, err := keyhash.New(secret)
+	h, err := keyhash.New(o.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}

@@ -404,15 +404,19 @@ func TestDuplicatePrefixOnOnePool(t *testing.T) {
 	}
 }
 
+// TestSecretRequired: New refuses a missing or short secret, saying how to
+// make one, and never looks for one in the environment.
 func TestSecretRequired(t *testing.T) {
 	pool := newPool(t)
-	t.Setenv(SecretEnv, "")
+	// A secret in the environment is not the store's to read.
+	t.Setenv("GATECOUNT_SECRET", string(testSecret))
 	for _, tc := range []struct {
 		name   string
 		secret []byte
 		want   error
 	}{
 		{"none", nil, ErrNoSecret},
+		{"empty", []byte{}, ErrNoSecret},
 		{"short", []byte("too short"), keyhash.ErrWeakSecret},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -423,14 +427,11 @@ func TestSecretRequired(t *testing.T) {
 				}
 				t.Fatalf("New: %v, want %v", err, tc.want)
 			}
+			if !strings.Contains(err.Error(), keyhash.HowToMakeSecret) {
+				t.Fatalf("New: %q does not say how to make a secret (%q)", err, keyhash.HowToMakeSecret)
+			}
 		})
 	}
-	t.Setenv(SecretEnv, string(testSecret))
-	s, err := New(context.Background(), pool, Options{})
-	if err != nil {
-		t.Fatalf("New with %s set: %v", SecretEnv, err)
-	}
-	s.Close()
 }
 
 // TestMixedPaths: counts through the single-statement path (far from the

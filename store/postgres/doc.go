@@ -26,12 +26,18 @@
 // # Keys and secrets
 //
 // No key is stored. A row is named by keyhash, the HMAC-SHA-256 of the
-// handle's prefix and the key under the secret (Options.Secret; see
-// package keyhash), and records
-// the secret's fingerprint. After the secret changes, instances under the
-// new one neither read the rows of the old one nor count them against their
-// bound; those rows go when they expire, not sooner, so instances still on
-// the old secret during a rolling deployment keep counting with them.
+// handle's prefix and the key under the secret (Options.Secret; see package
+// keyhash), and records the secret's fingerprint. After the secret changes,
+// instances under the new one neither read the rows of the old one nor count
+// them against their bound; those rows go when they expire, not sooner, so
+// instances still on the old secret during a rolling deployment keep
+// counting with them.
+//
+// The secret is required: New returns an error matching ErrNoSecret when it
+// is empty, and one matching keyhash.ErrWeakSecret when it is shorter than
+// keyhash.MinSecretLen, each saying how to make one. The store reads no
+// environment variable; the app passes its secret in (package config reads
+// GATECOUNT_SECRET).
 //
 // # Time
 //

@@ -139,6 +139,72 @@ type Options struct {
 	// LocalMaxEntries bounds the in-memory store of the Local policy; 0
 	// means store.DefaultMaxEntriesMemory.
 	LocalMaxEntries int
+	// Observer, when set, is told of every decision (see Observer).
+	Observer Observer
+}
+
+// Outcome is what a decision came to, for an Observer.
+type Outcome uint8
+
+// The outcomes of a decision.
+const (
+	// Allowed: counted and admitted.
+	Allowed Outcome = iota + 1
+	// Denied: over budget.
+	Denied
+	// AllowedUnavailable: the store could not answer and the policy
+	// admitted the attempt uncounted.
+	AllowedUnavailable
+	// DeniedUnavailable: the store could not answer and the policy refused
+	// the attempt.
+	DeniedUnavailable
+	// AllowedLocal and DeniedLocal: counted in process memory under the
+	// Local policy while the store could not answer.
+	AllowedLocal
+	DeniedLocal
+)
+
+// String names the outcome as metrics label it.
+func (o Outcome) String() string {
+	switch o {
+	case Allowed:
+		return "allowed"
+	case Denied:
+		return "denied"
+	case AllowedUnavailable:
+		return "allowed_unavailable"
+	case DeniedUnavailable:
+		return "denied_unavailable"
+	case AllowedLocal:
+		return "allowed_local"
+	case DeniedLocal:
+		return "denied_local"
+	}
+	return "unknown"
+}
+
+// OutcomeOf returns what d came to.
+func OutcomeOf(d *Decision) Outcome {
+	switch {
+	case d.Local && d.Allowed:
+		return AllowedLocal
+	case d.Local:
+		return DeniedLocal
+	case d.Unavailable && d.Allowed:
+		return AllowedUnavailable
+	case d.Unavailable:
+		return DeniedUnavailable
+	case d.Allowed:
+		return Allowed
+	}
+	return Denied
+}
+
+// Observer hears of every decision of Attempt and AttemptEach, for metrics.
+// It is called on the caller's goroutine, must be fast and safe for
+// concurrent use, and is never told a key.
+type Observer interface {
+	ObserveDecision(limiter string, o Outcome)
 }
 
 // Limiter counts attempts in one store handle, which it claims. It is safe
@@ -152,6 +218,7 @@ type Limiter struct {
 	log    *slog.Logger
 	local  *store.Handle // the Local policy's in-memory handle
 	warn   rate.Sometimes
+	obs    Observer
 }
 
 // New returns a Limiter counting in h, which it claims: a handle already
@@ -183,6 +250,7 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 		policy: o.Unavailable,
 		log:    o.Logger.With("limiter", o.Name, "prefix", h.Prefix()),
 		warn:   rate.Sometimes{Interval: time.Second},
+		obs:    o.Observer,
 	}
 	for i := range l.caps {
 		l.caps[i] = o.Budget.cap()
@@ -321,6 +389,14 @@ func (l *Limiter) AttemptEach(ctx context.Context, charges ...Charge) (Decision,
 }
 
 func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Cap) (Decision, error) {
+	d, err := l.decide(ctx, keys, caps)
+	if l.obs != nil && err == nil {
+		l.obs.ObserveDecision(l.name, OutcomeOf(&d))
+	}
+	return d, err
+}
+
+func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Cap) (Decision, error) {
 	t, err := l.h.Count(ctx, keys, caps, 1)
 	if err == nil {
 		return decide(t, keys, caps, false), nil

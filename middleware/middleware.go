@@ -146,6 +146,8 @@ type Options struct {
 	// UnavailableRetryAfter is the Retry-After of a 503 answered under
 	// the Deny policy; 0 means DefaultUnavailableRetryAfter.
 	UnavailableRetryAfter time.Duration
+	// Observer, when set, is told of every decision (see limiter.Observer).
+	Observer limiter.Observer
 	// Logger receives the middleware's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -237,7 +239,7 @@ func build(h *store.Handle, budget limiter.Budget, o Options, def limiter.Unavai
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	l, err := limiter.New(h, limiter.Options{Name: o.Name, Budget: budget, Unavailable: policy, Logger: o.Logger})
+	l, err := limiter.New(h, limiter.Options{Name: o.Name, Budget: budget, Unavailable: policy, Logger: o.Logger, Observer: o.Observer})
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}

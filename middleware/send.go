@@ -58,6 +58,8 @@ type SendOptions struct {
 	// Unavailable is what to answer when the store is unavailable; Default
 	// means Local: sending stays limited per instance.
 	Unavailable Policy
+	// Observer, when set, is told of every decision (see limiter.Observer).
+	Observer limiter.Observer
 	// Logger receives the guard's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -122,7 +124,7 @@ func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("middleware %q: %w", o.Name, err)
 	}
-	l, err := limiter.New(h, limiter.Options{Name: o.Name, Budget: o.PerIP, Unavailable: policy, Logger: o.Logger})
+	l, err := limiter.New(h, limiter.Options{Name: o.Name, Budget: o.PerIP, Unavailable: policy, Logger: o.Logger, Observer: o.Observer})
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}

@@ -91,6 +91,8 @@ type SignInOptions struct {
 	// UnavailableRetryAfter is the Retry-After of a 503; 0 means
 	// DefaultUnavailableRetryAfter.
 	UnavailableRetryAfter time.Duration
+	// Observer, when set, is told of every decision (see limiter.Observer).
+	Observer limiter.Observer
 	// Logger receives the guard's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -181,7 +183,7 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("middleware %q: %w", o.Name, err)
 	}
-	l, err := limiter.New(h, limiter.Options{Name: o.Name, Budget: o.IPAttempts, Unavailable: policy, Logger: o.Logger})
+	l, err := limiter.New(h, limiter.Options{Name: o.Name, Budget: o.IPAttempts, Unavailable: policy, Logger: o.Logger, Observer: o.Observer})
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}

@@ -1,0 +1,18 @@
+// Package loadtest runs the example server as real processes and drives
+// load at them: what cmd/gatecount-load and the fault tests share.
+//
+// Build compiles examples/stdlib once; StartCluster starts N servers on free
+// loopback ports over one store, with a fresh GATECOUNT_SECRET so that runs
+// never share counts, and stops them on Close; Run sends POST /execute from
+// many clients as many callers and returns what it saw: latencies, statuses,
+// errors by kind, and each caller's admissions in each budget window, which
+// Result.Check holds against the budget.
+//
+// Load only ever goes to loopback addresses: Run refuses any other target.
+//
+// The tests of this package are the fault runs: a server killed with
+// SIGKILL under load over PostgreSQL, the store's connection cut and
+// black-holed under an in-process server, and a flood of distinct keys
+// against the bounded memory store. They are short by default; set
+// GATECOUNT_LONG=1 (or pass -long) for the full-size runs.
+package loadtest

@@ -11,14 +11,13 @@ import (
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
 	"github.com/gatecount/gatecount/store/postgres"
+	redisstore "github.com/gatecount/gatecount/store/redis"
+	"github.com/gatecount/gatecount/store/sqlite"
 )
 
 // KindMemoryNotShared is the "kind" of the warning Open logs when it opens
 // the memory store for an app that has not said it runs one instance.
 const KindMemoryNotShared = "limit-store-not-shared"
-
-// ErrNotBuilt is returned by Open for a store this build cannot open.
-var ErrNotBuilt = errors.New("config: store not available in this build")
 
 // Opened is a store opened by Open, with what it was opened over.
 type Opened struct {
@@ -74,8 +73,23 @@ func openShared(ctx context.Context, c Config, so store.Options) (*Opened, error
 	switch c.Store {
 	case Postgres:
 		return openPostgres(ctx, c, so)
-	case SQLite, Redis:
-		return nil, fmt.Errorf("%w: the %s store", ErrNotBuilt, c.Store)
+	case SQLite:
+		path, err := sqlite.ParseURL(c.DatabaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("config: DATABASE_URL: %w", err)
+		}
+		// The file is the app's own: its table is created when it opens.
+		s, err := sqlite.Open(ctx, path, sqlite.Options{Secret: c.Secret, MaxEntries: c.MaxEntries, AutoMigrate: true, Store: so})
+		if err != nil {
+			return nil, fmt.Errorf("config: SQLite store: %w", err)
+		}
+		return &Opened{Store: s, Kind: SQLite}, nil
+	case Redis:
+		s, err := redisstore.OpenURL(ctx, c.StoreURL, redisstore.Options{Secret: c.Secret, MaxEntries: c.MaxEntries, Store: so})
+		if err != nil {
+			return nil, fmt.Errorf("config: RATE_LIMIT_STORE_URL: %w", err)
+		}
+		return &Opened{Store: s, Kind: Redis}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown store %q", ErrInvalid, c.Store)
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -192,25 +191,6 @@ func (b *Backend) Fingerprint() string { return b.fp }
 // lockID is the advisory lock of a key: the first 8 bytes of its hash.
 func lockID(h [sha256.Size]byte) int64 { return int64(binary.BigEndian.Uint64(h[:8])) }
 
-// keyRef is one key of a call, hashed.
-type keyRef struct {
-	hash [sha256.Size]byte
-	lock int64
-}
-
-// hashKeys hashes keys and returns their advisory locks in ascending order.
-func (b *Backend) hashKeys(prefix string, keys []string) ([]keyRef, []int64) {
-	refs := make([]keyRef, len(keys))
-	locks := make([]int64, len(keys))
-	for i, k := range keys {
-		refs[i].hash = b.hasher.Sum(prefix, k)
-		refs[i].lock = lockID(refs[i].hash)
-		locks[i] = refs[i].lock
-	}
-	slices.Sort(locks)
-	return refs, slices.Compact(locks)
-}
-
 // near reports whether added new entries could bring the store within the
 // slack of its bound, in which case admission is counted exactly.
 func (b *Backend) near(added int) bool {
@@ -226,52 +206,51 @@ func (b *Backend) near(added int) bool {
 	return est+int64(added) > int64(b.bound.Max())-b.slack
 }
 
-// SQL of Update and Read. See the package documentation.
+// SQL of the store. See the package documentation.
 const (
 	sqlAsync = `SET LOCAL synchronous_commit = off`
-	sqlLock  = `SELECT count(pg_advisory_xact_lock(l)) FROM unnest($1::bigint[]) AS l`
-	sqlRead  = `SELECT c.now, g.keyhash, g.value, g.expires_at
+	// sqlLock locks the rows of keys, in ascending keyhash order, and
+	// inserts a placeholder (expired, so never live) for each key without
+	// one; it returns the keys it inserted placeholders for. ON CONFLICT
+	// DO UPDATE locks the conflicting row even though its WHERE false
+	// changes nothing.
+	sqlLock = `INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
+SELECT k, $2, '', timestamptz 'epoch' FROM unnest($1::bytea[]) AS u(k) ORDER BY k
+ON CONFLICT (keyhash) DO UPDATE SET value = g.value WHERE false
+RETURNING g.keyhash`
+	sqlRead = `SELECT c.now, g.keyhash, g.value, g.expires_at
   FROM (SELECT date_trunc('milliseconds', clock_timestamp()) AS now) c
   LEFT JOIN gatecount_entries g
     ON g.keyhash = ANY($1) AND g.fingerprint = $2 AND g.expires_at > c.now`
-	sqlUpsert = `INSERT INTO gatecount_entries (keyhash, fingerprint, value, expires_at)
-SELECT k, $2, v, e FROM unnest($1::bytea[], $3::text[], $4::timestamptz[]) AS u(k, v, e)
-ON CONFLICT (keyhash) DO UPDATE
-   SET fingerprint = EXCLUDED.fingerprint, value = EXCLUDED.value, expires_at = EXCLUDED.expires_at`
+	sqlWrite = `UPDATE gatecount_entries AS g SET fingerprint = $2, value = u.v, expires_at = u.e
+  FROM unnest($1::bytea[], $3::text[], $4::timestamptz[]) AS u(k, v, e)
+ WHERE g.keyhash = u.k`
 	sqlDelete = `DELETE FROM gatecount_entries WHERE keyhash = ANY($1)`
 	sqlAdmit  = `SELECT gatecount_admit($1, $2, $3, $4, $5)`
 	sqlCount  = `SELECT now_ms, allowed, limiting, counts, expires_ms, added, bad, is_full, live
-  FROM gatecount_count($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
-	// sqlCountOne is the single-key Count far from the bound, in one
-	// statement. It first takes the key's advisory lock, as Update and
-	// gatecount_count do, then reads the clock; cur and up depend on now,
-	// so they run after the lock. INSERT ... ON CONFLICT decides on the
-	// newest row version; when it writes nothing (no room), cur, which
-	// locks the row and reads its newest version, tells the count as it is.
-	sqlCountOne = `WITH now AS MATERIALIZED (
-  SELECT date_trunc('milliseconds', clock_timestamp()) AS t FROM pg_advisory_xact_lock($7::bigint) AS l
-),
-cur AS (
-  SELECT x.* FROM now, LATERAL (
-    SELECT g.fingerprint, g.value, g.expires_at FROM gatecount_entries g
-     WHERE g.keyhash = $1 AND now.t IS NOT NULL FOR UPDATE) AS x
-),
-up AS (
-  INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
-  SELECT $1, $2, $3::bigint::text, now.t + $5::bigint * interval '1 millisecond' FROM now WHERE $3::bigint <= $4::bigint
-  ON CONFLICT (keyhash) DO UPDATE SET
-    fingerprint = EXCLUDED.fingerprint,
-    value = CASE WHEN g.expires_at <= (SELECT t FROM now) OR g.fingerprint <> EXCLUDED.fingerprint
-                 THEN EXCLUDED.value ELSE (g.value::bigint + $3::bigint)::text END,
-    expires_at = CASE WHEN g.expires_at <= (SELECT t FROM now) OR g.fingerprint <> EXCLUDED.fingerprint
-                      THEN EXCLUDED.expires_at ELSE g.expires_at END
-  WHERE g.expires_at <= (SELECT t FROM now) OR g.fingerprint <> EXCLUDED.fingerprint
-     OR CASE WHEN g.value ~ '^[0-9]{1,18}$' THEN g.value::bigint <= $4::bigint - $3::bigint ELSE false END
-  RETURNING g.value, g.expires_at, (xmax = 0) AS inserted
-)
-SELECT now.t, u.value, u.expires_at, u.inserted, c.fingerprint, c.value, c.expires_at,
-       CASE WHEN $6::boolean THEN set_config('synchronous_commit', 'off', true) END
-  FROM now LEFT JOIN up u ON true LEFT JOIN cur c ON true`
+  FROM gatecount_count($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+	// sqlCountOne is the single-key Count far from the bound: one plain
+	// statement, serialised by the primary key (a first insert waits for
+	// a concurrent one, the conflict path locks the row and decides on its
+	// newest version). It judges expiry at the statement's start, now().
+	// It returns no row when there is no room. sqlCountOneAsync is the
+	// same, committing asynchronously.
+	sqlCountOne = `INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
+SELECT $1, $2, $3::bigint::text, date_trunc('milliseconds', now()) + $5::bigint * interval '1 millisecond'` +
+		sqlCountOneRest
+	sqlCountOneAsync = `INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
+SELECT $1, $2, $3::bigint::text, date_trunc('milliseconds', now()) + $5::bigint * interval '1 millisecond'
+  FROM (SELECT set_config('synchronous_commit', 'off', true)) AS c(s) WHERE c.s = 'off'` +
+		sqlCountOneRest
+	sqlCountOneRest = `
+ON CONFLICT (keyhash) DO UPDATE SET
+  value = CASE WHEN g.expires_at <= date_trunc('milliseconds', now()) OR g.fingerprint <> EXCLUDED.fingerprint
+               THEN EXCLUDED.value ELSE (g.value::bigint + $3::bigint)::text END,
+  expires_at = CASE WHEN g.expires_at <= date_trunc('milliseconds', now()) OR g.fingerprint <> EXCLUDED.fingerprint
+                    THEN EXCLUDED.expires_at ELSE g.expires_at END
+WHERE g.expires_at <= date_trunc('milliseconds', now()) OR g.fingerprint <> EXCLUDED.fingerprint
+   OR CASE WHEN g.value ~ '^[0-9]{1,18}$' THEN g.value::bigint <= $4::bigint - $3::bigint ELSE false END
+RETURNING g.value::bigint, g.expires_at, date_trunc('milliseconds', now())`
 	sqlLive  = `SELECT count(*) FROM gatecount_entries WHERE fingerprint = $1 AND expires_at > now()`
 	sqlSweep = `DELETE FROM gatecount_entries
  WHERE keyhash IN (SELECT keyhash FROM gatecount_entries WHERE expires_at <= now() LIMIT $1)
@@ -286,10 +265,10 @@ const errFullCode = "GCF01"
 // connection of the pool, in two round trips. See the package
 // documentation.
 func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) (err error) {
-	refs, locks := b.hashKeys(prefix, keys)
-	hashes := make([][]byte, len(refs))
-	for i := range refs {
-		hashes[i] = refs[i].hash[:]
+	hashes := make([][]byte, len(keys))
+	for i, k := range keys {
+		h := b.hasher.Sum(prefix, k)
+		hashes[i] = h[:]
 	}
 	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
@@ -299,26 +278,45 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	// past BEGIN never hands an open transaction to the pool.
 	defer conn.Release()
 
-	// Round trip 1: begin, lock the keys in ascending order, read them.
+	// Round trip 1: begin, lock the keys' rows in ascending order (with
+	// placeholders for keys without one), read them.
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
 	if !b.syncCommit {
 		batch.Queue(sqlAsync)
 	}
-	batch.Queue(sqlLock, locks)
+	batch.Queue(sqlLock, hashes, b.fp)
 	batch.Queue(sqlRead, hashes, b.fp)
 	entries := make([]store.Entry, len(keys))
+	placeholder := make([]bool, len(keys))
 	var now time.Time
 	err = func() error {
 		br := conn.SendBatch(ctx, batch)
 		defer br.Close()
-		for range batch.Len() - 1 {
+		for range batch.Len() - 2 {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
 		rows, err := br.Query()
 		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var kh []byte
+			if err := rows.Scan(&kh); err != nil {
+				return err
+			}
+			for i := range hashes {
+				if bytes.Equal(kh, hashes[i]) {
+					placeholder[i] = true
+				}
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if rows, err = br.Query(); err != nil {
 			return err
 		}
 		defer rows.Close()
@@ -331,8 +329,8 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 			if kh == nil {
 				continue
 			}
-			for i := range refs {
-				if bytes.Equal(kh, refs[i].hash[:]) {
+			for i := range hashes {
+				if bytes.Equal(kh, hashes[i]) {
 					entries[i] = store.Entry{Value: val, ExpiresAt: time.UnixMilli(exp.UnixMilli())}
 				}
 			}
@@ -355,7 +353,8 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 		return err
 	}
 
-	// Round trip 2: write what changed, commit.
+	// Round trip 2: write what changed, remove placeholders left empty,
+	// commit. Every key has a row now, locked: writes are plain updates.
 	var upKeys [][]byte
 	var upVals []string
 	var upExp []time.Time
@@ -365,6 +364,9 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 		old := before[i]
 		switch {
 		case e.Value == nil && old.Value == nil:
+			if placeholder[i] {
+				delKeys = append(delKeys, hashes[i])
+			}
 		case e.Value == nil:
 			delKeys = append(delKeys, hashes[i])
 			removed++
@@ -384,7 +386,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 		batch.Queue(sqlAdmit, b.fp, added, int64(b.bound.Max()), now, b.boundLock)
 	}
 	if len(upKeys) > 0 {
-		batch.Queue(sqlUpsert, upKeys, b.fp, upVals, upExp)
+		batch.Queue(sqlWrite, upKeys, b.fp, upVals, upExp)
 	}
 	if len(delKeys) > 0 {
 		batch.Queue(sqlDelete, delKeys)
@@ -457,10 +459,10 @@ func (b *Backend) rollback(ctx context.Context, conn *pgxpool.Conn) {
 // Read implements store.Backend in one statement, judged on the database
 // server's clock.
 func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]store.Entry, error) {
-	refs, _ := b.hashKeys(prefix, keys)
-	hashes := make([][]byte, len(refs))
-	for i := range refs {
-		hashes[i] = refs[i].hash[:]
+	hashes := make([][]byte, len(keys))
+	for i, k := range keys {
+		h := b.hasher.Sum(prefix, k)
+		hashes[i] = h[:]
 	}
 	rows, err := b.pool.Query(ctx, sqlRead, hashes, b.fp)
 	if err != nil {
@@ -475,8 +477,8 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 		if err := rows.Scan(&now, &kh, &val, &exp); err != nil {
 			return nil, fmt.Errorf("postgres: read: %w", err)
 		}
-		for i := range refs {
-			if kh != nil && bytes.Equal(kh, refs[i].hash[:]) {
+		for i := range hashes {
+			if kh != nil && bytes.Equal(kh, hashes[i]) {
 				out[i] = store.Entry{Value: val, ExpiresAt: time.UnixMilli(exp.UnixMilli())}
 			}
 		}
@@ -487,23 +489,27 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 	return out, nil
 }
 
-// Count implements store.Counter in one statement, a call of the function
-// gatecount_count: one round trip, one implicit transaction.
+// Count implements store.Counter. A single key far from the bound is
+// counted by one plain statement, sqlCountOne; anything else by one call
+// of the function gatecount_count. Either is one round trip and one
+// implicit transaction; a refused single-key count takes a second round
+// trip to read the count it was refused at.
 func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
-	refs, locks := b.hashKeys(prefix, keys)
-	hashes := make([][]byte, len(refs))
-	maxes := make([]int64, len(refs))
-	windows := make([]int64, len(refs))
-	for i := range refs {
-		hashes[i] = refs[i].hash[:]
-		maxes[i] = caps[i].Max
-		windows[i] = caps[i].Window.Milliseconds()
-	}
-	if len(keys) == 1 && !b.near(1) {
-		done, err := b.countOne(ctx, hashes[0], refs[0].lock, caps[0], n, t)
+	if len(keys) == 1 && n <= caps[0].Max && !b.near(1) {
+		h := b.hasher.Sum(prefix, keys[0])
+		done, err := b.countOne(ctx, h[:], caps[0], n, t)
 		if done || err != nil {
 			return err
 		}
+	}
+	hashes := make([][]byte, len(keys))
+	maxes := make([]int64, len(keys))
+	windows := make([]int64, len(keys))
+	for i, k := range keys {
+		h := b.hasher.Sum(prefix, k)
+		hashes[i] = h[:]
+		maxes[i] = caps[i].Max
+		windows[i] = caps[i].Window.Milliseconds()
 	}
 	exact := b.near(len(keys))
 	var (
@@ -512,7 +518,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 		limiting, added, bad int32
 		counts, expires      []int64
 	)
-	err := b.pool.QueryRow(ctx, sqlCount, hashes, locks, b.fp, maxes, windows, n,
+	err := b.pool.QueryRow(ctx, sqlCount, hashes, b.fp, maxes, windows, n,
 		int64(b.bound.Max()), exact, b.boundLock, !b.syncCommit).
 		Scan(&nowMs, &allowed, &limiting, &counts, &expires, &added, &bad, &full, &live)
 	if err != nil {
@@ -544,55 +550,54 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	return nil
 }
 
-// countOne counts one key in one statement, sqlCountOne. It reports false,
-// having written nothing, when the outcome needs the general function: a
-// row written meanwhile that the statement could not see, or a value its
-// pattern does not take.
-func (b *Backend) countOne(ctx context.Context, hash []byte, lock int64, c store.Cap, n int64, t *store.Tally) (bool, error) {
-	var (
-		now                  time.Time
-		upVal, curVal, curFP *string
-		upExp, curExp        *time.Time
-		inserted             *bool
-		async                *string
-	)
-	err := b.pool.QueryRow(ctx, sqlCountOne, hash, b.fp, n, c.Max, c.Window.Milliseconds(), !b.syncCommit, lock).
-		Scan(&now, &upVal, &upExp, &inserted, &curFP, &curVal, &curExp, &async)
-	if err != nil {
-		return false, fmt.Errorf("postgres: count: %w", err)
+// countOne counts one key with sqlCountOne. When the statement counts, that
+// is the answer. When it refuses, countOne reads the key: a live count with
+// no room for n is the answer, as of the read; a live value that is not a
+// count is ErrNotCounter. Otherwise the key changed since, or holds a count
+// the statement's pattern does not take, and countOne reports false, having
+// written nothing, for gatecount_count to decide.
+func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Cap, n int64, t *store.Tally) (bool, error) {
+	q := sqlCountOneAsync
+	if b.syncCommit {
+		q = sqlCountOne
 	}
-	*t = store.Tally{Now: time.UnixMilli(now.UnixMilli()), Limiting: -1}
-	if upVal != nil {
-		v, err := store.ParseCount([]byte(*upVal))
-		if err != nil {
-			return false, fmt.Errorf("postgres: count: %w", err)
-		}
-		t.Allowed = true
+	var (
+		v        int64
+		exp, now time.Time
+	)
+	err := b.pool.QueryRow(ctx, q, hash, b.fp, n, c.Max, c.Window.Milliseconds()).Scan(&v, &exp, &now)
+	switch {
+	case err == nil:
+		*t = store.Tally{Allowed: true, Now: time.UnixMilli(now.UnixMilli()), Limiting: -1}
 		t.Counts[0] = v
-		t.ExpiresAt[0] = time.UnixMilli(upExp.UnixMilli())
-		if *inserted || v == n {
-			// A new row, or an expired one started afresh.
-			b.addEstimate(1)
+		t.ExpiresAt[0] = time.UnixMilli(exp.UnixMilli())
+		if t.ExpiresAt[0].Equal(t.Now.Add(c.Window)) {
+			b.addEstimate(1) // a new counter: a new row, or an expired one started afresh
 		}
 		return true, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("postgres: count: %w", err)
 	}
-	t.Limiting = 0
-	live := curVal != nil && *curFP == b.fp && curExp.After(now)
-	if !live {
-		if n > c.Max {
-			return true, nil // no room even on a fresh counter
-		}
-		return false, nil // a row the statement's snapshot missed
+	var (
+		val []byte
+		e   *time.Time
+	)
+	if err := b.pool.QueryRow(ctx, sqlRead, [][]byte{hash}, b.fp).Scan(&now, nil, &val, &e); err != nil {
+		return false, fmt.Errorf("postgres: count: read the refused key: %w", err)
 	}
-	v, err := store.ParseCount([]byte(*curVal))
+	if val == nil {
+		return false, nil
+	}
+	cur, err := store.ParseCount(val)
 	if err != nil {
 		return true, fmt.Errorf("postgres: count: %w", err)
 	}
-	if v <= c.Max-n {
-		return false, nil // room after all: a value the pattern refused
+	if cur <= c.Max-n {
+		return false, nil
 	}
-	t.Counts[0] = v
-	t.ExpiresAt[0] = time.UnixMilli(curExp.UnixMilli())
+	*t = store.Tally{Now: time.UnixMilli(now.UnixMilli()), Limiting: 0}
+	t.Counts[0] = cur
+	t.ExpiresAt[0] = time.UnixMilli(e.UnixMilli())
 	return true, nil
 }
 

@@ -218,7 +218,7 @@ func New(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error)
 
 func build(h *store.Handle, budget limiter.Budget, o Options, def limiter.Unavailable) (*Middleware, error) {
 	if !isToken(o.Name) {
-		return nil, fmt.Errorf("middleware: name %q is not a token of letters, digits and -_.", o.Name)
+		return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
 	}
 	policy, err := o.Unavailable.limiter(def)
 	if err != nil {

@@ -110,7 +110,7 @@ func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 	budgets := []limiter.Budget{o.PerDestination, o.PerIP}
 	for i, b := range budgets {
 		if !isToken(names[i]) {
-			return nil, fmt.Errorf("middleware: name %q is not a token of letters, digits and -_.", o.Name)
+			return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
 		}
 		if err := b.Validate(); err != nil {
 			return nil, fmt.Errorf("middleware %q: %s: %w", o.Name, names[i], err)

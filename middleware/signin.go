@@ -169,7 +169,7 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	budgets := []limiter.Budget{o.AccountIPFailures, o.AccountFailures, o.IPAttempts}
 	for i, b := range budgets {
 		if !isToken(names[i]) {
-			return nil, fmt.Errorf("middleware: name %q is not a token of letters, digits and -_.", o.Name)
+			return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
 		}
 		if err := b.Validate(); err != nil {
 			return nil, fmt.Errorf("middleware %q: %s: %w", o.Name, names[i], err)

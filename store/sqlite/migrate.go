@@ -88,8 +88,13 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	defer conn.Close()
-	if err := setPragmas(ctx, conn, defaultBusyTimeout, false); err != nil {
-		return fmt.Errorf("sqlite: migrate: %w", err)
+	for _, p := range []string{
+		"PRAGMA busy_timeout = " + strconv.FormatInt(DefaultBusyTimeout.Milliseconds(), 10),
+		"PRAGMA journal_mode = WAL",
+	} {
+		if _, err := conn.ExecContext(ctx, p); err != nil {
+			return fmt.Errorf("sqlite: migrate: %s: %w", p, err)
+		}
 	}
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("sqlite: migrate: begin: %w", err)

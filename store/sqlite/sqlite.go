@@ -77,6 +77,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -96,7 +97,6 @@ const (
 	DefaultSweepInterval = 5 * time.Minute
 	DefaultSweepBatch    = 1000
 	DefaultBusyTimeout   = 5 * time.Second
-	defaultBusyTimeout   = DefaultBusyTimeout
 )
 
 // Log kinds: the stable "kind" attribute of the logs this package writes.
@@ -159,8 +159,9 @@ func Open(ctx context.Context, path string, o Options) (*store.Store, error) {
 
 // New returns a store behind the guard over db, a *sql.DB of the
 // modernc.org/sqlite driver the app opened. The store takes one connection
-// of db's pool for its own use until Close (so db must allow one more open
-// connection than the app needs), and does not close db.
+// of db's pool, the writer, for its own use (so db must allow one more open
+// connection than the app needs); Close closes it rather than returning it,
+// with the store's settings, to the pool. It does not close db.
 func New(ctx context.Context, db *sql.DB, o Options) (*store.Store, error) {
 	o.Store = o.Store.WithDefaults()
 	b, err := NewBackend(ctx, db, o)
@@ -179,7 +180,7 @@ func OpenBackend(ctx context.Context, path string, o Options) (*Backend, error) 
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
 	}
-	// The store needs one connection, plus one for Migrate.
+	// The writer, and a connection for Migrate.
 	db.SetMaxOpenConns(2)
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxIdleTime(0)
@@ -345,6 +346,15 @@ func setPragmas(ctx context.Context, conn *sql.Conn, busy time.Duration, full bo
 		return fmt.Errorf("journal_mode is %q, want wal (an in-memory database cannot be shared)", mode)
 	}
 	return nil
+}
+
+// discard closes conn for good: it goes back to no pool, so that no one
+// else gets a connection with the store's settings.
+func discard(conn *sql.Conn) error {
+	if err := conn.Raw(func(any) error { return driver.ErrBadConn }); !errors.Is(err, driver.ErrBadConn) {
+		return conn.Close()
+	}
+	return nil // database/sql closed it
 }
 
 // Shared reports true: every process on this host that opens the file sees
@@ -599,7 +609,7 @@ func (b *Backend) Close() error {
 		<-b.done
 		<-b.writerDone
 		err := b.st.close()
-		if cerr := b.writer.Close(); err == nil {
+		if cerr := discard(b.writer); err == nil {
 			err = cerr
 		}
 		if b.ownDB {

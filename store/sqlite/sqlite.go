@@ -84,6 +84,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
@@ -208,9 +209,11 @@ type Backend struct {
 	hash  *keyhash.Hasher
 	fp    string
 	bound *store.Bound
-	now   func() time.Time
-	log   *slog.Logger
-	batch int
+	// entries is the rows under this secret, as last counted.
+	entries atomic.Int64
+	now     func() time.Time
+	log     *slog.Logger
+	batch   int
 
 	// writer is the one connection every call uses, owned by writeLoop,
 	// which serves the calls sent on queue.
@@ -301,6 +304,7 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 	}
+	b.entries.Store(-1)
 	if err := b.st.prepare(ctx, conn); err != nil {
 		b.st.close()
 		return fail(fmt.Errorf("sqlite: preparing statements: %w", err))
@@ -365,6 +369,16 @@ func (b *Backend) Shared() bool { return true }
 // Fingerprint returns the fingerprint of the store's secret, recorded
 // beside every row it writes.
 func (b *Backend) Fingerprint() string { return b.fp }
+
+// Entries implements store.Sizer: the rows held under the store's secret,
+// expired ones not yet removed included, as last seen by the store (at each
+// sweep, and when a new key was admitted the long way); -1 before it first
+// looked.
+func (b *Backend) Entries() int { return int(b.entries.Load()) }
+
+// MaxEntries implements store.Sizer: the bound on rows held under the
+// store's secret.
+func (b *Backend) MaxEntries() int { return b.bound.Max() }
 
 // Backing returns the *sql.DB the store uses: two handles with one prefix
 // are refused on one *sql.DB.
@@ -498,7 +512,12 @@ func (b *Backend) admit(ctx context.Context, prefix string, added int, nowMs int
 			return err
 		}
 	}
-	return b.bound.Admit(n+added-1, prefix)
+	if err := b.bound.Admit(n+added-1, prefix); err != nil {
+		b.entries.Store(int64(n))
+		return err
+	}
+	b.entries.Store(int64(n + added))
+	return nil
 }
 
 // rowCount returns the rows held under this store's secret, expired ones
@@ -546,20 +565,30 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 func (b *Backend) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		n, err := b.sweepBatch(ctx)
+		n, err := b.sweepBatch(ctx, false)
 		total += n
 		if err != nil {
 			return total, err
 		}
 		if n < b.batch {
-			return total, nil
+			_, err := b.sweepBatch(ctx, true)
+			return total, err
 		}
 	}
 }
 
-func (b *Backend) sweepBatch(ctx context.Context) (int, error) {
+// sweepBatch removes a batch of expired rows, or, when count is set,
+// counts the rows under this store's secret.
+func (b *Backend) sweepBatch(ctx context.Context, count bool) (int, error) {
 	var n int64
 	_, err := b.do(ctx, func(tctx context.Context) error {
+		if count {
+			n, err := b.rowCount(tctx)
+			if err == nil {
+				b.entries.Store(int64(n))
+			}
+			return err
+		}
 		res, err := b.st.sweep.ExecContext(tctx, b.now().UnixMilli(), b.batch)
 		if err != nil {
 			return dbErr("sweep", err)

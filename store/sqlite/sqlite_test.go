@@ -234,9 +234,18 @@ func TestBound(t *testing.T) {
 	if got := readCount(t, h, "k0"); got != 2 {
 		t.Fatalf("k0 = %d after a refused multi-key update, want 2", got)
 	}
+	if st := h.Store().Stats(); st.Entries != 3 || st.MaxEntries != 3 {
+		t.Errorf("Stats: %d of %d entries, want 3 of 3", st.Entries, st.MaxEntries)
+	}
 	clk.Advance(time.Minute)
 	if tl, err := h.Count(ctx, []string{"new"}, caps, 1); err != nil || !tl.Allowed {
 		t.Fatalf("new key once the others expired: %+v, %v", tl, err)
+	}
+	if _, err := h.Store().Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.Store().Stats(); st.Entries != 1 {
+		t.Errorf("Stats after the sweep: %d entries, want 1", st.Entries)
 	}
 }
 

@@ -132,10 +132,6 @@ func (b *Backend) Shared() bool { return false }
 // Inline reports true: calls never block on I/O.
 func (b *Backend) Inline() bool { return true }
 
-// Len returns the number of entries held, expired ones not yet removed
-// included.
-func (b *Backend) Len() int { return int(b.live.Load()) }
-
 func (b *Backend) shardOf(prefix, key string) int {
 	h := maphash.String(b.seed, key) ^ maphash.String(b.seed, prefix)*0x9e3779b97f4a7c15
 	return int((h >> 32) & b.mask)

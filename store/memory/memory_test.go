@@ -202,8 +202,8 @@ func TestFullStoreSweepsExpired(t *testing.T) {
 		t.Fatalf("new key in a full store: %v, want %v", err, store.ReasonFull)
 	}
 	clk.Advance(time.Minute) // the two short entries expire, not yet removed
-	if b.Len() != max {
-		t.Fatalf("Len = %d before any sweep, want %d", b.Len(), max)
+	if b.Entries() != max {
+		t.Fatalf("Entries = %d before any sweep, want %d", b.Entries(), max)
 	}
 	for i := range 2 {
 		if err := put(ctx, h, fmt.Sprint("new-", i+2), time.Hour); err != nil {
@@ -222,8 +222,8 @@ func TestFullStoreSweepsExpired(t *testing.T) {
 			t.Errorf("live entry %d gone after the store made room", i)
 		}
 	}
-	if b.Len() != max {
-		t.Errorf("Len = %d, want %d", b.Len(), max)
+	if b.Entries() != max {
+		t.Errorf("Entries = %d, want %d", b.Entries(), max)
 	}
 }
 
@@ -290,9 +290,9 @@ func TestBackgroundSweep(t *testing.T) {
 		}
 	}
 	clk.Advance(time.Minute)
-	for i := 0; b.Len() != 0; i++ {
+	for i := 0; b.Entries() != 0; i++ {
 		if i == 5000 {
-			t.Fatalf("Len = %d long after every entry expired: the background sweep did not run", b.Len())
+			t.Fatalf("Entries = %d long after every entry expired: the background sweep did not run", b.Entries())
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -222,9 +223,22 @@ RETURNING g.keyhash`
   FROM (SELECT date_trunc('milliseconds', clock_timestamp()) AS now) c
   LEFT JOIN gatecount_entries g
     ON g.keyhash = ANY($1) AND g.fingerprint = $2 AND g.expires_at > c.now`
+	// sqlLockRead locks the rows that keys have, in ascending keyhash
+	// order, and reads them and then the clock: an aggregate's result is
+	// computed after it has consumed, and so locked, every row.
+	sqlLockRead = `SELECT date_trunc('milliseconds', clock_timestamp()),
+       array_agg(l.keyhash), array_agg(l.fingerprint), array_agg(l.value), array_agg(l.expires_at)
+  FROM (SELECT keyhash, fingerprint, value, expires_at FROM gatecount_entries
+         WHERE keyhash = ANY($1) ORDER BY keyhash FOR UPDATE) AS l`
 	sqlWrite = `UPDATE gatecount_entries AS g SET fingerprint = $2, value = u.v, expires_at = u.e
   FROM unnest($1::bytea[], $3::text[], $4::timestamptz[]) AS u(k, v, e)
  WHERE g.keyhash = u.k`
+	// sqlInsert inserts keys that had no row; one that has one now (another
+	// transaction inserted it since) is left as it is, and the caller,
+	// seeing fewer rows inserted, starts again.
+	sqlInsert = `INSERT INTO gatecount_entries (keyhash, fingerprint, value, expires_at)
+SELECT k, $2, v, e FROM unnest($1::bytea[], $3::text[], $4::timestamptz[]) AS u(k, v, e)
+ON CONFLICT (keyhash) DO NOTHING`
 	sqlDelete = `DELETE FROM gatecount_entries WHERE keyhash = ANY($1)`
 	sqlAdmit  = `SELECT gatecount_admit($1, $2, $3, $4, $5)`
 	sqlCount  = `SELECT now_ms, allowed, limiting, counts, expires_ms, added, bad, is_full, live
@@ -264,100 +278,122 @@ const errFullCode = "GCF01"
 // Update implements store.Backend in one transaction of its own, on a
 // connection of the pool, in two round trips. See the package
 // documentation.
-func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) (err error) {
+func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
 	hashes := make([][]byte, len(keys))
 	for i, k := range keys {
 		h := b.hasher.Sum(prefix, k)
 		hashes[i] = h[:]
 	}
+	// One key is first updated optimistically: a key without a row is
+	// inserted at the end, and if another transaction inserted it first
+	// the update starts again, this time with a placeholder row locked
+	// from the start. Several keys always take placeholders, so that
+	// their rows are locked in keyhash order and never deadlock.
+	placeholders := len(keys) > 1
+	for {
+		retry, err := b.update(ctx, prefix, hashes, apply, placeholders)
+		if !retry {
+			return err
+		}
+		placeholders = true
+	}
+}
+
+// update is one try of Update. It reports true when an optimistic insert
+// found the key taken and nothing was written.
+func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, apply store.ApplyFunc, placeholders bool) (retry bool, err error) {
 	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("postgres: update: acquire a connection: %w", err)
+		return false, fmt.Errorf("postgres: update: acquire a connection: %w", err)
 	}
 	// Release destroys a connection left in a transaction, so a failure
 	// past BEGIN never hands an open transaction to the pool.
 	defer conn.Release()
 
 	// Round trip 1: begin, lock the keys' rows in ascending order (with
-	// placeholders for keys without one), read them.
+	// placeholders for keys without one, when asked), read them and the
+	// clock.
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
 	if !b.syncCommit {
 		batch.Queue(sqlAsync)
 	}
-	batch.Queue(sqlLock, hashes, b.fp)
-	batch.Queue(sqlRead, hashes, b.fp)
-	entries := make([]store.Entry, len(keys))
-	placeholder := make([]bool, len(keys))
+	if placeholders {
+		batch.Queue(sqlLock, hashes, b.fp)
+	}
+	batch.Queue(sqlLockRead, hashes)
+	n := len(hashes)
+	entries := make([]store.Entry, n)
+	hasRow := make([]bool, n)
+	placeholder := make([]bool, n)
 	var now time.Time
 	err = func() error {
 		br := conn.SendBatch(ctx, batch)
 		defer br.Close()
-		for range batch.Len() - 2 {
+		for range batch.Len() - 1 - btoi(placeholders) {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var kh []byte
-			if err := rows.Scan(&kh); err != nil {
+		if placeholders {
+			rows, err := br.Query()
+			if err != nil {
 				return err
 			}
-			for i := range hashes {
-				if bytes.Equal(kh, hashes[i]) {
+			for rows.Next() {
+				var kh []byte
+				if err := rows.Scan(&kh); err != nil {
+					return err
+				}
+				if i := slices.IndexFunc(hashes, func(h []byte) bool { return bytes.Equal(h, kh) }); i >= 0 {
 					placeholder[i] = true
 				}
 			}
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if rows, err = br.Query(); err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var kh, val []byte
-			var exp *time.Time
-			if err := rows.Scan(&now, &kh, &val, &exp); err != nil {
+			if err := rows.Err(); err != nil {
 				return err
 			}
-			if kh == nil {
+		}
+		var (
+			khs, vals [][]byte
+			fps       []string
+			exps      []time.Time
+		)
+		if err := br.QueryRow().Scan(&now, &khs, &fps, &vals, &exps); err != nil {
+			return err
+		}
+		for j, kh := range khs {
+			i := slices.IndexFunc(hashes, func(h []byte) bool { return bytes.Equal(h, kh) })
+			if i < 0 {
 				continue
 			}
-			for i := range hashes {
-				if bytes.Equal(kh, hashes[i]) {
-					entries[i] = store.Entry{Value: val, ExpiresAt: time.UnixMilli(exp.UnixMilli())}
-				}
+			hasRow[i] = true
+			if fps[j] == b.fp && exps[j].After(now) {
+				entries[i] = store.Entry{Value: vals[j], ExpiresAt: time.UnixMilli(exps[j].UnixMilli())}
 			}
-		}
-		if err := rows.Err(); err != nil {
-			return err
 		}
 		return br.Close()
 	}()
 	if err != nil {
-		return fmt.Errorf("postgres: update: lock and read: %w", err)
+		return false, fmt.Errorf("postgres: update: lock and read: %w", err)
 	}
-	before := make([]store.Entry, len(entries))
+	now = time.UnixMilli(now.UnixMilli())
+	before := make([]store.Entry, n)
 	for i, e := range entries {
 		before[i] = store.Entry{Value: bytes.Clone(e.Value), ExpiresAt: e.ExpiresAt}
 	}
 
 	if err := apply(now, entries); err != nil {
 		b.rollback(ctx, conn)
-		return err
+		return false, err
 	}
 
-	// Round trip 2: write what changed, remove placeholders left empty,
-	// commit. Every key has a row now, locked: writes are plain updates.
-	var upKeys [][]byte
-	var upVals []string
-	var upExp []time.Time
+	// Round trip 2: write what changed (rows this transaction holds are
+	// updated, keys without one inserted), remove rows left empty, commit.
+	var up, ins struct {
+		keys [][]byte
+		vals []string
+		exps []time.Time
+	}
 	var delKeys [][]byte
 	added, removed := 0, 0
 	for i, e := range entries {
@@ -375,9 +411,13 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 			if old.Value == nil {
 				added++
 			}
-			upKeys = append(upKeys, hashes[i])
-			upVals = append(upVals, string(e.Value))
-			upExp = append(upExp, e.ExpiresAt)
+			w := &up
+			if !hasRow[i] {
+				w = &ins
+			}
+			w.keys = append(w.keys, hashes[i])
+			w.vals = append(w.vals, string(e.Value))
+			w.exps = append(w.exps, e.ExpiresAt)
 		}
 	}
 	batch = &pgx.Batch{}
@@ -385,8 +425,11 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	if exact {
 		batch.Queue(sqlAdmit, b.fp, added, int64(b.bound.Max()), now, b.boundLock)
 	}
-	if len(upKeys) > 0 {
-		batch.Queue(sqlWrite, upKeys, b.fp, upVals, upExp)
+	if len(up.keys) > 0 {
+		batch.Queue(sqlWrite, up.keys, b.fp, up.vals, up.exps)
+	}
+	if len(ins.keys) > 0 {
+		batch.Queue(sqlInsert, ins.keys, b.fp, ins.vals, ins.exps)
 	}
 	if len(delKeys) > 0 {
 		batch.Queue(sqlDelete, delKeys)
@@ -401,24 +444,43 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 				return err
 			}
 		}
-		for range batch.Len() - btoi(exact) {
+		if len(up.keys) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if len(ins.keys) > 0 {
+			tag, err := br.Exec()
+			if err != nil {
+				return err
+			}
+			// Only a lone key is inserted optimistically (several keys
+			// have placeholders), so nothing else was written: the
+			// transaction commits empty and the update starts again.
+			retry = tag.RowsAffected() < int64(len(ins.keys))
+		}
+		for range batch.Len() - btoi(exact) - btoi(len(up.keys) > 0) - btoi(len(ins.keys) > 0) {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
 		return br.Close()
 	}()
+	if err == nil && retry {
+		return true, nil
+	}
 	if err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == errFullCode {
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == errFullCode:
 			b.rollback(ctx, conn)
 			var n int
 			fmt.Sscan(pgErr.Detail, &n)
 			b.estimate.Store(int64(n))
 			b.countedAt.Store(b.processNow().UnixNano())
-			return b.bound.Admit(n+added-1, prefix)
+			return false, b.bound.Admit(n+added-1, prefix)
 		}
-		return fmt.Errorf("postgres: update: write and commit: %w", err)
+		return false, fmt.Errorf("postgres: update: write and commit: %w", err)
 	}
 	if exact {
 		_ = b.bound.Admit(int(live)+added-1, prefix) // logs when filling
@@ -427,7 +489,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	} else if d := added - removed; d != 0 {
 		b.addEstimate(int64(d))
 	}
-	return nil
+	return false, nil
 }
 
 func btoi(b bool) int {

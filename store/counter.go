@@ -174,10 +174,12 @@ func (c *countCall) apply(now time.Time, es []Entry) error {
 	return nil
 }
 
-// ParseCount reads a counter's value: a JSON integer of at least zero.
+// ParseCount reads a counter's value: a JSON integer of at least zero, in
+// the one form AppendCount writes (no sign, no leading zero).
 func ParseCount(v []byte) (int64, error) {
 	n, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil || n < 0 {
+	var canon [20]byte
+	if err != nil || n < 0 || string(AppendCount(canon[:0], n)) != string(v) {
 		return 0, fmt.Errorf("%w: %.40q", ErrNotCounter, v)
 	}
 	return n, nil

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gatecount/gatecount/internal/loadtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+		want func(options) bool
+	}{
+		{nil, true, func(o options) bool {
+			return o.store == loadtest.Memory && o.servers == 2 && o.clients == 64 && o.duration == 10*time.Second &&
+				o.requests == 20000 && o.callers == 20 && o.budget == 30 && o.databaseURL == loadtest.DefaultPostgresURL
+		}},
+		{[]string{"-store", "postgres", "-servers", "3", "-duration", "2s"}, true, func(o options) bool {
+			return o.store == loadtest.Postgres && o.servers == 3 && o.duration == 2*time.Second
+		}},
+		{[]string{"-store", "mysql"}, false, nil},
+		{[]string{"-servers", "0"}, false, nil},
+		{[]string{"-duration", "0s"}, false, nil},
+		{[]string{"-budget", "-1"}, false, nil},
+		{[]string{"extra"}, false, nil},
+		{[]string{"-nosuchflag"}, false, nil},
+	} {
+		o, err := parse(tc.args, io.Discard)
+		if (err == nil) != tc.ok {
+			t.Errorf("parse(%q): %v, want ok=%v", tc.args, err, tc.ok)
+			continue
+		}
+		if tc.want != nil && !tc.want(o) {
+			t.Errorf("parse(%q) = %+v", tc.args, o)
+		}
+	}
+	if code := run(context.Background(), []string{"-store", "mysql"}, io.Discard, io.Discard); code != 2 {
+		t.Errorf("exit status %d for a usage error, want 2", code)
+	}
+}
+
+// The command end to end, over the memory store: each of two servers admits
+// each caller exactly the budget, and the report says so.
+func TestRunMemory(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := run(context.Background(), []string{"-store", "memory", "-servers", "2", "-callers", "3", "-budget", "5",
+		"-requests", "300", "-clients", "8"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{
+		"store       memory (not shared), 2 servers",
+		"requests    300 in",
+		"statuses    200: 30  429: 270",
+		"expected 10 per window = budget 5 × 2 servers",
+		"admitted   10 (server-1 5, server-2 5)",
+		"errors      none",
+		"budgets     exact",
+	} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}

@@ -209,7 +209,6 @@ func (b *Backend) near(added int) bool {
 
 // SQL of the store. See the package documentation.
 const (
-	sqlAsync = `SET LOCAL synchronous_commit = off`
 	// sqlLock locks the rows of keys, in ascending keyhash order, and
 	// inserts a placeholder (expired, so never live) for each key without
 	// one; it returns the keys it inserted placeholders for. ON CONFLICT
@@ -226,7 +225,10 @@ RETURNING g.keyhash`
 	// sqlLockRead locks the rows that keys have, in ascending keyhash
 	// order, and reads them and then the clock: an aggregate's result is
 	// computed after it has consumed, and so locked, every row.
-	sqlLockRead = `SELECT date_trunc('milliseconds', clock_timestamp()),
+	// sqlLockReadAsync also makes the transaction commit asynchronously.
+	sqlLockRead      = `SELECT date_trunc('milliseconds', clock_timestamp()),` + sqlLockReadRest
+	sqlLockReadAsync = `SELECT date_trunc('milliseconds', clock_timestamp()), set_config('synchronous_commit', 'off', true),` + sqlLockReadRest
+	sqlLockReadRest  = `
        array_agg(l.keyhash), array_agg(l.fingerprint), array_agg(l.value), array_agg(l.expires_at)
   FROM (SELECT keyhash, fingerprint, value, expires_at FROM gatecount_entries
          WHERE keyhash = ANY($1) ORDER BY keyhash FOR UPDATE) AS l`
@@ -315,13 +317,14 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	// clock.
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
-	if !b.syncCommit {
-		batch.Queue(sqlAsync)
-	}
 	if placeholders {
 		batch.Queue(sqlLock, hashes, b.fp)
 	}
-	batch.Queue(sqlLockRead, hashes)
+	read := sqlLockReadAsync
+	if b.syncCommit {
+		read = sqlLockRead
+	}
+	batch.Queue(read, hashes)
 	n := len(hashes)
 	entries := make([]store.Entry, n)
 	hasRow := make([]bool, n)
@@ -357,8 +360,12 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 			khs, vals [][]byte
 			fps       []string
 			exps      []time.Time
+			dest      = []any{&now, &khs, &fps, &vals, &exps}
 		)
-		if err := br.QueryRow().Scan(&now, &khs, &fps, &vals, &exps); err != nil {
+		if !b.syncCommit {
+			dest = slices.Insert(dest, 1, nil) // set_config's result
+		}
+		if err := br.QueryRow().Scan(dest...); err != nil {
 			return err
 		}
 		for j, kh := range khs {

@@ -135,6 +135,7 @@ func testStoreFault(t *testing.T, url string, fault func(*faultproxy.Proxy), len
 	fault(p)
 	during := cfgLoad
 	during.Duration = length
+	during.Clients = 3 * cutMaxInFlight // more than the cap: calls pile up against it
 	during.Requests = 1 << 30
 	res, err = Run(ctx, during)
 	p.Restore()

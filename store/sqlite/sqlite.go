@@ -49,6 +49,11 @@
 // a lone count then takes about five times longer (group commit shares one
 // sync among the calls that waited together).
 //
+// The writer checkpoints the WAL into the database file every 10,000 pages
+// (SQLite's default is 1,000): the file's -wal companion grows to about
+// 40 MB, and each checkpoint, though it holds up the calls queued behind it,
+// copies once each page written many times since the last.
+//
 // # Time
 //
 // Expiry is judged on the process clock of the host. All processes sharing
@@ -98,6 +103,20 @@ const (
 	DefaultSweepInterval = 5 * time.Minute
 	DefaultSweepBatch    = 1000
 	DefaultBusyTimeout   = 5 * time.Second
+)
+
+// The WAL holds every commit until a checkpoint copies its pages into the
+// database file, which the writer does in the COMMIT that takes the WAL past
+// walCheckpointPages pages: every call queued behind it waits meanwhile. A
+// page written many times between two checkpoints is copied once, so larger
+// checkpoints, less often, cost less in all; on this project's machines
+// 10,000 pages (about 40 MB of WAL) against SQLite's default of 1,000 gave
+// counts of random keys a third more throughput and a p99 latency two to
+// three times lower. walSizeLimit is what the WAL file is cut back to when
+// it starts over, should it ever have grown past it.
+const (
+	walCheckpointPages = 10_000
+	walSizeLimit       = 64 << 20
 )
 
 // Log kinds: the stable "kind" attribute of the logs this package writes.
@@ -337,6 +356,8 @@ func setPragmas(ctx context.Context, conn *sql.Conn, busy time.Duration, full bo
 		"PRAGMA busy_timeout = " + strconv.FormatInt(busy.Milliseconds(), 10),
 		"PRAGMA journal_mode = WAL",
 		"PRAGMA synchronous = " + sync,
+		"PRAGMA wal_autocheckpoint = " + strconv.Itoa(walCheckpointPages),
+		"PRAGMA journal_size_limit = " + strconv.Itoa(walSizeLimit),
 	} {
 		if _, err := conn.ExecContext(ctx, p); err != nil {
 			return fmt.Errorf("%s: %w", p, err)

@@ -52,7 +52,8 @@
 // unavailable), and unexpected statuses.
 //
 // Exit status: 0 when every budget held exactly, 1 when one did not or the
-// run failed (a server would not start, say), 2 on a usage error. The
+// run failed (a server would not start, say), 2 on a usage error, 130 when
+// interrupted (after the report). The
 // servers are stopped (SIGTERM, then SIGKILL after 5 seconds) when the run
 // ends, on an error, and on Ctrl-C, which also prints the report of what
 // was sent so far; on Linux they are killed should this command die.
@@ -213,6 +214,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if len(res.Check(expect)) > 0 {
 		return 1
+	}
+	if res.Interrupted {
+		return 130
 	}
 	return 0
 }

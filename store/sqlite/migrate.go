@@ -130,6 +130,20 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
+// MigrateFile runs Migrate on the SQLite file at path, creating it if need
+// be: what a migrate command calls with the path ParseURL returns.
+func MigrateFile(ctx context.Context, path string) error {
+	if path == "" {
+		return errors.New("sqlite: empty path")
+	}
+	db, err := sql.Open("sqlite", fileURI(path))
+	if err != nil {
+		return fmt.Errorf("sqlite: open %q: %w", path, err)
+	}
+	defer db.Close()
+	return Migrate(ctx, db)
+}
+
 // schemaVersion returns the version the database was migrated to, 0 when
 // it never was.
 func schemaVersion(ctx context.Context, conn *sql.Conn) (int, error) {

@@ -4,7 +4,8 @@
 // It runs over database/sql with the pure-Go driver of modernc.org/sqlite
 // (driver name "sqlite"; no cgo). Open opens a file; New uses a *sql.DB the
 // app already has. Either way the tables must exist: run Migrate once, for
-// instance from the app's migrate command, or set Options.AutoMigrate.
+// instance from the app's migrate command (MigrateFile), or set
+// Options.AutoMigrate.
 //
 // # Sharing
 //

@@ -446,6 +446,23 @@ func TestNotMigrated(t *testing.T) {
 	}
 }
 
+func TestMigrateFile(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "odd ?#% name.db")
+	for range 2 {
+		if err := sqlite.MigrateFile(ctx, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the file is not where its path says: %v", err)
+	}
+	s := open(t, path, sqlite.Options{})
+	if err := handle(t, s, "p:").Update(ctx, []string{"k"}, add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestOpenErrors(t *testing.T) {
 	ctx := context.Background()
 	path := tempFile(t)

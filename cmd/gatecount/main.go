@@ -7,7 +7,7 @@
 // The migrate command creates or upgrades the store's tables in the database
 // DATABASE_URL names. It is idempotent and safe to run from several
 // instances at once. The URL's scheme chooses the store: postgres:// and
-// postgresql:// for PostgreSQL.
+// postgresql:// for PostgreSQL, sqlite:PATH and file:PATH for SQLite.
 //
 // Exit status: 0 on success, 1 when the command failed, 2 on a usage error.
 package main
@@ -49,7 +49,7 @@ commands:
 func schemes() []string {
 	var out []string
 	for s := range migrators {
-		out = append(out, s+"://")
+		out = append(out, s+":")
 	}
 	slices.Sort(out)
 	return out
@@ -78,7 +78,7 @@ func migrate(ctx context.Context, url string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gatecount: migrate: set DATABASE_URL to the database to migrate")
 		return 2
 	}
-	scheme, _, ok := strings.Cut(url, "://")
+	scheme, _, ok := strings.Cut(url, ":")
 	m := migrators[strings.ToLower(scheme)]
 	if !ok || m == nil {
 		// The URL may hold a password: name only its scheme.

@@ -75,3 +75,20 @@ func TestMigratePostgres(t *testing.T) {
 		t.Fatalf("migrate: exit %d: %s", code, errOut.String())
 	}
 }
+
+// TestMigrateSQLite creates the table in a new file, twice over.
+func TestMigrateSQLite(t *testing.T) {
+	url := "sqlite:" + t.TempDir() + "/limits.db"
+	getenv := func(k string) string {
+		if k == "DATABASE_URL" {
+			return url
+		}
+		return ""
+	}
+	for range 2 {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"migrate"}, getenv, &out, &errOut); code != 0 {
+			t.Fatalf("migrate: %d %s", code, errOut.String())
+		}
+	}
+}

@@ -142,7 +142,15 @@ var countPool = sync.Pool{New: func() any {
 }}
 
 func (c *countCall) apply(now time.Time, es []Entry) error {
-	t := &c.t
+	return ApplyCount(now, es, c.caps, c.n, &c.t)
+}
+
+// ApplyCount is the step of the generic Count, as an apply of Update runs
+// it: it fills t from the live counters in es and, when every key has room
+// for n more, adds n to each, starting the window of a key that had none.
+// A backend that offers Counter but cannot count some values in one step
+// runs ApplyCount through its own Update for them, so that both paths agree.
+func ApplyCount(now time.Time, es []Entry, caps []Cap, n int64, t *Tally) error {
 	*t = Tally{Now: now, Limiting: -1}
 	for i := range es {
 		var v int64
@@ -154,7 +162,7 @@ func (c *countCall) apply(now time.Time, es []Entry) error {
 			t.ExpiresAt[i] = es[i].ExpiresAt
 		}
 		t.Counts[i] = v
-		if t.Limiting < 0 && v > c.caps[i].Max-c.n {
+		if t.Limiting < 0 && v > caps[i].Max-n {
 			t.Limiting = i
 		}
 	}
@@ -164,12 +172,12 @@ func (c *countCall) apply(now time.Time, es []Entry) error {
 	t.Allowed = true
 	for i := range es {
 		e := &es[i]
-		t.Counts[i] += c.n
+		t.Counts[i] += n
 		if !e.Live() {
-			e.ExpiresAt = now.Add(c.caps[i].Window).Truncate(time.Millisecond)
+			e.ExpiresAt = now.Add(caps[i].Window).Truncate(time.Millisecond)
 			t.ExpiresAt[i] = e.ExpiresAt
 		}
-		e.Value = strconv.AppendInt(e.Value[:0], t.Counts[i], 10)
+		e.Value = AppendCount(e.Value[:0], t.Counts[i])
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ package memory
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,10 @@ type Backend struct {
 	seed   maphash.Seed
 	now    func() time.Time
 	live   atomic.Int64
+	// minExp is at or before the earliest expiry of any entry held (unix
+	// milliseconds), so that a full store knows in O(1) whether a sweep
+	// could free anything.
+	minExp atomic.Int64
 	bound  *store.Bound
 
 	sweepMu   sync.Mutex // one sweep at a time
@@ -122,6 +127,7 @@ func NewBackend(o Options) *Backend {
 	for i := range b.shards {
 		b.shards[i].m = make(map[mapKey]*item)
 	}
+	b.minExp.Store(math.MaxInt64)
 	go b.sweepEvery(o.SweepInterval)
 	return b
 }
@@ -172,14 +178,40 @@ func (b *Backend) unlock(ls *lockSet) {
 
 // Update implements store.Backend.
 func (b *Backend) Update(_ context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
-	for attempt := 0; ; attempt++ {
-		full, err := b.update(prefix, keys, apply, attempt > 0)
-		if !full || attempt > 0 {
-			return err
+	full, err := b.update(prefix, keys, apply, false)
+	if !full {
+		return err
+	}
+	// Full: if an entry has expired, remove the expired ones with no shard
+	// locked. Either way run the update once more, to be refused (and
+	// logged) if there is still no room: a flood of new keys costs no sweep
+	// each, only when something has expired.
+	b.sweepIfExpired()
+	_, err = b.update(prefix, keys, apply, true)
+	return err
+}
+
+// sweepIfExpired sweeps when the earliest expiry has passed, and returns
+// how many entries went.
+func (b *Backend) sweepIfExpired() int {
+	if b.now().UnixMilli() < b.minExp.Load() {
+		return 0
+	}
+	b.sweepMu.Lock()
+	defer b.sweepMu.Unlock()
+	if b.now().UnixMilli() < b.minExp.Load() {
+		return 0 // another sweep made room meanwhile
+	}
+	return b.sweepLocked()
+}
+
+// lowerMinExp notes an entry that expires at exp.
+func (b *Backend) lowerMinExp(exp int64) {
+	for {
+		cur := b.minExp.Load()
+		if exp >= cur || b.minExp.CompareAndSwap(cur, exp) {
+			return
 		}
-		// Full: remove expired entries with no shard locked, then run the
-		// update once more.
-		b.sweep()
 	}
 }
 
@@ -248,9 +280,11 @@ func (b *Backend) update(prefix string, keys []string, apply store.ApplyFunc, sw
 				value: append([]byte(nil), e.Value...),
 				exp:   e.ExpiresAt.UnixMilli(),
 			}
+			b.lowerMinExp(e.ExpiresAt.UnixMilli())
 		default:
 			it.value = append(it.value[:0], e.Value...)
 			it.exp = e.ExpiresAt.UnixMilli()
+			b.lowerMinExp(it.exp)
 		}
 	}
 	return false, nil
@@ -279,6 +313,14 @@ func (b *Backend) Sweep(context.Context) (int, error) { return b.sweep(), nil }
 func (b *Backend) sweep() int {
 	b.sweepMu.Lock()
 	defer b.sweepMu.Unlock()
+	return b.sweepLocked()
+}
+
+func (b *Backend) sweepLocked() int {
+	// Writes during the sweep lower minExp themselves; the sweep lowers it
+	// to the earliest expiry it leaves behind.
+	b.minExp.Store(math.MaxInt64)
+	left := int64(math.MaxInt64)
 	n := 0
 	for i := range b.shards {
 		s := &b.shards[i]
@@ -288,10 +330,13 @@ func (b *Backend) sweep() int {
 			if it.exp <= nowMs {
 				delete(s.m, k)
 				n++
+			} else {
+				left = min(left, it.exp)
 			}
 		}
 		s.mu.Unlock()
 	}
+	b.lowerMinExp(left)
 	b.live.Add(-int64(n))
 	return n
 }

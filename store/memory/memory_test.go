@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -353,5 +354,45 @@ func TestClosedStore(t *testing.T) {
 		if !errors.Is(err, store.ErrUnavailable) || store.ReasonOf(err) != store.ReasonClosed {
 			t.Errorf("%s on a closed store: %v, want unavailable (%v)", c.name, err, store.ReasonClosed)
 		}
+	}
+}
+
+// A full store with nothing expired refuses new keys without sweeping for
+// each: a flood of new keys must not make every refusal scan the store.
+func TestFullStoreRefusesWithoutSweeping(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	var reads atomic.Int64
+	now := func() time.Time {
+		reads.Add(1)
+		return clk.Now()
+	}
+	const max = 100
+	s := memory.New(memory.Options{MaxEntries: max, Now: now, Store: store.Options{Logger: quiet}})
+	defer s.Close()
+	h, _ := s.Handle("flood:")
+	put := func(k string) error {
+		return h.Update(context.Background(), []string{k}, func(now time.Time, es []store.Entry) error {
+			es[0] = store.Entry{Value: []byte("1"), ExpiresAt: now.Add(time.Hour)}
+			return nil
+		})
+	}
+	for i := range max {
+		if err := put(fmt.Sprint("held-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := reads.Load()
+	for i := range 100 {
+		if err := put(fmt.Sprint("new-", i)); store.ReasonOf(err) != store.ReasonFull {
+			t.Fatalf("new key %d in a full store: %v", i, err)
+		}
+	}
+	// A sweep reads the clock once per shard (64); a refusal a few times.
+	if per := (reads.Load() - before) / 100; per > 8 {
+		t.Fatalf("%d clock reads per refused key: the store sweeps for every refusal", per)
+	}
+	clk.Advance(time.Hour) // now everything has expired: room is made
+	if err := put("after-expiry"); err != nil {
+		t.Fatalf("new key once entries expired: %v", err)
 	}
 }

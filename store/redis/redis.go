@@ -864,35 +864,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 // cannot count exactly.
 func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
 	return b.Update(ctx, prefix, keys, func(now time.Time, es []store.Entry) error {
-		*t = store.Tally{Now: now, Limiting: -1}
-		for i := range es {
-			var v int64
-			if es[i].Live() {
-				var err error
-				if v, err = store.ParseCount(es[i].Value); err != nil {
-					return err
-				}
-				t.ExpiresAt[i] = es[i].ExpiresAt
-			}
-			t.Counts[i] = v
-			if t.Limiting < 0 && v > caps[i].Max-n {
-				t.Limiting = i
-			}
-		}
-		if t.Limiting >= 0 {
-			return nil
-		}
-		t.Allowed = true
-		for i := range es {
-			e := &es[i]
-			t.Counts[i] += n
-			if !e.Live() {
-				e.ExpiresAt = now.Add(caps[i].Window).Truncate(time.Millisecond)
-				t.ExpiresAt[i] = e.ExpiresAt
-			}
-			e.Value = store.AppendCount(e.Value[:0], t.Counts[i])
-		}
-		return nil
+		return store.ApplyCount(now, es, caps, n, t)
 	})
 }
 

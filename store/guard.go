@@ -179,11 +179,16 @@ func (s *Store) enter() error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	if s.inFlight.Add(1) > int64(s.opts.MaxInFlight) {
-		s.inFlight.Add(-1)
-		return errOverloaded
+	max := int64(s.opts.MaxInFlight)
+	for {
+		n := s.inFlight.Load()
+		if n >= max {
+			return errOverloaded
+		}
+		if s.inFlight.CompareAndSwap(n, n+1) {
+			return nil
+		}
 	}
-	return nil
 }
 
 // call runs f under the deadline, the in-flight bound and the breaker, on a

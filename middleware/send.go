@@ -2,13 +2,9 @@ package middleware
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
@@ -67,13 +63,9 @@ type SendOptions struct {
 // SendGuard throttles a handler that sends something to a destination the
 // client names: password-reset mail, sign-in codes. Build one with Send.
 type SendGuard struct {
-	l      *limiter.Limiter
-	o      SendOptions
-	ip     *keyfunc.IPKeyer
-	dest   keyfunc.Func
-	fields *fields
-	log    *slog.Logger
-	warn   rate.Sometimes
+	*guard
+	o    SendOptions
+	dest keyfunc.Func
 }
 
 // Send returns a guard counting in h (which it claims) every request against
@@ -103,47 +95,20 @@ func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 			w.Write([]byte(DefaultAcceptedBody))
 		})
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	names := []string{o.Name + "-destination", o.Name + "-ip"}
-	budgets := []limiter.Budget{o.PerDestination, o.PerIP}
-	for i, b := range budgets {
-		if !isToken(names[i]) {
-			return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
-		}
-		if err := b.Validate(); err != nil {
-			return nil, fmt.Errorf("middleware %q: %s: %w", o.Name, names[i], err)
-		}
-	}
-	policy, err := o.Unavailable.limiter(limiter.Local)
+	g, err := newGuard(h, guardOptions{
+		name:        o.Name,
+		names:       []string{o.Name + "-destination", o.Name + "-ip"},
+		budgets:     []limiter.Budget{o.PerDestination, o.PerIP},
+		unavailable: o.Unavailable,
+		ip:          o.IP,
+		logger:      o.Logger,
+		observer:    o.Observer,
+	})
 	if err != nil {
 		return nil, err
 	}
-	ip, err := keyfunc.NewIP(o.IP)
-	if err != nil {
-		return nil, fmt.Errorf("middleware %q: %w", o.Name, err)
-	}
-	l, err := limiter.New(h, limiter.Options{Name: o.Name, Budget: o.PerIP, Unavailable: policy, Logger: o.Logger, Observer: o.Observer})
-	if err != nil {
-		return nil, fmt.Errorf("middleware: %w", err)
-	}
-	return &SendGuard{
-		l:      l,
-		o:      o,
-		ip:     ip,
-		dest:   keyfunc.BodyField(o.Field, o.Body),
-		fields: newFields(names, budgets, false, false),
-		log:    o.Logger.With("limiter", o.Name),
-		warn:   rate.Sometimes{Interval: time.Second},
-	}, nil
+	return &SendGuard{guard: g, o: o, dest: keyfunc.BodyField(o.Field, o.Body)}, nil
 }
-
-// Limiter returns the guard's limiter.
-func (g *SendGuard) Limiter() *limiter.Limiter { return g.l }
-
-// Close releases what the guard's limiter holds of its own.
-func (g *SendGuard) Close() error { return g.l.Close() }
 
 // Wrap returns next guarded by g.
 func (g *SendGuard) Wrap(next http.Handler) http.Handler {
@@ -151,10 +116,8 @@ func (g *SendGuard) Wrap(next http.Handler) http.Handler {
 }
 
 func (g *SendGuard) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	ip, err := g.ip.Key(r)
-	if err != nil {
-		g.warn.Do(func() { g.log.Warn("send refused: no client address", "kind", KindNoKey, "err", err) })
-		writeProblem(w, http.StatusBadRequest, problem400)
+	ip, ok := g.clientIP(w, r)
+	if !ok {
 		return
 	}
 	dest := ""
@@ -173,22 +136,15 @@ func (g *SendGuard) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 		writeProblem(w, http.StatusBadRequest, problem400)
 		return
 	}
-	d, err := g.l.AttemptEach(context.WithoutCancel(r.Context()),
+	d, ok := g.attempt(w, r,
 		limiter.Charge{Key: keyfunc.JoinKeys("destination", dest), Budget: g.o.PerDestination},
 		limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.PerIP},
 	)
-	if err != nil {
-		g.log.Error("send attempt not counted", "kind", "send-count-failed", "err", err)
-		writeProblem(w, http.StatusBadRequest, problem400)
+	if !ok {
 		return
 	}
 	if d.Unavailable && !d.Local {
-		if !d.Allowed {
-			w.Header()["Retry-After"] = []string{strconv.FormatInt(ceilSeconds(DefaultUnavailableRetryAfter), 10)}
-			writeProblem(w, http.StatusServiceUnavailable, problem503)
-			return
-		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r) // fail open: nothing was counted
 		return
 	}
 	if !g.o.Reveal {

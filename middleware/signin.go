@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
@@ -99,14 +96,9 @@ type SignInOptions struct {
 
 // SignInGuard throttles a sign-in handler. Build one with SignIn.
 type SignInGuard struct {
-	l        *limiter.Limiter
-	o        SignInOptions
-	ip       *keyfunc.IPKeyer
-	account  keyfunc.Func
-	fields   *fields
-	retry503 []string
-	log      *slog.Logger
-	warn     rate.Sometimes
+	*guard
+	o       SignInOptions
+	account keyfunc.Func
 }
 
 // The indexes of the keys of one sign-in attempt.
@@ -150,12 +142,6 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	if o.Success == nil {
 		o.Success = func(status int) bool { return status < 400 }
 	}
-	if o.UnavailableRetryAfter <= 0 {
-		o.UnavailableRetryAfter = DefaultUnavailableRetryAfter
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
 	if o.Backoff.Max != 0 {
 		if o.Backoff.History == 0 {
 			o.Backoff.History = DefaultBackoffHistory
@@ -165,45 +151,23 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 				o.Name, o.Backoff.Max, o.AccountIPFailures.Window, limiter.MaxWindow, o.Backoff.History, limiter.MaxWindow)
 		}
 	}
-	names := []string{o.Name + "-account-ip", o.Name + "-account", o.Name + "-ip"}
-	budgets := []limiter.Budget{o.AccountIPFailures, o.AccountFailures, o.IPAttempts}
-	for i, b := range budgets {
-		if !isToken(names[i]) {
-			return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
-		}
-		if err := b.Validate(); err != nil {
-			return nil, fmt.Errorf("middleware %q: %s: %w", o.Name, names[i], err)
-		}
-	}
-	policy, err := o.Unavailable.limiter(limiter.Local)
+	g, err := newGuard(h, guardOptions{
+		name:          o.Name,
+		names:         []string{o.Name + "-account-ip", o.Name + "-account", o.Name + "-ip"},
+		budgets:       []limiter.Budget{o.AccountIPFailures, o.AccountFailures, o.IPAttempts},
+		unavailable:   o.Unavailable,
+		ip:            o.IP,
+		hideRemaining: !o.ShowRemaining,
+		legacy:        o.LegacyHeaders,
+		retryAfter:    o.UnavailableRetryAfter,
+		logger:        o.Logger,
+		observer:      o.Observer,
+	})
 	if err != nil {
 		return nil, err
 	}
-	ip, err := keyfunc.NewIP(o.IP)
-	if err != nil {
-		return nil, fmt.Errorf("middleware %q: %w", o.Name, err)
-	}
-	l, err := limiter.New(h, limiter.Options{Name: o.Name, Budget: o.IPAttempts, Unavailable: policy, Logger: o.Logger, Observer: o.Observer})
-	if err != nil {
-		return nil, fmt.Errorf("middleware: %w", err)
-	}
-	return &SignInGuard{
-		l:        l,
-		o:        o,
-		ip:       ip,
-		account:  keyfunc.BodyField(o.Field, o.Body),
-		fields:   newFields(names, budgets, !o.ShowRemaining, o.LegacyHeaders),
-		retry503: []string{strconv.FormatInt(ceilSeconds(o.UnavailableRetryAfter), 10)},
-		log:      o.Logger.With("limiter", o.Name),
-		warn:     rate.Sometimes{Interval: time.Second},
-	}, nil
+	return &SignInGuard{guard: g, o: o, account: keyfunc.BodyField(o.Field, o.Body)}, nil
 }
-
-// Limiter returns the guard's limiter.
-func (g *SignInGuard) Limiter() *limiter.Limiter { return g.l }
-
-// Close releases what the guard's limiter holds of its own.
-func (g *SignInGuard) Close() error { return g.l.Close() }
 
 // Account returns the key under which the guard counts the account named in
 // r's body: the normalised name, or the raw value (marked as such) when
@@ -227,35 +191,25 @@ func (g *SignInGuard) Wrap(next http.Handler) http.Handler {
 }
 
 func (g *SignInGuard) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	ip, err := g.ip.Key(r)
-	if err != nil {
-		g.warn.Do(func() { g.log.Warn("sign-in refused: no client address", "kind", KindNoKey, "err", err) })
-		writeProblem(w, http.StatusBadRequest, problem400)
+	ip, ok := g.clientIP(w, r)
+	if !ok {
 		return
 	}
 	account := g.Account(r)
 	accountIP := keyfunc.JoinKeys("account-ip", account, ip)
-	// Counted even if the client hangs up right after sending.
-	ctx := context.WithoutCancel(r.Context())
-	d, err := g.l.AttemptEach(ctx,
+	d, ok := g.attempt(w, r,
 		limiter.Charge{Key: accountIP, Budget: g.o.AccountIPFailures},
 		limiter.Charge{Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
 		limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts},
 	)
-	if err != nil {
-		g.log.Error("sign-in attempt not counted", "kind", "signin-count-failed", "err", err)
-		writeProblem(w, http.StatusBadRequest, problem400)
+	if !ok {
 		return
 	}
 	if d.Unavailable && !d.Local {
-		if !d.Allowed {
-			w.Header()["Retry-After"] = g.retry503
-			writeProblem(w, http.StatusServiceUnavailable, problem503)
-			return
-		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r) // fail open: nothing was counted
 		return
 	}
+	ctx := context.WithoutCancel(r.Context())
 	g.fields.set(w.Header(), &d)
 	if !d.Allowed {
 		if g.o.OnLimit != nil {
@@ -312,5 +266,3 @@ func (g *SignInGuard) lockOut(ctx context.Context, accountIP, account, ip string
 		g.log.Warn("lock-out not lengthened", "kind", "signin-backoff-failed", "err", err)
 	}
 }
-
-var problem400 = []byte(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")

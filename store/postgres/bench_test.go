@@ -29,7 +29,7 @@ var benchConcurrency = []int{1, 8}
 
 // benchPool opens a pool of conns connections, with extra run-time
 // parameters.
-func benchPool(b *testing.B, conns int, params map[string]string) *pgxpool.Pool {
+func benchPool(b testing.TB, conns int, params map[string]string) *pgxpool.Pool {
 	b.Helper()
 	newPool(b) // skips or fails when unreachable; migrates
 	cfg, err := pgxpool.ParseConfig(testURL())

@@ -265,11 +265,14 @@ ON CONFLICT (keyhash) DO UPDATE SET
   expires_at = CASE WHEN g.expires_at <= date_trunc('milliseconds', now()) OR g.fingerprint <> EXCLUDED.fingerprint
                     THEN EXCLUDED.expires_at ELSE g.expires_at END
 WHERE g.expires_at <= date_trunc('milliseconds', now()) OR g.fingerprint <> EXCLUDED.fingerprint
-   OR CASE WHEN g.value ~ '^[0-9]{1,18}$' THEN g.value::bigint <= $4::bigint - $3::bigint ELSE false END
+   OR CASE WHEN g.value ~ '^(0|[1-9][0-9]{0,17})$' THEN g.value::bigint <= $4::bigint - $3::bigint ELSE false END
 RETURNING g.value::bigint, g.expires_at, date_trunc('milliseconds', now())`
-	sqlLive  = `SELECT count(*) FROM gatecount_entries WHERE fingerprint = $1 AND expires_at > now()`
+	sqlLive = `SELECT count(*) FROM gatecount_entries WHERE fingerprint = $1 AND expires_at > now()`
+	// sqlSweep skips rows that others hold: it never waits for a count,
+	// nor holds a row a count waits for.
 	sqlSweep = `DELETE FROM gatecount_entries
- WHERE keyhash IN (SELECT keyhash FROM gatecount_entries WHERE expires_at <= now() LIMIT $1)
+ WHERE keyhash IN (SELECT keyhash FROM gatecount_entries WHERE expires_at <= now()
+                    LIMIT $1 FOR UPDATE SKIP LOCKED)
    AND expires_at <= now()`
 )
 
@@ -286,23 +289,25 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 		h := b.hasher.Sum(prefix, k)
 		hashes[i] = h[:]
 	}
-	// One key is first updated optimistically: a key without a row is
-	// inserted at the end, and if another transaction inserted it first
-	// the update starts again, this time with a placeholder row locked
-	// from the start. Several keys always take placeholders, so that
-	// their rows are locked in keyhash order and never deadlock.
-	placeholders := len(keys) > 1
-	for {
-		retry, err := b.update(ctx, prefix, hashes, apply, placeholders)
-		if !retry {
-			return err
+	// The first try is optimistic: it locks the rows the keys have, and a
+	// key without one is inserted at the end. It gives up, having written
+	// nothing, when another transaction inserted that key first, or when
+	// it would insert a key while it holds other rows (which could
+	// deadlock with a transaction that holds the new key and waits for
+	// them). The second try locks a placeholder row for every key without
+	// one, in keyhash order, and cannot fail so.
+	retry, err := b.update(ctx, prefix, hashes, apply, false)
+	if retry {
+		if retry, err = b.update(ctx, prefix, hashes, apply, true); retry {
+			// Every key has a row once placeholders are in: unreachable.
+			err = errors.New("postgres: update: a key without a row after locking")
 		}
-		placeholders = true
 	}
+	return err
 }
 
-// update is one try of Update. It reports true when an optimistic insert
-// found the key taken and nothing was written.
+// update is one try of Update. Without placeholders it reports true, having
+// written nothing, when it must try again with them.
 func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, apply store.ApplyFunc, placeholders bool) (retry bool, err error) {
 	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
@@ -427,6 +432,10 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 			w.exps = append(w.exps, e.ExpiresAt)
 		}
 	}
+	if len(ins.keys) > 0 && (len(ins.keys) > 1 || slices.Contains(hasRow, true)) {
+		b.rollback(ctx, conn)
+		return true, nil
+	}
 	batch = &pgx.Batch{}
 	exact := added > 0 && b.near(added)
 	if exact {
@@ -461,9 +470,9 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 			if err != nil {
 				return err
 			}
-			// Only a lone key is inserted optimistically (several keys
-			// have placeholders), so nothing else was written: the
-			// transaction commits empty and the update starts again.
+			// Only a lone key is inserted optimistically, with nothing
+			// else written: if another transaction inserted it first,
+			// this one commits empty and the update starts again.
 			retry = tag.RowsAffected() < int64(len(ins.keys))
 		}
 		for range batch.Len() - btoi(exact) - btoi(len(up.keys) > 0) - btoi(len(ins.keys) > 0) {

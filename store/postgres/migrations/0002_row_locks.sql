@@ -86,12 +86,13 @@ BEGIN
          WHERE g.keyhash = keyhashes[i] AND g.fingerprint = fp
            AND g.expires_at > now_ts;
         IF FOUND THEN
-            IF v !~ '^-?[0-9]{1,19}$' THEN
+            -- A count is written as store.AppendCount writes it.
+            IF v !~ '^(0|[1-9][0-9]{0,18})$' THEN
                 bad := i - 1;
                 EXIT;
             END IF;
             c := v::numeric;
-            IF c < 0 OR c > 9223372036854775807 THEN
+            IF c > 9223372036854775807 THEN
                 bad := i - 1;
                 EXIT;
             END IF;

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -477,6 +478,108 @@ func TestMixedPaths(t *testing.T) {
 		wg.Wait()
 		if failed.Load() != 0 || admitted.Load() != budget {
 			t.Fatalf("round %d: %d admitted, %d failed; want %d admitted", round, admitted.Load(), failed.Load(), budget)
+		}
+	}
+}
+
+// rowCount returns how many rows, of any kind, h's store keeps for keys.
+func rowCount(t testing.TB, pool *pgxpool.Pool, h *store.Handle, keys ...string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM gatecount_entries WHERE keyhash = ANY($1)",
+		oldHashes(t, h, keys)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestNoPlaceholdersLeft: calls that lock keys without rows and write
+// nothing leave no row behind: a read-only Update of several keys, one
+// that holds a row and inserts another (the second try, with
+// placeholders), and a refused Count of several keys.
+func TestNoPlaceholdersLeft(t *testing.T) {
+	pool := newPool(t)
+	ctx := context.Background()
+	h := newHandle(t, newStore(t, pool, Options{}), "placeholders")
+	none := func(time.Time, []store.Entry) error { return nil }
+	if err := h.Update(ctx, []string{"a", "b"}, none); err != nil {
+		t.Fatal(err)
+	}
+	if n := rowCount(t, pool, h, "a", "b"); n != 0 {
+		t.Fatalf("a read-only Update of two new keys left %d rows", n)
+	}
+	full := []store.Cap{{Max: 1, Window: time.Minute}}
+	if _, err := h.Count(ctx, []string{"held"}, full, 1); err != nil {
+		t.Fatal(err)
+	}
+	// "held" has a row and "new" has none: the optimistic try gives up,
+	// the second locks a placeholder for "new"; apply writes "new" only
+	// when asked to.
+	for _, write := range []bool{false, true} {
+		err := h.Update(ctx, []string{"held", "new"}, func(now time.Time, es []store.Entry) error {
+			if es[1].Live() {
+				return errors.New("new key read as live")
+			}
+			if write {
+				es[1] = store.Entry{Value: []byte("1"), ExpiresAt: now.Add(time.Minute)}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, want := rowCount(t, pool, h, "new"), btoi(write); n != want {
+			t.Fatalf("Update writing the new key %v: %d rows for it, want %d", write, n, want)
+		}
+	}
+	tl, err := h.Count(ctx, []string{"fresh", "held"}, []store.Cap{full[0], full[0]}, 1)
+	if err != nil || tl.Allowed || tl.Limiting != 1 {
+		t.Fatalf("Count over a full key: %+v, %v; want refused by key 1", tl, err)
+	}
+	if n := rowCount(t, pool, h, "fresh"); n != 0 {
+		t.Fatalf("a refused Count left %d rows for its new key", n)
+	}
+}
+
+// TestOddRows: rows no call writes in the ordinary way are read as the
+// generic Count reads them, on the one-key path and the multi-key one: a
+// placeholder left behind (expired at the epoch) is no counter, and a count
+// not written in canonical form is not a count.
+func TestOddRows(t *testing.T) {
+	pool := newPool(t)
+	ctx := context.Background()
+	s := newStore(t, pool, Options{})
+	h := newHandle(t, s, "odd")
+	fp := s.Backend().(*Backend).Fingerprint()
+	caps := []store.Cap{{Max: 5, Window: time.Minute}, {Max: 5, Window: time.Minute}}
+	for _, tc := range []struct {
+		name, value, expires string
+		want                 int64 // count after a Count of 1; -1 for ErrNotCounter
+	}{
+		{"placeholder", "", "timestamptz 'epoch'", 1},
+		{"expired", "4", "now() - interval '1 second'", 1},
+		{"live", "4", "now() + interval '1 minute'", 5},
+		{"leading zero", "04", "now() + interval '1 minute'", -1},
+		{"negative", "-1", "now() + interval '1 minute'", -1},
+	} {
+		for _, nkeys := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/%d", tc.name, nkeys), func(t *testing.T) {
+				keys := []string{randomPrefix("k"), randomPrefix("other")}[:nkeys]
+				_, err := pool.Exec(ctx, `INSERT INTO gatecount_entries (keyhash, fingerprint, value, expires_at)
+					VALUES ($1, $2, $3, `+tc.expires+`)`, oldHashes(t, h, keys[:1])[0], fp, tc.value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tl, err := h.Count(ctx, keys, caps[:nkeys], 1)
+				switch {
+				case tc.want < 0:
+					if !errors.Is(err, store.ErrNotCounter) {
+						t.Fatalf("Count: %+v, %v; want ErrNotCounter", tl, err)
+					}
+				case err != nil || !tl.Allowed || tl.Counts[0] != tc.want:
+					t.Fatalf("Count: %+v, %v; want allowed with count %d", tl, err, tc.want)
+				}
+			})
 		}
 	}
 }

@@ -13,7 +13,7 @@
 //
 // # Schema
 //
-// Migrate creates the table gatecount_entries, its indexes and two
+// Migrate creates the table gatecount_entries, its index and two
 // functions, from SQL embedded in this package, and records each migration
 // it applied in gatecount_migrations. It is idempotent and takes a session
 // advisory lock, so instances that start at once can all run it. New
@@ -22,6 +22,10 @@
 //
 //	gatecount_entries(keyhash bytea PRIMARY KEY, fingerprint text,
 //	                  value text, expires_at timestamptz)
+//	INDEX (expires_at, fingerprint)  -- the sweep, and the bound's count
+//
+// Instances built for schema 1 must not run beside instances built for
+// schema 2 (see migrations/0002_row_locks.sql): they lock keys differently.
 //
 // # Keys and secrets
 //
@@ -41,11 +45,24 @@
 //
 // # Time
 //
-// Expiry is judged on the database server's clock, never the process's:
-// each call takes clock_timestamp(), to the millisecond, inside its own
-// transaction after its keys are locked, and that is the time apply is
-// given and the time entries are judged live against. Instances whose
-// clocks differ make the same decisions.
+// Expiry is judged on the database server's clock, never the process's, to
+// the millisecond, so instances whose clocks differ make the same
+// decisions. Update and gatecount_count take clock_timestamp() after their
+// keys are locked; that is the time apply is given and the time entries are
+// judged live against. The one-statement Count judges at the start of its
+// statement, now(), which can be before it gets the key's row: a count that
+// waited for a window's end is still counted in that window.
+//
+// # Locks
+//
+// Every path serialises the calls on a key through the key's row: the
+// primary key serialises first inserts, and a row lock the rest. A key
+// without a row that must be locked gets a placeholder, a row of the
+// store's secret with an empty value that expired at the epoch: nothing
+// reads it as live, the bound does not count it, and it is removed by the
+// call that made it unless that call writes the key (the sweep removes one
+// left behind). Paths that lock several rows lock them in ascending keyhash
+// order, so that they never deadlock.
 //
 // # Update
 //
@@ -53,29 +70,40 @@
 // from the pool, in two round trips. It never joins a transaction the
 // caller has open: a pgx.Tx is not a pool, so the store cannot be handed
 // one, and a count committed here is not undone when the caller's
-// transaction rolls back. Round trip 1 is one pipelined batch:
+// transaction rolls back. Round trip 1 locks and reads the keys' rows, then
+// the clock (an aggregate is computed after it has consumed, and so locked,
+// every row):
 //
 //	BEGIN;
-//	SET LOCAL synchronous_commit = off;                 -- unless Options.SyncCommit
-//	SELECT count(pg_advisory_xact_lock(l)) FROM unnest($locks) AS l;
-//	SELECT c.now, g.keyhash, g.value, g.expires_at
-//	  FROM (SELECT date_trunc('milliseconds', clock_timestamp()) AS now) c
-//	  LEFT JOIN gatecount_entries g
-//	    ON g.keyhash = ANY($keyhashes) AND g.fingerprint = $fp AND g.expires_at > c.now;
+//	SELECT date_trunc('milliseconds', clock_timestamp()),
+//	       set_config('synchronous_commit', 'off', true),  -- unless Options.SyncCommit
+//	       array_agg(keyhash), array_agg(fingerprint), array_agg(value), array_agg(expires_at)
+//	  FROM (SELECT ... FROM gatecount_entries WHERE keyhash = ANY($keyhashes)
+//	         ORDER BY keyhash FOR UPDATE) AS l;
 //
-// The locks are transaction-scoped advisory locks on the first 8 bytes of
-// each keyhash, taken in ascending order, so that multi-key updates never
-// deadlock and a key's first update is serialised like every other (a row
-// lock could not cover a row that does not exist yet). apply then runs in
-// the process, and round trip 2 writes only what it changed:
+// apply then runs in the process, and round trip 2 writes only what it
+// changed: rows it holds by UPDATE, a key without a row by INSERT:
 //
 //	SELECT gatecount_admit($fp, $added, $max, $now, $boundlock); -- only near the bound, see below
-//	INSERT INTO gatecount_entries (keyhash, fingerprint, value, expires_at)
-//	  SELECT k, $fp, v, e FROM unnest($keyhashes, $values, $expiries) AS u(k, v, e)
-//	  ON CONFLICT (keyhash) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
-//	    value = EXCLUDED.value, expires_at = EXCLUDED.expires_at;
+//	UPDATE gatecount_entries SET ... FROM unnest($keyhashes, $values, $expiries) ...;
+//	INSERT INTO gatecount_entries ... ON CONFLICT (keyhash) DO NOTHING;
 //	DELETE FROM gatecount_entries WHERE keyhash = ANY($deleted);
 //	COMMIT;
+//
+// Inserting a key this way is optimistic. When the INSERT finds that
+// another transaction inserted the key meanwhile (it is then the
+// transaction's only write, so the transaction commits empty), or when
+// apply writes a key without a row while the transaction holds other rows
+// or writes several keys without rows, Update starts again, apply
+// included, with placeholders: round trip 1 then first locks every key's
+// row, inserting placeholders in keyhash order,
+//
+//	INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
+//	SELECT k, $fp, '', timestamptz 'epoch' FROM unnest($keyhashes) AS u(k) ORDER BY k
+//	ON CONFLICT (keyhash) DO UPDATE SET value = g.value WHERE false -- locks, changes nothing
+//	RETURNING g.keyhash;
+//
+// and round trip 2 deletes the placeholders apply left empty.
 //
 // A failure after BEGIN rolls back, or, when the call's context is done,
 // leaves the connection to be destroyed by the pool.
@@ -84,17 +112,32 @@
 //
 // The store implements store.Counter: Handle.Count, and so a limiter's
 // Attempt, is one statement and one round trip. A single key far from the
-// bound is counted by one plain statement: it takes the key's advisory lock
-// (the same as Update's, so the two never interleave), reads the clock, and
-// counts with INSERT ... ON CONFLICT (keyhash) DO UPDATE ... WHERE <room
-// left> RETURNING, which decides on the row's newest version; when there is
-// no room it writes nothing, and a SELECT ... FOR UPDATE of the row in the
-// same statement tells the count as it is. Several keys, or any key near the
-// bound, go to SELECT ... FROM gatecount_count(...), a PL/pgSQL function
-// that takes the keys' advisory locks in ascending order, reads their
-// counters on the server's clock, and counts them all or none. Both give
-// exactly the results of the generic Count over Update; the contract suite
-// checks it.
+// bound is counted by one plain statement, with no advisory lock and no
+// transaction block:
+//
+//	INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
+//	SELECT $1, $fp, $n, date_trunc('milliseconds', now()) + $window
+//	  FROM (SELECT set_config('synchronous_commit', 'off', true)) AS c(s) WHERE c.s = 'off'
+//	ON CONFLICT (keyhash) DO UPDATE SET
+//	  value = CASE WHEN <expired> THEN EXCLUDED.value ELSE (g.value::bigint + $n)::text END,
+//	  expires_at = CASE WHEN <expired> THEN EXCLUDED.expires_at ELSE g.expires_at END
+//	WHERE <expired> OR <g.value is a count of at most $max - $n>
+//	RETURNING g.value::bigint, g.expires_at, date_trunc('milliseconds', now());
+//
+// where <expired> is g.expires_at <= date_trunc('milliseconds', now()) or
+// a row of another secret. Concurrent first counts of a key are serialised
+// by the primary key, and the conflict path locks the row and decides on
+// its newest version. When it returns no row there was no room, and a
+// second round trip reads the key to tell its count; if that read finds
+// room after all (the key changed meanwhile), the count goes to the
+// function below, which decides under lock.
+//
+// Several keys, or any key near the bound, go to SELECT ... FROM
+// gatecount_count(...), a PL/pgSQL function that locks the keys' rows in
+// ascending order (with placeholders), reads their counters on the
+// server's clock, and counts them all or none. Both give exactly the
+// results of the generic Count over Update; the contract suite checks it,
+// and TestMixedPaths runs the three paths on one key at once.
 //
 // # Commit
 //
@@ -103,15 +146,18 @@
 // WAL reaches the disk. A disk flush takes milliseconds and would otherwise
 // cap one hot key at a few hundred counts a second. A crash of the
 // database server can lose the counts of its last moments (at most three
-// times wal_writer_delay); the table stays consistent. Options.SyncCommit
-// restores synchronous commits.
+// times wal_writer_delay); the table stays consistent. The setting is made
+// by set_config(..., true) inside a statement the call sends anyway, so it
+// costs no statement of its own and never outlives the transaction on the
+// pool's connection. Options.SyncCommit leaves it out, and every commit
+// waits for the disk.
 //
 // # The bound
 //
 // A store holds at most Options.MaxEntries live entries of its secret
 // (store.DefaultMaxEntriesDatabase by default). Counting a million rows on
 // every new key would be too slow, so the store keeps an estimate: an exact
-// count (an index-only scan of (fingerprint, expires_at)) made when the
+// count (an index-only scan of (expires_at, fingerprint)) made when the
 // store starts, after each sweep and every Options.CountInterval, plus the
 // keys this instance added since. While the estimate is more than a
 // twentieth of the bound (at least 1,000 entries, so small bounds are
@@ -134,8 +180,11 @@
 //
 //	DELETE FROM gatecount_entries
 //	 WHERE keyhash IN (SELECT keyhash FROM gatecount_entries
-//	                    WHERE expires_at <= now() LIMIT 1000)
+//	                    WHERE expires_at <= now() LIMIT 1000 FOR UPDATE SKIP LOCKED)
 //	   AND expires_at <= now();
+//
+// It skips rows that calls hold, so it never waits for a count nor makes
+// one wait.
 //
 // Store.Sweep does the same on demand and says how many rows went.
 //

@@ -11,7 +11,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestLimits(t *testing.T) {
-	s := demotest.Start(t, run, map[string]string{
+	s := demotest.Start(t, routes, map[string]string{
 		"RATE_LIMIT_EXECUTE_PER_MINUTE": "3",
 		"RATE_LIMIT_HEALTH_PER_MINUTE":  "2",
 	})
@@ -19,5 +19,5 @@ func TestLimits(t *testing.T) {
 }
 
 func TestSignIn(t *testing.T) {
-	demotest.CheckSignIn(t, demotest.Start(t, run, demotest.SignInEnv))
+	demotest.CheckSignIn(t, demotest.Start(t, routes, demotest.SignInEnv))
 }

@@ -12,40 +12,12 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/gatecount/gatecount/examples/internal/demo"
 )
 
-func main() {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.LookupEnv, log, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "stdlib:", err)
-		os.Exit(1)
-	}
-}
-
-// run builds the app and serves it until ctx ends.
-func run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger, ready func(*demo.App, string)) error {
-	app, err := demo.New(ctx, lookup, log)
-	if err != nil {
-		return err
-	}
-	defer app.Close()
-	return demo.Serve(ctx, app.Addr, routes(app), log, func(addr string) {
-		if ready != nil {
-			ready(app, addr)
-		}
-	})
-}
+func main() { demo.Main("stdlib", routes) }
 
 // routes mounts each limiter on its own routes.
 func routes(app *demo.App) http.Handler {

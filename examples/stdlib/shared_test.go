@@ -30,7 +30,7 @@ func TestSharedPostgres(t *testing.T) {
 		"RATE_LIMIT_EXECUTE_PER_MINUTE": "30",
 		"TRUSTED_PROXIES":               "127.0.0.1/32",
 	}
-	demotest.CheckShared(t, demotest.Start(t, run, env), demotest.Start(t, run, env))
+	demotest.CheckShared(t, demotest.Start(t, routes, env), demotest.Start(t, routes, env))
 }
 
 // Two servers with one RATE_LIMIT_STORE_URL share every budget exactly.
@@ -41,7 +41,7 @@ func TestSharedRedis(t *testing.T) {
 		"RATE_LIMIT_EXECUTE_PER_MINUTE": "30",
 		"TRUSTED_PROXIES":               "127.0.0.1/32",
 	}
-	demotest.CheckShared(t, demotest.Start(t, run, env), demotest.Start(t, run, env))
+	demotest.CheckShared(t, demotest.Start(t, routes, env), demotest.Start(t, routes, env))
 }
 
 // Two servers with one SQLite file share every budget exactly.
@@ -52,5 +52,5 @@ func TestSharedSQLite(t *testing.T) {
 		"RATE_LIMIT_EXECUTE_PER_MINUTE": "30",
 		"TRUSTED_PROXIES":               "127.0.0.1/32",
 	}
-	demotest.CheckShared(t, demotest.Start(t, run, env), demotest.Start(t, run, env))
+	demotest.CheckShared(t, demotest.Start(t, routes, env), demotest.Start(t, routes, env))
 }

@@ -12,8 +12,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gatecount/gatecount/config"
@@ -222,6 +225,35 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
+}
+
+// Main runs an example: it reads the environment, serves the app on the
+// router routes builds until SIGINT or SIGTERM, and exits non-zero with the
+// error if it could not.
+func Main(name string, routes func(*App) http.Handler) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, os.LookupEnv, log, routes, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// Run builds the app from the environment read through lookup and serves
+// it on the router routes builds until ctx ends. ready, if not nil, is told
+// the app and its address once it listens.
+func Run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger, routes func(*App) http.Handler, ready func(*App, string)) error {
+	app, err := New(ctx, lookup, log)
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+	return Serve(ctx, app.Addr, routes(app), log, func(addr string) {
+		if ready != nil {
+			ready(app, addr)
+		}
+	})
 }
 
 // Serve serves h on addr until ctx ends, then shuts down gracefully. ready,

@@ -15,8 +15,8 @@ import (
 	"github.com/gatecount/gatecount/examples/internal/demo"
 )
 
-// RunFunc is an example's run function.
-type RunFunc func(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger, ready func(*demo.App, string)) error
+// Routes is an example's router over the demo app.
+type Routes func(*demo.App) http.Handler
 
 // Server is a running example.
 type Server struct {
@@ -24,9 +24,9 @@ type Server struct {
 	App *demo.App
 }
 
-// Start runs an example with env (ADDR defaults to a free loopback port)
+// Start runs an example's routes with env (ADDR defaults to a free loopback port)
 // until the test ends.
-func Start(t testing.TB, run RunFunc, env map[string]string) *Server {
+func Start(t testing.TB, routes Routes, env map[string]string) *Server {
 	t.Helper()
 	vars := map[string]string{"ADDR": "127.0.0.1:0", "RATE_LIMIT_SINGLE_INSTANCE": "true"}
 	for k, v := range env {
@@ -37,7 +37,7 @@ func Start(t testing.TB, run RunFunc, env map[string]string) *Server {
 	started := make(chan *Server, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, lookup, slog.New(slog.DiscardHandler), func(app *demo.App, addr string) {
+		done <- demo.Run(ctx, lookup, slog.New(slog.DiscardHandler), routes, func(app *demo.App, addr string) {
 			started <- &Server{URL: "http://" + addr, App: app}
 		})
 	}()

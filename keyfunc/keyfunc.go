@@ -24,6 +24,7 @@ var ErrNoKey = errors.New("keyfunc: request carries no usable key")
 // noKeyError is a sentinel error that is a more specific kind of ErrNoKey.
 type noKeyError string
 
+// Error returns the message.
 func (e noKeyError) Error() string { return string(e) }
 
 // Unwrap makes every noKeyError match ErrNoKey.

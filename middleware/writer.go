@@ -24,6 +24,7 @@ func (w *responseWriter) Status() int {
 	return w.status
 }
 
+// WriteHeader records the first final status and passes it on.
 func (w *responseWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
@@ -31,6 +32,7 @@ func (w *responseWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Write records an implicit 200 and passes b on.
 func (w *responseWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK

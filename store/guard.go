@@ -492,7 +492,10 @@ func (c *applyCall) own(err error) error {
 // which passes it on unchanged and does not count it against the store.
 type callerError struct{ err error }
 
+// Error returns the caller's error's message.
 func (e callerError) Error() string { return e.err.Error() }
+
+// Unwrap returns the caller's error.
 func (e callerError) Unwrap() error { return e.err }
 
 // validJSON reports whether v is JSON, with a fast path for the plain

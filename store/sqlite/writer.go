@@ -31,7 +31,10 @@ type op struct {
 // answer (apply's error, a full store, a value that is not a count).
 type dbError struct{ err error }
 
+// Error returns the database's message.
 func (e *dbError) Error() string { return e.err.Error() }
+
+// Unwrap returns the database's error.
 func (e *dbError) Unwrap() error { return e.err }
 
 // dbErr wraps a database failure of step.

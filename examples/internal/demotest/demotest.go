@@ -155,3 +155,17 @@ func readRateLimit(field string) (r, t int, err error) {
 	}
 	return r, t, nil
 }
+
+// CheckExample runs every check on an example's routes, each on a server of
+// its own.
+func CheckExample(t *testing.T, routes Routes) {
+	t.Run("limits", func(t *testing.T) {
+		CheckLimits(t, Start(t, routes, map[string]string{
+			"RATE_LIMIT_EXECUTE_PER_MINUTE": "3",
+			"RATE_LIMIT_HEALTH_PER_MINUTE":  "2",
+		}))
+	})
+	t.Run("sign-in", func(t *testing.T) {
+		CheckSignIn(t, Start(t, routes, SignInEnv))
+	})
+}

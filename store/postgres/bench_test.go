@@ -169,6 +169,10 @@ var vacuumOnce sync.Once
 // the store is measured on a table as autovacuum keeps it (test servers
 // often run without autovacuum, and earlier runs leave dead rows behind).
 func benchHandle(b *testing.B, conc int) *store.Handle {
+	return benchHandleOpts(b, conc, Options{})
+}
+
+func benchHandleOpts(b *testing.B, conc int, o Options) *store.Handle {
 	b.Helper()
 	pool := benchPool(b, conc, nil)
 	vacuumOnce.Do(func() {
@@ -176,7 +180,8 @@ func benchHandle(b *testing.B, conc int) *store.Handle {
 			b.Logf("vacuum: %v", err)
 		}
 	})
-	s := newStore(b, pool, Options{Secret: randomSecret()})
+	o.Secret = randomSecret()
+	s := newStore(b, pool, o)
 	return newHandle(b, s, "bench")
 }
 
@@ -215,6 +220,24 @@ func BenchmarkCount(b *testing.B) {
 		for _, conc := range benchConcurrency {
 			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
 				h := benchHandle(b, conc)
+				key := keySource(hot)
+				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
+					_, err := h.Count(ctx, []string{key(r)}, caps, 1)
+					return err
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkCountSyncCommit is BenchmarkCount with Options.SyncCommit: every
+// count waits for its WAL flush, as UpsertCounter/sync does.
+func BenchmarkCountSyncCommit(b *testing.B) {
+	caps := []store.Cap{{Max: 1 << 40, Window: time.Minute}}
+	for _, hot := range []bool{true, false} {
+		for _, conc := range benchConcurrency {
+			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
+				h := benchHandleOpts(b, conc, Options{SyncCommit: true})
 				key := keySource(hot)
 				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
 					_, err := h.Count(ctx, []string{key(r)}, caps, 1)

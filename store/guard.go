@@ -71,7 +71,8 @@ type Store struct {
 	backing  any
 	inFlight atomic.Int64
 	closed   atomic.Bool
-	calls    sync.WaitGroup // goroutines running backend calls
+	running  atomic.Int64 // goroutines running backend calls
+	prompt   bool
 	breaker  breaker
 	obs      Observer
 
@@ -89,6 +90,9 @@ func New(b Backend, opts Options) *Store {
 	}
 	if bk, ok := b.(Backing); ok {
 		s.backing = bk.Backing()
+	}
+	if p, ok := b.(Prompt); ok && p.Prompt() {
+		s.prompt = true
 	}
 	s.breaker.init(opts.Breaker)
 	return s
@@ -162,7 +166,11 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	s.calls.Wait()
+	// Every call admitted before closed was set is counted in inFlight
+	// (enter counts first, then looks at closed), so none is missed here.
+	for s.inFlight.Load() > 0 || s.running.Load() > 0 {
+		time.Sleep(time.Millisecond)
+	}
 	err := s.b.Close()
 	backings.Lock()
 	s.mu.Lock()
@@ -186,13 +194,19 @@ func (s *Store) enter() error {
 			return errOverloaded
 		}
 		if s.inFlight.CompareAndSwap(n, n+1) {
-			return nil
+			break
 		}
 	}
+	if s.closed.Load() { // Close began meanwhile, and may not wait for us
+		s.inFlight.Add(-1)
+		return errClosed
+	}
+	return nil
 }
 
-// call runs f under the deadline, the in-flight bound and the breaker, on a
-// goroutine of its own unless the backend is inline.
+// call runs f under the deadline, the in-flight bound and the breaker: on
+// the caller's goroutine for an inline backend (no deadline) or a prompt one
+// (under a deadline context), on a goroutine of its own otherwise.
 func (s *Store) call(ctx context.Context, f func(ctx context.Context) error) error {
 	if err := s.enter(); err != nil {
 		return err
@@ -207,10 +221,23 @@ func (s *Store) call(ctx context.Context, f func(ctx context.Context) error) err
 		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, s.opts.Deadline)
+	if s.prompt {
+		err := f(dctx)
+		s.inFlight.Add(-1)
+		late := dctx.Err() != nil
+		cancel()
+		var own callerError
+		if err != nil && late && ctx.Err() == nil && !errors.As(err, &own) {
+			err = Unavailable(ReasonDeadline, err)
+		}
+		err = s.classify(ctx, err)
+		s.breaker.record(err)
+		return err
+	}
 	done := make(chan error, 1)
-	s.calls.Add(1)
+	s.running.Add(1)
 	go func() {
-		defer s.calls.Done()
+		defer s.running.Add(-1)
 		err := f(dctx)
 		s.inFlight.Add(-1)
 		done <- err

@@ -107,6 +107,17 @@ type Inline interface {
 	Inline() bool
 }
 
+// Prompt is implemented by backends whose calls return promptly once their
+// context is done, as pgx's and go-redis's do when set to. The guard runs
+// their calls on the caller's goroutine under a deadline context, which saves
+// a goroutine and a channel handoff per call. A backend that answers true
+// but keeps running past its context delays its callers past the deadline;
+// one that answers false has its calls answered at the deadline however long
+// they run.
+type Prompt interface {
+	Prompt() bool
+}
+
 // Backing is implemented by backends that share something, such as a
 // connection pool, with other Backend values. Backing returns a comparable
 // identity of it; two handles with one prefix on one backing are refused

@@ -394,7 +394,10 @@ func ErrorKind(err error) string {
 		return "connection refused"
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return "connection reset"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		// net/http's own word for a kept-alive connection the server
+		// closed as a request went out on it; it has no sentinel.
+		strings.Contains(err.Error(), "server closed idle connection"):
 		return "connection closed before an answer"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
 		errors.As(err, &ne) && ne.Timeout():

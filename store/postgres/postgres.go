@@ -186,6 +186,10 @@ func (b *Backend) Shared() bool { return true }
 // are refused even from different Stores.
 func (b *Backend) Backing() any { return b.pool }
 
+// Prompt reports true: pgx returns once a call's context is done, closing
+// the connection if it must.
+func (b *Backend) Prompt() bool { return true }
+
 // Fingerprint names the store's secret, as recorded in each of its rows.
 func (b *Backend) Fingerprint() string { return b.fp }
 

@@ -190,6 +190,7 @@ func New(ctx context.Context, c redis.UniversalClient, o Options) (*store.Store,
 type Backend struct {
 	c          redis.UniversalClient
 	ownsClient bool
+	prompt     bool // the client honours call deadlines (OpenURL's does)
 	hasher     *keyhash.Hasher
 	fp         string
 	tags       string // the set of the fingerprint's tags
@@ -326,6 +327,11 @@ type backing struct {
 // Backing returns the client and the secret's fingerprint: two handles with
 // one prefix on one client and secret are refused.
 func (b *Backend) Backing() any { return backing{b.c, b.fp} }
+
+// Prompt reports whether calls return once their context is done: true for
+// the client OpenURL makes, which honours deadlines; a client passed to New
+// is called on goroutines of the guard's, whatever its settings.
+func (b *Backend) Prompt() bool { return b.prompt }
 
 // Fingerprint returns the fingerprint of the secret, as it appears in key
 // names.

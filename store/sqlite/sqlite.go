@@ -406,6 +406,10 @@ func (b *Backend) MaxEntries() int { return b.bound.Max() }
 // are refused on one *sql.DB.
 func (b *Backend) Backing() any { return b.db }
 
+// Prompt reports true: a call waits for the writer, and for the file's
+// lock, no longer than its context.
+func (b *Backend) Prompt() bool { return true }
+
 // row is what the store holds for one key.
 type row struct {
 	present bool // a row of this secret, live or expired

@@ -68,11 +68,22 @@ func run(ctx context.Context, out string, count int, loadDuration time.Duration,
 
 	fmt.Fprintf(&doc, "# Benchmarks\n\nMade by `go run ./cmd/gatecount-bench` on %s: %s, %s, %d cores, load average at start %s.\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), cpuModel(), runtime.NumCPU(), loadAverage())
-	fmt.Fprintf(&doc, "Each benchmark ran %d times; the tables are benchstat's summaries (median ± spread over the runs). Figures from one machine at one moment: compare rows of one run, not runs of different days.\n", count)
+	fmt.Fprintf(&doc, "Each benchmark ran %d times; the tables are benchstat's summaries (median ± spread over the runs; benchstat wants 6 runs for a confidence interval, `-count 6` gives them). Figures from one machine at one moment: compare rows of one run, not runs of different days.\n", count)
+	doc.WriteString(`
+How to read them: each store's figures stand next to its floor in the same
+run. Memory: ` + "`UpdateHotKey`" + ` against ` + "`YardstickAllow`" + ` (` + "`rate.Limiter.Allow`" + `). Middleware:
+` + "`PerIPAllowed`" + ` against ` + "`BareHandler`" + `, the difference is the added cost. PostgreSQL:
+` + "`Count`" + ` and ` + "`Update`" + ` against ` + "`UpsertCounter/async`" + ` (the best a special-purpose
+store could do with the same commit setting) and ` + "`Select1`" + ` (a round trip).
+SQLite: against ` + "`BareTx`" + `. Redis: against ` + "`INCR`" + `. The ops/s, p50-µs and p99-µs
+tables of the stores come from each benchmark's own latency sample.
+`)
 
 	for _, p := range packages {
 		progress("benchmarks %s", p.dir)
-		raw := filepath.Join(tmp, strings.NewReplacer("./", "", "/", "-").Replace(p.dir)+".txt")
+		// benchstat names its column after the file: the package's name.
+		name := filepath.Base(p.dir)
+		raw := filepath.Join(tmp, name)
 		text, err := command(ctx, "go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-count", fmt.Sprint(count), "-timeout", "30m", p.dir)
 		if err != nil {
 			return fmt.Errorf("benchmarks of %s: %w\n%s", p.dir, err, text)
@@ -80,7 +91,7 @@ func run(ctx context.Context, out string, count int, loadDuration time.Duration,
 		if err := os.WriteFile(raw, []byte(text), 0o644); err != nil {
 			return err
 		}
-		summary, err := command(ctx, "go", "run", benchstat, raw)
+		summary, err := commandIn(ctx, tmp, "go", "run", benchstat, name)
 		if err != nil {
 			return fmt.Errorf("benchstat of %s: %w\n%s", p.dir, err, summary)
 		}
@@ -104,7 +115,13 @@ func run(ctx context.Context, out string, count int, loadDuration time.Duration,
 // command runs name with args and returns what it printed on stdout; stderr
 // goes to ours, for progress.
 func command(ctx context.Context, name string, args ...string) (string, error) {
+	return commandIn(ctx, "", name, args...)
+}
+
+// commandIn is command run in dir ("" for this one).
+func commandIn(ctx context.Context, dir, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = io.MultiWriter(os.Stderr)

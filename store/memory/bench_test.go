@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -123,4 +124,43 @@ func BenchmarkYardstickAllowParallel(b *testing.B) {
 			l.Allow()
 		}
 	})
+}
+
+// BenchmarkUpdateConc8 runs Update from 8 goroutines (on the machine's
+// cores), on one hot key and on 100,000 held keys.
+func BenchmarkUpdateConc8(b *testing.B) {
+	for _, hot := range []bool{true, false} {
+		name := "random"
+		if hot {
+			name = "hot"
+		}
+		b.Run(name, func(b *testing.B) {
+			h := benchHandle(b)
+			const n = 100_000
+			keys := make([][]string, n)
+			for i := range keys {
+				keys[i] = []string{"k" + strconv.Itoa(i)}
+			}
+			var next atomic.Int64
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				c := newCounter()
+				i := int(next.Add(7919))
+				for pb.Next() {
+					k := keys[0]
+					if !hot {
+						k = keys[i%n]
+					}
+					if err := h.Update(ctx, k, c.fn); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+			})
+		})
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/sqlite"
 )
@@ -136,8 +137,25 @@ func BenchmarkCount(b *testing.B) {
 	})
 }
 
+// BenchmarkLimiterAttempt is the limiter's Attempt on this store: the
+// figure the goal names.
+func BenchmarkLimiterAttempt(b *testing.B) {
+	benchEach(b, func(b *testing.B, conc int, hot bool) {
+		l, err := limiter.New(benchHandle(b), limiter.Options{Name: "bench", Budget: limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		rngs := rngsFor(conc)
+		runLoad(b, conc, func(g, _ int) error {
+			_, err := l.Attempt(ctx, keyOf(hot, rngs[g]))
+			return err
+		})
+	})
+}
+
 func benchEach(b *testing.B, run func(b *testing.B, conc int, hot bool)) {
-	for _, conc := range []int{1, 4} {
+	for _, conc := range []int{1, 4, 8} {
 		for _, hot := range []bool{true, false} {
 			name := "conc=" + strconv.Itoa(conc) + "/random"
 			if hot {

@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/gatecount/gatecount/internal/benchload"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store"
 )
@@ -60,46 +60,12 @@ func keySource(hot bool) func(r *rand.Rand) string {
 	return func(r *rand.Rand) string { return run + strconv.Itoa(r.IntN(1_000_000)) }
 }
 
-// runConcurrent runs b.N calls of op on conc goroutines and reports ops/s
-// and per-call p50 and p99.
+// runConcurrent runs b.N calls of op on conc goroutines through
+// benchload.Run, with a background context.
 func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, r *rand.Rand) error) {
 	b.Helper()
 	ctx := context.Background()
-	lat := make([][]time.Duration, conc)
-	var wg sync.WaitGroup
-	var failed sync.Once
-	var firstErr error
-	b.ResetTimer()
-	start := time.Now()
-	for g := range conc {
-		n := b.N / conc
-		if g < b.N%conc {
-			n++
-		}
-		lat[g] = make([]time.Duration, 0, n)
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
-			for range n {
-				t0 := time.Now()
-				if err := op(ctx, r); err != nil {
-					failed.Do(func() { firstErr = err })
-					return
-				}
-				lat[g] = append(lat[g], time.Since(t0))
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
-	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+	benchload.Run(b, conc, func(r *rand.Rand) error { return op(ctx, r) })
 }
 
 func BenchmarkSelect1(b *testing.B) {

@@ -3,13 +3,11 @@ package redisstore_test
 import (
 	"context"
 	"math/rand/v2"
-	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/benchload"
 	"github.com/gatecount/gatecount/store"
 	redisstore "github.com/gatecount/gatecount/store/redis"
 )
@@ -26,42 +24,6 @@ var concurrencies = []int{1, 8}
 
 const keySpace = 1 << 20
 
-// run calls op b.N times from conc goroutines and reports throughput and
-// latency percentiles.
-func run(b *testing.B, conc int, op func(r *rand.Rand) error) {
-	b.Helper()
-	var next atomic.Int64
-	lat := make([][]time.Duration, conc)
-	var wg sync.WaitGroup
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	for g := range conc {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
-			for next.Add(1) <= int64(b.N) {
-				t0 := time.Now()
-				if err := op(r); err != nil {
-					b.Error(err)
-					return
-				}
-				lat[g] = append(lat[g], time.Since(t0))
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	all := slices.Concat(lat...)
-	if len(all) == 0 {
-		return
-	}
-	slices.Sort(all)
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "ops/s")
-	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-}
-
 func BenchmarkINCR(b *testing.B) {
 	c := newClient(b)
 	base := "gatecount-bench:" + randomName("incr") + ":"
@@ -75,7 +37,7 @@ func BenchmarkINCR(b *testing.B) {
 	ctx := context.Background()
 	for _, conc := range concurrencies {
 		b.Run("c"+strconv.Itoa(conc), func(b *testing.B) {
-			run(b, conc, func(r *rand.Rand) error {
+			benchload.Run(b, conc, func(r *rand.Rand) error {
 				return c.Incr(ctx, base+strconv.Itoa(r.IntN(1024))).Err()
 			})
 		})
@@ -96,7 +58,7 @@ func BenchmarkUpdate(b *testing.B) {
 				h, be := benchHandle(b)
 				apply := incrFor(time.Minute)
 				hot := []string{"hot"}
-				run(b, conc, func(r *rand.Rand) error {
+				benchload.Run(b, conc, func(r *rand.Rand) error {
 					k := hot
 					if keys == "random" {
 						k = []string{strconv.Itoa(r.IntN(keySpace))}
@@ -118,7 +80,7 @@ func BenchmarkCount(b *testing.B) {
 			b.Run(keys+"/c"+strconv.Itoa(conc), func(b *testing.B) {
 				h, _ := benchHandle(b)
 				hot := []string{"hot"}
-				run(b, conc, func(r *rand.Rand) error {
+				benchload.Run(b, conc, func(r *rand.Rand) error {
 					k := hot
 					if keys == "random" {
 						k = []string{strconv.Itoa(r.IntN(keySpace))}

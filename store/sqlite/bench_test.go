@@ -4,13 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"math/rand/v2"
-	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/benchload"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/sqlite"
@@ -18,47 +16,6 @@ import (
 
 // benchKeys is the key space of the random-key benchmarks.
 const benchKeys = 100_000
-
-// runLoad calls op b.N times from conc goroutines and reports ops/s and the
-// p50 and p99 latency of one call. op gets the goroutine's index and the
-// call's sequence number.
-func runLoad(b *testing.B, conc int, op func(g, i int) error) {
-	b.Helper()
-	var next atomic.Int64
-	lat := make([][]time.Duration, conc)
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for g := range conc {
-		wg.Go(func() {
-			l := make([]time.Duration, 0, b.N/conc+1)
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					break
-				}
-				t0 := time.Now()
-				if err := op(g, i); err != nil {
-					b.Error(err)
-					break
-				}
-				l = append(l, time.Since(t0))
-			}
-			lat[g] = l
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	all := slices.Concat(lat...)
-	if len(all) == 0 {
-		return
-	}
-	slices.Sort(all)
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "ops/s")
-	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-}
 
 func benchHandle(b *testing.B) *store.Handle {
 	s := open(b, tempFile(b), sqlite.Options{})
@@ -100,7 +57,7 @@ VALUES (?1, 'bench', 1, ?2) ON CONFLICT (name) DO UPDATE SET value = value + 1`,
 	}
 	name := make([]byte, 32)
 	exp := time.Now().Add(time.Hour).UnixMilli()
-	runLoad(b, 1, func(_, _ int) error {
+	benchload.Run(b, 1, func(*rand.Rand) error {
 		if _, err := stmts[0].ExecContext(ctx); err != nil {
 			return err
 		}
@@ -117,9 +74,8 @@ func BenchmarkUpdate(b *testing.B) {
 		h := benchHandle(b)
 		ctx := context.Background()
 		inc := add(time.Hour)
-		rngs := rngsFor(conc)
-		runLoad(b, conc, func(g, _ int) error {
-			return h.Update(ctx, []string{keyOf(hot, rngs[g])}, inc)
+		benchload.Run(b, conc, func(r *rand.Rand) error {
+			return h.Update(ctx, []string{keyOf(hot, r)}, inc)
 		})
 	})
 }
@@ -129,9 +85,8 @@ func BenchmarkCount(b *testing.B) {
 		h := benchHandle(b)
 		ctx := context.Background()
 		caps := []store.Cap{{Max: 1 << 40, Window: time.Hour}}
-		rngs := rngsFor(conc)
-		runLoad(b, conc, func(g, _ int) error {
-			_, err := h.Count(ctx, []string{keyOf(hot, rngs[g])}, caps, 1)
+		benchload.Run(b, conc, func(r *rand.Rand) error {
+			_, err := h.Count(ctx, []string{keyOf(hot, r)}, caps, 1)
 			return err
 		})
 	})
@@ -146,9 +101,8 @@ func BenchmarkLimiterAttempt(b *testing.B) {
 			b.Fatal(err)
 		}
 		ctx := context.Background()
-		rngs := rngsFor(conc)
-		runLoad(b, conc, func(g, _ int) error {
-			_, err := l.Attempt(ctx, keyOf(hot, rngs[g]))
+		benchload.Run(b, conc, func(r *rand.Rand) error {
+			_, err := l.Attempt(ctx, keyOf(hot, r))
 			return err
 		})
 	})
@@ -166,14 +120,6 @@ func benchEach(b *testing.B, run func(b *testing.B, conc int, hot bool)) {
 	}
 }
 
-func rngsFor(conc int) []*rand.Rand {
-	rs := make([]*rand.Rand, conc)
-	for i := range rs {
-		rs[i] = rand.New(rand.NewPCG(uint64(i), 42))
-	}
-	return rs
-}
-
 // BenchmarkCountFullSync is Count with synchronous=FULL, which syncs the WAL
 // at every commit: group commit shares each sync among the calls of a batch.
 func BenchmarkCountFullSync(b *testing.B) {
@@ -182,7 +128,7 @@ func BenchmarkCountFullSync(b *testing.B) {
 			h := handle(b, open(b, tempFile(b), sqlite.Options{FullSync: true}), "bench:")
 			ctx := context.Background()
 			caps := []store.Cap{{Max: 1 << 40, Window: time.Hour}}
-			runLoad(b, conc, func(_, _ int) error {
+			benchload.Run(b, conc, func(*rand.Rand) error {
 				_, err := h.Count(ctx, []string{"hot"}, caps, 1)
 				return err
 			})

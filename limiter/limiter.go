@@ -361,7 +361,9 @@ func (l *Limiter) Attempt(ctx context.Context, keys ...string) (Decision, error)
 	if len(keys) == 0 || len(keys) > MaxKeys {
 		return Decision{}, fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(keys), MaxKeys)
 	}
-	return l.count(ctx, keys, l.caps[:len(keys)])
+	var d Decision
+	err := l.count(ctx, keys, l.caps[:len(keys)], &d)
+	return d, err
 }
 
 // Charge is one key of AttemptEach with a budget of its own.
@@ -385,34 +387,40 @@ func (l *Limiter) AttemptEach(ctx context.Context, charges ...Charge) (Decision,
 		keys[i], caps[i] = c.Key, c.Budget.cap()
 	}
 	n := len(charges)
-	return l.count(ctx, keys[:n:n], caps[:n:n])
-}
-
-func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Cap) (Decision, error) {
-	d, err := l.decide(ctx, keys, caps)
-	if l.obs != nil && err == nil {
-		l.obs.ObserveDecision(l.name, OutcomeOf(&d))
-	}
+	var d Decision
+	err := l.count(ctx, keys[:n:n], caps[:n:n], &d)
 	return d, err
 }
 
-func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Cap) (Decision, error) {
+// count decides an attempt into d, which the caller holds, so that the
+// decision is not copied on its way out.
+func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Cap, d *Decision) error {
+	err := l.decide(ctx, keys, caps, d)
+	if l.obs != nil && err == nil {
+		l.obs.ObserveDecision(l.name, OutcomeOf(d))
+	}
+	return err
+}
+
+func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Cap, d *Decision) error {
 	t, err := l.h.Count(ctx, keys, caps, 1)
 	if err == nil {
-		return decide(t, keys, caps, false), nil
+		decide(&t, keys, caps, false, d)
+		return nil
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return Decision{}, fmt.Errorf("limiter %q: %w", l.name, err)
+		return fmt.Errorf("limiter %q: %w", l.name, err)
 	}
 	if !errors.Is(err, store.ErrUnavailable) {
-		return Decision{}, fmt.Errorf("%w: limiter %q: %w", ErrInvalidKeys, l.name, err)
+		return fmt.Errorf("%w: limiter %q: %w", ErrInvalidKeys, l.name, err)
 	}
 	switch l.policy {
 	case Allow:
 		l.warn.Do(func() {
 			l.log.Warn("store unavailable: attempt allowed uncounted", "kind", KindFailOpen, "err", err)
 		})
-		return l.unavailable(true, err, caps), nil
+		*d = l.unavailable(true, err, caps)
+		return nil
 	case Local:
 		if store.ReasonOf(err) == store.ReasonOverloaded {
 			break
@@ -422,16 +430,18 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Cap) (
 			l.log.Warn("store unavailable: counting in process memory", "kind", KindLocal, "err", err)
 		})
 		if lerr != nil {
-			return l.unavailable(false, errors.Join(err, lerr), caps), nil
+			*d = l.unavailable(false, errors.Join(err, lerr), caps)
+			return nil
 		}
-		d := decide(t, keys, caps, true)
+		decide(&t, keys, caps, true, d)
 		d.Unavailable, d.Cause = true, err
-		return d, nil
+		return nil
 	}
 	l.warn.Do(func() {
 		l.log.Warn("store unavailable: attempt refused", "kind", KindDenied, "err", err)
 	})
-	return l.unavailable(false, err, caps), nil
+	*d = l.unavailable(false, err, caps)
+	return nil
 }
 
 // unavailable is the decision of a store that could not answer, under the
@@ -470,8 +480,9 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	return nil
 }
 
-func decide(t store.Tally, keys []string, caps []store.Cap, local bool) Decision {
-	d := Decision{Allowed: t.Allowed, Local: local, Now: t.Now, Limiting: t.Limiting, n: len(keys)}
+// decide fills d from the tally of a count on keys.
+func decide(t *store.Tally, keys []string, caps []store.Cap, local bool, d *Decision) {
+	*d = Decision{Allowed: t.Allowed, Local: local, Now: t.Now, Limiting: t.Limiting, n: len(keys)}
 	copy(d.keys[:], keys)
 	copy(d.expires[:], t.ExpiresAt[:len(keys)])
 	for i := range keys {
@@ -495,7 +506,6 @@ func decide(t store.Tally, keys []string, caps []store.Cap, local bool) Decision
 		d.Remaining = 0
 		d.RetryAfter = max(d.Reset.Sub(t.Now), 0)
 	}
-	return d
 }
 
 // Peek reports what an attempt on keys would be answered now, with the
@@ -531,7 +541,9 @@ func (l *Limiter) Peek(ctx context.Context, keys ...string) (Decision, error) {
 		}
 		return Decision{}, fmt.Errorf("limiter %q: peek: %w", l.name, err)
 	}
-	return decide(t, keys, caps, false), nil
+	var d Decision
+	decide(&t, keys, caps, false, &d)
+	return d, nil
 }
 
 // ErrNotRefundable is returned by Refund for a decision that counted

@@ -183,12 +183,20 @@ func ApplyCount(now time.Time, es []Entry, caps []Cap, n int64, t *Tally) error 
 }
 
 // ParseCount reads a counter's value: a JSON integer of at least zero, in
-// the one form AppendCount writes (no sign, no leading zero).
+// the one form AppendCount writes (digits only, no leading zero).
 func ParseCount(v []byte) (int64, error) {
-	n, err := strconv.ParseInt(string(v), 10, 64)
-	var canon [20]byte
-	if err != nil || n < 0 || string(AppendCount(canon[:0], n)) != string(v) {
+	if len(v) == 0 || len(v) > 19 || (v[0] == '0' && len(v) > 1) {
 		return 0, fmt.Errorf("%w: %.40q", ErrNotCounter, v)
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("%w: %.40q", ErrNotCounter, v)
+		}
+		n = n*10 + int64(c-'0')
+		if n < 0 { // past int64
+			return 0, fmt.Errorf("%w: %.40q", ErrNotCounter, v)
+		}
 	}
 	return n, nil
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/gatecount/gatecount/internal/clock"
+	"github.com/gatecount/gatecount/internal/lockorder"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -146,33 +147,23 @@ func (b *Backend) shardOf(prefix, key string) int {
 // lockSet is the shards of one call, locked in ascending order.
 type lockSet struct {
 	idx [store.MaxKeys]int // shard of each key
-	ord [store.MaxKeys]int // distinct shards, ascending
-	n   int
+	lockorder.Set
 }
 
 func (b *Backend) lock(ls *lockSet, prefix string, keys []string) {
 	for i, k := range keys {
-		s := b.shardOf(prefix, k)
-		ls.idx[i] = s
-		j := ls.n
-		for j > 0 && ls.ord[j-1] > s {
-			j--
-		}
-		if j > 0 && ls.ord[j-1] == s {
-			continue
-		}
-		copy(ls.ord[j+1:ls.n+1], ls.ord[j:ls.n])
-		ls.ord[j] = s
-		ls.n++
+		ls.idx[i] = b.shardOf(prefix, k)
+		ls.Add(ls.idx[i])
 	}
-	for _, s := range ls.ord[:ls.n] {
+	for _, s := range ls.Ascending() {
 		b.shards[s].mu.Lock()
 	}
 }
 
 func (b *Backend) unlock(ls *lockSet) {
-	for i := ls.n - 1; i >= 0; i-- {
-		b.shards[ls.ord[i]].mu.Unlock()
+	ord := ls.Ascending()
+	for i := len(ord) - 1; i >= 0; i-- {
+		b.shards[ord[i]].mu.Unlock()
 	}
 }
 
@@ -224,7 +215,7 @@ func (b *Backend) update(prefix string, keys []string, apply store.ApplyFunc, sw
 
 	now := b.now()
 	nowMs := now.UnixMilli()
-	sc := &b.shards[ls.ord[0]]
+	sc := &b.shards[ls.Ascending()[0]]
 	entries := sc.scratch[:len(keys)]
 	var items [store.MaxKeys]*item
 	for i, k := range keys {

@@ -122,6 +122,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
+	"github.com/gatecount/gatecount/internal/lockorder"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
 )
@@ -387,11 +388,11 @@ func (b *Backend) elsewhere(sp *space) int64 {
 
 // keySet is what one call needs of its keys.
 type keySet struct {
-	names   []string // the Redis keys, then the live index
-	members []string // the keys' members in the live index
-	slots   []int    // the keys' slots in the known-live cache
-	tags    []uint64 // the keys' tags in those slots
-	locks   lockSet  // the keys' stripes
+	names   []string      // the Redis keys, then the live index
+	members []string      // the keys' members in the live index
+	slots   []int         // the keys' slots in the known-live cache
+	tags    []uint64      // the keys' tags in those slots
+	locks   lockorder.Set // the keys' stripes
 }
 
 // keys names keys under sp.
@@ -412,7 +413,7 @@ func (b *Backend) keys(sp *space, prefix string, keys []string) *keySet {
 		x := int(binary.BigEndian.Uint16(sum[:2]))
 		ks.slots[i] = x % knownSlots // its stripe is x % stripes: the same lock guards it
 		ks.tags[i] = binary.BigEndian.Uint64(sum[2:10]) | 1
-		ks.locks.add(x % stripes)
+		ks.locks.Add(x % stripes)
 	}
 	ks.names[n] = sp.idx
 	return ks
@@ -434,33 +435,15 @@ type knownLive struct {
 	exp int64  // Unix ms
 }
 
-// lockSet is the stripes of one Update's keys, distinct and ascending.
-type lockSet struct {
-	ord [store.MaxKeys]int
-	n   int
-}
-
-func (l *lockSet) add(s int) {
-	j := l.n
-	for j > 0 && l.ord[j-1] > s {
-		j--
-	}
-	if j > 0 && l.ord[j-1] == s {
-		return
-	}
-	copy(l.ord[j+1:l.n+1], l.ord[j:l.n])
-	l.ord[j] = s
-	l.n++
-}
-
 // lock takes the stripes of l in ascending order, which keeps it free of
 // deadlock, or gives up when ctx ends.
-func (b *Backend) lock(ctx context.Context, l *lockSet) error {
-	for i, s := range l.ord[:l.n] {
+func (b *Backend) lock(ctx context.Context, l *lockorder.Set) error {
+	ord := l.Ascending()
+	for i, s := range ord {
 		select {
 		case b.stripes[s] <- struct{}{}:
 		case <-ctx.Done():
-			for _, t := range l.ord[:i] {
+			for _, t := range ord[:i] {
 				<-b.stripes[t]
 			}
 			return ctx.Err()
@@ -469,9 +452,10 @@ func (b *Backend) lock(ctx context.Context, l *lockSet) error {
 	return nil
 }
 
-func (b *Backend) unlock(l *lockSet) {
-	for i := l.n - 1; i >= 0; i-- {
-		<-b.stripes[l.ord[i]]
+func (b *Backend) unlock(l *lockorder.Set) {
+	ord := l.Ascending()
+	for i := len(ord) - 1; i >= 0; i-- {
+		<-b.stripes[ord[i]]
 	}
 }
 

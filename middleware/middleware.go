@@ -231,7 +231,7 @@ func build(h *store.Handle, budget limiter.Budget, o Options, def limiter.Unavai
 		return nil, fmt.Errorf("middleware %q: KeyErrorStatus %d is not an error status", o.Name, o.KeyErrorStatus)
 	}
 	if o.Success == nil {
-		o.Success = func(status int) bool { return status < 400 }
+		o.Success = succeeded
 	}
 	if o.UnavailableRetryAfter <= 0 {
 		o.UnavailableRetryAfter = DefaultUnavailableRetryAfter

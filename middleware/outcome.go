@@ -31,3 +31,6 @@ func report(r *http.Request, s said) bool {
 	}
 	return ok
 }
+
+// succeeded is the default Success: a status below 400.
+func succeeded(status int) bool { return status < 400 }

@@ -231,7 +231,7 @@ func build(h *store.Handle, budget limiter.Budget, o Options, def limiter.Unavai
 		return nil, fmt.Errorf("middleware %q: KeyErrorStatus %d is not an error status", o.Name, o.KeyErrorStatus)
 	}
 	if o.Success == nil {
-		o.Success = succeeded
+		o.Success = defaultSuccess
 	}
 	if o.UnavailableRetryAfter <= 0 {
 		o.UnavailableRetryAfter = DefaultUnavailableRetryAfter

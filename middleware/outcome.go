@@ -32,5 +32,5 @@ func report(r *http.Request, s said) bool {
 	return ok
 }
 
-// succeeded is the default Success: a status below 400.
-func succeeded(status int) bool { return status < 400 }
+// defaultSuccess is the default Success: a status below 400.
+func defaultSuccess(status int) bool { return status < 400 }

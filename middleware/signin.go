@@ -140,7 +140,7 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 		o.Normalize = keyfunc.NormalizeUsername
 	}
 	if o.Success == nil {
-		o.Success = succeeded
+		o.Success = defaultSuccess
 	}
 	if o.Backoff.Max != 0 {
 		if o.Backoff.History == 0 {

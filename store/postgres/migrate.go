@@ -5,14 +5,12 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	schema "github.com/gatecount/gatecount/internal/migrations"
 )
 
 // ErrNotMigrated is matched by the error New returns when the database lacks
@@ -27,40 +25,19 @@ var migrationFiles embed.FS
 // so that instances starting at once apply each migration once.
 const migrationLock int64 = 0x6761_7465_6d69_6772 // "gatemigr"
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations returns the embedded migrations in version order. Each file
-// is named NNNN_name.sql.
-var migrations = func() []migration {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+// migrations are the embedded migrations, in version order. The files are
+// the package's own, so a malformed one is a bug caught by every test.
+var migrations = func() []schema.Migration {
+	ms, err := schema.Load(migrationFiles, "migrations")
 	if err != nil {
-		panic(err) // the pattern is constant
+		panic("postgres: " + err.Error())
 	}
-	var ms []migration
-	for _, n := range names {
-		base := strings.TrimPrefix(n, "migrations/")
-		num, _, _ := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			panic("postgres: migration file without a version: " + n)
-		}
-		b, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			panic(err)
-		}
-		ms = append(ms, migration{version: v, name: strings.TrimSuffix(base, ".sql"), sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
 	return ms
 }()
 
 // SchemaVersion is the version of the store's schema this package needs:
 // the number of its newest migration.
-func SchemaVersion() int { return migrations[len(migrations)-1].version }
+func SchemaVersion() int { return migrations[len(migrations)-1].Version }
 
 // Migrate brings the database pool connects to up to SchemaVersion: it
 // creates the store's table and functions, recording each applied migration
@@ -100,18 +77,18 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) (err error) {
 		return fmt.Errorf("postgres: migrate: read the schema version: %w", err)
 	}
 	for _, m := range migrations {
-		if m.version <= have {
+		if m.Version <= have {
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO gatecount_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
+			_, err := tx.Exec(ctx, "INSERT INTO gatecount_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("postgres: migrate: apply %s: %w", m.name, err)
+			return fmt.Errorf("postgres: migrate: apply %s: %w", m.Name, err)
 		}
 	}
 	return nil

@@ -6,10 +6,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
 	"strconv"
-	"strings"
+
+	schema "github.com/gatecount/gatecount/internal/migrations"
 )
 
 //go:embed migrations/*.sql
@@ -22,45 +21,18 @@ var SchemaVersion = func() int {
 	if err != nil || len(ms) == 0 {
 		return 0
 	}
-	return ms[len(ms)-1].version
+	return ms[len(ms)-1].Version
 }()
 
 // ErrNotMigrated is returned by Open and New when the database's schema is
 // older than SchemaVersion: run Migrate first (or set Options.AutoMigrate).
 var ErrNotMigrated = errors.New("sqlite: limit store schema not migrated")
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations returns the embedded migrations in version order. A file is
-// named NNNN_what.sql, NNNN its version.
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+// migrations returns the embedded migrations in version order.
+func migrations() ([]schema.Migration, error) {
+	ms, err := schema.Load(migrationFiles, "migrations")
 	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, n := range names {
-		base := strings.TrimPrefix(n, "migrations/")
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v < 1 {
-			return nil, fmt.Errorf("sqlite: migration file %q is not named NNNN_what.sql", base)
-		}
-		b, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: base, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("sqlite: migration %q out of sequence, want version %d", m.name, i+1)
-		}
+		return nil, fmt.Errorf("sqlite: %w", err)
 	}
 	return ms, nil
 }
@@ -113,14 +85,14 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	for _, m := range ms {
-		if m.version <= have {
+		if m.Version <= have {
 			continue
 		}
-		if _, err := conn.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("sqlite: migrate: %s: %w", m.name, err)
+		if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("sqlite: migrate: %s: %w", m.Name, err)
 		}
-		if _, err := conn.ExecContext(ctx, "INSERT INTO gatecount_limit_schema (version, applied_at) VALUES (?, unixepoch())", m.version); err != nil {
-			return fmt.Errorf("sqlite: migrate: %s: %w", m.name, err)
+		if _, err := conn.ExecContext(ctx, "INSERT INTO gatecount_limit_schema (version, applied_at) VALUES (?, unixepoch())", m.Version); err != nil {
+			return fmt.Errorf("sqlite: migrate: %s: %w", m.Name, err)
 		}
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {

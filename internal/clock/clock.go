@@ -4,7 +4,6 @@ package clock
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -61,24 +60,3 @@ type Offset struct {
 
 // Now returns the base clock's time plus the shift.
 func (o Offset) Now() time.Time { return o.Base.Now().Add(o.Shift) }
-
-// Monotonic is the process clock read as a wall-clock anchor plus the
-// monotonic time elapsed since it, which costs one clock read where time.Now
-// costs two. It takes a new anchor every second, so a step of the system
-// clock is followed within a second. Its zero value is ready to use and it
-// is safe for concurrent use.
-type Monotonic struct {
-	anchor atomic.Pointer[time.Time]
-}
-
-// Now returns the current time, with a monotonic reading.
-func (m *Monotonic) Now() time.Time {
-	if a := m.anchor.Load(); a != nil {
-		if d := time.Since(*a); d >= 0 && d < time.Second {
-			return a.Add(d)
-		}
-	}
-	t := time.Now()
-	m.anchor.Store(&t)
-	return t
-}

@@ -45,7 +45,11 @@ type Options struct {
 	// Shards is the number of shards, rounded up to a power of two; 0 means
 	// DefaultShards.
 	Shards int
-	// Now is the store's clock; nil means the process clock. Tests set it.
+	// Now is the store's clock; nil means the process clock read at
+	// millisecond precision from memory, which a goroutine of the store's
+	// advances every millisecond while the store is busy (it may lag the
+	// system clock by a few milliseconds when every core is busy; it never
+	// runs ahead). Close stops that goroutine. Tests set Now.
 	Now func() time.Time
 }
 
@@ -62,7 +66,8 @@ type Backend struct {
 	shards []shard
 	mask   uint64
 	seed   maphash.Seed
-	now    func() time.Time
+	now    func() int64  // unix milliseconds
+	coarse *clock.Coarse // the clock, when Options.Now is nil
 	live   atomic.Int64
 	// minExp is at or before the earliest expiry of any entry held (unix
 	// milliseconds), so that a full store knows in O(1) whether a sweep
@@ -109,9 +114,6 @@ func NewBackend(o Options) *Backend {
 	for n < o.Shards {
 		n <<= 1
 	}
-	if o.Now == nil {
-		o.Now = new(clock.Monotonic).Now
-	}
 	log := o.Store.Logger
 	if log != nil {
 		log = log.With("store", "memory")
@@ -120,13 +122,19 @@ func NewBackend(o Options) *Backend {
 		shards: make([]shard, n),
 		mask:   uint64(n - 1),
 		seed:   maphash.MakeSeed(),
-		now:    o.Now,
 		bound:  store.NewBound(o.MaxEntries, log),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
 	for i := range b.shards {
 		b.shards[i].m = make(map[mapKey]*item)
+	}
+	if o.Now == nil {
+		b.coarse = clock.NewCoarse()
+		b.now = b.coarse.UnixMilli
+	} else {
+		now := o.Now
+		b.now = func() int64 { return now().UnixMilli() }
 	}
 	b.minExp.Store(math.MaxInt64)
 	go b.sweepEvery(o.SweepInterval)
@@ -185,12 +193,12 @@ func (b *Backend) Update(_ context.Context, prefix string, keys []string, apply 
 // sweepIfExpired sweeps when the earliest expiry has passed, and returns
 // how many entries went.
 func (b *Backend) sweepIfExpired() int {
-	if b.now().UnixMilli() < b.minExp.Load() {
+	if b.now() < b.minExp.Load() {
 		return 0
 	}
 	b.sweepMu.Lock()
 	defer b.sweepMu.Unlock()
-	if b.now().UnixMilli() < b.minExp.Load() {
+	if b.now() < b.minExp.Load() {
 		return 0 // another sweep made room meanwhile
 	}
 	return b.sweepLocked()
@@ -213,8 +221,8 @@ func (b *Backend) update(prefix string, keys []string, apply store.ApplyFunc, sw
 	b.lock(&ls, prefix, keys)
 	defer b.unlock(&ls)
 
-	now := b.now()
-	nowMs := now.UnixMilli()
+	nowMs := b.now()
+	now := time.UnixMilli(nowMs)
 	sc := &b.shards[ls.Ascending()[0]]
 	entries := sc.scratch[:len(keys)]
 	var items [store.MaxKeys]*item
@@ -286,7 +294,7 @@ func (b *Backend) Read(_ context.Context, prefix string, keys []string) ([]store
 	var ls lockSet
 	b.lock(&ls, prefix, keys)
 	defer b.unlock(&ls)
-	nowMs := b.now().UnixMilli()
+	nowMs := b.now()
 	out := make([]store.Entry, len(keys))
 	for i, k := range keys {
 		it := b.shards[ls.idx[i]].m[mapKey{prefix, k}]
@@ -316,7 +324,7 @@ func (b *Backend) sweepLocked() int {
 	for i := range b.shards {
 		s := &b.shards[i]
 		s.mu.Lock()
-		nowMs := b.now().UnixMilli()
+		nowMs := b.now()
 		for k, it := range s.m {
 			if it.exp <= nowMs {
 				delete(s.m, k)
@@ -350,6 +358,9 @@ func (b *Backend) sweepEvery(d time.Duration) {
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() { close(b.stop) })
 	<-b.done
+	if b.coarse != nil {
+		b.coarse.Close()
+	}
 	return nil
 }
 

@@ -101,8 +101,10 @@
 // calls in flight and opens its breaker when Redis keeps failing; the store
 // recovers by itself when Redis answers again. Give a client of your own
 // ContextTimeoutEnabled, so that a call abandoned at its deadline does not
-// hold its connection until the read timeout, and MaxRetries -1: a command
-// retried after a lost reply may count an attempt twice.
+// hold its connection until the read timeout (a *redis.Client with it is
+// also called on the caller's goroutine, see Backend.Prompt), and
+// MaxRetries -1: a command retried after a lost reply may count an attempt
+// twice.
 package redisstore
 
 import (
@@ -269,6 +271,7 @@ func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backe
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 		clock:      serverClock{base: time.Now()},
+		prompt:     honoursDeadlines(c),
 	}
 	for i := range b.stripes {
 		b.stripes[i] = make(chan struct{}, 1)
@@ -330,9 +333,19 @@ type backing struct {
 func (b *Backend) Backing() any { return backing{b.c, b.fp} }
 
 // Prompt reports whether calls return once their context is done: true for
-// the client OpenURL makes, which honours deadlines; a client passed to New
-// is called on goroutines of the guard's, whatever its settings.
+// a *redis.Client with ContextTimeoutEnabled (the client OpenURL makes has
+// it), which bounds every wait for a connection, dial, write and read by
+// the call's deadline. The guard then runs calls on the caller's goroutine;
+// with any other client it runs them on goroutines of its own, and answers
+// at the deadline however long they take.
 func (b *Backend) Prompt() bool { return b.prompt }
+
+// honoursDeadlines reports whether c's calls return once their context's
+// deadline passes.
+func honoursDeadlines(c redis.UniversalClient) bool {
+	rc, ok := c.(*redis.Client)
+	return ok && rc.Options().ContextTimeoutEnabled
+}
 
 // Fingerprint returns the fingerprint of the secret, as it appears in key
 // names.

@@ -78,6 +78,5 @@ func OpenURL(ctx context.Context, rawURL string, o Options) (*store.Store, error
 		return nil, err
 	}
 	b.ownsClient = true
-	b.prompt = ro.ContextTimeoutEnabled
 	return store.New(b, o.Store), nil
 }

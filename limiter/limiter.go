@@ -320,7 +320,7 @@ type Decision struct {
 
 	n         int
 	keys      [MaxKeys]string
-	expires   [MaxKeys]time.Time
+	expires   [MaxKeys]int64 // unix milliseconds, as the store keeps them
 	remaining [MaxKeys]int
 }
 
@@ -341,7 +341,7 @@ func (d *Decision) RemainingOf(i int) int {
 func (d Decision) Only(indexes ...int) Decision {
 	o := d
 	o.n = 0
-	o.keys, o.expires, o.remaining = [MaxKeys]string{}, [MaxKeys]time.Time{}, [MaxKeys]int{}
+	o.keys, o.expires, o.remaining = [MaxKeys]string{}, [MaxKeys]int64{}, [MaxKeys]int{}
 	for _, i := range indexes {
 		if i < 0 || i >= d.n {
 			continue
@@ -484,8 +484,8 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 func decide(t *store.Tally, keys []string, caps []store.Cap, local bool, d *Decision) {
 	*d = Decision{Allowed: t.Allowed, Local: local, Now: t.Now, Limiting: t.Limiting, n: len(keys)}
 	copy(d.keys[:], keys)
-	copy(d.expires[:], t.ExpiresAt[:len(keys)])
 	for i := range keys {
+		d.expires[i] = t.ExpiresAt[i].UnixMilli()
 		d.remaining[i] = int(max(caps[i].Max-t.Counts[i], 0))
 	}
 	at := t.Limiting
@@ -564,7 +564,7 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	err := h.Update(ctx, d.Keys(), func(_ time.Time, es []store.Entry) error {
 		for i := range es {
 			e := &es[i]
-			if !e.Live() || !e.ExpiresAt.Equal(d.expires[i]) {
+			if !e.Live() || e.ExpiresAt.UnixMilli() != d.expires[i] {
 				continue
 			}
 			n, err := store.ParseCount(e.Value)

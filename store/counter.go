@@ -58,28 +58,32 @@ var ErrNotCounter = errors.New("store: value is not a count")
 // now); otherwise none is, and the Tally says which key had no room. It is
 // the fixed-window counter limiters are built on, done by the store in one
 // step where it offers Counter, and through Update where it does not.
-func (h *Handle) Count(ctx context.Context, keys []string, caps []Cap, n int64) (Tally, error) {
+func (h *Handle) Count(ctx context.Context, keys []string, caps []Cap, n int64) (t Tally, err error) {
+	t.Limiting = -1
 	if err := checkCount(keys, caps, n); err != nil {
-		return Tally{}, err
+		return t, err
 	}
 	if h.s.obs == nil {
-		return h.count(ctx, keys, caps, n)
+		err = h.count(ctx, keys, caps, n, &t)
+		return t, err
 	}
 	start := time.Now()
-	t, err := h.count(ctx, keys, caps, n)
+	err = h.count(ctx, keys, caps, n, &t)
 	h.s.observe(OpCount, h.prefix, start, err)
 	return t, err
 }
 
-func (h *Handle) count(ctx context.Context, keys []string, caps []Cap, n int64) (Tally, error) {
+// count counts into out, which it leaves alone on error.
+func (h *Handle) count(ctx context.Context, keys []string, caps []Cap, n int64, out *Tally) error {
 	s := h.s
 	c := countPool.Get().(*countCall)
-	c.caps, c.n, c.t = caps, n, Tally{Limiting: -1}
+	c.caps, c.n = caps, n
 	// The backend gets the call's own copy of keys, so that the caller's
 	// slice does not escape and a one-key Count allocates nothing.
 	own := c.keys[:copy(c.keys[:], keys)]
 	var err error
 	if ct, ok := s.b.(Counter); ok {
+		c.t = Tally{Limiting: -1}
 		if s.inline {
 			if err = s.enter(); err == nil {
 				err = ct.Count(ctx, h.prefix, own, caps, n, &c.t)
@@ -101,12 +105,16 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Cap, n int64) 
 	} else {
 		err = h.update(ctx, own, c.fn)
 	}
-	t := c.t
+	if err == nil {
+		*out = c.t
+	}
 	if s.inline || err == nil {
-		c.caps, c.t, c.keys = nil, Tally{}, [MaxCountKeys]string{}
+		// The Tally holds no pointer worth dropping; the keys do.
+		c.caps = nil
+		clear(own)
 		countPool.Put(c)
 	}
-	return t, err
+	return err
 }
 
 func checkCount(keys []string, caps []Cap, n int64) error {

@@ -5,8 +5,11 @@
 // counts, so every budget is multiplied by the number of instances. Use a
 // shared store (PostgreSQL, SQLite on one host, Redis) when that matters.
 //
-// Entries live in a map split into shards, each behind its own mutex, so
-// that updates of different keys rarely wait for each other. A multi-key
+// Entries live in maps split into shards, each behind its own mutex, so
+// that updates of different keys rarely wait for each other. A key is hashed
+// once per call, with a seed made when the store opens: the hash picks its
+// shard and its place in the shard's map, and keys whose hashes are equal
+// share a chain. A multi-key
 // update locks its keys' shards in ascending order, which keeps it atomic
 // and free of deadlock. Expired entries are removed lazily when their key is
 // next touched, by a background sweep every SweepInterval, and at once when
@@ -81,21 +84,58 @@ type Backend struct {
 	done      chan struct{}
 }
 
-type mapKey struct{ prefix, key string }
-
+// item is one entry. Items whose keys hash alike are chained through next.
 type item struct {
-	value []byte
-	exp   int64 // unix milliseconds
+	prefix, key string
+	value       []byte
+	exp         int64 // unix milliseconds
+	next        *item
 }
 
+// shard holds the entries whose key hashes pick it, by hash.
 type shard struct {
 	mu sync.Mutex
-	m  map[mapKey]*item
+	m  map[uint64]*item
 	// scratch and bufs serve the update whose lowest shard this is, under
 	// mu, so that updates allocate nothing.
 	scratch [store.MaxKeys]store.Entry
 	bufs    [store.MaxKeys][]byte
 	_       [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+// find returns the item of prefix and key with hash h, or nil.
+func (s *shard) find(h uint64, prefix, key string) *item {
+	for it := s.m[h]; it != nil; it = it.next {
+		if it.key == key && it.prefix == prefix {
+			return it
+		}
+	}
+	return nil
+}
+
+// add puts a new item under hash h.
+func (s *shard) add(h uint64, it *item) {
+	it.next = s.m[h]
+	s.m[h] = it
+}
+
+// remove takes the item out of the chain of hash h.
+func (s *shard) remove(h uint64, it *item) {
+	head := s.m[h]
+	if head == it {
+		if it.next == nil {
+			delete(s.m, h)
+		} else {
+			s.m[h] = it.next
+		}
+		return
+	}
+	for p := head; p != nil; p = p.next {
+		if p.next == it {
+			p.next = it.next
+			return
+		}
+	}
 }
 
 // NewBackend returns the memory backend and starts its background sweep.
@@ -127,7 +167,7 @@ func NewBackend(o Options) *Backend {
 		done:   make(chan struct{}),
 	}
 	for i := range b.shards {
-		b.shards[i].m = make(map[mapKey]*item)
+		b.shards[i].m = make(map[uint64]*item)
 	}
 	if o.Now == nil {
 		b.coarse = clock.NewCoarse()
@@ -147,20 +187,24 @@ func (b *Backend) Shared() bool { return false }
 // Inline reports true: calls never block on I/O.
 func (b *Backend) Inline() bool { return true }
 
-func (b *Backend) shardOf(prefix, key string) int {
-	h := maphash.String(b.seed, key) ^ maphash.String(b.seed, prefix)*0x9e3779b97f4a7c15
-	return int((h >> 32) & b.mask)
+// hash returns the hash of prefix and key, which picks the key's shard
+// (its top bits) and its place in the shard's map.
+func (b *Backend) hash(prefix, key string) uint64 {
+	return maphash.String(b.seed, key) ^ maphash.String(b.seed, prefix)*0x9e3779b97f4a7c15
 }
 
 // lockSet is the shards of one call, locked in ascending order.
 type lockSet struct {
-	idx [store.MaxKeys]int // shard of each key
+	hash [store.MaxKeys]uint64 // of each key
+	idx  [store.MaxKeys]int    // shard of each key
 	lockorder.Set
 }
 
 func (b *Backend) lock(ls *lockSet, prefix string, keys []string) {
 	for i, k := range keys {
-		ls.idx[i] = b.shardOf(prefix, k)
+		h := b.hash(prefix, k)
+		ls.hash[i] = h
+		ls.idx[i] = int((h >> 32) & b.mask)
 		ls.Add(ls.idx[i])
 	}
 	for _, s := range ls.Ascending() {
@@ -227,10 +271,10 @@ func (b *Backend) update(prefix string, keys []string, apply store.ApplyFunc, sw
 	entries := sc.scratch[:len(keys)]
 	var items [store.MaxKeys]*item
 	for i, k := range keys {
-		m := b.shards[ls.idx[i]].m
-		it := m[mapKey{prefix, k}]
+		sh := &b.shards[ls.idx[i]]
+		it := sh.find(ls.hash[i], prefix, k)
 		if it != nil && it.exp <= nowMs {
-			delete(m, mapKey{prefix, k})
+			sh.remove(ls.hash[i], it)
 			b.live.Add(-1)
 			it = nil
 		}
@@ -271,14 +315,16 @@ func (b *Backend) update(prefix string, keys []string, apply store.ApplyFunc, sw
 		it := items[i]
 		switch {
 		case e.Value == nil && it != nil:
-			delete(b.shards[ls.idx[i]].m, mapKey{prefix, k})
+			b.shards[ls.idx[i]].remove(ls.hash[i], it)
 			b.live.Add(-1)
 		case e.Value == nil:
 		case it == nil:
-			b.shards[ls.idx[i]].m[mapKey{prefix, k}] = &item{
-				value: append([]byte(nil), e.Value...),
-				exp:   e.ExpiresAt.UnixMilli(),
-			}
+			b.shards[ls.idx[i]].add(ls.hash[i], &item{
+				prefix: prefix,
+				key:    k,
+				value:  append([]byte(nil), e.Value...),
+				exp:    e.ExpiresAt.UnixMilli(),
+			})
 			b.lowerMinExp(e.ExpiresAt.UnixMilli())
 		default:
 			it.value = append(it.value[:0], e.Value...)
@@ -297,7 +343,7 @@ func (b *Backend) Read(_ context.Context, prefix string, keys []string) ([]store
 	nowMs := b.now()
 	out := make([]store.Entry, len(keys))
 	for i, k := range keys {
-		it := b.shards[ls.idx[i]].m[mapKey{prefix, k}]
+		it := b.shards[ls.idx[i]].find(ls.hash[i], prefix, k)
 		if it == nil || it.exp <= nowMs {
 			continue
 		}
@@ -325,12 +371,14 @@ func (b *Backend) sweepLocked() int {
 		s := &b.shards[i]
 		s.mu.Lock()
 		nowMs := b.now()
-		for k, it := range s.m {
-			if it.exp <= nowMs {
-				delete(s.m, k)
-				n++
-			} else {
-				left = min(left, it.exp)
+		for h, head := range s.m {
+			for it := head; it != nil; it = it.next {
+				if it.exp <= nowMs {
+					s.remove(h, it)
+					n++
+				} else {
+					left = min(left, it.exp)
+				}
 			}
 		}
 		s.mu.Unlock()

@@ -169,7 +169,26 @@ func (k *IPKeyer) Key(r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if key, ok := textOf(a, r.RemoteAddr); ok {
+		return key, nil
+	}
 	return k.AddrKey(a), nil
+}
+
+// textOf returns the host part of remoteAddr when it is already a's key: a
+// plain IPv4 address in its one textual form, which saves making the key
+// anew for the common request straight from a client.
+func textOf(a netip.Addr, remoteAddr string) (string, bool) {
+	if !a.Is4() {
+		return "", false
+	}
+	var buf [len("255.255.255.255")]byte
+	t := a.AppendTo(buf[:0])
+	if len(remoteAddr) < len(t) || remoteAddr[:len(t)] != string(t) ||
+		(len(remoteAddr) > len(t) && remoteAddr[len(t)] != ':') {
+		return "", false
+	}
+	return remoteAddr[:len(t)], true
 }
 
 // ClientAddr returns the client address of r, unmapped and without zone.

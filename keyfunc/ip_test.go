@@ -300,9 +300,34 @@ func TestIPKeyerZeroValue(t *testing.T) {
 }
 
 func TestIPKeyAllocs(t *testing.T) {
-	r := request("203.0.113.9:5678")
-	if n := testing.AllocsPerRun(100, func() { _, _ = IP(r) }); n > 1 {
-		t.Errorf("IP allocates %v times per call, want at most 1", n)
+	// A plain IPv4 peer's key is the host part of RemoteAddr itself.
+	for _, c := range []struct {
+		remote string
+		want   float64
+	}{{"203.0.113.9:5678", 0}, {"203.0.113.9", 0}, {"[::ffff:203.0.113.9]:80", 1}, {"[2001:db8::1]:80", 1}} {
+		r := request(c.remote)
+		if n := testing.AllocsPerRun(100, func() { _, _ = IP(r) }); n > c.want {
+			t.Errorf("IP of %q allocates %v times per call, want at most %v", c.remote, n, c.want)
+		}
+	}
+}
+
+// The key taken from RemoteAddr's text is the address's own, never a longer
+// address that starts alike.
+func TestIPKeyFromRemoteText(t *testing.T) {
+	for remote, want := range map[string]string{
+		"1.2.3.4:5":        "1.2.3.4",
+		"1.2.3.45:6":       "1.2.3.45",
+		"1.2.3.4":          "1.2.3.4",
+		"[::ffff:1.2.3.4]": "1.2.3.4",
+	} {
+		got, err := IP(request(remote))
+		if err != nil || got != want {
+			t.Errorf("IP(%q) = %q, %v; want %q", remote, got, err, want)
+		}
+	}
+	if got, ok := textOf(netip.MustParseAddr("1.2.3.4"), "1.2.3.45:6"); ok {
+		t.Errorf("textOf(1.2.3.4, 1.2.3.45:6) = %q, want no match", got)
 	}
 }
 

@@ -393,18 +393,31 @@ func (f *fields) set(h http.Header, d *limiter.Decision) {
 }
 
 // oneField holds a header field's value and the one-element slice a Header
-// keeps it in, so that both cost one allocation.
-type oneField struct {
-	vals [1]string
-	buf  [128]byte
-}
+// keeps it in, so that both cost one allocation. shortField is the same for
+// the common short value, in a smaller allocation.
+type (
+	oneField struct {
+		vals [1]string
+		buf  [128]byte
+	}
+	shortField struct {
+		vals [1]string
+		buf  [48]byte
+	}
+)
 
 // field returns b as a header field's values in one allocation. b must be
 // at most 128 bytes, as a name of at most 64 bytes and two numbers keep it.
 func field(b []byte) []string {
+	if len(b) <= len(shortField{}.buf) {
+		f := new(shortField)
+		n := copy(f.buf[:], b)
+		f.vals[0] = unsafe.String(&f.buf[0], n) // f.buf is never written again
+		return f.vals[:]
+	}
 	f := new(oneField)
 	n := copy(f.buf[:], b)
-	f.vals[0] = unsafe.String(&f.buf[0], n) // f.buf is never written again
+	f.vals[0] = unsafe.String(&f.buf[0], n)
 	return f.vals[:]
 }
 

@@ -115,6 +115,7 @@ type Backend struct {
 
 	sweepMu sync.Mutex // one sweep at a time per instance
 	cancel  context.CancelFunc
+	started chan struct{} // closed when the first sweep and count are done
 	done    chan struct{}
 	closeMu sync.Once
 }
@@ -164,6 +165,7 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 		processNow: o.processNow,
 		countEvery: o.CountInterval,
 		syncCommit: o.SyncCommit,
+		started:    make(chan struct{}),
 		done:       make(chan struct{}),
 	}
 	b.estimate.Store(-1)
@@ -714,8 +716,11 @@ func (b *Backend) recount(ctx context.Context) error {
 	return nil
 }
 
-// background sweeps at once and every sweepEvery, and recounts after each
-// sweep and every countEvery, until ctx is cancelled.
+// background counts and sweeps at once, then sweeps every sweepEvery, and
+// recounts after each sweep and every countEvery, until ctx is cancelled.
+// The first count comes before the first sweep, which can take seconds on a
+// table with many expired rows: until the estimate is known, every new key
+// is admitted through the bound's lock, one at a time.
 func (b *Backend) background(ctx context.Context, sweepEvery, countEvery time.Duration) {
 	defer close(b.done)
 	sweep := func() {
@@ -730,8 +735,10 @@ func (b *Backend) background(ctx context.Context, sweepEvery, countEvery time.Du
 				"kind", KindCountFailed, "err", err)
 		}
 	}
+	recount()
 	sweep()
 	recount()
+	close(b.started)
 	st := time.NewTicker(sweepEvery)
 	defer st.Stop()
 	ct := time.NewTicker(countEvery)

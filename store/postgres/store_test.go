@@ -364,9 +364,7 @@ func TestSweepBatches(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, pool, Options{Secret: randomSecret(), SweepInterval: time.Hour})
 	b := s.Backend().(*Backend)
-	for b.countedAt.Load() == 0 { // the first background sweep is done
-		time.Sleep(10 * time.Millisecond)
-	}
+	<-b.started // the first background sweep is done
 	const n = 2*SweepBatch + 17
 	fp := "sweeptest" + randomPrefix("")
 	_, err := pool.Exec(ctx, `INSERT INTO gatecount_entries (keyhash, fingerprint, value, expires_at)

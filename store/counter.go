@@ -87,7 +87,6 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Cap, n int64, 
 		if s.inline {
 			if err = s.enter(); err == nil {
 				err = ct.Count(ctx, h.prefix, own, caps, n, &c.t)
-				s.inFlight.Add(-1)
 				err = s.classify(ctx, err)
 			}
 		} else {

@@ -31,6 +31,8 @@ type Options struct {
 	// MaxInFlight bounds the calls running in the backend at once, including
 	// those answered past their deadline that have not yet returned; 0 means
 	// DefaultMaxInFlight. Past it, a call is answered as unavailable at once.
+	// Calls to an Inline backend (the memory store) are not bounded: they
+	// never wait on I/O, so they cannot pile up behind a slow store.
 	MaxInFlight int
 	// Breaker configures the breaker; the zero value gives its defaults.
 	Breaker BreakerOptions
@@ -104,7 +106,8 @@ func (s *Store) InstanceID() uuid.UUID { return s.opts.InstanceID }
 // Shared reports whether every instance of the app sees the same entries.
 func (s *Store) Shared() bool { return s.b.Shared() }
 
-// InFlight returns the number of backend calls running now.
+// InFlight returns the number of backend calls running now, those under the
+// in-flight bound; an Inline backend's calls are not counted.
 func (s *Store) InFlight() int { return int(s.inFlight.Load()) }
 
 // Backend returns the backend the store guards.
@@ -159,8 +162,8 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// Close stops new calls, waits for calls still running in the backend, and
-// closes the backend. Its handles' prefixes become free again. Close is
+// Close stops new calls, waits for calls still running in a backend that is
+// not Inline, and closes the backend. Its handles' prefixes become free again. Close is
 // idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
@@ -182,10 +185,14 @@ func (s *Store) Close() error {
 	return err
 }
 
-// enter admits a call, or answers why not.
+// enter admits a call, or answers why not. A call to a backend that is not
+// inline is counted in flight, and must leave with exit.
 func (s *Store) enter() error {
 	if s.closed.Load() {
 		return errClosed
+	}
+	if s.inline {
+		return nil
 	}
 	max := int64(s.opts.MaxInFlight)
 	for {
@@ -212,9 +219,7 @@ func (s *Store) call(ctx context.Context, f func(ctx context.Context) error) err
 		return err
 	}
 	if s.inline {
-		err := f(ctx)
-		s.inFlight.Add(-1)
-		return s.classify(ctx, err)
+		return s.classify(ctx, f(ctx))
 	}
 	if err := s.breaker.allow(); err != nil {
 		s.inFlight.Add(-1)
@@ -362,7 +367,6 @@ func (h *Handle) update(ctx context.Context, keys []string, apply ApplyFunc) err
 			return err
 		}
 		err := s.b.Update(ctx, h.prefix, keys, c.fnInline)
-		s.inFlight.Add(-1)
 		if err != nil {
 			if own := c.own(err); own != nil {
 				err = own

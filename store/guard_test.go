@@ -628,3 +628,40 @@ func TestReasonString(t *testing.T) {
 		t.Error("ReasonOf of an error that is not unavailable is not 0")
 	}
 }
+
+// An inline backend's calls are outside the in-flight bound: with a bound
+// of one, a second call runs while the first is still inside the backend,
+// and a closed store refuses new calls.
+func TestInlineNotBounded(t *testing.T) {
+	inside, release := make(chan struct{}), make(chan struct{})
+	var n atomic.Int64
+	f := &fake{inline: true, update: func(_ context.Context, apply ApplyFunc) error {
+		if n.Add(1) == 1 {
+			close(inside)
+			<-release
+		}
+		return apply(time.Now(), make([]Entry, 1))
+	}}
+	s, h := open(t, f, Options{MaxInFlight: 1})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := h.Update(context.Background(), []string{"a"}, nop); err != nil {
+			t.Errorf("first call: %v", err)
+		}
+	})
+	<-inside
+	if err := h.Update(context.Background(), []string{"b"}, nop); err != nil {
+		t.Errorf("second call while the first is inside an inline backend: %v", err)
+	}
+	if s.InFlight() != 0 {
+		t.Errorf("InFlight() = %d for inline calls, want 0", s.InFlight())
+	}
+	close(release)
+	wg.Wait()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Update(context.Background(), []string{"c"}, nop); !errors.Is(err, ErrUnavailable) || ReasonOf(err) != ReasonClosed {
+		t.Errorf("Update after Close: %v, want unavailable (%v)", err, ReasonClosed)
+	}
+}

@@ -101,8 +101,11 @@ type Backend interface {
 
 // Inline is implemented by backends whose calls never block on I/O or on
 // anything but short critical sections, such as an in-process map. The guard
-// calls them on the caller's goroutine, with no deadline timer, which keeps
-// the cost of a call to tens of nanoseconds.
+// calls them on the caller's goroutine, with no deadline timer and outside
+// the in-flight bound, which keeps the cost of a call to tens of
+// nanoseconds. Close does not wait for an inline backend's calls: a call
+// that began before Close may still be running as the backend's Close runs,
+// and must come to no harm.
 type Inline interface {
 	Inline() bool
 }

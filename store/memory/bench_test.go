@@ -14,8 +14,9 @@ import (
 	"github.com/gatecount/gatecount/store/memory"
 )
 
-// counter is an apply that adds one to a JSON integer, as a limiter does.
-// It is bound once so that calls allocate nothing.
+// counter is an apply that adds one to a counter, with the store's own
+// ParseCount and AppendCount, as a limiter does. It is bound once so that
+// calls allocate nothing.
 type counter struct{ fn store.ApplyFunc }
 
 func newCounter() *counter {
@@ -25,11 +26,14 @@ func newCounter() *counter {
 			e := &es[i]
 			n := int64(0)
 			if e.Live() {
-				n, _ = strconv.ParseInt(string(e.Value), 10, 64)
+				var err error
+				if n, err = store.ParseCount(e.Value); err != nil {
+					return err
+				}
 			} else {
 				e.ExpiresAt = now.Add(time.Hour)
 			}
-			e.Value = strconv.AppendInt(e.Value[:0], n+1, 10)
+			e.Value = store.AppendCount(e.Value[:0], n+1)
 		}
 		return nil
 	}

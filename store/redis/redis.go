@@ -399,37 +399,53 @@ func (b *Backend) elsewhere(sp *space) int64 {
 	return max(b.total.Load()-sp.live.Load(), 0)
 }
 
-// keySet is what one call needs of its keys.
+// keySet is what one call needs of its keys. The arrays hold a lone key,
+// the common case, without allocating more.
 type keySet struct {
 	names   []string      // the Redis keys, then the live index
 	members []string      // the keys' members in the live index
 	slots   []int         // the keys' slots in the known-live cache
 	tags    []uint64      // the keys' tags in those slots
 	locks   lockorder.Set // the keys' stripes
+
+	names1   [2]string
+	members1 [1]string
+	slots1   [1]int
+	tags1    [1]uint64
 }
 
 // keys names keys under sp.
 func (b *Backend) keys(sp *space, prefix string, keys []string) *keySet {
+	ks := new(keySet)
+	b.nameKeys(ks, sp, prefix, keys)
+	return ks
+}
+
+// nameKeys fills ks with the names of keys under sp.
+func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) {
 	n := len(keys)
-	ks := &keySet{
-		names:   make([]string, n+1),
-		members: make([]string, n),
-		slots:   make([]int, n),
-		tags:    make([]uint64, n),
+	if n == 1 {
+		ks.names, ks.members, ks.slots, ks.tags = ks.names1[:], ks.members1[:], ks.slots1[:], ks.tags1[:]
+	} else {
+		ks.names = make([]string, n+1)
+		ks.members = make([]string, n)
+		ks.slots = make([]int, n)
+		ks.tags = make([]uint64, n)
 	}
-	var buf [64]byte
+	kp := sp.keyPrefix
+	var buf [128]byte
 	for i, k := range keys {
 		sum := b.hasher.Sum(prefix, k)
-		hex.Encode(buf[:], sum[:])
-		ks.members[i] = string(buf[:])
-		ks.names[i] = sp.keyPrefix + ks.members[i]
+		name := append(buf[:0], kp...)
+		name = hex.AppendEncode(name, sum[:])
+		ks.names[i] = string(name)
+		ks.members[i] = ks.names[i][len(kp):] // the HMAC's hex, sharing the name's bytes
 		x := int(binary.BigEndian.Uint16(sum[:2]))
 		ks.slots[i] = x % knownSlots // its stripe is x % stripes: the same lock guards it
 		ks.tags[i] = binary.BigEndian.Uint64(sum[2:10]) | 1
 		ks.locks.Add(x % stripes)
 	}
 	ks.names[n] = sp.idx
-	return ks
 }
 
 // stripes is the number of local locks Update spreads keys over, and
@@ -453,6 +469,11 @@ type knownLive struct {
 func (b *Backend) lock(ctx context.Context, l *lockorder.Set) error {
 	ord := l.Ascending()
 	for i, s := range ord {
+		select {
+		case b.stripes[s] <- struct{}{}:
+			continue // free: no need to watch ctx (which would make its Done channel)
+		default:
+		}
 		select {
 		case b.stripes[s] <- struct{}{}:
 		case <-ctx.Done():
@@ -569,17 +590,18 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 // round trip; a wrong one costs a round trip and falls back to the read.
 func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
 	sp := b.space(prefix)
-	ks := b.keys(sp, prefix, keys)
+	n := len(keys)
+	u := newUpdateCall(n)
+	ks := &u.ks
+	b.nameKeys(ks, sp, prefix, keys)
 	if err := b.lock(ctx, &ks.locks); err != nil {
 		return err
 	}
 	defer b.unlock(&ks.locks)
-	n := len(keys)
-	entries := make([]store.Entry, n)
-	args := make([]any, 3+5*n)
-	args[0] = b.max
+	entries, args := u.entries, u.args
+	args[0], args[1], args[2] = &b.max, &u.others, &u.at
 	if est, ok := b.clock.now(); ok && b.noneKnown(ks, est) {
-		if done, err := b.guess(ctx, sp, prefix, ks, est, apply, entries, args); done {
+		if done, err := b.guess(ctx, sp, prefix, u, est, apply); done {
 			return err
 		}
 	}
@@ -614,7 +636,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 		for i := range entries {
 			o := 3 + 5*i
 			e := &entries[i]
-			args[o] = ks.members[i]
+			args[o] = &ks.members[i]
 			switch {
 			case !present[i]:
 				args[o+1] = "a"
@@ -623,7 +645,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 			default:
 				args[o+1] = "d"
 			}
-			args[o+2] = raws[i]
+			args[o+2] = &raws[i]
 			exp := e.ExpiresAt.UnixMilli()
 			live := e.Value != nil && exp > now
 			switch {
@@ -635,8 +657,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 				if exps[i] == 0 {
 					fresh++
 				}
-				args[o+3] = strconv.FormatInt(exp, 10) + ":" + string(e.Value)
-				args[o+4] = exp
+				u.setValue(i, exp, e.Value)
 				changed = true
 			default:
 				args[o+3], args[o+4] = "", 0
@@ -646,15 +667,14 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 		if !changed {
 			return nil // a read: it happened at the read's instant
 		}
-		others := b.elsewhere(sp)
-		args[1], args[2] = others, now
+		u.others, u.at = b.elsewhere(sp), now
 		res, err := b.write(ctx, ks, args)
 		if err != nil {
 			return err
 		}
 		switch res[0] {
 		case 1:
-			b.wrote(ctx, sp, prefix, ks, entries, res[1], res[2], others)
+			b.wrote(ctx, sp, prefix, ks, entries, res[1], res[2], u.others)
 			return nil
 		case 2:
 			b.setLive(sp.live, res[1])
@@ -678,11 +698,57 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	}
 }
 
+// updateCall is the scratch of one Update: its keys, the entries apply
+// sees and the write script's arguments, which point into it rather than
+// hold copies (each copy of a string or a large number in an interface
+// would be an allocation of its own). The arrays hold a lone key, the
+// common case, so that it takes one allocation.
+type updateCall struct {
+	ks      keySet
+	entries []store.Entry
+	args    []any    // see writeScript
+	values  []string // each key's new raw value
+	expires []int64  // each key's new expiry
+	others  int64    // live entries under other tags
+	at      int64    // the time apply was given
+
+	entries1 [1]store.Entry
+	args1    [3 + 5]any
+	values1  [1]string
+	expires1 [1]int64
+}
+
+func newUpdateCall(n int) *updateCall {
+	u := new(updateCall)
+	if n == 1 {
+		u.entries, u.args, u.values, u.expires = u.entries1[:], u.args1[:], u.values1[:], u.expires1[:]
+		return u
+	}
+	u.entries = make([]store.Entry, n)
+	u.args = make([]any, 3+5*n)
+	u.values = make([]string, n)
+	u.expires = make([]int64, n)
+	return u
+}
+
+// setValue makes key i's new raw value "<exp>:<v>", expiring at exp, the
+// write script's new raw value and expiry.
+func (u *updateCall) setValue(i int, exp int64, v []byte) {
+	var buf [64]byte
+	raw := strconv.AppendInt(buf[:0], exp, 10)
+	raw = append(raw, ':')
+	u.values[i] = string(append(raw, v...))
+	u.expires[i] = exp
+	o := 3 + 5*i
+	u.args[o+3], u.args[o+4] = &u.values[i], &u.expires[i]
+}
+
 // guess runs apply on the guess that no key has an entry, at the estimated
 // server time est, and writes its result if the guess was right. It
 // reports done when the Update is answered; otherwise the Update goes on
 // with a read.
-func (b *Backend) guess(ctx context.Context, sp *space, prefix string, ks *keySet, est int64, apply store.ApplyFunc, entries []store.Entry, args []any) (done bool, err error) {
+func (b *Backend) guess(ctx context.Context, sp *space, prefix string, u *updateCall, est int64, apply store.ApplyFunc) (done bool, err error) {
+	ks, entries, args := &u.ks, u.entries, u.args
 	clear(entries)
 	if apply(time.UnixMilli(est), entries) != nil {
 		return false, nil // an error on a guess is not the Update's answer
@@ -691,10 +757,9 @@ func (b *Backend) guess(ctx context.Context, sp *space, prefix string, ks *keySe
 	for i := range entries {
 		o := 3 + 5*i
 		e := &entries[i]
-		args[o], args[o+1], args[o+2] = ks.members[i], "a", ""
+		args[o], args[o+1], args[o+2] = &ks.members[i], "a", ""
 		if exp := e.ExpiresAt.UnixMilli(); e.Value != nil && exp > est {
-			args[o+3] = strconv.FormatInt(exp, 10) + ":" + string(e.Value)
-			args[o+4] = exp
+			u.setValue(i, exp, e.Value)
 			writes = true
 		} else {
 			args[o+3], args[o+4] = "=", 0
@@ -703,8 +768,7 @@ func (b *Backend) guess(ctx context.Context, sp *space, prefix string, ks *keySe
 	if !writes {
 		return false, nil // a read must see the store to be right
 	}
-	others := b.elsewhere(sp)
-	args[1], args[2] = others, est
+	u.others, u.at = b.elsewhere(sp), est
 	res, err := b.write(ctx, ks, args)
 	if err != nil {
 		return true, err
@@ -713,7 +777,7 @@ func (b *Backend) guess(ctx context.Context, sp *space, prefix string, ks *keySe
 		b.misses.Add(1)
 		return false, nil
 	}
-	b.wrote(ctx, sp, prefix, ks, entries, res[1], res[2], others)
+	b.wrote(ctx, sp, prefix, ks, entries, res[1], res[2], u.others)
 	return true, nil
 }
 

@@ -69,6 +69,7 @@ func (o Options) WithDefaults() Options {
 type Store struct {
 	b        Backend
 	inline   bool
+	updater  InlineUpdater // when b is inline and offers it
 	opts     Options
 	backing  any
 	inFlight atomic.Int64
@@ -89,6 +90,7 @@ func New(b Backend, opts Options) *Store {
 	s := &Store{b: b, opts: opts, backing: any(b), obs: opts.Observer}
 	if in, ok := b.(Inline); ok && in.Inline() {
 		s.inline = true
+		s.updater, _ = b.(InlineUpdater)
 	}
 	if bk, ok := b.(Backing); ok {
 		s.backing = bk.Backing()
@@ -359,6 +361,16 @@ func (h *Handle) Update(ctx context.Context, keys []string, apply ApplyFunc) err
 
 func (h *Handle) update(ctx context.Context, keys []string, apply ApplyFunc) error {
 	s := h.s
+	if s.updater != nil {
+		if err := s.enter(); err != nil {
+			return err
+		}
+		ofCaller, err := s.updater.UpdateInline(h.prefix, keys, apply, checkApplied)
+		if err != nil && !ofCaller {
+			err = s.classify(ctx, err)
+		}
+		return err
+	}
 	c := applyPool.Get().(*applyCall)
 	c.user = apply
 	if s.inline {
@@ -484,18 +496,25 @@ func (c *applyCall) run(now time.Time, entries []Entry) error {
 		c.userErr = err
 		return err
 	}
+	c.checkErr = checkApplied(now, entries)
+	return c.checkErr
+}
+
+// checkApplied checks and normalises what an apply left in entries: every
+// value at most MaxValueSize bytes of JSON, every expiry at millisecond
+// precision, and a value that expires at or before now dropped, since it
+// would not be live.
+func checkApplied(now time.Time, entries []Entry) error {
 	for i := range entries {
 		e := &entries[i]
 		if e.Value == nil {
 			continue
 		}
 		if len(e.Value) > MaxValueSize {
-			c.checkErr = fmt.Errorf("%w: %d bytes", ErrValueTooLarge, len(e.Value))
-			return c.checkErr
+			return fmt.Errorf("%w: %d bytes", ErrValueTooLarge, len(e.Value))
 		}
 		if !validJSON(e.Value) {
-			c.checkErr = ErrInvalidValue
-			return c.checkErr
+			return ErrInvalidValue
 		}
 		ms := e.ExpiresAt.UnixMilli()
 		if ms <= now.UnixMilli() {

@@ -110,6 +110,17 @@ type Inline interface {
 	Inline() bool
 }
 
+// InlineUpdater is an optional capability of an Inline backend that spares
+// the guard its per-call wrapper of apply. UpdateInline is Update, except
+// that the backend runs check on the entries right after apply, within the
+// same atomic step, and writes nothing when either fails. It passes apply a
+// time truncated to the millisecond. It returns apply's or check's error
+// unchanged with ofCaller true, and an error of its own (such as ErrFull)
+// with ofCaller false.
+type InlineUpdater interface {
+	UpdateInline(prefix string, keys []string, apply, check ApplyFunc) (ofCaller bool, err error)
+}
+
 // Prompt is implemented by backends whose calls return promptly once their
 // context is done, as pgx's and go-redis's do when set to. The guard runs
 // their calls on the caller's goroutine under a deadline context, which saves

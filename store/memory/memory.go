@@ -221,17 +221,24 @@ func (b *Backend) unlock(ls *lockSet) {
 
 // Update implements store.Backend.
 func (b *Backend) Update(_ context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
-	full, err := b.update(prefix, keys, apply, false)
+	_, err := b.UpdateInline(prefix, keys, apply, nil)
+	return err
+}
+
+// UpdateInline implements store.InlineUpdater: Update, with check run after
+// apply (when not nil) in the same step.
+func (b *Backend) UpdateInline(prefix string, keys []string, apply, check store.ApplyFunc) (ofCaller bool, err error) {
+	full, ofCaller, err := b.update(prefix, keys, apply, check, false)
 	if !full {
-		return err
+		return ofCaller, err
 	}
 	// Full: if an entry has expired, remove the expired ones with no shard
 	// locked. Either way run the update once more, to be refused (and
 	// logged) if there is still no room: a flood of new keys costs no sweep
 	// each, only when something has expired.
 	b.sweepIfExpired()
-	_, err = b.update(prefix, keys, apply, true)
-	return err
+	_, ofCaller, err = b.update(prefix, keys, apply, check, true)
+	return ofCaller, err
 }
 
 // sweepIfExpired sweeps when the earliest expiry has passed, and returns
@@ -259,8 +266,9 @@ func (b *Backend) lowerMinExp(exp int64) {
 }
 
 // update runs one read-modify-write. It reports full, with nothing written,
-// when new keys found no room and swept is false.
-func (b *Backend) update(prefix string, keys []string, apply store.ApplyFunc, swept bool) (full bool, err error) {
+// when new keys found no room and swept is false, and whether its error is
+// apply's or check's.
+func (b *Backend) update(prefix string, keys []string, apply, check store.ApplyFunc, swept bool) (full, ofCaller bool, err error) {
 	var ls lockSet
 	b.lock(&ls, prefix, keys)
 	defer b.unlock(&ls)
@@ -289,7 +297,12 @@ func (b *Backend) update(prefix string, keys []string, apply store.ApplyFunc, sw
 	defer clear(entries)
 
 	if err := apply(now, entries); err != nil {
-		return false, err
+		return false, true, err
+	}
+	if check != nil {
+		if err := check(now, entries); err != nil {
+			return false, true, err
+		}
 	}
 
 	added := 0
@@ -304,9 +317,9 @@ func (b *Backend) update(prefix string, keys []string, apply store.ApplyFunc, sw
 		if b.bound.Full(n - 1) {
 			b.live.Add(-int64(added))
 			if !swept {
-				return true, nil
+				return true, false, nil
 			}
-			return true, b.bound.Admit(n-1, prefix)
+			return true, false, b.bound.Admit(n-1, prefix)
 		}
 		_ = b.bound.Admit(n-1, prefix) // not full: only logs when filling
 	}
@@ -332,7 +345,7 @@ func (b *Backend) update(prefix string, keys []string, apply store.ApplyFunc, sw
 			b.lowerMinExp(it.exp)
 		}
 	}
-	return false, nil
+	return false, false, nil
 }
 
 // Read implements store.Backend.

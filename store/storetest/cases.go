@@ -329,11 +329,10 @@ func (f *firstErr) keep(err error) {
 
 func (f *firstErr) failed() bool { return f.set.Load() }
 
-// noLostUpdate: 64 goroutines, half on First and half on Second, each add
-// one to a counter 20 times through apply; the total is exact.
-func noLostUpdate(r *runner) error {
-	const workers, each = 64, 20
-	k := r.key("lost")
+// hammer runs workers goroutines, alternately on First and Second, each
+// calling step with its number each times, and returns the first failure;
+// after one, the others stop at their next step.
+func (r *runner) hammer(workers, each int, step func(w int, h *store.Handle) error) error {
 	var wg sync.WaitGroup
 	var fe firstErr
 	for w := range workers {
@@ -346,24 +345,48 @@ func noLostUpdate(r *runner) error {
 				if fe.failed() {
 					return
 				}
-				if err := r.update(h, []string{k}, incr); err != nil {
-					fe.keep(r.failf("Update on %s adding one under contention: %v", r.hname(h), err))
+				if err := step(w, h); err != nil {
+					fe.keep(err)
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if fe.err != nil {
-		return fe.err
-	}
+	return fe.err
+}
+
+// counter reads k's integer counter through First; when names the moment
+// in a failure.
+func (r *runner) counter(k, when string) (int64, error) {
 	es, err := r.mustRead(r.p.First, k)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	n, err := intOf(es[0])
 	if err != nil {
-		return r.failf("counter after contention: %v", err)
+		return 0, r.failf("counter %s: %v", when, err)
+	}
+	return n, nil
+}
+
+// noLostUpdate: 64 goroutines, half on First and half on Second, each add
+// one to a counter 20 times through apply; the total is exact.
+func noLostUpdate(r *runner) error {
+	const workers, each = 64, 20
+	k := r.key("lost")
+	err := r.hammer(workers, each, func(_ int, h *store.Handle) error {
+		if err := r.update(h, []string{k}, incr); err != nil {
+			return r.failf("Update on %s adding one under contention: %v", r.hname(h), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	n, err := r.counter(k, "after contention")
+	if err != nil {
+		return err
 	}
 	if n < workers*each {
 		return r.failf("%d goroutines added one %d times each, through First and Second: total is %d, want %d (%d updates lost)",
@@ -540,36 +563,21 @@ func applyRetriedOnce(r *runner) error {
 	const workers, each = 8, 10
 	k := r.key("retry")
 	var calls atomic.Int64
-	var wg sync.WaitGroup
-	var fe firstErr
-	for w := range workers {
-		h := r.p.First
-		if w%2 == 1 {
-			h = r.p.Second
+	err := r.hammer(workers, each, func(_ int, h *store.Handle) error {
+		if err := r.update(h, []string{k}, func(now time.Time, es []store.Entry) error {
+			calls.Add(1)
+			return incr(now, es)
+		}); err != nil {
+			return r.failf("Update on %s adding one: %v", r.hname(h), err)
 		}
-		wg.Go(func() {
-			for range each {
-				if err := r.update(h, []string{k}, func(now time.Time, es []store.Entry) error {
-					calls.Add(1)
-					return incr(now, es)
-				}); err != nil {
-					fe.keep(r.failf("Update on %s adding one: %v", r.hname(h), err))
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if fe.err != nil {
-		return fe.err
-	}
-	es, err := r.mustRead(r.p.First, k)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	n, err := intOf(es[0])
+	n, err := r.counter(k, fmt.Sprintf("after %d updates", workers*each))
 	if err != nil {
-		return r.failf("counter after %d updates: %v", workers*each, err)
+		return err
 	}
 	if c := calls.Load(); n != workers*each || c < workers*each {
 		return r.failf("%d Updates each adding one, with apply run %d times: total is %d, want %d",

@@ -3,7 +3,6 @@ package storetest
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/gatecount/gatecount/store"
@@ -17,24 +16,16 @@ func countExactBudget(r *runner) error {
 	k := r.key("budget")
 	caps := []store.Cap{{Max: capMax, Window: time.Minute}}
 	tallies := make([]store.Tally, calls)
-	var wg sync.WaitGroup
-	var fe firstErr
-	for i := range calls {
-		h := r.p.First
-		if i%2 == 1 {
-			h = r.p.Second
+	err := r.hammer(calls, 1, func(i int, h *store.Handle) error {
+		t, err := r.count(h, []string{k}, caps, 1)
+		if err != nil {
+			return r.failf("Count on %s under contention: %v", r.hname(h), err)
 		}
-		wg.Go(func() {
-			t, err := r.count(h, []string{k}, caps, 1)
-			if err != nil {
-				fe.keep(r.failf("Count on %s under contention: %v", r.hname(h), err))
-			}
-			tallies[i] = t
-		})
-	}
-	wg.Wait()
-	if fe.err != nil {
-		return fe.err
+		tallies[i] = t
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	seen := make(map[int64]bool)
 	var exp time.Time

@@ -62,9 +62,10 @@
 // estimate of the server's time that is never after it (from the times
 // earlier answers carried), and the write script checks the guess as it
 // checks a read, rejecting it too if the estimate is after the server's
-// time. A wrong guess (Backend.Misses) falls back to the read. Count, the
-// fixed-window counter limiters use, needs neither: it is one script, one
-// round trip, doing what the generic Count does.
+// time. A wrong guess (Backend.Misses) is answered with what the keys hold,
+// read in the same atomic step, and the Update goes on from that read.
+// Count, the fixed-window counter limiters use, needs neither: it is one
+// script, one round trip, doing what the generic Count does.
 //
 // # The bound
 //
@@ -587,7 +588,9 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 // the server's time (see serverClock), and sends its result to the write
 // script, which checks the guess (every key absent, the estimate not after
 // the server's time) as it checks a read. A right guess saves the read's
-// round trip; a wrong one costs a round trip and falls back to the read.
+// round trip. A wrong one writes nothing and is answered with what the
+// keys hold, as a read would be, and the Update goes on from that read: it
+// costs no more round trips than reading first.
 func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
 	sp := b.space(prefix)
 	n := len(keys)
@@ -600,21 +603,27 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	defer b.unlock(&ks.locks)
 	entries, args := u.entries, u.args
 	args[0], args[1], args[2] = &b.max, &u.others, &u.at
+	raws, present := u.raws, u.present
+	exps := u.exps     // expiry of each live entry read, else 0
+	bodies := u.bodies // value of each live entry read
+	var now int64
+	read := false // raws and present hold a read at now
 	if est, ok := b.clock.now(); ok && b.noneKnown(ks, est) {
-		if done, err := b.guess(ctx, sp, prefix, u, est, apply); done {
+		var done bool
+		var err error
+		if done, read, now, err = b.guess(ctx, sp, prefix, u, est, apply); done {
 			return err
 		}
 	}
-	raws := make([]string, n)
-	present := make([]bool, n)
-	exps := make([]int64, n)    // expiry of each live entry read, else 0
-	bodies := make([]string, n) // value of each live entry read
 	swept := false
 	for conflicts := 0; ; {
-		now, err := b.read(ctx, ks.names[:n], raws, present)
-		if err != nil {
-			return err
+		if !read {
+			var err error
+			if now, err = b.read(ctx, ks.names[:n], raws, present); err != nil {
+				return err
+			}
 		}
+		read = false
 		for i := range entries {
 			exps[i], bodies[i], entries[i] = 0, "", store.Entry{}
 			if present[i] {
@@ -668,7 +677,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 			return nil // a read: it happened at the read's instant
 		}
 		u.others, u.at = b.elsewhere(sp), now
-		res, err := b.write(ctx, ks, args)
+		res, _, err := b.write(ctx, ks, args, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -711,23 +720,36 @@ type updateCall struct {
 	expires []int64  // each key's new expiry
 	others  int64    // live entries under other tags
 	at      int64    // the time apply was given
+	raws    []string // each key's raw value as read
+	present []bool   // whether each key had a raw value
+	exps    []int64  // the expiry of each key's live entry as read, else 0
+	bodies  []string // the value of each key's live entry as read
 
 	entries1 [1]store.Entry
 	args1    [3 + 5]any
 	values1  [1]string
 	expires1 [1]int64
+	raws1    [1]string
+	present1 [1]bool
+	exps1    [1]int64
+	bodies1  [1]string
 }
 
 func newUpdateCall(n int) *updateCall {
 	u := new(updateCall)
 	if n == 1 {
 		u.entries, u.args, u.values, u.expires = u.entries1[:], u.args1[:], u.values1[:], u.expires1[:]
+		u.raws, u.present, u.exps, u.bodies = u.raws1[:], u.present1[:], u.exps1[:], u.bodies1[:]
 		return u
 	}
 	u.entries = make([]store.Entry, n)
 	u.args = make([]any, 3+5*n)
 	u.values = make([]string, n)
 	u.expires = make([]int64, n)
+	u.raws = make([]string, n)
+	u.present = make([]bool, n)
+	u.exps = make([]int64, n)
+	u.bodies = make([]string, n)
 	return u
 }
 
@@ -746,12 +768,13 @@ func (u *updateCall) setValue(i int, exp int64, v []byte) {
 // guess runs apply on the guess that no key has an entry, at the estimated
 // server time est, and writes its result if the guess was right. It
 // reports done when the Update is answered; otherwise the Update goes on
-// with a read.
-func (b *Backend) guess(ctx context.Context, sp *space, prefix string, u *updateCall, est int64, apply store.ApplyFunc) (done bool, err error) {
+// from the read a wrong guess was answered with (read: u.raws and
+// u.present hold it, at the server's time now), or with a read of its own.
+func (b *Backend) guess(ctx context.Context, sp *space, prefix string, u *updateCall, est int64, apply store.ApplyFunc) (done, read bool, now int64, err error) {
 	ks, entries, args := &u.ks, u.entries, u.args
 	clear(entries)
 	if apply(time.UnixMilli(est), entries) != nil {
-		return false, nil // an error on a guess is not the Update's answer
+		return false, false, 0, nil // an error on a guess is not the Update's answer
 	}
 	writes := false
 	for i := range entries {
@@ -766,32 +789,52 @@ func (b *Backend) guess(ctx context.Context, sp *space, prefix string, u *update
 		}
 	}
 	if !writes {
-		return false, nil // a read must see the store to be right
+		return false, false, 0, nil // a read must see the store to be right
 	}
 	u.others, u.at = b.elsewhere(sp), est
-	res, err := b.write(ctx, ks, args)
+	res, read, err := b.write(ctx, ks, args, u.raws, u.present)
 	if err != nil {
-		return true, err
+		return true, false, 0, err
 	}
-	if res[0] != 1 {
-		b.misses.Add(1)
-		return false, nil
+	if res[0] == 1 {
+		b.wrote(ctx, sp, prefix, ks, entries, res[1], res[2], u.others)
+		return true, false, 0, nil
 	}
-	b.wrote(ctx, sp, prefix, ks, entries, res[1], res[2], u.others)
-	return true, nil
+	// A conflict, or no room for a new entry (the Update's own read and
+	// checks of the bound take that from here).
+	b.misses.Add(1)
+	return false, read, res[2], nil
 }
 
 // write runs writeScript and notes the server's time it answers.
-func (b *Backend) write(ctx context.Context, ks *keySet, args []any) ([]int64, error) {
-	res, err := writeScript.Run(ctx, b.c, ks.names, args...).Int64Slice()
+//
+// On a conflict, when raws is not nil, raws and present get what the
+// conflict answered the keys hold, as read does, at the server's time the
+// answer carries; read reports that they did.
+func (b *Backend) write(ctx context.Context, ks *keySet, args []any, raws []string, present []bool) (res [3]int64, read bool, err error) {
+	ans, err := writeScript.Run(ctx, b.c, ks.names, args...).Slice()
 	if err != nil {
-		return nil, err
+		return res, false, err
 	}
-	if len(res) != 3 {
-		return nil, fmt.Errorf("redisstore: write answered %v", res)
+	n := len(ks.names) - 1
+	ok := len(ans) == 3 || len(ans) == 3+n
+	for i := 0; ok && i < 3; i++ {
+		res[i], ok = ans[i].(int64)
+	}
+	if !ok || len(ans) > 3 && res[0] != 0 {
+		return res, false, fmt.Errorf("redisstore: write answered %v", ans)
 	}
 	b.clock.observe(res[2])
-	return res, nil
+	if len(ans) == 3 || raws == nil {
+		return res, false, nil
+	}
+	for i := range n {
+		raws[i], present[i] = "", false
+		if s, ok := ans[3+i].(string); ok {
+			raws[i], present[i] = s, true
+		}
+	}
+	return res, true, nil
 }
 
 // noneKnown reports whether no key of ks is known here to be live at est.

@@ -37,12 +37,22 @@ return r
 //
 // It returns {status, live, now}: status 0 on a conflict, 2 when new
 // entries find no room, 1 when written; live is the index's count (after
-// the write), or -1 when it was not counted; now is the server's time.
+// the write), or -1 when it was not counted; now is the server's time. A
+// conflict writes nothing and answers, after those three, the raw values of
+// the entry keys, false where there is none, as readScript would at now: a
+// read, which the Update that guessed wrong goes on from.
 var writeScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if tonumber(ARGV[3]) > now then return {0, -1, now} end
 local n = #KEYS - 1
+local function conflict()
+  local r = {0, -1, now}
+  for i = 1, n do
+    r[3 + i] = redis.call('GET', KEYS[i])
+  end
+  return r
+end
+if tonumber(ARGV[3]) > now then return conflict() end
 local idx = KEYS[n + 1]
 local fresh = 0
 for i = 1, n do
@@ -50,12 +60,12 @@ for i = 1, n do
   local mode, want, val = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
   local cur = redis.call('GET', KEYS[i])
   if mode == 'a' then
-    if cur then return {0, -1, now} end
+    if cur then return conflict() end
   elseif mode == 'l' then
-    if cur ~= want then return {0, -1, now} end
-    if tonumber(string.match(want, '^(%d+):')) <= now then return {0, -1, now} end
+    if cur ~= want then return conflict() end
+    if tonumber(string.match(want, '^(%d+):')) <= now then return conflict() end
   else
-    if cur and cur ~= want then return {0, -1, now} end
+    if cur and cur ~= want then return conflict() end
   end
   if mode ~= 'l' and val ~= '' and val ~= '=' and tonumber(ARGV[o + 5]) > now then
     fresh = fresh + 1

@@ -70,11 +70,23 @@
 // from the pool, in two round trips. It never joins a transaction the
 // caller has open: a pgx.Tx is not a pool, so the store cannot be handed
 // one, and a count committed here is not undone when the caller's
-// transaction rolls back. Round trip 1 locks and reads the keys' rows, then
-// the clock (an aggregate is computed after it has consumed, and so locked,
-// every row):
+// transaction rolls back.
 //
-//	BEGIN;
+// Updates of one key from the same instance first take turns in the
+// process, first come first served, and only then take a connection: the
+// row lock serialises them anyway, but waiters on a row lock each hold a
+// connection, and race for the row's next version each time it is
+// released, so that an unlucky call could lose many times in a row. The
+// wait ends with the call's context. Keys share 1,024 queues by keyhash,
+// taken in ascending order.
+//
+// The two round trips are one pipeline, whose statements are prepared by
+// name on each connection the first time it runs an Update: the
+// transaction is the implicit one of PostgreSQL's extended protocol, which
+// lasts up to the pipeline's Sync, with no BEGIN or COMMIT statement. Round
+// trip 1 locks and reads the keys' rows, then the clock (an aggregate is
+// computed after it has consumed, and so locked, every row), and flushes:
+//
 //	SELECT date_trunc('milliseconds', clock_timestamp()),
 //	       set_config('synchronous_commit', 'off', true),  -- unless Options.SyncCommit
 //	       array_agg(keyhash), array_agg(fingerprint), array_agg(value), array_agg(expires_at)
@@ -82,13 +94,20 @@
 //	         ORDER BY keyhash FOR UPDATE) AS l;
 //
 // apply then runs in the process, and round trip 2 writes only what it
-// changed: rows it holds by UPDATE, a key without a row by INSERT:
+// changed (rows it holds by UPDATE, a key without a row by INSERT) and
+// sends Sync, which commits:
 //
 //	SELECT gatecount_admit($fp, $added, $max, $now, $boundlock); -- only near the bound, see below
 //	UPDATE gatecount_entries SET ... FROM unnest($keyhashes, $values, $expiries) ...;
 //	INSERT INTO gatecount_entries ... ON CONFLICT (keyhash) DO NOTHING;
 //	DELETE FROM gatecount_entries WHERE keyhash = ANY($deleted);
-//	COMMIT;
+//	-- Sync
+//
+// With one key, the read and the UPDATE name it by a scalar, keyhash = $1,
+// instead of an array: PostgreSQL plans a prepared statement afresh on every
+// call while its generic plan, made for an array of unknown length, looks
+// dearer than a plan for the array at hand, and planning would cost more
+// than running the statement.
 //
 // Inserting a key this way is optimistic. When the INSERT finds that
 // another transaction inserted the key meanwhile (it is then the
@@ -105,8 +124,17 @@
 //
 // and round trip 2 deletes the placeholders apply left empty.
 //
-// A failure after BEGIN rolls back, or, when the call's context is done,
-// leaves the connection to be destroyed by the pool.
+// A statement that fails rolls the transaction back at the Sync. When apply
+// fails, round trip 2 only deletes the placeholders the call inserted, so
+// that the transaction commits having changed nothing. When the call's
+// context is done, the connection is closed, which rolls back too.
+//
+// Update's statements are prepared by name and kept across calls, as pgx's
+// default statement cache keeps its own, so Update needs what that cache
+// needs: a direct connection, or a pooler that keeps prepared statements
+// (PgBouncer 1.21 or later, with max_prepared_statements set). A statement
+// that a connection lost (to DEALLOCATE or DISCARD) fails one call and is
+// prepared again on the next.
 //
 // # Count
 //

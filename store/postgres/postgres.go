@@ -8,13 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gatecount/gatecount/store"
@@ -105,6 +103,7 @@ type Backend struct {
 	processNow func() time.Time
 	countEvery time.Duration
 	syncCommit bool
+	turns      *keyTurns
 
 	// estimate is the approximate number of live entries of this secret:
 	// the last exact count plus this instance's additions since, or -1
@@ -165,6 +164,7 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 		processNow: o.processNow,
 		countEvery: o.CountInterval,
 		syncCommit: o.SyncCommit,
+		turns:      newKeyTurns(),
 		started:    make(chan struct{}),
 		done:       make(chan struct{}),
 	}
@@ -224,10 +224,22 @@ const (
 SELECT k, $2, '', timestamptz 'epoch' FROM unnest($1::bytea[]) AS u(k) ORDER BY k
 ON CONFLICT (keyhash) DO UPDATE SET value = g.value WHERE false
 RETURNING g.keyhash`
+	// Statements that name keys by an array have a single-key twin that
+	// names its key by a scalar (the names ending in 1). PostgreSQL plans
+	// a prepared statement afresh on every call while its generic plan,
+	// made for an array of unknown length, looks dearer than the plans
+	// for the arrays it was given, which for "keyhash = ANY($1)" is
+	// always; planning costs more than running these statements. The
+	// twins' generic plans cost what their custom plans do, so they are
+	// planned once per connection.
 	sqlRead = `SELECT c.now, g.keyhash, g.value, g.expires_at
   FROM (SELECT date_trunc('milliseconds', clock_timestamp()) AS now) c
   LEFT JOIN gatecount_entries g
     ON g.keyhash = ANY($1) AND g.fingerprint = $2 AND g.expires_at > c.now`
+	sqlRead1 = `SELECT c.now, g.keyhash, g.value, g.expires_at
+  FROM (SELECT date_trunc('milliseconds', clock_timestamp()) AS now) c
+  LEFT JOIN gatecount_entries g
+    ON g.keyhash = $1 AND g.fingerprint = $2 AND g.expires_at > c.now`
 	// sqlLockRead locks the rows that keys have, in ascending keyhash
 	// order, and reads them and then the clock: an aggregate's result is
 	// computed after it has consumed, and so locked, every row.
@@ -238,9 +250,16 @@ RETURNING g.keyhash`
        array_agg(l.keyhash), array_agg(l.fingerprint), array_agg(l.value), array_agg(l.expires_at)
   FROM (SELECT keyhash, fingerprint, value, expires_at FROM gatecount_entries
          WHERE keyhash = ANY($1) ORDER BY keyhash FOR UPDATE) AS l`
+	sqlLockRead1      = `SELECT date_trunc('milliseconds', clock_timestamp()),` + sqlLockRead1Rest
+	sqlLockRead1Async = `SELECT date_trunc('milliseconds', clock_timestamp()), set_config('synchronous_commit', 'off', true),` + sqlLockRead1Rest
+	sqlLockRead1Rest  = `
+       array_agg(l.keyhash), array_agg(l.fingerprint), array_agg(l.value), array_agg(l.expires_at)
+  FROM (SELECT keyhash, fingerprint, value, expires_at FROM gatecount_entries
+         WHERE keyhash = $1 FOR UPDATE) AS l`
 	sqlWrite = `UPDATE gatecount_entries AS g SET fingerprint = $2, value = u.v, expires_at = u.e
   FROM unnest($1::bytea[], $3::text[], $4::timestamptz[]) AS u(k, v, e)
  WHERE g.keyhash = u.k`
+	sqlWrite1 = `UPDATE gatecount_entries SET fingerprint = $2, value = $3, expires_at = $4 WHERE keyhash = $1`
 	// sqlInsert inserts keys that had no row; one that has one now (another
 	// transaction inserted it since) is left as it is, and the caller,
 	// seeing fewer rows inserted, starts again.
@@ -286,241 +305,6 @@ RETURNING g.value::bigint, g.expires_at, date_trunc('milliseconds', now())`
 // room.
 const errFullCode = "GCF01"
 
-// Update implements store.Backend in one transaction of its own, on a
-// connection of the pool, in two round trips. See the package
-// documentation.
-func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
-	hashes := make([][]byte, len(keys))
-	for i, k := range keys {
-		h := b.hasher.Sum(prefix, k)
-		hashes[i] = h[:]
-	}
-	// The first try is optimistic: it locks the rows the keys have, and a
-	// key without one is inserted at the end. It gives up, having written
-	// nothing, when another transaction inserted that key first, or when
-	// it would insert a key while it holds other rows (which could
-	// deadlock with a transaction that holds the new key and waits for
-	// them). The second try locks a placeholder row for every key without
-	// one, in keyhash order, and cannot fail so.
-	retry, err := b.update(ctx, prefix, hashes, apply, false)
-	if retry {
-		if retry, err = b.update(ctx, prefix, hashes, apply, true); retry {
-			// Every key has a row once placeholders are in: unreachable.
-			err = errors.New("postgres: update: a key without a row after locking")
-		}
-	}
-	return err
-}
-
-// update is one try of Update. Without placeholders it reports true, having
-// written nothing, when it must try again with them.
-func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, apply store.ApplyFunc, placeholders bool) (retry bool, err error) {
-	conn, err := b.pool.Acquire(ctx)
-	if err != nil {
-		return false, fmt.Errorf("postgres: update: acquire a connection: %w", err)
-	}
-	// Release destroys a connection left in a transaction, so a failure
-	// past BEGIN never hands an open transaction to the pool.
-	defer conn.Release()
-
-	// Round trip 1: begin, lock the keys' rows in ascending order (with
-	// placeholders for keys without one, when asked), read them and the
-	// clock.
-	batch := &pgx.Batch{}
-	batch.Queue("BEGIN")
-	if placeholders {
-		batch.Queue(sqlLock, hashes, b.fp)
-	}
-	read := sqlLockReadAsync
-	if b.syncCommit {
-		read = sqlLockRead
-	}
-	batch.Queue(read, hashes)
-	n := len(hashes)
-	entries := make([]store.Entry, n)
-	hasRow := make([]bool, n)
-	placeholder := make([]bool, n)
-	var now time.Time
-	err = func() error {
-		br := conn.SendBatch(ctx, batch)
-		defer br.Close()
-		for range batch.Len() - 1 - btoi(placeholders) {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		if placeholders {
-			rows, err := br.Query()
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var kh []byte
-				if err := rows.Scan(&kh); err != nil {
-					return err
-				}
-				if i := slices.IndexFunc(hashes, func(h []byte) bool { return bytes.Equal(h, kh) }); i >= 0 {
-					placeholder[i] = true
-				}
-			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
-		}
-		var (
-			khs, vals [][]byte
-			fps       []string
-			exps      []time.Time
-			dest      = []any{&now, &khs, &fps, &vals, &exps}
-		)
-		if !b.syncCommit {
-			dest = slices.Insert(dest, 1, nil) // set_config's result
-		}
-		if err := br.QueryRow().Scan(dest...); err != nil {
-			return err
-		}
-		for j, kh := range khs {
-			i := slices.IndexFunc(hashes, func(h []byte) bool { return bytes.Equal(h, kh) })
-			if i < 0 {
-				continue
-			}
-			hasRow[i] = true
-			if fps[j] == b.fp && exps[j].After(now) {
-				entries[i] = store.Entry{Value: vals[j], ExpiresAt: time.UnixMilli(exps[j].UnixMilli())}
-			}
-		}
-		return br.Close()
-	}()
-	if err != nil {
-		return false, fmt.Errorf("postgres: update: lock and read: %w", err)
-	}
-	now = time.UnixMilli(now.UnixMilli())
-	before := make([]store.Entry, n)
-	for i, e := range entries {
-		before[i] = store.Entry{Value: bytes.Clone(e.Value), ExpiresAt: e.ExpiresAt}
-	}
-
-	if err := apply(now, entries); err != nil {
-		b.rollback(ctx, conn)
-		return false, err
-	}
-
-	// Round trip 2: write what changed (rows this transaction holds are
-	// updated, keys without one inserted), remove rows left empty, commit.
-	var up, ins struct {
-		keys [][]byte
-		vals []string
-		exps []time.Time
-	}
-	var delKeys [][]byte
-	added, removed := 0, 0
-	for i, e := range entries {
-		old := before[i]
-		switch {
-		case e.Value == nil && old.Value == nil:
-			if placeholder[i] {
-				delKeys = append(delKeys, hashes[i])
-			}
-		case e.Value == nil:
-			delKeys = append(delKeys, hashes[i])
-			removed++
-		case old.Value != nil && bytes.Equal(e.Value, old.Value) && e.ExpiresAt.Equal(old.ExpiresAt):
-		default:
-			if old.Value == nil {
-				added++
-			}
-			w := &up
-			if !hasRow[i] {
-				w = &ins
-			}
-			w.keys = append(w.keys, hashes[i])
-			w.vals = append(w.vals, string(e.Value))
-			w.exps = append(w.exps, e.ExpiresAt)
-		}
-	}
-	if len(ins.keys) > 0 && (len(ins.keys) > 1 || slices.Contains(hasRow, true)) {
-		b.rollback(ctx, conn)
-		return true, nil
-	}
-	batch = &pgx.Batch{}
-	exact := added > 0 && b.near(added)
-	if exact {
-		batch.Queue(sqlAdmit, b.fp, added, int64(b.bound.Max()), now, b.boundLock)
-	}
-	if len(up.keys) > 0 {
-		batch.Queue(sqlWrite, up.keys, b.fp, up.vals, up.exps)
-	}
-	if len(ins.keys) > 0 {
-		batch.Queue(sqlInsert, ins.keys, b.fp, ins.vals, ins.exps)
-	}
-	if len(delKeys) > 0 {
-		batch.Queue(sqlDelete, delKeys)
-	}
-	batch.Queue("COMMIT")
-	var live int64 = -1
-	err = func() error {
-		br := conn.SendBatch(ctx, batch)
-		defer br.Close()
-		if exact {
-			if err := br.QueryRow().Scan(&live); err != nil {
-				return err
-			}
-		}
-		if len(up.keys) > 0 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		if len(ins.keys) > 0 {
-			tag, err := br.Exec()
-			if err != nil {
-				return err
-			}
-			// Only a lone key is inserted optimistically, with nothing
-			// else written: if another transaction inserted it first,
-			// this one commits empty and the update starts again.
-			retry = tag.RowsAffected() < int64(len(ins.keys))
-		}
-		for range batch.Len() - btoi(exact) - btoi(len(up.keys) > 0) - btoi(len(ins.keys) > 0) {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		return br.Close()
-	}()
-	if err == nil && retry {
-		return true, nil
-	}
-	if err != nil {
-		var pgErr *pgconn.PgError
-		switch {
-		case errors.As(err, &pgErr) && pgErr.Code == errFullCode:
-			b.rollback(ctx, conn)
-			var n int
-			fmt.Sscan(pgErr.Detail, &n)
-			b.estimate.Store(int64(n))
-			b.countedAt.Store(b.processNow().UnixNano())
-			return false, b.bound.Admit(n+added-1, prefix)
-		}
-		return false, fmt.Errorf("postgres: update: write and commit: %w", err)
-	}
-	if exact {
-		_ = b.bound.Admit(int(live)+added-1, prefix) // logs when filling
-		b.estimate.Store(live + int64(added))
-		b.countedAt.Store(b.processNow().UnixNano())
-	} else if d := added - removed; d != 0 {
-		b.addEstimate(int64(d))
-	}
-	return false, nil
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // addEstimate adds d to a known estimate.
 func (b *Backend) addEstimate(d int64) {
 	for {
@@ -531,15 +315,6 @@ func (b *Backend) addEstimate(d int64) {
 	}
 }
 
-// rollback ends the transaction on conn if ctx allows; otherwise Release
-// destroys the connection, which ends it too.
-func (b *Backend) rollback(ctx context.Context, conn *pgxpool.Conn) {
-	if ctx.Err() != nil {
-		return
-	}
-	_, _ = conn.Exec(ctx, "ROLLBACK")
-}
-
 // Read implements store.Backend in one statement, judged on the database
 // server's clock.
 func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]store.Entry, error) {
@@ -548,7 +323,13 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 		h := b.hasher.Sum(prefix, k)
 		hashes[i] = h[:]
 	}
-	rows, err := b.pool.Query(ctx, sqlRead, hashes, b.fp)
+	var rows pgx.Rows
+	var err error
+	if len(hashes) == 1 {
+		rows, err = b.pool.Query(ctx, sqlRead1, hashes[0], b.fp)
+	} else {
+		rows, err = b.pool.Query(ctx, sqlRead, hashes, b.fp)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: read: %w", err)
 	}
@@ -666,7 +447,7 @@ func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Cap, n int6
 		val []byte
 		e   *time.Time
 	)
-	if err := b.pool.QueryRow(ctx, sqlRead, [][]byte{hash}, b.fp).Scan(&now, nil, &val, &e); err != nil {
+	if err := b.pool.QueryRow(ctx, sqlRead1, hash, b.fp).Scan(&now, nil, &val, &e); err != nil {
 		return false, fmt.Errorf("postgres: count: read the refused key: %w", err)
 	}
 	if val == nil {

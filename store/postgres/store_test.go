@@ -581,3 +581,10 @@ func TestOddRows(t *testing.T) {
 		}
 	}
 }
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,544 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/gatecount/gatecount/store"
+)
+
+// Statements of Update, prepared by name on each connection that runs one
+// (see updateStatements).
+const (
+	uLock = iota
+	uLockRead
+	uLockReadAsync
+	uLockRead1
+	uLockRead1Async
+	uWrite
+	uWrite1
+	uInsert
+	uDelete
+	uAdmit
+	uStatements
+)
+
+var updateSQL = [uStatements]string{
+	uLock:           sqlLock,
+	uLockRead:       sqlLockRead,
+	uLockReadAsync:  sqlLockReadAsync,
+	uLockRead1:      sqlLockRead1,
+	uLockRead1Async: sqlLockRead1Async,
+	uWrite:          sqlWrite,
+	uWrite1:         sqlWrite1,
+	uInsert:         sqlInsert,
+	uDelete:         sqlDelete,
+	uAdmit:          sqlAdmit,
+}
+
+// updateStmtsKey names the prepared statements of Update in a connection's
+// CustomData.
+const updateStmtsKey = "github.com/gatecount/gatecount/store/postgres update statements"
+
+// errStmtGone is the SQLSTATE of a prepared statement the connection no
+// longer has (DEALLOCATE or DISCARD ran on it).
+const errStmtGone = "26000"
+
+type preparedStmt struct {
+	sd            *pgconn.StatementDescription
+	resultFormats []int16
+}
+
+type updateStmts [uStatements]preparedStmt
+
+func updateStmtName(i int) string { return "gatecount_update_" + strconv.Itoa(i) }
+
+// updateStatements returns Update's statements, prepared on c: the first
+// call on a connection prepares them all in one round trip (closing any of
+// the same names first, so a half-done earlier attempt does not get in the
+// way); later calls find them in the connection's CustomData.
+func updateStatements(ctx context.Context, c *pgx.Conn) (*updateStmts, error) {
+	pc := c.PgConn()
+	if st, ok := pc.CustomData()[updateStmtsKey].(*updateStmts); ok {
+		return st, nil
+	}
+	p := pc.StartPipeline(ctx)
+	for i, q := range updateSQL {
+		p.SendDeallocate(updateStmtName(i))
+		p.SendPrepare(updateStmtName(i), q, nil)
+	}
+	st := new(updateStmts)
+	err := func() error {
+		if err := p.Sync(); err != nil {
+			return err
+		}
+		for i := range st {
+			if res, err := p.GetResults(); err != nil {
+				return err
+			} else if _, ok := res.(*pgconn.CloseComplete); !ok {
+				return fmt.Errorf("close statement %d: got %T", i, res)
+			}
+			res, err := p.GetResults()
+			if err != nil {
+				return err
+			}
+			sd, ok := res.(*pgconn.StatementDescription)
+			if !ok {
+				return fmt.Errorf("prepare statement %d: got %T", i, res)
+			}
+			// The pipeline's description leaves out what was sent.
+			sd.Name, sd.SQL = updateStmtName(i), updateSQL[i]
+			rf := make([]int16, len(sd.Fields))
+			for j, f := range sd.Fields {
+				rf[j] = c.TypeMap().FormatCodeForOID(f.DataTypeOID)
+			}
+			st[i] = preparedStmt{sd: sd, resultFormats: rf}
+		}
+		res, err := p.GetResults()
+		if err != nil {
+			return err
+		}
+		if _, ok := res.(*pgconn.PipelineSync); !ok {
+			return fmt.Errorf("prepare: got %T, want the end of the pipeline", res)
+		}
+		return nil
+	}()
+	if cerr := p.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	pc.CustomData()[updateStmtsKey] = st
+	return st, nil
+}
+
+// pipe sends prepared statements down a pipeline and reads their results.
+// Statements sent before the pipeline's Sync run in one transaction, the
+// implicit transaction of the extended protocol, which commits at the Sync
+// (or rolls back, if a statement failed); a Flush between them gets the
+// results so far without ending it.
+type pipe struct {
+	p   *pgconn.Pipeline
+	m   *pgtype.Map
+	eqb pgx.ExtendedQueryBuilder
+}
+
+func (q *pipe) send(s preparedStmt, args ...any) error {
+	if err := q.eqb.Build(q.m, s.sd, args); err != nil {
+		return err
+	}
+	q.p.SendQueryStatement(s.sd, q.eqb.ParamValues, q.eqb.ParamFormats, s.resultFormats)
+	return nil
+}
+
+// flush sends what was queued and asks for the results so far, leaving the
+// transaction open.
+func (q *pipe) flush() error {
+	q.p.SendFlushRequest()
+	return q.p.Flush()
+}
+
+// result returns the result of the next statement.
+func (q *pipe) result() (*pgconn.ResultReader, error) {
+	res, err := q.p.GetResults()
+	if err != nil {
+		return nil, err
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		return nil, fmt.Errorf("got %T, want a statement's result", res)
+	}
+	return rr, nil
+}
+
+// exec reads the next statement's result, discarding its rows.
+func (q *pipe) exec() (pgconn.CommandTag, error) {
+	rr, err := q.result()
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return rr.Close()
+}
+
+// row scans the next statement's one row into dest.
+func (q *pipe) row(dest ...any) error {
+	rr, err := q.result()
+	if err != nil {
+		return err
+	}
+	if !rr.NextRow() {
+		if _, err := rr.Close(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	err = pgx.ScanRow(q.m, rr.FieldDescriptions(), rr.Values(), dest...)
+	_, cerr := rr.Close()
+	return errors.Join(err, cerr)
+}
+
+// end sends Sync, which ends the transaction, and reads up to its answer.
+func (q *pipe) end() error {
+	if err := q.p.Sync(); err != nil {
+		return err
+	}
+	return q.synced()
+}
+
+// synced reads up to the answer to the Sync already sent.
+func (q *pipe) synced() error {
+	res, err := q.p.GetResults()
+	if err != nil {
+		return err
+	}
+	if _, ok := res.(*pgconn.PipelineSync); !ok {
+		return fmt.Errorf("got %T, want the end of the transaction", res)
+	}
+	return nil
+}
+
+// Update implements store.Backend in one transaction of its own, on a
+// connection of the pool, in two round trips. See the package
+// documentation.
+func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
+	hashes := make([][]byte, len(keys))
+	for i, k := range keys {
+		h := b.hasher.Sum(prefix, k)
+		hashes[i] = h[:]
+	}
+	// Updates of a key from this instance take turns in the process, first
+	// come first served, before they take a connection (see keyTurns).
+	turns, err := b.turns.take(ctx, hashes)
+	if err != nil {
+		return fmt.Errorf("postgres: update: wait for the keys' turn: %w", err)
+	}
+	defer b.turns.give(turns)
+	// The first try is optimistic: it locks the rows the keys have, and a
+	// key without one is inserted at the end. It gives up, having written
+	// nothing, when another transaction inserted that key first, or when
+	// it would insert a key while it holds other rows (which could
+	// deadlock with a transaction that holds the new key and waits for
+	// them). The second try locks a placeholder row for every key without
+	// one, in keyhash order, and cannot fail so.
+	retry, err := b.update(ctx, prefix, hashes, apply, false)
+	if retry {
+		if retry, err = b.update(ctx, prefix, hashes, apply, true); retry {
+			// Every key has a row once placeholders are in: unreachable.
+			err = errors.New("postgres: update: a key without a row after locking")
+		}
+	}
+	return err
+}
+
+// update is one try of Update. Without placeholders it reports true, having
+// written nothing, when it must try again with them.
+func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, apply store.ApplyFunc, placeholders bool) (retry bool, err error) {
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("postgres: update: acquire a connection: %w", err)
+	}
+	// Release destroys a connection that is not idle, so a failure never
+	// hands an open transaction to the pool.
+	defer conn.Release()
+	c := conn.Conn()
+	st, err := updateStatements(ctx, c)
+	if err != nil {
+		return false, fmt.Errorf("postgres: update: prepare: %w", err)
+	}
+	q := &pipe{p: c.PgConn().StartPipeline(ctx), m: c.TypeMap()}
+	// Close reads what is left up to the Sync; a pipeline closed before its
+	// Sync closes the connection, which rolls the transaction back.
+	defer q.p.Close()
+	defer func() {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
+			delete(c.PgConn().CustomData(), updateStmtsKey) // prepare again next time
+		}
+	}()
+
+	// Round trip 1: lock the keys' rows in ascending order (with
+	// placeholders for keys without one, when asked), read them and the
+	// clock.
+	n := len(hashes)
+	entries := make([]store.Entry, n)
+	hasRow := make([]bool, n)
+	placeholder := make([]bool, n)
+	var now time.Time
+	err = func() error {
+		if placeholders {
+			if err := q.send(st[uLock], hashes, b.fp); err != nil {
+				return err
+			}
+		}
+		var err error
+		switch {
+		case n == 1 && b.syncCommit:
+			err = q.send(st[uLockRead1], hashes[0])
+		case n == 1:
+			err = q.send(st[uLockRead1Async], hashes[0])
+		case b.syncCommit:
+			err = q.send(st[uLockRead], hashes)
+		default:
+			err = q.send(st[uLockReadAsync], hashes)
+		}
+		if err != nil {
+			return err
+		}
+		if err := q.flush(); err != nil {
+			return err
+		}
+		if placeholders {
+			rr, err := q.result()
+			if err != nil {
+				return err
+			}
+			for rr.NextRow() {
+				kh := rr.Values()[0]
+				if i := slices.IndexFunc(hashes, func(h []byte) bool { return bytes.Equal(h, kh) }); i >= 0 {
+					placeholder[i] = true
+				}
+			}
+			if _, err := rr.Close(); err != nil {
+				return err
+			}
+		}
+		var (
+			khs, vals [][]byte
+			fps       []string
+			exps      []time.Time
+			dest      = []any{&now, &khs, &fps, &vals, &exps}
+		)
+		if !b.syncCommit {
+			dest = slices.Insert(dest, 1, nil) // set_config's result
+		}
+		if err := q.row(dest...); err != nil {
+			return err
+		}
+		for j, kh := range khs {
+			i := slices.IndexFunc(hashes, func(h []byte) bool { return bytes.Equal(h, kh) })
+			if i < 0 {
+				continue
+			}
+			hasRow[i] = true
+			if fps[j] == b.fp && exps[j].After(now) {
+				entries[i] = store.Entry{Value: vals[j], ExpiresAt: time.UnixMilli(exps[j].UnixMilli())}
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		// Sync ends the failed transaction, which rolls back; Close then
+		// reads up to it.
+		_ = q.p.Sync()
+		return false, fmt.Errorf("postgres: update: lock and read: %w", err)
+	}
+	now = time.UnixMilli(now.UnixMilli())
+	before := make([]store.Entry, n)
+	for i, e := range entries {
+		before[i] = store.Entry{Value: bytes.Clone(e.Value), ExpiresAt: e.ExpiresAt}
+	}
+
+	if err := apply(now, entries); err != nil {
+		// Nothing is written but the placeholders this try inserted: they
+		// are deleted, and the transaction commits having changed nothing
+		// (or, should the delete fail, rolls back, which removes them
+		// too). Close reads up to the Sync.
+		var mine [][]byte
+		for i, p := range placeholder {
+			if p {
+				mine = append(mine, hashes[i])
+			}
+		}
+		if len(mine) == 0 || q.send(st[uDelete], mine) == nil {
+			_ = q.p.Sync()
+		}
+		return false, err
+	}
+
+	// Round trip 2: write what changed (rows this transaction holds are
+	// updated, keys without one inserted), remove rows left empty, commit.
+	var up, ins struct {
+		keys [][]byte
+		vals []string
+		exps []time.Time
+	}
+	var delKeys [][]byte
+	added, removed := 0, 0
+	for i, e := range entries {
+		old := before[i]
+		switch {
+		case e.Value == nil && old.Value == nil:
+			if placeholder[i] {
+				delKeys = append(delKeys, hashes[i])
+			}
+		case e.Value == nil:
+			delKeys = append(delKeys, hashes[i])
+			removed++
+		case old.Value != nil && bytes.Equal(e.Value, old.Value) && e.ExpiresAt.Equal(old.ExpiresAt):
+		default:
+			if old.Value == nil {
+				added++
+			}
+			w := &up
+			if !hasRow[i] {
+				w = &ins
+			}
+			w.keys = append(w.keys, hashes[i])
+			w.vals = append(w.vals, string(e.Value))
+			w.exps = append(w.exps, e.ExpiresAt)
+		}
+	}
+	if len(ins.keys) > 0 && (len(ins.keys) > 1 || slices.Contains(hasRow, true)) {
+		// Nothing is written yet (a try with placeholders has a row for
+		// every key): the transaction commits empty.
+		if err := q.end(); err != nil {
+			return false, fmt.Errorf("postgres: update: end the optimistic try: %w", err)
+		}
+		return true, nil
+	}
+	exact := added > 0 && b.near(added)
+	err = func() error {
+		if exact {
+			if err := q.send(st[uAdmit], b.fp, added, int64(b.bound.Max()), now, b.boundLock); err != nil {
+				return err
+			}
+		}
+		switch len(up.keys) {
+		case 0:
+		case 1:
+			if err := q.send(st[uWrite1], up.keys[0], b.fp, up.vals[0], up.exps[0]); err != nil {
+				return err
+			}
+		default:
+			if err := q.send(st[uWrite], up.keys, b.fp, up.vals, up.exps); err != nil {
+				return err
+			}
+		}
+		if len(ins.keys) > 0 {
+			if err := q.send(st[uInsert], ins.keys, b.fp, ins.vals, ins.exps); err != nil {
+				return err
+			}
+		}
+		if len(delKeys) > 0 {
+			if err := q.send(st[uDelete], delKeys); err != nil {
+				return err
+			}
+		}
+		return q.p.Sync()
+	}()
+	var live int64 = -1
+	if err == nil {
+		err = func() error {
+			if exact {
+				if err := q.row(&live); err != nil {
+					return err
+				}
+			}
+			if len(up.keys) > 0 {
+				if _, err := q.exec(); err != nil {
+					return err
+				}
+			}
+			if len(ins.keys) > 0 {
+				tag, err := q.exec()
+				if err != nil {
+					return err
+				}
+				// Only a lone key is inserted optimistically, with nothing
+				// else written: if another transaction inserted it first,
+				// this one commits empty and the update starts again.
+				retry = tag.RowsAffected() < int64(len(ins.keys))
+			}
+			if len(delKeys) > 0 {
+				if _, err := q.exec(); err != nil {
+					return err
+				}
+			}
+			return q.synced()
+		}()
+	}
+	if err == nil && retry {
+		return true, nil
+	}
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == errFullCode {
+			var n int
+			fmt.Sscan(pgErr.Detail, &n)
+			b.estimate.Store(int64(n))
+			b.countedAt.Store(b.processNow().UnixNano())
+			return false, b.bound.Admit(n+added-1, prefix)
+		}
+		return false, fmt.Errorf("postgres: update: write and commit: %w", err)
+	}
+	if exact {
+		_ = b.bound.Admit(int(live)+added-1, prefix) // logs when filling
+		b.estimate.Store(live + int64(added))
+		b.countedAt.Store(b.processNow().UnixNano())
+	} else if d := added - removed; d != 0 {
+		b.addEstimate(int64(d))
+	}
+	return false, nil
+}
+
+// keyTurnQueues is how many queues keyTurns spreads keys over.
+const keyTurnQueues = 1024
+
+// keyTurns makes the Updates of one key from this instance take turns in
+// the process, first come first served, before they take a connection. The
+// database serialises them anyway, by the key's row lock; but waiters on a
+// row lock each hold a pool connection while they wait, and when the row is
+// released they race for its next version, so that an unlucky call can lose
+// many times in a row. Waiting here holds no connection, ends when the
+// call's context does, and hands the key to the next call in order. Keys
+// share the 1,024 queues by their keyhash, so two busy keys of one queue
+// wait for each other; a call with several keys queues for each of their
+// queues in ascending order, so calls never wait for each other in a
+// circle. Calls from other instances, and Counts, still meet at the row.
+type keyTurns [keyTurnQueues]chan struct{}
+
+func newKeyTurns() *keyTurns {
+	t := new(keyTurns)
+	for i := range t {
+		t[i] = make(chan struct{}, 1)
+	}
+	return t
+}
+
+// take waits for the turn of every key of hashes and returns their queues,
+// to give back; or returns ctx's error, having taken none.
+func (t *keyTurns) take(ctx context.Context, hashes [][]byte) ([]int, error) {
+	qs := make([]int, 0, len(hashes))
+	for _, h := range hashes {
+		qs = append(qs, int(binary.BigEndian.Uint64(h[:8])%keyTurnQueues))
+	}
+	slices.Sort(qs)
+	qs = slices.Compact(qs)
+	for i, q := range qs {
+		select {
+		case t[q] <- struct{}{}:
+		case <-ctx.Done():
+			t.give(qs[:i])
+			return nil, ctx.Err()
+		}
+	}
+	return qs, nil
+}
+
+// give ends the turns of queues qs.
+func (t *keyTurns) give(qs []int) {
+	for _, q := range qs {
+		<-t[q]
+	}
+}

@@ -735,6 +735,7 @@ type updateCall struct {
 	bodies1  [1]string
 }
 
+// newUpdateCall returns the scratch of an Update of n keys.
 func newUpdateCall(n int) *updateCall {
 	u := new(updateCall)
 	if n == 1 {

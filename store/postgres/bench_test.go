@@ -27,7 +27,8 @@ import (
 var benchConcurrency = []int{1, 8}
 
 // benchPool opens a pool of conns connections, with extra run-time
-// parameters.
+// parameters, and connects them all before it returns, so that no
+// benchmark times the connecting.
 func benchPool(b testing.TB, conns int, params map[string]string) *pgxpool.Pool {
 	b.Helper()
 	newPool(b) // skips or fails when unreachable; migrates
@@ -45,6 +46,16 @@ func benchPool(b testing.TB, conns int, params map[string]string) *pgxpool.Pool 
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
+	ctx := context.Background()
+	held := make([]*pgxpool.Conn, conns)
+	for i := range held {
+		if held[i], err = pool.Acquire(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, c := range held {
+		c.Release()
+	}
 	return pool
 }
 
@@ -143,17 +154,37 @@ func vacuumFirst(b *testing.B, pool *pgxpool.Pool, table string) {
 	}
 }
 
-// benchHandle opens a store of its own secret on a pool of conc
-// connections, and waits for the store's first sweep and count: the
-// benchmarks measure a store that is running, not one that is starting
-// (see Backend.background).
-func benchHandle(b *testing.B, conc int) *store.Handle {
-	return benchHandleOpts(b, conc, Options{})
+// benchSchema creates a schema for one run of a benchmark function, with the
+// store's tables migrated into it, and drops it when the run ends: each
+// run's stores start from an empty table, as UpsertCounter's floor starts
+// from a table of its own, rather than from one that every earlier run has
+// grown and filled with dead rows and expired entries.
+func benchSchema(b *testing.B) string {
+	b.Helper()
+	admin := newPool(b)
+	ctx := context.Background()
+	schema := "gatecount_bench_" + randomPrefix("s")[2:14]
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+	if err := Migrate(ctx, benchPool(b, 1, map[string]string{"search_path": schema})); err != nil {
+		b.Fatal(err)
+	}
+	return schema
 }
 
-func benchHandleOpts(b *testing.B, conc int, o Options) *store.Handle {
+// benchHandle opens a store of its own secret, in schema, on a pool of
+// conc connections, and waits for the store's first sweep and count: the
+// benchmarks measure a store that is running, not one that is starting
+// (see Backend.background).
+func benchHandle(b *testing.B, schema string, conc int) *store.Handle {
+	return benchHandleOpts(b, schema, conc, Options{})
+}
+
+func benchHandleOpts(b *testing.B, schema string, conc int, o Options) *store.Handle {
 	b.Helper()
-	pool := benchPool(b, conc, nil)
+	pool := benchPool(b, conc, map[string]string{"search_path": schema})
 	o.Secret = randomSecret()
 	s := newStore(b, pool, o)
 	<-s.Backend().(*Backend).started
@@ -163,6 +194,7 @@ func benchHandleOpts(b *testing.B, conc int, o Options) *store.Handle {
 
 // BenchmarkUpdate is the generic path: two round trips, apply in between.
 func BenchmarkUpdate(b *testing.B) {
+	schema := benchSchema(b)
 	incr := func(now time.Time, es []store.Entry) error {
 		var n int64
 		if es[0].Live() {
@@ -179,7 +211,7 @@ func BenchmarkUpdate(b *testing.B) {
 	for _, hot := range []bool{true, false} {
 		for _, conc := range benchConcurrency {
 			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
-				h := benchHandle(b, conc)
+				h := benchHandle(b, schema, conc)
 				key := keySource(hot)
 				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
 					return h.Update(ctx, []string{key(r)}, incr)
@@ -191,11 +223,12 @@ func BenchmarkUpdate(b *testing.B) {
 
 // BenchmarkCount is Handle.Count through the native Counter: one statement.
 func BenchmarkCount(b *testing.B) {
+	schema := benchSchema(b)
 	caps := []store.Cap{{Max: 1 << 40, Window: time.Minute}}
 	for _, hot := range []bool{true, false} {
 		for _, conc := range benchConcurrency {
 			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
-				h := benchHandle(b, conc)
+				h := benchHandle(b, schema, conc)
 				key := keySource(hot)
 				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
 					_, err := h.Count(ctx, []string{key(r)}, caps, 1)
@@ -209,11 +242,12 @@ func BenchmarkCount(b *testing.B) {
 // BenchmarkCountSyncCommit is BenchmarkCount with Options.SyncCommit: every
 // count waits for its WAL flush, as UpsertCounter/sync does.
 func BenchmarkCountSyncCommit(b *testing.B) {
+	schema := benchSchema(b)
 	caps := []store.Cap{{Max: 1 << 40, Window: time.Minute}}
 	for _, hot := range []bool{true, false} {
 		for _, conc := range benchConcurrency {
 			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
-				h := benchHandleOpts(b, conc, Options{SyncCommit: true})
+				h := benchHandleOpts(b, schema, conc, Options{SyncCommit: true})
 				key := keySource(hot)
 				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
 					_, err := h.Count(ctx, []string{key(r)}, caps, 1)
@@ -226,10 +260,11 @@ func BenchmarkCountSyncCommit(b *testing.B) {
 
 // BenchmarkLimiterAttempt is limiter.Attempt over this store.
 func BenchmarkLimiterAttempt(b *testing.B) {
+	schema := benchSchema(b)
 	for _, hot := range []bool{true, false} {
 		for _, conc := range benchConcurrency {
 			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
-				h := benchHandle(b, conc)
+				h := benchHandle(b, schema, conc)
 				l, err := limiter.New(h, limiter.Options{Name: "bench", Budget: limiter.Budget{Limit: limiter.MaxLimit, Window: time.Minute}})
 				if err != nil {
 					b.Fatal(err)

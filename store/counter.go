@@ -90,14 +90,18 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Cap, n int64, 
 				err = s.classify(ctx, err)
 			}
 		} else {
-			// The backend writes into its own Tally, which may outlive
-			// the caller's deadline.
-			t := new(Tally)
-			*t = c.t
+			// A backend that is not prompt writes into a Tally of its own,
+			// which may outlive the caller's deadline; a prompt one runs
+			// on this goroutine and is done when the call returns.
+			t := &c.t
+			if !s.prompt {
+				t = new(Tally)
+				*t = c.t
+			}
 			err = s.call(ctx, func(ctx context.Context) error {
 				return ct.Count(ctx, h.prefix, own, caps, n, t)
 			})
-			if err == nil { // else the backend may still be writing t
+			if err == nil && t != &c.t { // else the backend may still be writing t
 				c.t = *t
 			}
 		}
@@ -107,7 +111,7 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Cap, n int64, 
 	if err == nil {
 		*out = c.t
 	}
-	if s.inline || err == nil {
+	if s.inline || s.prompt || err == nil {
 		// The Tally holds no pointer worth dropping; the keys do.
 		c.caps = nil
 		clear(own)

@@ -100,6 +100,12 @@ func Unavailable(r Reason, err error) error { return &UnavailableError{Reason: r
 // ReasonOf returns the reason err says the store was unavailable, or 0 when
 // err is not an unavailable error.
 func ReasonOf(err error) Reason {
+	switch e := err.(type) {
+	case nil:
+		return 0
+	case *UnavailableError:
+		return e.Reason
+	}
 	var u *UnavailableError
 	if errors.As(err, &u) {
 		return u.Reason

@@ -403,6 +403,12 @@ func (h *Handle) update(ctx context.Context, keys []string, apply ApplyFunc) err
 		}
 		return err
 	})
+	if s.prompt {
+		// The backend ran on this goroutine and has returned: no apply of
+		// this call can follow, so c can serve another.
+		c.release()
+		return err
+	}
 	c.mu.Lock()
 	c.abandoned = true
 	c.mu.Unlock()

@@ -37,7 +37,7 @@ func New(secret []byte) (*Hasher, error) {
 	}
 	key := append([]byte(nil), secret...)
 	h := &Hasher{}
-	h.pool.New = func() any { return hmac.New(sha256.New, key) }
+	h.pool.New = func() any { return &summer{m: hmac.New(sha256.New, key)} }
 	fp := hmac.New(sha256.New, key)
 	fp.Write([]byte("gatecount secret fingerprint"))
 	h.fingerprint = hex.EncodeToString(fp.Sum(nil)[:8])
@@ -52,15 +52,27 @@ func (h *Hasher) Fingerprint() string { return h.fingerprint }
 // secret, of the prefix's length, the prefix and the key, so that no two
 // (prefix, key) pairs share a name.
 func (h *Hasher) Sum(prefix, key string) [sha256.Size]byte {
-	m := h.pool.Get().(hash.Hash)
-	m.Reset()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(prefix)))
-	m.Write(n[:])
-	m.Write([]byte(prefix))
-	m.Write([]byte(key))
+	s := h.pool.Get().(*summer)
+	out := s.sum(prefix, key)
+	h.pool.Put(s)
+	return out
+}
+
+// summer is one HMAC and the scratch its input and output pass through, so
+// that Sum allocates nothing once the pool is warm.
+type summer struct {
+	m   hash.Hash
+	buf []byte
+}
+
+func (s *summer) sum(prefix, key string) [sha256.Size]byte {
+	s.m.Reset()
+	b := binary.BigEndian.AppendUint64(s.buf[:0], uint64(len(prefix)))
+	b = append(append(b, prefix...), key...)
+	s.m.Write(b)
+	b = s.m.Sum(b[:0])
 	var out [sha256.Size]byte
-	m.Sum(out[:0])
-	h.pool.Put(m)
+	copy(out[:], b)
+	s.buf = b
 	return out
 }

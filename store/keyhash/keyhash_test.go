@@ -40,3 +40,27 @@ func TestWeakSecret(t *testing.T) {
 		t.Fatalf("got %v, want ErrWeakSecret", err)
 	}
 }
+
+// Sum allocates nothing once its pool is warm, and a long key after a short
+// one (or the reverse) is named as if it came first.
+func TestSumAllocs(t *testing.T) {
+	h, err := New([]byte(strings.Repeat("s", MinSecretLen)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("k", 512)
+	want := h.Sum("p", long)
+	h.Sum("p", "short")
+	if got := h.Sum("p", long); got != want {
+		t.Error("a long key after a short one is named differently")
+	}
+	// The pool's own churn aside (the race detector makes it drop what it
+	// is given), a summer allocates nothing.
+	s := h.pool.Get().(*summer)
+	if got := s.sum("p", long); got != want {
+		t.Error("a summer names a key unlike Sum")
+	}
+	if n := testing.AllocsPerRun(100, func() { s.sum("prefix:", "alice@example.com") }); n != 0 {
+		t.Errorf("a summer allocates %v times per call, want 0", n)
+	}
+}

@@ -69,3 +69,19 @@ func TestSweepWalksChains(t *testing.T) {
 		t.Errorf("Entries() = %d, want 2", b.Entries())
 	}
 }
+
+// mixPrefix tells apart prefixes of every length and allocates nothing.
+func TestMixPrefix(t *testing.T) {
+	seen := map[uint64]string{}
+	for _, p := range []string{"", "a", "b", "a:", "execute:", "execute:x", "health:", "password-reset:account-ip:", "password-reset:account-ip;"} {
+		h := mixPrefix(p)
+		if q, ok := seen[h]; ok {
+			t.Errorf("prefixes %q and %q mix alike", p, q)
+		}
+		seen[h] = p
+	}
+	long := "password-reset:account-ip:"
+	if n := testing.AllocsPerRun(100, func() { mixPrefix(long) }); n != 0 {
+		t.Errorf("mixPrefix allocates %v times", n)
+	}
+}

@@ -18,6 +18,7 @@ package memory
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -190,7 +191,24 @@ func (b *Backend) Inline() bool { return true }
 // hash returns the hash of prefix and key, which picks the key's shard
 // (its top bits) and its place in the shard's map.
 func (b *Backend) hash(prefix, key string) uint64 {
-	return maphash.String(b.seed, key) ^ maphash.String(b.seed, prefix)*0x9e3779b97f4a7c15
+	return maphash.String(b.seed, key) ^ mixPrefix(prefix)
+}
+
+// mixPrefix folds a prefix into 64 bits, cheaply: prefixes are few and
+// chosen by the app, never by a client. The seeded hash of the key, which a
+// client does choose, keeps the sum unpredictable: for one prefix, keys
+// collide only when their seeded hashes do.
+func mixPrefix(p string) uint64 {
+	h := uint64(len(p)) * 0x9e3779b97f4a7c15
+	for len(p) >= 8 {
+		h = (h ^ binary.LittleEndian.Uint64([]byte(p[:8]))) * 0xbf58476d1ce4e5b9
+		h ^= h >> 31
+		p = p[8:]
+	}
+	for i := 0; i < len(p); i++ {
+		h = (h ^ uint64(p[i])) * 0x94d049bb133111eb
+	}
+	return h ^ h>>29
 }
 
 // lockSet is the shards of one call, locked in ascending order.

@@ -211,10 +211,12 @@ func mixPrefix(p string) uint64 {
 	return h ^ h>>29
 }
 
+// shardOf returns the shard of the key whose hash is h.
+func (b *Backend) shardOf(h uint64) int { return int((h >> 32) & b.mask) }
+
 // lockSet is the shards of one call, locked in ascending order.
 type lockSet struct {
 	hash [store.MaxKeys]uint64 // of each key
-	idx  [store.MaxKeys]int    // shard of each key
 	lockorder.Set
 }
 
@@ -222,8 +224,7 @@ func (b *Backend) lock(ls *lockSet, prefix string, keys []string) {
 	for i, k := range keys {
 		h := b.hash(prefix, k)
 		ls.hash[i] = h
-		ls.idx[i] = int((h >> 32) & b.mask)
-		ls.Add(ls.idx[i])
+		ls.Add(b.shardOf(h))
 	}
 	for _, s := range ls.Ascending() {
 		b.shards[s].mu.Lock()
@@ -297,7 +298,7 @@ func (b *Backend) update(prefix string, keys []string, apply, check store.ApplyF
 	entries := sc.scratch[:len(keys)]
 	var items [store.MaxKeys]*item
 	for i, k := range keys {
-		sh := &b.shards[ls.idx[i]]
+		sh := &b.shards[b.shardOf(ls.hash[i])]
 		it := sh.find(ls.hash[i], prefix, k)
 		if it != nil && it.exp <= nowMs {
 			sh.remove(ls.hash[i], it)
@@ -346,11 +347,11 @@ func (b *Backend) update(prefix string, keys []string, apply, check store.ApplyF
 		it := items[i]
 		switch {
 		case e.Value == nil && it != nil:
-			b.shards[ls.idx[i]].remove(ls.hash[i], it)
+			b.shards[b.shardOf(ls.hash[i])].remove(ls.hash[i], it)
 			b.live.Add(-1)
 		case e.Value == nil:
 		case it == nil:
-			b.shards[ls.idx[i]].add(ls.hash[i], &item{
+			b.shards[b.shardOf(ls.hash[i])].add(ls.hash[i], &item{
 				prefix: prefix,
 				key:    k,
 				value:  append([]byte(nil), e.Value...),
@@ -374,7 +375,7 @@ func (b *Backend) Read(_ context.Context, prefix string, keys []string) ([]store
 	nowMs := b.now()
 	out := make([]store.Entry, len(keys))
 	for i, k := range keys {
-		it := b.shards[ls.idx[i]].find(ls.hash[i], prefix, k)
+		it := b.shards[b.shardOf(ls.hash[i])].find(ls.hash[i], prefix, k)
 		if it == nil || it.exp <= nowMs {
 			continue
 		}

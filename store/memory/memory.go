@@ -311,7 +311,11 @@ func (b *Backend) update(prefix string, keys []string, apply, check store.ApplyF
 			continue
 		}
 		sc.bufs[i] = append(sc.bufs[i][:0], it.value...)
-		entries[i] = store.Entry{Value: sc.bufs[i], ExpiresAt: time.UnixMilli(it.exp)}
+		// Field by field: a whole Entry built on the stack and copied in
+		// costs a stalled store forwarding on every call.
+		e := &entries[i]
+		e.Value = sc.bufs[i]
+		e.ExpiresAt = time.UnixMilli(it.exp)
 	}
 	defer clear(entries)
 

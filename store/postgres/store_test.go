@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -530,6 +531,22 @@ func TestNoPlaceholdersLeft(t *testing.T) {
 			t.Fatalf("Update writing the new key %v: %d rows for it, want %d", write, n, want)
 		}
 	}
+	// apply fails on the second try, after placeholders are in: they go.
+	errApply := errors.New("apply failed")
+	tries := 0
+	err := h.Update(ctx, []string{"held", "new2"}, func(now time.Time, es []store.Entry) error {
+		if tries++; tries > 1 {
+			return errApply
+		}
+		es[1] = store.Entry{Value: []byte("1"), ExpiresAt: now.Add(time.Minute)}
+		return nil
+	})
+	if !errors.Is(err, errApply) || tries != 2 {
+		t.Fatalf("Update whose apply fails on its second try: %v after %d tries, want the apply's error after 2", err, tries)
+	}
+	if n := rowCount(t, pool, h, "new2"); n != 0 {
+		t.Fatalf("an Update whose apply failed left %d rows for its new key", n)
+	}
 	tl, err := h.Count(ctx, []string{"fresh", "held"}, []store.Cap{full[0], full[0]}, 1)
 	if err != nil || tl.Allowed || tl.Limiting != 1 {
 		t.Fatalf("Count over a full key: %+v, %v; want refused by key 1", tl, err)
@@ -587,4 +604,59 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestUpdateStatementsLost: a connection that lost Update's prepared
+// statements (DEALLOCATE ALL) fails at most one Update, and the next
+// prepares them again and counts.
+func TestUpdateStatementsLost(t *testing.T) {
+	check := newPool(t)
+	cfg, err := pgxpool.ParseConfig(testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // every call on the connection that lost them
+	ctx := context.Background()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	h := newHandle(t, newStore(t, pool, Options{}), "lost")
+	incr := func(now time.Time, es []store.Entry) error {
+		var n int64
+		if es[0].Live() {
+			var err error
+			if n, err = store.ParseCount(es[0].Value); err != nil {
+				return err
+			}
+		} else {
+			es[0].ExpiresAt = now.Add(time.Minute)
+		}
+		es[0].Value = store.AppendCount(es[0].Value[:0], n+1)
+		return nil
+	}
+	if err := h.Update(ctx, []string{"k"}, incr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "DEALLOCATE ALL"); err != nil {
+		t.Fatal(err)
+	}
+	want := 1
+	if err := h.Update(ctx, []string{"k"}, incr); err == nil {
+		want++
+	} else {
+		t.Logf("the first Update after DEALLOCATE ALL: %v", err)
+	}
+	if err := h.Update(ctx, []string{"k"}, incr); err != nil {
+		t.Fatalf("the second Update after DEALLOCATE ALL: %v", err)
+	}
+	want++
+	var v string
+	if err := check.QueryRow(ctx, "SELECT value FROM gatecount_entries WHERE keyhash = $1", oldHashes(t, h, []string{"k"})[0]).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v != strconv.Itoa(want) {
+		t.Fatalf("count %s after the updates that succeeded, want %d", v, want)
+	}
 }

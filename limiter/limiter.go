@@ -357,12 +357,12 @@ func (d Decision) Only(indexes ...int) Decision {
 // only for invalid keys, or when ctx ends before the store answers; a store
 // that cannot answer is reported in the Decision, decided by the limiter's
 // Unavailable policy.
-func (l *Limiter) Attempt(ctx context.Context, keys ...string) (Decision, error) {
+func (l *Limiter) Attempt(ctx context.Context, keys ...string) (d Decision, err error) {
 	if len(keys) == 0 || len(keys) > MaxKeys {
 		return Decision{}, fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(keys), MaxKeys)
 	}
-	var d Decision
-	err := l.count(ctx, keys, l.caps[:len(keys)], &d)
+	// Decided straight into the result, which is not copied on its way out.
+	err = l.count(ctx, keys, l.caps[:len(keys)], &d)
 	return d, err
 }
 
@@ -482,7 +482,10 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 
 // decide fills d from the tally of a count on keys.
 func decide(t *store.Tally, keys []string, caps []store.Cap, local bool, d *Decision) {
-	*d = Decision{Allowed: t.Allowed, Local: local, Now: t.Now, Limiting: t.Limiting, n: len(keys)}
+	// Zeroed, then filled field by field: a Decision built whole on the
+	// stack and copied in stalls store forwarding.
+	*d = Decision{}
+	d.Allowed, d.Local, d.Now, d.Limiting, d.n = t.Allowed, local, t.Now, t.Limiting, len(keys)
 	copy(d.keys[:], keys)
 	for i := range keys {
 		d.expires[i] = t.ExpiresAt[i].UnixMilli()

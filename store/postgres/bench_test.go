@@ -223,19 +223,6 @@ func benchHandleOpts(b *testing.B, schema string, conc int, o Options) *store.Ha
 // BenchmarkUpdate is the generic path: two round trips, apply in between.
 func BenchmarkUpdate(b *testing.B) {
 	schema := benchSchema(b)
-	incr := func(now time.Time, es []store.Entry) error {
-		var n int64
-		if es[0].Live() {
-			var err error
-			if n, err = store.ParseCount(es[0].Value); err != nil {
-				return err
-			}
-		} else {
-			es[0].ExpiresAt = now.Add(time.Minute)
-		}
-		es[0].Value = store.AppendCount(es[0].Value[:0], n+1)
-		return nil
-	}
 	for _, hot := range []bool{true, false} {
 		for _, conc := range benchConcurrency {
 			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {

@@ -122,27 +122,30 @@ func TestExactBudget(t *testing.T) {
 
 // TestUpdateExact: concurrent increments through Update on two pools lose
 // nothing, a key's first increment included.
+// incr is an apply that adds one to the counter of every key, starting a
+// minute's window for a key that has none.
+func incr(now time.Time, es []store.Entry) error {
+	for i := range es {
+		var n int64
+		if es[i].Live() {
+			var err error
+			if n, err = store.ParseCount(es[i].Value); err != nil {
+				return err
+			}
+		} else {
+			es[i].ExpiresAt = now.Add(time.Minute)
+		}
+		es[i].Value = store.AppendCount(es[i].Value[:0], n+1)
+	}
+	return nil
+}
+
 func TestUpdateExact(t *testing.T) {
 	poolA, poolB := newPool(t), newPool(t)
 	prefix := randomPrefix("incr")
 	o := Options{Store: store.Options{MaxInFlight: 128}}
 	a, _ := newStore(t, poolA, o).Handle(prefix)
 	b, _ := newStore(t, poolB, o).Handle(prefix)
-	incr := func(now time.Time, es []store.Entry) error {
-		for i := range es {
-			var n int64
-			if es[i].Live() {
-				var err error
-				if n, err = store.ParseCount(es[i].Value); err != nil {
-					return err
-				}
-			} else {
-				es[i].ExpiresAt = now.Add(time.Minute)
-			}
-			es[i].Value = store.AppendCount(es[i].Value[:0], n+1)
-		}
-		return nil
-	}
 	for round := range 5 {
 		keys := []string{"x-" + randomPrefix("k"), "y-" + randomPrefix("k")}
 		const workers = 100
@@ -623,19 +626,6 @@ func TestUpdateStatementsLost(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	h := newHandle(t, newStore(t, pool, Options{}), "lost")
-	incr := func(now time.Time, es []store.Entry) error {
-		var n int64
-		if es[0].Live() {
-			var err error
-			if n, err = store.ParseCount(es[0].Value); err != nil {
-				return err
-			}
-		} else {
-			es[0].ExpiresAt = now.Add(time.Minute)
-		}
-		es[0].Value = store.AppendCount(es[0].Value[:0], n+1)
-		return nil
-	}
 	if err := h.Update(ctx, []string{"k"}, incr); err != nil {
 		t.Fatal(err)
 	}

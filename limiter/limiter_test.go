@@ -298,6 +298,13 @@ func (f *flaky) Update(ctx context.Context, p string, k []string, a store.ApplyF
 	return f.Backend.Update(ctx, p, k, a)
 }
 
+func (f *flaky) Count(ctx context.Context, p string, k []string, caps []store.Cap, n int64, t *store.Tally) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.Backend.Count(ctx, p, k, caps, n, t)
+}
+
 func (f *flaky) Read(ctx context.Context, p string, k []string) ([]store.Entry, error) {
 	if f.down.Load() {
 		return nil, errDown
@@ -422,6 +429,12 @@ func (s *stuck) Update(ctx context.Context, p string, k []string, a store.ApplyF
 	s.entered <- struct{}{}
 	<-s.release
 	return s.Backend.Update(ctx, p, k, a)
+}
+
+func (s *stuck) Count(ctx context.Context, p string, k []string, caps []store.Cap, n int64, t *store.Tally) error {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.Backend.Count(ctx, p, k, caps, n, t)
 }
 
 // An overloaded store is not down: under Local the attempt is refused, not

@@ -82,8 +82,9 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Cap, n int64, 
 	// slice does not escape and a one-key Count allocates nothing.
 	own := c.keys[:copy(c.keys[:], keys)]
 	var err error
-	if ct, ok := s.b.(Counter); ok {
-		c.t = Tally{Limiting: -1}
+	if ct := s.counter; ct != nil {
+		c.t = Tally{}
+		c.t.Limiting = -1
 		if s.inline {
 			if err = s.enter(); err == nil {
 				err = ct.Count(ctx, h.prefix, own, caps, n, &c.t)

@@ -70,6 +70,7 @@ type Store struct {
 	b        Backend
 	inline   bool
 	updater  InlineUpdater // when b is inline and offers it
+	counter  Counter       // when b offers it
 	opts     Options
 	backing  any
 	inFlight atomic.Int64
@@ -92,6 +93,7 @@ func New(b Backend, opts Options) *Store {
 		s.inline = true
 		s.updater, _ = b.(InlineUpdater)
 	}
+	s.counter, _ = b.(Counter)
 	if bk, ok := b.(Backing); ok {
 		s.backing = bk.Backing()
 	}

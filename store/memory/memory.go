@@ -284,6 +284,105 @@ func (b *Backend) lowerMinExp(exp int64) {
 	}
 }
 
+// held fills items with the live items of keys, whose shards ls holds
+// locked, removing those that expired by nowMs.
+func (b *Backend) held(ls *lockSet, prefix string, keys []string, nowMs int64, items *[store.MaxKeys]*item) {
+	for i, k := range keys {
+		sh := &b.shards[b.shardOf(ls.hash[i])]
+		it := sh.find(ls.hash[i], prefix, k)
+		if it != nil && it.exp <= nowMs {
+			sh.remove(ls.hash[i], it)
+			b.live.Add(-1)
+			it = nil
+		}
+		items[i] = it
+	}
+}
+
+// reserve makes room for added new keys, all or none. It reports full when
+// there is no room; then, once the caller has swept, it also returns the
+// bound's error (and logs it).
+func (b *Backend) reserve(prefix string, added int, swept bool) (full bool, err error) {
+	if added == 0 {
+		return false, nil
+	}
+	n := int(b.live.Add(int64(added)))
+	if b.bound.Full(n - 1) {
+		b.live.Add(-int64(added))
+		if !swept {
+			return true, nil
+		}
+		return true, b.bound.Admit(n-1, prefix)
+	}
+	_ = b.bound.Admit(n-1, prefix) // not full: only logs when filling
+	return false, nil
+}
+
+// Count implements store.Counter: the generic Count's step (see
+// store.ApplyCount) done on the held items in place, with no copy of them
+// for an apply and no check of what it wrote, since it writes only counts.
+func (b *Backend) Count(_ context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+	full, err := b.count(prefix, keys, caps, n, t, false)
+	if !full {
+		return err
+	}
+	b.sweepIfExpired() // as Update does when full
+	_, err = b.count(prefix, keys, caps, n, t, true)
+	return err
+}
+
+func (b *Backend) count(prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally, swept bool) (full bool, err error) {
+	var ls lockSet
+	b.lock(&ls, prefix, keys)
+	defer b.unlock(&ls)
+
+	nowMs := b.now()
+	var items [store.MaxKeys]*item
+	b.held(&ls, prefix, keys, nowMs, &items)
+	*t = store.Tally{} // then field by field, which spares a copy through the stack
+	t.Now, t.Limiting = time.UnixMilli(nowMs), -1
+	added := 0
+	for i, it := range items[:len(keys)] {
+		var v int64
+		if it == nil {
+			added++
+		} else {
+			if v, err = store.ParseCount(it.value); err != nil {
+				return false, err
+			}
+			t.ExpiresAt[i] = time.UnixMilli(it.exp)
+		}
+		t.Counts[i] = v
+		if t.Limiting < 0 && v > caps[i].Max-n {
+			t.Limiting = i
+		}
+	}
+	if t.Limiting >= 0 {
+		return false, nil // refused: nothing changes
+	}
+	if full, err := b.reserve(prefix, added, swept); full {
+		return true, err
+	}
+	t.Allowed = true
+	for i, it := range items[:len(keys)] {
+		t.Counts[i] += n
+		if it != nil {
+			it.value = store.AppendCount(it.value[:0], t.Counts[i])
+			continue
+		}
+		exp := nowMs + caps[i].Window.Milliseconds()
+		t.ExpiresAt[i] = time.UnixMilli(exp)
+		b.shards[b.shardOf(ls.hash[i])].add(ls.hash[i], &item{
+			prefix: prefix,
+			key:    keys[i],
+			value:  store.AppendCount(nil, t.Counts[i]),
+			exp:    exp,
+		})
+		b.lowerMinExp(exp)
+	}
+	return false, nil
+}
+
 // update runs one read-modify-write. It reports full, with nothing written,
 // when new keys found no room and swept is false, and whether its error is
 // apply's or check's.
@@ -297,15 +396,8 @@ func (b *Backend) update(prefix string, keys []string, apply, check store.ApplyF
 	sc := &b.shards[ls.Ascending()[0]]
 	entries := sc.scratch[:len(keys)]
 	var items [store.MaxKeys]*item
-	for i, k := range keys {
-		sh := &b.shards[b.shardOf(ls.hash[i])]
-		it := sh.find(ls.hash[i], prefix, k)
-		if it != nil && it.exp <= nowMs {
-			sh.remove(ls.hash[i], it)
-			b.live.Add(-1)
-			it = nil
-		}
-		items[i] = it
+	b.held(&ls, prefix, keys, nowMs, &items)
+	for i, it := range items[:len(keys)] {
 		if it == nil {
 			entries[i] = store.Entry{}
 			continue
@@ -334,17 +426,8 @@ func (b *Backend) update(prefix string, keys []string, apply, check store.ApplyF
 			added++
 		}
 	}
-	if added > 0 {
-		// Reserve room for every new key, or for none.
-		n := int(b.live.Add(int64(added)))
-		if b.bound.Full(n - 1) {
-			b.live.Add(-int64(added))
-			if !swept {
-				return true, false, nil
-			}
-			return true, false, b.bound.Admit(n-1, prefix)
-		}
-		_ = b.bound.Admit(n-1, prefix) // not full: only logs when filling
+	if full, err := b.reserve(prefix, added, swept); full {
+		return true, false, err
 	}
 	for i, k := range keys {
 		e := &entries[i]

@@ -396,3 +396,37 @@ func TestFullStoreRefusesWithoutSweeping(t *testing.T) {
 		t.Fatalf("new key once entries expired: %v", err)
 	}
 }
+
+// Count, done by the store in one step, keeps the bound as Update does: a
+// new key finds a full store answered full, with nothing counted; held keys
+// keep counting; a key whose window ended makes room once it has expired.
+func TestCountFullStore(t *testing.T) {
+	const max = 2
+	clk := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	s := memory.New(memory.Options{MaxEntries: max, Now: clk.Now, Store: store.Options{Logger: quiet}})
+	defer s.Close()
+	h, err := s.Handle("count:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	count := func(key string, window time.Duration) (store.Tally, error) {
+		return h.Count(ctx, []string{key}, []store.Cap{{Max: 10, Window: window}}, 1)
+	}
+	for _, k := range []string{"a", "b"} {
+		if _, err := count(k, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := count("c", time.Hour); store.ReasonOf(err) != store.ReasonFull {
+		t.Fatalf("Count of a new key in a full store: %v, want %v", err, store.ReasonFull)
+	}
+	if tl, err := count("a", time.Minute); err != nil || !tl.Allowed || tl.Counts[0] != 2 {
+		t.Fatalf("Count of a held key in a full store: %+v, %v; want allowed, count 2", tl, err)
+	}
+	clk.Advance(time.Minute) // a and b expire
+	tl, err := count("c", time.Hour)
+	if err != nil || !tl.Allowed || tl.Counts[0] != 1 || !tl.ExpiresAt[0].Equal(clk.Now().Add(time.Hour)) {
+		t.Fatalf("Count of a new key once two had expired: %+v, %v", tl, err)
+	}
+}

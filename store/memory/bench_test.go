@@ -52,6 +52,15 @@ func benchHandle(b *testing.B) *store.Handle {
 
 // BenchmarkYardstickAllow is rate.Limiter.Allow, the yardstick for a
 // one-key Update.
+// manyKeys returns 100,000 one-key slices, "k0" to "k99999".
+func manyKeys() [][]string {
+	keys := make([][]string, 100_000)
+	for i := range keys {
+		keys[i] = []string{"k" + strconv.Itoa(i)}
+	}
+	return keys
+}
+
 func BenchmarkYardstickAllow(b *testing.B) {
 	l := rate.NewLimiter(1e9, 1e9)
 	b.ReportAllocs()
@@ -76,11 +85,8 @@ func BenchmarkUpdateHotKey(b *testing.B) {
 func BenchmarkUpdate100kKeys(b *testing.B) {
 	h := benchHandle(b)
 	c := newCounter()
-	const n = 100_000
-	keys := make([][]string, n)
-	for i := range keys {
-		keys[i] = []string{"k" + strconv.Itoa(i)}
-	}
+	keys := manyKeys()
+	n := len(keys)
 	ctx := context.Background()
 	for _, k := range keys { // every key held: the steady state
 		if err := h.Update(ctx, k, c.fn); err != nil {
@@ -99,11 +105,8 @@ func BenchmarkUpdate100kKeys(b *testing.B) {
 
 func BenchmarkUpdateParallel(b *testing.B) {
 	h := benchHandle(b)
-	const n = 100_000
-	keys := make([][]string, n)
-	for i := range keys {
-		keys[i] = []string{"k" + strconv.Itoa(i)}
-	}
+	keys := manyKeys()
+	n := len(keys)
 	var next atomic.Int64
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -140,11 +143,8 @@ func BenchmarkUpdateConc8(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			h := benchHandle(b)
-			const n = 100_000
-			keys := make([][]string, n)
-			for i := range keys {
-				keys[i] = []string{"k" + strconv.Itoa(i)}
-			}
+			keys := manyKeys()
+			n := len(keys)
 			var next atomic.Int64
 			ctx := context.Background()
 			b.ReportAllocs()

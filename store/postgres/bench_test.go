@@ -237,32 +237,19 @@ func BenchmarkUpdate(b *testing.B) {
 }
 
 // BenchmarkCount is Handle.Count through the native Counter: one statement.
-func BenchmarkCount(b *testing.B) {
-	schema := benchSchema(b)
-	caps := []store.Cap{{Max: 1 << 40, Window: time.Minute}}
-	for _, hot := range []bool{true, false} {
-		for _, conc := range benchConcurrency {
-			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
-				h := benchHandle(b, schema, conc)
-				key := keySource(hot)
-				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
-					_, err := h.Count(ctx, []string{key(r)}, caps, 1)
-					return err
-				})
-			})
-		}
-	}
-}
+func BenchmarkCount(b *testing.B) { benchCount(b, Options{}) }
 
 // BenchmarkCountSyncCommit is BenchmarkCount with Options.SyncCommit: every
 // count waits for its WAL flush, as UpsertCounter/sync does.
-func BenchmarkCountSyncCommit(b *testing.B) {
+func BenchmarkCountSyncCommit(b *testing.B) { benchCount(b, Options{SyncCommit: true}) }
+
+func benchCount(b *testing.B, o Options) {
 	schema := benchSchema(b)
 	caps := []store.Cap{{Max: 1 << 40, Window: time.Minute}}
 	for _, hot := range []bool{true, false} {
 		for _, conc := range benchConcurrency {
 			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
-				h := benchHandleOpts(b, schema, conc, Options{SyncCommit: true})
+				h := benchHandleOpts(b, schema, conc, o)
 				key := keySource(hot)
 				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
 					_, err := h.Count(ctx, []string{key(r)}, caps, 1)

@@ -103,18 +103,27 @@ func BenchmarkUpdate100kKeys(b *testing.B) {
 	}
 }
 
-func BenchmarkUpdateParallel(b *testing.B) {
+func BenchmarkUpdateParallel(b *testing.B) { updateInParallel(b, false) }
+
+// updateInParallel runs Update from b.RunParallel's goroutines, on one hot
+// key or on 100,000 held keys, each goroutine starting at its own place.
+func updateInParallel(b *testing.B, hot bool) {
 	h := benchHandle(b)
 	keys := manyKeys()
 	n := len(keys)
 	var next atomic.Int64
 	ctx := context.Background()
 	b.ReportAllocs()
+	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		c := newCounter()
 		i := int(next.Add(7919))
 		for pb.Next() {
-			if err := h.Update(ctx, keys[i%n], c.fn); err != nil {
+			k := keys[0]
+			if !hot {
+				k = keys[i%n]
+			}
+			if err := h.Update(ctx, k, c.fn); err != nil {
 				b.Error(err)
 				return
 			}
@@ -142,29 +151,8 @@ func BenchmarkUpdateConc8(b *testing.B) {
 			name = "hot"
 		}
 		b.Run(name, func(b *testing.B) {
-			h := benchHandle(b)
-			keys := manyKeys()
-			n := len(keys)
-			var next atomic.Int64
-			ctx := context.Background()
-			b.ReportAllocs()
 			b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				c := newCounter()
-				i := int(next.Add(7919))
-				for pb.Next() {
-					k := keys[0]
-					if !hot {
-						k = keys[i%n]
-					}
-					if err := h.Update(ctx, k, c.fn); err != nil {
-						b.Error(err)
-						return
-					}
-					i++
-				}
-			})
+			updateInParallel(b, hot)
 		})
 	}
 }

@@ -167,8 +167,8 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 }
 
 // Close stops new calls, waits for calls still running in a backend that is
-// not Inline, and closes the backend. Its handles' prefixes become free again. Close is
-// idempotent.
+// not Inline, and closes the backend. Its handles' prefixes become free
+// again. Close is idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -190,7 +190,8 @@ func (s *Store) Close() error {
 }
 
 // enter admits a call, or answers why not. A call to a backend that is not
-// inline is counted in flight, and must leave with exit.
+// inline is counted in flight; its caller takes it off (inFlight.Add(-1))
+// when the backend returns.
 func (s *Store) enter() error {
 	if s.closed.Load() {
 		return errClosed

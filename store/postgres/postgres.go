@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gatecount/gatecount/store"
@@ -250,11 +251,17 @@ RETURNING g.keyhash`
        array_agg(l.keyhash), array_agg(l.fingerprint), array_agg(l.value), array_agg(l.expires_at)
   FROM (SELECT keyhash, fingerprint, value, expires_at FROM gatecount_entries
          WHERE keyhash = ANY($1) ORDER BY keyhash FOR UPDATE) AS l`
-	sqlLockRead1      = `SELECT date_trunc('milliseconds', clock_timestamp()),` + sqlLockRead1Rest
-	sqlLockRead1Async = `SELECT date_trunc('milliseconds', clock_timestamp()), set_config('synchronous_commit', 'off', true),` + sqlLockRead1Rest
-	sqlLockRead1Rest  = `
-       array_agg(l.keyhash), array_agg(l.fingerprint), array_agg(l.value), array_agg(l.expires_at)
-  FROM (SELECT keyhash, fingerprint, value, expires_at FROM gatecount_entries
+	// sqlLockRead1 is sqlLockRead for one key, with scalar results: the
+	// clock, then the row's fingerprint, value and expiry, all null when
+	// the key has no row. The aggregates (of one row or none) make the
+	// result one row, computed after the row is locked.
+	sqlLockRead1      = `SELECT date_trunc('milliseconds', clock_timestamp()),` + sqlLockRead1Cols + sqlLockRead1From
+	sqlLockRead1Async = `SELECT date_trunc('milliseconds', clock_timestamp()),` + sqlLockRead1Cols +
+		`, set_config('synchronous_commit', 'off', true)` + sqlLockRead1From
+	sqlLockRead1Cols = `
+       min(l.fingerprint), min(l.value), min(l.expires_at)`
+	sqlLockRead1From = `
+  FROM (SELECT fingerprint, value, expires_at FROM gatecount_entries
          WHERE keyhash = $1 FOR UPDATE) AS l`
 	sqlWrite = `UPDATE gatecount_entries AS g SET fingerprint = $2, value = u.v, expires_at = u.e
   FROM unnest($1::bytea[], $3::text[], $4::timestamptz[]) AS u(k, v, e)
@@ -266,9 +273,13 @@ RETURNING g.keyhash`
 	sqlInsert = `INSERT INTO gatecount_entries (keyhash, fingerprint, value, expires_at)
 SELECT k, $2, v, e FROM unnest($1::bytea[], $3::text[], $4::timestamptz[]) AS u(k, v, e)
 ON CONFLICT (keyhash) DO NOTHING`
-	sqlDelete = `DELETE FROM gatecount_entries WHERE keyhash = ANY($1)`
-	sqlAdmit  = `SELECT gatecount_admit($1, $2, $3, $4, $5)`
-	sqlCount  = `SELECT now_ms, allowed, limiting, counts, expires_ms, added, bad, is_full, live
+	sqlInsert1 = `INSERT INTO gatecount_entries (keyhash, fingerprint, value, expires_at)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (keyhash) DO NOTHING`
+	sqlDelete  = `DELETE FROM gatecount_entries WHERE keyhash = ANY($1)`
+	sqlDelete1 = `DELETE FROM gatecount_entries WHERE keyhash = $1`
+	sqlAdmit   = `SELECT gatecount_admit($1, $2, $3, $4, $5)`
+	sqlCount   = `SELECT now_ms, allowed, limiting, counts, expires_ms, added, bad, is_full, live
   FROM gatecount_count($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 	// sqlCountOne is the single-key Count far from the bound: one plain
 	// statement, serialised by the primary key (a first insert waits for
@@ -421,33 +432,66 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 // count is ErrNotCounter. Otherwise the key changed since, or holds a count
 // the statement's pattern does not take, and countOne reports false, having
 // written nothing, for gatecount_count to decide.
-func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Cap, n int64, t *store.Tally) (bool, error) {
-	q := sqlCountOneAsync
-	if b.syncCommit {
-		q = sqlCountOne
+func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Cap, n int64, t *store.Tally) (done bool, err error) {
+	conn, ctx, err := b.acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("postgres: count: %w", err)
 	}
-	var (
-		v        int64
-		exp, now time.Time
-	)
-	err := b.pool.QueryRow(ctx, q, hash, b.fp, n, c.Max, c.Window.Milliseconds()).Scan(&v, &exp, &now)
-	switch {
-	case err == nil:
-		*t = store.Tally{Allowed: true, Now: time.UnixMilli(now.UnixMilli()), Limiting: -1}
+	defer func() { err = release(conn, err) }()
+	pc := conn.Conn().PgConn()
+	st, err := statements(ctx, conn.Conn())
+	if err != nil {
+		return false, fmt.Errorf("postgres: count: prepare: %w", err)
+	}
+	defer func() {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
+			delete(pc.CustomData(), stmtsKey) // prepare again next time
+		}
+	}()
+	s := st[cCountOneAsync]
+	if b.syncCommit {
+		s = st[cCountOne]
+	}
+	var w wire
+	w.reset().bytes(hash).text(b.fp).int8(n).int8(c.Max).int8(c.Window.Milliseconds())
+	var v, expUs, nowUs int64
+	counted := false
+	err = readRow(pc.ExecStatement(ctx, s.sd, w.values(), binaryFormat, s.resultFormats), func(vals [][]byte) (err error) {
+		counted = true
+		if v, err = wireInt8(vals[0]); err != nil {
+			return err
+		}
+		if expUs, err = wireMicros(vals[1]); err != nil {
+			return err
+		}
+		nowUs, err = wireMicros(vals[2])
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("postgres: count: %w", err)
+	}
+	if counted {
+		*t = store.Tally{Allowed: true, Now: time.UnixMilli(floorDiv(nowUs, 1000)), Limiting: -1}
 		t.Counts[0] = v
-		t.ExpiresAt[0] = time.UnixMilli(exp.UnixMilli())
+		t.ExpiresAt[0] = time.UnixMilli(floorDiv(expUs, 1000))
 		if t.ExpiresAt[0].Equal(t.Now.Add(c.Window)) {
 			b.addEstimate(1) // a new counter: a new row, or an expired one started afresh
 		}
 		return true, nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return false, fmt.Errorf("postgres: count: %w", err)
 	}
-	var (
-		val []byte
-		e   *time.Time
-	)
-	if err := b.pool.QueryRow(ctx, sqlRead1, hash, b.fp).Scan(&now, nil, &val, &e); err != nil {
+	// Refused: read the key.
+	var val []byte
+	s = st[cRead1]
+	err = readRow(pc.ExecStatement(ctx, s.sd, w.reset().bytes(hash).text(b.fp).values(), binaryFormat, s.resultFormats), func(vals [][]byte) (err error) {
+		if nowUs, err = wireMicros(vals[0]); err != nil || vals[2] == nil {
+			return err
+		}
+		val = bytes.Clone(vals[2])
+		expUs, err = wireMicros(vals[3])
+		return err
+	})
+	if err != nil {
 		return false, fmt.Errorf("postgres: count: read the refused key: %w", err)
 	}
 	if val == nil {
@@ -460,10 +504,21 @@ func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Cap, n int6
 	if cur <= c.Max-n {
 		return false, nil
 	}
-	*t = store.Tally{Now: time.UnixMilli(now.UnixMilli()), Limiting: 0}
+	*t = store.Tally{Now: time.UnixMilli(floorDiv(nowUs, 1000)), Limiting: 0}
 	t.Counts[0] = cur
-	t.ExpiresAt[0] = time.UnixMilli(e.UnixMilli())
+	t.ExpiresAt[0] = time.UnixMilli(floorDiv(expUs, 1000))
 	return true, nil
+}
+
+// readRow calls f with the values of rr's one row, if it has one, and closes
+// rr.
+func readRow(rr *pgconn.ResultReader, f func(vals [][]byte) error) error {
+	var err error
+	if rr.NextRow() {
+		err = f(rr.Values())
+	}
+	_, cerr := rr.Close()
+	return errors.Join(cerr, err)
 }
 
 // Sweep implements store.Backend: it deletes expired rows, of every secret,

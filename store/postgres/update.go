@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,112 +15,6 @@ import (
 
 	"github.com/gatecount/gatecount/store"
 )
-
-// Statements of Update, prepared by name on each connection that runs one
-// (see updateStatements).
-const (
-	uLock = iota
-	uLockRead
-	uLockReadAsync
-	uLockRead1
-	uLockRead1Async
-	uWrite
-	uWrite1
-	uInsert
-	uDelete
-	uAdmit
-	uStatements
-)
-
-var updateSQL = [uStatements]string{
-	uLock:           sqlLock,
-	uLockRead:       sqlLockRead,
-	uLockReadAsync:  sqlLockReadAsync,
-	uLockRead1:      sqlLockRead1,
-	uLockRead1Async: sqlLockRead1Async,
-	uWrite:          sqlWrite,
-	uWrite1:         sqlWrite1,
-	uInsert:         sqlInsert,
-	uDelete:         sqlDelete,
-	uAdmit:          sqlAdmit,
-}
-
-// updateStmtsKey names the prepared statements of Update in a connection's
-// CustomData.
-const updateStmtsKey = "github.com/gatecount/gatecount/store/postgres update statements"
-
-// errStmtGone is the SQLSTATE of a prepared statement the connection no
-// longer has (DEALLOCATE or DISCARD ran on it).
-const errStmtGone = "26000"
-
-type preparedStmt struct {
-	sd            *pgconn.StatementDescription
-	resultFormats []int16
-}
-
-type updateStmts [uStatements]preparedStmt
-
-func updateStmtName(i int) string { return "gatecount_update_" + strconv.Itoa(i) }
-
-// updateStatements returns Update's statements, prepared on c: the first
-// call on a connection prepares them all in one round trip (closing any of
-// the same names first, so a half-done earlier attempt does not get in the
-// way); later calls find them in the connection's CustomData.
-func updateStatements(ctx context.Context, c *pgx.Conn) (*updateStmts, error) {
-	pc := c.PgConn()
-	if st, ok := pc.CustomData()[updateStmtsKey].(*updateStmts); ok {
-		return st, nil
-	}
-	p := pc.StartPipeline(ctx)
-	for i, q := range updateSQL {
-		p.SendDeallocate(updateStmtName(i))
-		p.SendPrepare(updateStmtName(i), q, nil)
-	}
-	st := new(updateStmts)
-	err := func() error {
-		if err := p.Sync(); err != nil {
-			return err
-		}
-		for i := range st {
-			if res, err := p.GetResults(); err != nil {
-				return err
-			} else if _, ok := res.(*pgconn.CloseComplete); !ok {
-				return fmt.Errorf("close statement %d: got %T", i, res)
-			}
-			res, err := p.GetResults()
-			if err != nil {
-				return err
-			}
-			sd, ok := res.(*pgconn.StatementDescription)
-			if !ok {
-				return fmt.Errorf("prepare statement %d: got %T", i, res)
-			}
-			// The pipeline's description leaves out what was sent.
-			sd.Name, sd.SQL = updateStmtName(i), updateSQL[i]
-			rf := make([]int16, len(sd.Fields))
-			for j, f := range sd.Fields {
-				rf[j] = c.TypeMap().FormatCodeForOID(f.DataTypeOID)
-			}
-			st[i] = preparedStmt{sd: sd, resultFormats: rf}
-		}
-		res, err := p.GetResults()
-		if err != nil {
-			return err
-		}
-		if _, ok := res.(*pgconn.PipelineSync); !ok {
-			return fmt.Errorf("prepare: got %T, want the end of the pipeline", res)
-		}
-		return nil
-	}()
-	if cerr := p.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, err
-	}
-	pc.CustomData()[updateStmtsKey] = st
-	return st, nil
-}
 
 // pipe sends prepared statements down a pipeline and reads their results.
 // Statements sent before the pipeline's Sync run in one transaction, the
@@ -132,6 +25,7 @@ type pipe struct {
 	p   *pgconn.Pipeline
 	m   *pgtype.Map
 	eqb pgx.ExtendedQueryBuilder
+	w   wire
 }
 
 func (q *pipe) send(s preparedStmt, args ...any) error {
@@ -140,6 +34,11 @@ func (q *pipe) send(s preparedStmt, args ...any) error {
 	}
 	q.p.SendQueryStatement(s.sd, q.eqb.ParamValues, q.eqb.ParamFormats, s.resultFormats)
 	return nil
+}
+
+// sendWire sends a statement with wire types, with the arguments w holds.
+func (q *pipe) sendWire(s preparedStmt, w *wire) {
+	q.p.SendQueryStatement(s.sd, w.values(), binaryFormat, s.resultFormats)
 }
 
 // flush sends what was queued and asks for the results so far, leaving the
@@ -244,15 +143,15 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 // update is one try of Update. Without placeholders it reports true, having
 // written nothing, when it must try again with them.
 func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, apply store.ApplyFunc, placeholders bool) (retry bool, err error) {
-	conn, err := b.pool.Acquire(ctx)
+	conn, ctx, err := b.acquire(ctx)
 	if err != nil {
-		return false, fmt.Errorf("postgres: update: acquire a connection: %w", err)
+		return false, fmt.Errorf("postgres: update: %w", err)
 	}
-	// Release destroys a connection that is not idle, so a failure never
+	// release destroys a connection that is not idle, so a failure never
 	// hands an open transaction to the pool.
-	defer conn.Release()
+	defer func() { err = release(conn, err) }()
 	c := conn.Conn()
-	st, err := updateStatements(ctx, c)
+	st, err := statements(ctx, c)
 	if err != nil {
 		return false, fmt.Errorf("postgres: update: prepare: %w", err)
 	}
@@ -263,7 +162,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	defer func() {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
-			delete(c.PgConn().CustomData(), updateStmtsKey) // prepare again next time
+			delete(c.PgConn().CustomData(), stmtsKey) // prepare again next time
 		}
 	}()
 
@@ -284,9 +183,9 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 		var err error
 		switch {
 		case n == 1 && b.syncCommit:
-			err = q.send(st[uLockRead1], hashes[0])
+			q.sendWire(st[uLockRead1], q.w.reset().bytes(hashes[0]))
 		case n == 1:
-			err = q.send(st[uLockRead1Async], hashes[0])
+			q.sendWire(st[uLockRead1Async], q.w.reset().bytes(hashes[0]))
 		case b.syncCommit:
 			err = q.send(st[uLockRead], hashes)
 		default:
@@ -313,6 +212,9 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 				return err
 			}
 		}
+		if n == 1 {
+			return b.readLocked1(q, &now, &entries[0], &hasRow[0])
+		}
 		var (
 			khs, vals [][]byte
 			fps       []string
@@ -335,6 +237,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 				entries[i] = store.Entry{Value: vals[j], ExpiresAt: time.UnixMilli(exps[j].UnixMilli())}
 			}
 		}
+		now = time.UnixMilli(now.UnixMilli())
 		return nil
 	}()
 	if err != nil {
@@ -343,7 +246,6 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 		_ = q.p.Sync()
 		return false, fmt.Errorf("postgres: update: lock and read: %w", err)
 	}
-	now = time.UnixMilli(now.UnixMilli())
 	before := make([]store.Entry, n)
 	for i, e := range entries {
 		before[i] = store.Entry{Value: bytes.Clone(e.Value), ExpiresAt: e.ExpiresAt}
@@ -354,13 +256,13 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 		// are deleted, and the transaction commits having changed nothing
 		// (or, should the delete fail, rolls back, which removes them
 		// too). Close reads up to the Sync.
-		var mine [][]byte
+		var mine []int
 		for i, p := range placeholder {
 			if p {
-				mine = append(mine, hashes[i])
+				mine = append(mine, i)
 			}
 		}
-		if len(mine) == 0 || q.send(st[uDelete], mine) == nil {
+		if len(mine) == 0 || q.sendDelete(st, hashes, mine) == nil {
 			_ = q.p.Sync()
 		}
 		return false, err
@@ -368,38 +270,32 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 
 	// Round trip 2: write what changed (rows this transaction holds are
 	// updated, keys without one inserted), remove rows left empty, commit.
-	var up, ins struct {
-		keys [][]byte
-		vals []string
-		exps []time.Time
-	}
-	var delKeys [][]byte
+	// up, ins and del hold indexes of keys.
+	var up, ins, del []int
 	added, removed := 0, 0
 	for i, e := range entries {
 		old := before[i]
 		switch {
 		case e.Value == nil && old.Value == nil:
 			if placeholder[i] {
-				delKeys = append(delKeys, hashes[i])
+				del = append(del, i)
 			}
 		case e.Value == nil:
-			delKeys = append(delKeys, hashes[i])
+			del = append(del, i)
 			removed++
 		case old.Value != nil && bytes.Equal(e.Value, old.Value) && e.ExpiresAt.Equal(old.ExpiresAt):
 		default:
 			if old.Value == nil {
 				added++
 			}
-			w := &up
-			if !hasRow[i] {
-				w = &ins
+			if hasRow[i] {
+				up = append(up, i)
+			} else {
+				ins = append(ins, i)
 			}
-			w.keys = append(w.keys, hashes[i])
-			w.vals = append(w.vals, string(e.Value))
-			w.exps = append(w.exps, e.ExpiresAt)
 		}
 	}
-	if len(ins.keys) > 0 && (len(ins.keys) > 1 || slices.Contains(hasRow, true)) {
+	if len(ins) > 0 && (len(ins) > 1 || slices.Contains(hasRow, true)) {
 		// Nothing is written yet (a try with placeholders has a row for
 		// every key): the transaction commits empty.
 		if err := q.end(); err != nil {
@@ -414,26 +310,14 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 				return err
 			}
 		}
-		switch len(up.keys) {
-		case 0:
-		case 1:
-			if err := q.send(st[uWrite1], up.keys[0], b.fp, up.vals[0], up.exps[0]); err != nil {
-				return err
-			}
-		default:
-			if err := q.send(st[uWrite], up.keys, b.fp, up.vals, up.exps); err != nil {
-				return err
-			}
+		if err := q.sendWrite(st, uWrite1, uWrite, hashes, entries, up, b.fp); err != nil {
+			return err
 		}
-		if len(ins.keys) > 0 {
-			if err := q.send(st[uInsert], ins.keys, b.fp, ins.vals, ins.exps); err != nil {
-				return err
-			}
+		if err := q.sendWrite(st, uInsert1, uInsert, hashes, entries, ins, b.fp); err != nil {
+			return err
 		}
-		if len(delKeys) > 0 {
-			if err := q.send(st[uDelete], delKeys); err != nil {
-				return err
-			}
+		if err := q.sendDelete(st, hashes, del); err != nil {
+			return err
 		}
 		return q.p.Sync()
 	}()
@@ -445,12 +329,12 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 					return err
 				}
 			}
-			if len(up.keys) > 0 {
+			if len(up) > 0 {
 				if _, err := q.exec(); err != nil {
 					return err
 				}
 			}
-			if len(ins.keys) > 0 {
+			if len(ins) > 0 {
 				tag, err := q.exec()
 				if err != nil {
 					return err
@@ -458,9 +342,9 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 				// Only a lone key is inserted optimistically, with nothing
 				// else written: if another transaction inserted it first,
 				// this one commits empty and the update starts again.
-				retry = tag.RowsAffected() < int64(len(ins.keys))
+				retry = tag.RowsAffected() < int64(len(ins))
 			}
-			if len(delKeys) > 0 {
+			if len(del) > 0 {
 				if _, err := q.exec(); err != nil {
 					return err
 				}
@@ -490,6 +374,79 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 		b.addEstimate(int64(d))
 	}
 	return false, nil
+}
+
+// readLocked1 reads the result of uLockRead1 or uLockRead1Async: the clock,
+// then the key's row if it has one, live for this secret or not.
+func (b *Backend) readLocked1(q *pipe, now *time.Time, e *store.Entry, hasRow *bool) error {
+	rr, err := q.result()
+	if err != nil {
+		return err
+	}
+	err = func() error {
+		if !rr.NextRow() {
+			return pgx.ErrNoRows
+		}
+		v := rr.Values()
+		nowUs, err := wireMicros(v[0])
+		if err != nil {
+			return err
+		}
+		*now = time.UnixMilli(floorDiv(nowUs, 1000))
+		if v[1] == nil {
+			return nil
+		}
+		*hasRow = true
+		expUs, err := wireMicros(v[3])
+		if err != nil {
+			return err
+		}
+		if string(v[1]) == b.fp && expUs > nowUs {
+			*e = store.Entry{Value: bytes.Clone(v[2]), ExpiresAt: time.UnixMilli(floorDiv(expUs, 1000))}
+		}
+		return nil
+	}()
+	_, cerr := rr.Close()
+	return errors.Join(err, cerr)
+}
+
+// sendWrite sends the write of the keys at indexes idx of hashes, whose
+// entries are to be written: by the single-key statement one when there is
+// one key, by the array statement many when there are several, by none
+// when there are none.
+func (q *pipe) sendWrite(st *preparedStmts, one, many int, hashes [][]byte, entries []store.Entry, idx []int, fp string) error {
+	switch len(idx) {
+	case 0:
+		return nil
+	case 1:
+		i := idx[0]
+		q.sendWire(st[one], q.w.reset().bytes(hashes[i]).text(fp).bytes(entries[i].Value).time(entries[i].ExpiresAt))
+		return nil
+	}
+	keys := make([][]byte, len(idx))
+	vals := make([]string, len(idx))
+	exps := make([]time.Time, len(idx))
+	for j, i := range idx {
+		keys[j], vals[j], exps[j] = hashes[i], string(entries[i].Value), entries[i].ExpiresAt
+	}
+	return q.send(st[many], keys, fp, vals, exps)
+}
+
+// sendDelete sends the delete of the rows of the keys at indexes idx of
+// hashes, if any.
+func (q *pipe) sendDelete(st *preparedStmts, hashes [][]byte, idx []int) error {
+	switch len(idx) {
+	case 0:
+		return nil
+	case 1:
+		q.sendWire(st[uDelete1], q.w.reset().bytes(hashes[idx[0]]))
+		return nil
+	}
+	keys := make([][]byte, len(idx))
+	for j, i := range idx {
+		keys[j] = hashes[i]
+	}
+	return q.send(st[uDelete], keys)
 }
 
 // keyTurnQueues is how many queues keyTurns spreads keys over.

@@ -1,0 +1,300 @@
+package postgres
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Statements of Update and Count, prepared by name on each connection that
+// runs one (see statements).
+const (
+	uLock = iota
+	uLockRead
+	uLockReadAsync
+	uLockRead1
+	uLockRead1Async
+	uWrite
+	uWrite1
+	uInsert
+	uInsert1
+	uDelete
+	uDelete1
+	uAdmit
+	cCountOne
+	cCountOneAsync
+	cRead1
+	numStatements
+)
+
+// stmtSpec is a statement of the store. A statement with wire types has its
+// arguments and results in PostgreSQL's binary format, encoded and decoded
+// by the store itself (see wire): params and results give the types, and
+// preparing checks that the server agrees. The others go through pgx's
+// type map.
+type stmtSpec struct {
+	sql     string
+	params  []uint32
+	results []uint32
+}
+
+const (
+	oBytea = pgtype.ByteaOID
+	oText  = pgtype.TextOID
+	oInt8  = pgtype.Int8OID
+	oTime  = pgtype.TimestamptzOID
+)
+
+var statementSpecs = [numStatements]stmtSpec{
+	uLock:           {sql: sqlLock},
+	uLockRead:       {sql: sqlLockRead},
+	uLockReadAsync:  {sql: sqlLockReadAsync},
+	uLockRead1:      {sql: sqlLockRead1, params: []uint32{oBytea}, results: []uint32{oTime, oText, oText, oTime}},
+	uLockRead1Async: {sql: sqlLockRead1Async, params: []uint32{oBytea}, results: []uint32{oTime, oText, oText, oTime, oText}},
+	uWrite:          {sql: sqlWrite},
+	uWrite1:         {sql: sqlWrite1, params: []uint32{oBytea, oText, oText, oTime}, results: []uint32{}},
+	uInsert:         {sql: sqlInsert},
+	uInsert1:        {sql: sqlInsert1, params: []uint32{oBytea, oText, oText, oTime}, results: []uint32{}},
+	uDelete:         {sql: sqlDelete},
+	uDelete1:        {sql: sqlDelete1, params: []uint32{oBytea}, results: []uint32{}},
+	uAdmit:          {sql: sqlAdmit},
+	cCountOne:       {sql: sqlCountOne, params: []uint32{oBytea, oText, oInt8, oInt8, oInt8}, results: []uint32{oInt8, oTime, oTime}},
+	cCountOneAsync:  {sql: sqlCountOneAsync, params: []uint32{oBytea, oText, oInt8, oInt8, oInt8}, results: []uint32{oInt8, oTime, oTime}},
+	cRead1:          {sql: sqlRead1, params: []uint32{oBytea, oText}, results: []uint32{oTime, oBytea, oText, oTime}},
+}
+
+// stmtsKey names the prepared statements in a connection's CustomData.
+const stmtsKey = "github.com/gatecount/gatecount/store/postgres statements"
+
+// errStmtGone is the SQLSTATE of a prepared statement the connection no
+// longer has (DEALLOCATE or DISCARD ran on it).
+const errStmtGone = "26000"
+
+type preparedStmt struct {
+	sd            *pgconn.StatementDescription
+	resultFormats []int16
+	wire          bool
+}
+
+type preparedStmts [numStatements]preparedStmt
+
+func stmtName(i int) string { return "gatecount_" + strconv.Itoa(i) }
+
+// binaryFormat asks for every parameter or result in binary format.
+var binaryFormat = []int16{pgtype.BinaryFormatCode}
+
+// statements returns the store's statements, prepared on c: the first call
+// on a connection prepares them all in one round trip (closing any of the
+// same names first, so a half-done earlier attempt does not get in the
+// way); later calls find them in the connection's CustomData.
+func statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, error) {
+	pc := c.PgConn()
+	if st, ok := pc.CustomData()[stmtsKey].(*preparedStmts); ok {
+		return st, nil
+	}
+	p := pc.StartPipeline(ctx)
+	for i, s := range statementSpecs {
+		p.SendDeallocate(stmtName(i))
+		p.SendPrepare(stmtName(i), s.sql, s.params)
+	}
+	st := new(preparedStmts)
+	err := func() error {
+		if err := p.Sync(); err != nil {
+			return err
+		}
+		for i, spec := range statementSpecs {
+			if res, err := p.GetResults(); err != nil {
+				return err
+			} else if _, ok := res.(*pgconn.CloseComplete); !ok {
+				return fmt.Errorf("close statement %d: got %T", i, res)
+			}
+			res, err := p.GetResults()
+			if err != nil {
+				return err
+			}
+			sd, ok := res.(*pgconn.StatementDescription)
+			if !ok {
+				return fmt.Errorf("prepare statement %d: got %T", i, res)
+			}
+			// The pipeline's description leaves out what was sent.
+			sd.Name, sd.SQL = stmtName(i), spec.sql
+			if spec.results != nil {
+				if err := checkWireTypes(sd, spec); err != nil {
+					return fmt.Errorf("prepare statement %d: %w", i, err)
+				}
+				st[i] = preparedStmt{sd: sd, resultFormats: binaryFormat, wire: true}
+				continue
+			}
+			rf := make([]int16, len(sd.Fields))
+			for j, f := range sd.Fields {
+				rf[j] = c.TypeMap().FormatCodeForOID(f.DataTypeOID)
+			}
+			st[i] = preparedStmt{sd: sd, resultFormats: rf}
+		}
+		res, err := p.GetResults()
+		if err != nil {
+			return err
+		}
+		if _, ok := res.(*pgconn.PipelineSync); !ok {
+			return fmt.Errorf("prepare: got %T, want the end of the pipeline", res)
+		}
+		return nil
+	}()
+	if cerr := p.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	pc.CustomData()[stmtsKey] = st
+	return st, nil
+}
+
+// checkWireTypes reports an error unless the server's description of a
+// prepared statement has the parameter and result types its spec encodes
+// and decodes.
+func checkWireTypes(sd *pgconn.StatementDescription, spec stmtSpec) error {
+	if !slices.Equal(sd.ParamOIDs, spec.params) {
+		return fmt.Errorf("parameter types %v, want %v", sd.ParamOIDs, spec.params)
+	}
+	got := make([]uint32, len(sd.Fields))
+	for i, f := range sd.Fields {
+		got[i] = f.DataTypeOID
+	}
+	if !slices.Equal(got, spec.results) {
+		return fmt.Errorf("result types %v, want %v", got, spec.results)
+	}
+	return nil
+}
+
+// wire encodes the arguments of a statement with wire types into one
+// buffer, in PostgreSQL's binary format: bytea and text as their bytes,
+// bigint as 8 bytes big-endian, timestamptz as microseconds since
+// 2000-01-01 UTC, 8 bytes big-endian. Its methods return w, to chain.
+type wire struct {
+	buf  []byte
+	ends []int
+	vals [][]byte
+}
+
+// reset empties w for the next statement's arguments.
+func (w *wire) reset() *wire {
+	w.buf, w.ends = w.buf[:0], w.ends[:0]
+	return w
+}
+
+func (w *wire) bytes(b []byte) *wire { return w.end(append(w.buf, b...)) }
+
+func (w *wire) text(s string) *wire { return w.end(append(w.buf, s...)) }
+
+func (w *wire) int8(v int64) *wire { return w.end(binary.BigEndian.AppendUint64(w.buf, uint64(v))) }
+
+// time encodes t at microsecond precision.
+func (w *wire) time(t time.Time) *wire { return w.int8(t.UnixMicro() - pgEpochMicros) }
+
+func (w *wire) end(buf []byte) *wire {
+	w.buf = buf
+	w.ends = append(w.ends, len(buf))
+	return w
+}
+
+// values returns the encoded arguments, in order, valid until the next
+// reset.
+func (w *wire) values() [][]byte {
+	w.vals = w.vals[:0]
+	start := 0
+	for _, end := range w.ends {
+		w.vals = append(w.vals, w.buf[start:end:end])
+		start = end
+	}
+	return w.vals
+}
+
+// pgEpochMicros is PostgreSQL's epoch, 2000-01-01 UTC, in Unix microseconds.
+const pgEpochMicros = 946_684_800_000_000
+
+// wireInt8 decodes a bigint in binary format.
+func wireInt8(b []byte) (int64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("bigint of %d bytes, want 8", len(b))
+	}
+	return int64(binary.BigEndian.Uint64(b)), nil
+}
+
+// wireMicros decodes a finite timestamptz in binary format to Unix
+// microseconds.
+func wireMicros(b []byte) (int64, error) {
+	us, err := wireInt8(b)
+	if err != nil {
+		return 0, fmt.Errorf("timestamptz: %w", err)
+	}
+	if us == math.MaxInt64 || us == math.MinInt64 {
+		return 0, errors.New("timestamptz is infinite")
+	}
+	return us + pgEpochMicros, nil
+}
+
+// floorDiv is a / b rounded down, for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
+// acquire takes a connection of the pool for one call and bounds the call's
+// I/O on it by ctx's deadline, as the connection's own read and write
+// deadline. It returns the context for the call's statements: ctx without
+// its cancellation, so that pgx does not watch it (pgx's watch of a context
+// costs a timer-free but allocating registration per round trip, which
+// showed as a tenth of the throughput of a one-statement call). A call
+// whose deadline passes mid-round-trip fails with an error matching
+// context.DeadlineExceeded, and pgx closes the connection, which rolls back
+// what it had begun; one whose context is cancelled before it ends its
+// round trip finishes that round trip first. Without a deadline the call
+// keeps ctx, and pgx watches it. release clears the deadline and gives the
+// connection back.
+func (b *Backend) acquire(ctx context.Context) (c *pgxpool.Conn, io context.Context, err error) {
+	c, err = b.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("acquire a connection: %w", err)
+	}
+	d, ok := ctx.Deadline()
+	if !ok {
+		return c, ctx, nil
+	}
+	if err := ctx.Err(); err != nil {
+		c.Release()
+		return nil, nil, err
+	}
+	if err := c.Conn().PgConn().Conn().SetDeadline(d); err != nil {
+		c.Release()
+		return nil, nil, fmt.Errorf("set the connection's deadline: %w", err)
+	}
+	return c, context.WithoutCancel(ctx), nil
+}
+
+// release clears the deadline acquire set on c and gives c back to the
+// pool (which destroys it if a call left it mid-transaction or broken). It
+// returns err, marked as matching context.DeadlineExceeded when the
+// connection's deadline ended it.
+func release(c *pgxpool.Conn, err error) error {
+	_ = c.Conn().PgConn().Conn().SetDeadline(time.Time{})
+	c.Release()
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	}
+	return err
+}

@@ -143,7 +143,7 @@ func TestDeadlineClearedOnRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // past both calls' deadlines
-	for range 3 {                       // every connection the pool has
+	for range 3 {                      // every connection the pool has
 		var one int
 		if err := pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
 			t.Fatalf("the app's query after the store's calls: %v", err)

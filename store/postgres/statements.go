@@ -183,10 +183,19 @@ type wire struct {
 	buf  []byte
 	ends []int
 	vals [][]byte
+
+	// Room for the arguments of the store's statements, so that encoding
+	// them allocates nothing more.
+	bufRoom  [128]byte
+	endsRoom [8]int
+	valsRoom [8][]byte
 }
 
 // reset empties w for the next statement's arguments.
 func (w *wire) reset() *wire {
+	if w.buf == nil {
+		w.buf, w.ends, w.vals = w.bufRoom[:0], w.endsRoom[:0], w.valsRoom[:0]
+	}
 	w.buf, w.ends = w.buf[:0], w.ends[:0]
 	return w
 }

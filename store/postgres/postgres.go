@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +106,7 @@ type Backend struct {
 	countEvery time.Duration
 	syncCommit bool
 	turns      *keyTurns
+	batcher    countBatcher
 
 	// estimate is the approximate number of live entries of this secret:
 	// the last exact count plus this instance's additions since, or -1
@@ -169,12 +171,20 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 		started:    make(chan struct{}),
 		done:       make(chan struct{}),
 	}
+	b.batcher = countBatcher{limit: countBatches(pool), run: b.runCounts}
 	b.estimate.Store(-1)
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.cancel = cancel
 	go b.background(bctx, o.SweepInterval, o.CountInterval)
 	return b, nil
 }
+
+// countBatches is how many batches of single-key counts run at a time: a
+// quarter of the pool's connections, at least one. Counts arriving while
+// they all run are counted together by the next batch, in one statement,
+// which costs the database little more than a count alone: under load,
+// fewer and larger batches count more keys a second.
+func countBatches(pool *pgxpool.Pool) int { return max(1, int(pool.Config().MaxConns)/4) }
 
 // slackFor is how far below the bound the approximate count is trusted: a
 // twentieth of it, but never fewer than 1,000 entries (so small bounds are
@@ -294,6 +304,33 @@ SELECT $1, $2, $3::bigint::text, date_trunc('milliseconds', now()) + $5::bigint 
 SELECT $1, $2, $3::bigint::text, date_trunc('milliseconds', now()) + $5::bigint * interval '1 millisecond'
   FROM (SELECT set_config('synchronous_commit', 'off', true)) AS c(s) WHERE c.s = 'off'` +
 		sqlCountOneRest
+	// sqlCountMany is sqlCountOne for several distinct keys, each with its
+	// own n, cap and window (arrays in one order), inserted (and so locked)
+	// in ascending keyhash order, so that it never deadlocks with another
+	// statement that locks keys in order. Each key is counted or refused
+	// on its own; a counted key returns a row, with its keyhash. On
+	// conflict, EXCLUDED.value is the key's n as text.
+	sqlCountMany = `INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
+SELECT u.k, $2, u.n::text, date_trunc('milliseconds', now()) + u.w * interval '1 millisecond'
+  FROM unnest($1::bytea[], $3::bigint[], $5::bigint[]) AS u(k, n, w)
+ ORDER BY u.k` + sqlCountManyRest
+	sqlCountManyAsync = `INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
+SELECT u.k, $2, u.n::text, date_trunc('milliseconds', now()) + u.w * interval '1 millisecond'
+  FROM unnest($1::bytea[], $3::bigint[], $5::bigint[]) AS u(k, n, w),
+       (SELECT set_config('synchronous_commit', 'off', true)) AS c(s)
+ WHERE c.s = 'off'
+ ORDER BY u.k` + sqlCountManyRest
+	sqlCountManyRest = `
+ON CONFLICT (keyhash) DO UPDATE SET
+  value = CASE WHEN g.expires_at <= date_trunc('milliseconds', now()) OR g.fingerprint <> EXCLUDED.fingerprint
+               THEN EXCLUDED.value ELSE (g.value::bigint + EXCLUDED.value::bigint)::text END,
+  expires_at = CASE WHEN g.expires_at <= date_trunc('milliseconds', now()) OR g.fingerprint <> EXCLUDED.fingerprint
+                    THEN EXCLUDED.expires_at ELSE g.expires_at END
+WHERE g.expires_at <= date_trunc('milliseconds', now()) OR g.fingerprint <> EXCLUDED.fingerprint
+   OR CASE WHEN g.value ~ '^(0|[1-9][0-9]{0,17})$'
+           THEN g.value::bigint <= ($4::bigint[])[array_position($1::bytea[], EXCLUDED.keyhash)] - EXCLUDED.value::bigint
+           ELSE false END
+RETURNING g.keyhash, g.value::bigint, g.expires_at, date_trunc('milliseconds', now())`
 	sqlCountOneRest = `
 ON CONFLICT (keyhash) DO UPDATE SET
   value = CASE WHEN g.expires_at <= date_trunc('milliseconds', now()) OR g.fingerprint <> EXCLUDED.fingerprint
@@ -426,16 +463,120 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	return nil
 }
 
-// countOne counts one key with sqlCountOne. When the statement counts, that
+// countOne counts one key, in a batch with the single-key counts of other
+// calls (see countBatcher and runCounts). When the statement counts, that
 // is the answer. When it refuses, countOne reads the key: a live count with
 // no room for n is the answer, as of the read; a live value that is not a
 // count is ErrNotCounter. Otherwise the key changed since, or holds a count
 // the statement's pattern does not take, and countOne reports false, having
 // written nothing, for gatecount_count to decide.
 func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Cap, n int64, t *store.Tally) (done bool, err error) {
-	conn, ctx, err := b.acquire(ctx)
+	r := &oneCount{hash: hash, n: n, max: c.Max, window: c.Window.Milliseconds()}
+	err = b.batcher.do(ctx, r)
+	if errors.Is(err, errSameKey) {
+		err = b.runCounts(ctx, []*oneCount{r})
+	}
 	if err != nil {
 		return false, fmt.Errorf("postgres: count: %w", err)
+	}
+	if r.counted {
+		*t = store.Tally{Allowed: true, Now: time.UnixMilli(floorDiv(r.nowUs, 1000)), Limiting: -1}
+		t.Counts[0] = r.v
+		t.ExpiresAt[0] = time.UnixMilli(floorDiv(r.expUs, 1000))
+		if t.ExpiresAt[0].Equal(t.Now.Add(c.Window)) {
+			b.addEstimate(1) // a new counter: a new row, or an expired one started afresh
+		}
+		return true, nil
+	}
+	return b.readRefused(ctx, hash, c, n, t)
+}
+
+// runCounts runs a batch of single-key counts in one statement, and sets
+// each one's result: sqlCountOne for a batch of one, sqlCountMany for more.
+func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) (err error) {
+	if d, ok := ctx.Deadline(); ok {
+		// The batch is the leader's call and its members': it keeps the
+		// leader's deadline but not its cancellation.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
+		defer cancel()
+	}
+	conn, ctx, err := b.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { err = release(conn, err) }()
+	pc := conn.Conn().PgConn()
+	st, err := statements(ctx, conn.Conn())
+	if err != nil {
+		return fmt.Errorf("prepare: %w", err)
+	}
+	defer func() {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
+			delete(pc.CustomData(), stmtsKey) // prepare again next time
+		}
+	}()
+	var w wire
+	if len(batch) == 1 {
+		r := batch[0]
+		s := st[cCountOneAsync]
+		if b.syncCommit {
+			s = st[cCountOne]
+		}
+		w.reset().bytes(r.hash).text(b.fp).int8(r.n).int8(r.max).int8(r.window)
+		return readRow(pc.ExecStatement(ctx, s.sd, w.values(), binaryFormat, s.resultFormats), func(vals [][]byte) (err error) {
+			r.counted = true
+			if r.v, err = wireInt8(vals[0]); err != nil {
+				return err
+			}
+			if r.expUs, err = wireMicros(vals[1]); err != nil {
+				return err
+			}
+			r.nowUs, err = wireMicros(vals[2])
+			return err
+		})
+	}
+	s := st[cCountManyAsync]
+	if b.syncCommit {
+		s = st[cCountMany]
+	}
+	w.reset().byteaArray(batch, func(r *oneCount) []byte { return r.hash }).text(b.fp).
+		int8Array(batch, func(r *oneCount) int64 { return r.n }).
+		int8Array(batch, func(r *oneCount) int64 { return r.max }).
+		int8Array(batch, func(r *oneCount) int64 { return r.window })
+	rr := pc.ExecStatement(ctx, s.sd, w.values(), binaryFormat, s.resultFormats)
+	for rr.NextRow() {
+		vals := rr.Values()
+		i := slices.IndexFunc(batch, func(r *oneCount) bool { return bytes.Equal(r.hash, vals[0]) })
+		if i < 0 {
+			err = errors.New("a counted key not in the batch")
+			break
+		}
+		r := batch[i]
+		r.counted = true
+		if r.v, err = wireInt8(vals[1]); err != nil {
+			break
+		}
+		if r.expUs, err = wireMicros(vals[2]); err != nil {
+			break
+		}
+		if r.nowUs, err = wireMicros(vals[3]); err != nil {
+			break
+		}
+	}
+	_, cerr := rr.Close()
+	return errors.Join(cerr, err)
+}
+
+// readRefused reads a key whose count was refused: a live count with no
+// room for n is the answer, as of the read; a live value that is not a
+// count is ErrNotCounter; otherwise it reports false, for gatecount_count
+// to decide.
+func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Cap, n int64, t *store.Tally) (done bool, err error) {
+	conn, ctx, err := b.acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("postgres: count: read the refused key: %w", err)
 	}
 	defer func() { err = release(conn, err) }()
 	pc := conn.Conn().PgConn()
@@ -449,40 +590,12 @@ func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Cap, n int6
 			delete(pc.CustomData(), stmtsKey) // prepare again next time
 		}
 	}()
-	s := st[cCountOneAsync]
-	if b.syncCommit {
-		s = st[cCountOne]
-	}
-	var w wire
-	w.reset().bytes(hash).text(b.fp).int8(n).int8(c.Max).int8(c.Window.Milliseconds())
-	var v, expUs, nowUs int64
-	counted := false
-	err = readRow(pc.ExecStatement(ctx, s.sd, w.values(), binaryFormat, s.resultFormats), func(vals [][]byte) (err error) {
-		counted = true
-		if v, err = wireInt8(vals[0]); err != nil {
-			return err
-		}
-		if expUs, err = wireMicros(vals[1]); err != nil {
-			return err
-		}
-		nowUs, err = wireMicros(vals[2])
-		return err
-	})
-	if err != nil {
-		return false, fmt.Errorf("postgres: count: %w", err)
-	}
-	if counted {
-		*t = store.Tally{Allowed: true, Now: time.UnixMilli(floorDiv(nowUs, 1000)), Limiting: -1}
-		t.Counts[0] = v
-		t.ExpiresAt[0] = time.UnixMilli(floorDiv(expUs, 1000))
-		if t.ExpiresAt[0].Equal(t.Now.Add(c.Window)) {
-			b.addEstimate(1) // a new counter: a new row, or an expired one started afresh
-		}
-		return true, nil
-	}
-	// Refused: read the key.
-	var val []byte
-	s = st[cRead1]
+	var (
+		w            wire
+		val          []byte
+		nowUs, expUs int64
+	)
+	s := st[cRead1]
 	err = readRow(pc.ExecStatement(ctx, s.sd, w.reset().bytes(hash).text(b.fp).values(), binaryFormat, s.resultFormats), func(vals [][]byte) (err error) {
 		if nowUs, err = wireMicros(vals[0]); err != nil || vals[2] == nil {
 			return err

@@ -35,6 +35,8 @@ const (
 	cCountOne
 	cCountOneAsync
 	cRead1
+	cCountMany
+	cCountManyAsync
 	numStatements
 )
 
@@ -54,7 +56,12 @@ const (
 	oText  = pgtype.TextOID
 	oInt8  = pgtype.Int8OID
 	oTime  = pgtype.TimestamptzOID
+
+	oByteaArray = pgtype.ByteaArrayOID
+	oInt8Array  = pgtype.Int8ArrayOID
 )
+
+var countManyParams = []uint32{oByteaArray, oText, oInt8Array, oInt8Array, oInt8Array}
 
 var statementSpecs = [numStatements]stmtSpec{
 	uLock:           {sql: sqlLock},
@@ -72,6 +79,8 @@ var statementSpecs = [numStatements]stmtSpec{
 	cCountOne:       {sql: sqlCountOne, params: []uint32{oBytea, oText, oInt8, oInt8, oInt8}, results: []uint32{oInt8, oTime, oTime}},
 	cCountOneAsync:  {sql: sqlCountOneAsync, params: []uint32{oBytea, oText, oInt8, oInt8, oInt8}, results: []uint32{oInt8, oTime, oTime}},
 	cRead1:          {sql: sqlRead1, params: []uint32{oBytea, oText}, results: []uint32{oTime, oBytea, oText, oTime}},
+	cCountMany:      {sql: sqlCountMany, params: countManyParams, results: []uint32{oBytea, oInt8, oTime, oTime}},
+	cCountManyAsync: {sql: sqlCountManyAsync, params: countManyParams, results: []uint32{oBytea, oInt8, oTime, oTime}},
 }
 
 // stmtsKey names the prepared statements in a connection's CustomData.
@@ -205,6 +214,39 @@ func (w *wire) bytes(b []byte) *wire { return w.end(append(w.buf, b...)) }
 func (w *wire) text(s string) *wire { return w.end(append(w.buf, s...)) }
 
 func (w *wire) int8(v int64) *wire { return w.end(binary.BigEndian.AppendUint64(w.buf, uint64(v))) }
+
+// byteaArray encodes a one-dimensional bytea[] without nulls, of the
+// values of f over rs.
+func (w *wire) byteaArray(rs []*oneCount, f func(*oneCount) []byte) *wire {
+	buf := w.arrayHeader(oBytea, len(rs))
+	for _, r := range rs {
+		v := f(r)
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(v)))
+		buf = append(buf, v...)
+	}
+	return w.end(buf)
+}
+
+// int8Array encodes a one-dimensional bigint[] without nulls, of the values
+// of f over rs.
+func (w *wire) int8Array(rs []*oneCount, f func(*oneCount) int64) *wire {
+	buf := w.arrayHeader(oInt8, len(rs))
+	for _, r := range rs {
+		buf = binary.BigEndian.AppendUint32(buf, 8)
+		buf = binary.BigEndian.AppendUint64(buf, uint64(f(r)))
+	}
+	return w.end(buf)
+}
+
+// arrayHeader appends the header of a one-dimensional array of n elements
+// of type elem, without nulls, indexed from 1, and returns the buffer.
+func (w *wire) arrayHeader(elem uint32, n int) []byte {
+	buf := binary.BigEndian.AppendUint32(w.buf, 1) // dimensions
+	buf = binary.BigEndian.AppendUint32(buf, 0)    // no nulls
+	buf = binary.BigEndian.AppendUint32(buf, elem)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
+	return binary.BigEndian.AppendUint32(buf, 1) // lower bound
+}
 
 // time encodes t at microsecond precision.
 func (w *wire) time(t time.Time) *wire { return w.int8(t.UnixMicro() - pgEpochMicros) }

@@ -103,11 +103,14 @@
 //	DELETE FROM gatecount_entries WHERE keyhash = ANY($deleted);
 //	-- Sync
 //
-// With one key, the read and the UPDATE name it by a scalar, keyhash = $1,
+// With one key, every statement names it by a scalar, keyhash = $1,
 // instead of an array: PostgreSQL plans a prepared statement afresh on every
 // call while its generic plan, made for an array of unknown length, looks
 // dearer than a plan for the array at hand, and planning would cost more
-// than running the statement.
+// than running the statement. The one-key read returns scalars, min() of
+// each column over the key's one row or none, and the one-key statements
+// take their arguments and give their results in PostgreSQL's binary
+// format, encoded by the store itself (see "Statements" below).
 //
 // Inserting a key this way is optimistic. When the INSERT finds that
 // another transaction inserted the key meanwhile (it is then the
@@ -127,14 +130,43 @@
 // A statement that fails rolls the transaction back at the Sync. When apply
 // fails, round trip 2 only deletes the placeholders the call inserted, so
 // that the transaction commits having changed nothing. When the call's
-// context is done, the connection is closed, which rolls back too.
+// deadline passes mid-round-trip, the connection is closed, which rolls
+// back too (see "Deadlines" below).
 //
-// Update's statements are prepared by name and kept across calls, as pgx's
-// default statement cache keeps its own, so Update needs what that cache
-// needs: a direct connection, or a pooler that keeps prepared statements
-// (PgBouncer 1.21 or later, with max_prepared_statements set). A statement
-// that a connection lost (to DEALLOCATE or DISCARD) fails one call and is
-// prepared again on the next.
+// # Statements
+//
+// The statements of Update and of the single-key Count are prepared by name
+// and kept across calls, as pgx's default statement cache keeps its own, so
+// the store needs what that cache needs: a direct connection, or a pooler
+// that keeps prepared statements (PgBouncer 1.21 or later, with
+// max_prepared_statements set). A statement that a connection lost (to
+// DEALLOCATE or DISCARD) fails one call and is prepared again on the next.
+//
+// The single-key statements are prepared with the types of their
+// parameters declared, take their arguments in PostgreSQL's binary format
+// (bytea and text as their bytes, bigint as 8 bytes big-endian, timestamptz
+// as microseconds since 2000-01-01 UTC) and give their results in it,
+// encoded and decoded by the store rather than by pgx's type map, which on
+// a one-statement call cost a noticeable part of the client's time.
+// Preparing checks that the server describes the result types the store
+// decodes, and fails the call otherwise.
+//
+// # Deadlines
+//
+// A call takes its connection from the pool under its context, then bounds
+// its I/O on that connection by the context's deadline (the guard's, 2 s by
+// default), set as the connection's read and write deadline and cleared
+// when the connection goes back to the pool. pgx is given the context
+// without its cancellation, so that it does not register a watch of the
+// context on every round trip, which cost about a tenth of the throughput
+// of a one-statement call. When the deadline passes mid-round-trip the call
+// fails with an error matching context.DeadlineExceeded, and pgx closes the
+// connection, asking the server to cancel what it runs: the transaction
+// rolls back, unless the server had committed it just before, in which case
+// a call answered unavailable was counted all the same. A call whose
+// context is cancelled before its deadline stops before its next round
+// trip, not during one, which takes well under a millisecond unless the
+// database hangs, and then ends at the deadline.
 //
 // # Count
 //
@@ -159,6 +191,31 @@
 // second round trip reads the key to tell its count; if that read finds
 // room after all (the key changed meanwhile), the count goes to the
 // function below, which decides under lock.
+//
+// Single-key counts of concurrent calls share statements. A quarter of the
+// pool's connections (at least one) run such statements at a time; a call
+// that arrives while they all run waits in a queue, and when one ends the
+// first call of the queue counts, in one statement, itself and up to 63
+// calls queued behind it:
+//
+//	INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
+//	SELECT u.k, $fp, u.n::text, date_trunc('milliseconds', now()) + u.w * interval '1 millisecond'
+//	  FROM unnest($keyhashes, $ns, $windows) AS u(k, n, w), (SELECT set_config(...)) AS c(s)
+//	 WHERE c.s = 'off'
+//	 ORDER BY u.k
+//	ON CONFLICT (keyhash) DO UPDATE SET ... -- as above, with each key's own n, cap and window
+//	RETURNING g.keyhash, g.value::bigint, g.expires_at, date_trunc('milliseconds', now());
+//
+// Each key is counted or refused on its own, exactly as by the statement
+// above; the keys are inserted, and so locked, in ascending keyhash order,
+// so such statements never deadlock with each other or with Update. A
+// statement costs the database little more for several keys than for one,
+// so under load this counts more keys a second than a statement per call.
+// A call whose key is queued or counted already does not wait for it: it
+// runs its own statement, which the key's row serialises with the other.
+// The call that leads a statement runs it on its own goroutine, under its
+// deadline; the others wait for its answer, or for their own context,
+// whichever comes first. A failed statement fails every call it counted.
 //
 // Several keys, or any key near the bound, go to SELECT ... FROM
 // gatecount_count(...), a PL/pgSQL function that locks the keys' rows in

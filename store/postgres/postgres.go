@@ -199,8 +199,10 @@ func (b *Backend) Shared() bool { return true }
 // are refused even from different Stores.
 func (b *Backend) Backing() any { return b.pool }
 
-// Prompt reports true: pgx returns once a call's context is done, closing
-// the connection if it must.
+// Prompt reports true: a call's I/O is bounded by its context's deadline
+// (closing the connection if it must), and a call whose context is
+// cancelled stops before its next round trip (see "Deadlines" in the
+// package documentation).
 func (b *Backend) Prompt() bool { return true }
 
 // Fingerprint names the store's secret, as recorded in each of its rows.

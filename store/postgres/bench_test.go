@@ -187,7 +187,7 @@ func vacuumFirst(b *testing.B, pool *pgxpool.Pool, table string) {
 // run's stores start from an empty table, as UpsertCounter's floor starts
 // from a table of its own, rather than from one that every earlier run has
 // grown and filled with dead rows and expired entries.
-func benchSchema(b *testing.B) string {
+func benchSchema(b testing.TB) string {
 	b.Helper()
 	admin := newPool(b)
 	ctx := context.Background()

@@ -509,7 +509,7 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) (err error) 
 	}
 	defer func() { err = release(conn, err) }()
 	pc := conn.Conn().PgConn()
-	st, err := statements(ctx, conn.Conn())
+	st, err := b.statements(ctx, conn.Conn())
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
@@ -522,9 +522,9 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) (err error) 
 	var w wire
 	if len(batch) == 1 {
 		r := batch[0]
-		s := st[cCountOneAsync]
+		s := st.s[cCountOneAsync]
 		if b.syncCommit {
-			s = st[cCountOne]
+			s = st.s[cCountOne]
 		}
 		w.reset().bytes(r.hash).text(b.fp).int8(r.n).int8(r.max).int8(r.window)
 		return readRow(pc.ExecStatement(ctx, s.sd, w.values(), binaryFormat, s.resultFormats), func(vals [][]byte) (err error) {
@@ -539,9 +539,9 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) (err error) 
 			return err
 		})
 	}
-	s := st[cCountManyAsync]
+	s := st.s[cCountManyAsync]
 	if b.syncCommit {
-		s = st[cCountMany]
+		s = st.s[cCountMany]
 	}
 	w.reset().byteaArray(batch, func(r *oneCount) []byte { return r.hash }).text(b.fp).
 		int8Array(batch, func(r *oneCount) int64 { return r.n }).
@@ -582,7 +582,7 @@ func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Cap, n i
 	}
 	defer func() { err = release(conn, err) }()
 	pc := conn.Conn().PgConn()
-	st, err := statements(ctx, conn.Conn())
+	st, err := b.statements(ctx, conn.Conn())
 	if err != nil {
 		return false, fmt.Errorf("postgres: count: prepare: %w", err)
 	}
@@ -597,7 +597,7 @@ func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Cap, n i
 		val          []byte
 		nowUs, expUs int64
 	)
-	s := st[cRead1]
+	s := st.s[cRead1]
 	err = readRow(pc.ExecStatement(ctx, s.sd, w.reset().bytes(hash).text(b.fp).values(), binaryFormat, s.resultFormats), func(vals [][]byte) (err error) {
 		if nowUs, err = wireMicros(vals[0]); err != nil || vals[2] == nil {
 			return err

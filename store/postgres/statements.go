@@ -96,7 +96,13 @@ type preparedStmt struct {
 	wire          bool
 }
 
-type preparedStmts [numStatements]preparedStmt
+// preparedStmts are the store's statements as prepared on one connection.
+type preparedStmts struct {
+	s [numStatements]preparedStmt
+	// replanAbove is the estimate of live entries above which the
+	// statements are prepared again (see Backend.statements).
+	replanAbove int64
+}
 
 func stmtName(i int) string { return "gatecount_" + strconv.Itoa(i) }
 
@@ -107,9 +113,20 @@ var binaryFormat = []int16{pgtype.BinaryFormatCode}
 // on a connection prepares them all in one round trip (closing any of the
 // same names first, so a half-done earlier attempt does not get in the
 // way); later calls find them in the connection's CustomData.
-func statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, error) {
+//
+// They are prepared again once the table has grown well past its size when
+// they were prepared (more than four times the estimate of live entries
+// then, plus 1,024). PostgreSQL settles on one plan for a prepared statement
+// after its first few runs, and keeps it: a point lookup planned while the
+// table is nearly empty is a sequential scan, which it then stays as the
+// table grows, until the table's statistics change (autovacuum's ANALYZE,
+// which a server may not run). Prepared again, on a table of more than a few
+// pages, the lookups use the primary key. A connection prepares its
+// statements again a handful of times at most.
+func (b *Backend) statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, error) {
 	pc := c.PgConn()
-	if st, ok := pc.CustomData()[stmtsKey].(*preparedStmts); ok {
+	est := b.estimate.Load()
+	if st, ok := pc.CustomData()[stmtsKey].(*preparedStmts); ok && est <= st.replanAbove {
 		return st, nil
 	}
 	p := pc.StartPipeline(ctx)
@@ -117,7 +134,7 @@ func statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, error) {
 		p.SendDeallocate(stmtName(i))
 		p.SendPrepare(stmtName(i), s.sql, s.params)
 	}
-	st := new(preparedStmts)
+	st := &preparedStmts{replanAbove: 4*max(est, 0) + 1024}
 	err := func() error {
 		if err := p.Sync(); err != nil {
 			return err
@@ -142,14 +159,14 @@ func statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, error) {
 				if err := checkWireTypes(sd, spec); err != nil {
 					return fmt.Errorf("prepare statement %d: %w", i, err)
 				}
-				st[i] = preparedStmt{sd: sd, resultFormats: binaryFormat, wire: true}
+				st.s[i] = preparedStmt{sd: sd, resultFormats: binaryFormat, wire: true}
 				continue
 			}
 			rf := make([]int16, len(sd.Fields))
 			for j, f := range sd.Fields {
 				rf[j] = c.TypeMap().FormatCodeForOID(f.DataTypeOID)
 			}
-			st[i] = preparedStmt{sd: sd, resultFormats: rf}
+			st.s[i] = preparedStmt{sd: sd, resultFormats: rf}
 		}
 		res, err := p.GetResults()
 		if err != nil {

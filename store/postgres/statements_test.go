@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/gatecount/gatecount/internal/faultproxy"
@@ -114,11 +116,11 @@ func TestWireTypesChecked(t *testing.T) {
 		})
 	}
 	// The store's own statements pass.
-	st, err := statements(ctx, conn.Conn())
+	st, err := new(Backend).statements(ctx, conn.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range st {
+	for i, s := range st.s {
 		if s.wire != (statementSpecs[i].results != nil) {
 			t.Errorf("statement %d: wire = %v", i, s.wire)
 		}
@@ -213,5 +215,58 @@ func TestBackendDeadline(t *testing.T) {
 				t.Fatalf("call to a black hole: a server error %v", pgErr)
 			}
 		})
+	}
+}
+
+// TestReplanAfterGrowth: statements prepared while the table was nearly
+// empty are prepared again once it has grown, so that the one-key lock of
+// Update, planned as a sequential scan of a table of no pages, becomes a
+// lookup by primary key.
+func TestReplanAfterGrowth(t *testing.T) {
+	schema := benchSchema(t)
+	pool := benchPool(t, 1, map[string]string{"search_path": schema}) // one connection
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "VACUUM gatecount_entries"); err != nil { // statistics of an empty table
+		t.Fatal(err)
+	}
+	b, err := NewBackend(ctx, pool, Options{Secret: randomSecret()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	<-b.started
+	prefix := randomPrefix("replan")
+	updates := func(label string) {
+		for i := range 8 { // past the 5 custom plans PostgreSQL makes before it settles
+			if err := b.Update(ctx, prefix, []string{fmt.Sprint(label, i)}, incr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	plan := func() string {
+		rows, err := pool.Query(ctx, fmt.Sprintf(`EXPLAIN EXECUTE %s('\x00'::bytea)`, stmtName(uLockRead1Async)), pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	updates("before")
+	if p := plan(); !strings.Contains(p, "Seq Scan") {
+		t.Fatalf("plan on a nearly empty table, before growth: want PostgreSQL's sequential scan, the case this guards against:\n%s", p)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO gatecount_entries (keyhash, fingerprint, value, expires_at)
+		SELECT sha256(g::text::bytea), $1, '1', now() + interval '1 hour' FROM generate_series(1, 5000) AS g`, b.fp); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.recount(ctx); err != nil {
+		t.Fatal(err)
+	}
+	updates("after")
+	if p := plan(); !strings.Contains(p, "Index Scan") {
+		t.Fatalf("plan after the table grew to 5,000 rows: want a lookup by primary key:\n%s", p)
 	}
 }

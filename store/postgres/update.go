@@ -151,7 +151,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	// hands an open transaction to the pool.
 	defer func() { err = release(conn, err) }()
 	c := conn.Conn()
-	st, err := statements(ctx, c)
+	st, err := b.statements(ctx, c)
 	if err != nil {
 		return false, fmt.Errorf("postgres: update: prepare: %w", err)
 	}
@@ -176,20 +176,20 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	var now time.Time
 	err = func() error {
 		if placeholders {
-			if err := q.send(st[uLock], hashes, b.fp); err != nil {
+			if err := q.send(st.s[uLock], hashes, b.fp); err != nil {
 				return err
 			}
 		}
 		var err error
 		switch {
 		case n == 1 && b.syncCommit:
-			q.sendWire(st[uLockRead1], q.w.reset().bytes(hashes[0]))
+			q.sendWire(st.s[uLockRead1], q.w.reset().bytes(hashes[0]))
 		case n == 1:
-			q.sendWire(st[uLockRead1Async], q.w.reset().bytes(hashes[0]))
+			q.sendWire(st.s[uLockRead1Async], q.w.reset().bytes(hashes[0]))
 		case b.syncCommit:
-			err = q.send(st[uLockRead], hashes)
+			err = q.send(st.s[uLockRead], hashes)
 		default:
-			err = q.send(st[uLockReadAsync], hashes)
+			err = q.send(st.s[uLockReadAsync], hashes)
 		}
 		if err != nil {
 			return err
@@ -306,7 +306,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	exact := added > 0 && b.near(added)
 	err = func() error {
 		if exact {
-			if err := q.send(st[uAdmit], b.fp, added, int64(b.bound.Max()), now, b.boundLock); err != nil {
+			if err := q.send(st.s[uAdmit], b.fp, added, int64(b.bound.Max()), now, b.boundLock); err != nil {
 				return err
 			}
 		}
@@ -420,7 +420,7 @@ func (q *pipe) sendWrite(st *preparedStmts, one, many int, hashes [][]byte, entr
 		return nil
 	case 1:
 		i := idx[0]
-		q.sendWire(st[one], q.w.reset().bytes(hashes[i]).text(fp).bytes(entries[i].Value).time(entries[i].ExpiresAt))
+		q.sendWire(st.s[one], q.w.reset().bytes(hashes[i]).text(fp).bytes(entries[i].Value).time(entries[i].ExpiresAt))
 		return nil
 	}
 	keys := make([][]byte, len(idx))
@@ -429,7 +429,7 @@ func (q *pipe) sendWrite(st *preparedStmts, one, many int, hashes [][]byte, entr
 	for j, i := range idx {
 		keys[j], vals[j], exps[j] = hashes[i], string(entries[i].Value), entries[i].ExpiresAt
 	}
-	return q.send(st[many], keys, fp, vals, exps)
+	return q.send(st.s[many], keys, fp, vals, exps)
 }
 
 // sendDelete sends the delete of the rows of the keys at indexes idx of
@@ -439,14 +439,14 @@ func (q *pipe) sendDelete(st *preparedStmts, hashes [][]byte, idx []int) error {
 	case 0:
 		return nil
 	case 1:
-		q.sendWire(st[uDelete1], q.w.reset().bytes(hashes[idx[0]]))
+		q.sendWire(st.s[uDelete1], q.w.reset().bytes(hashes[idx[0]]))
 		return nil
 	}
 	keys := make([][]byte, len(idx))
 	for j, i := range idx {
 		keys[j] = hashes[i]
 	}
-	return q.send(st[uDelete], keys)
+	return q.send(st.s[uDelete], keys)
 }
 
 // keyTurnQueues is how many queues keyTurns spreads keys over.

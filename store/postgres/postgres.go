@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -373,13 +372,18 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 		h := b.hasher.Sum(prefix, k)
 		hashes[i] = h[:]
 	}
-	var rows pgx.Rows
-	var err error
 	if len(hashes) == 1 {
-		rows, err = b.pool.Query(ctx, sqlRead1, hashes[0], b.fp)
-	} else {
-		rows, err = b.pool.Query(ctx, sqlRead, hashes, b.fp)
+		val, _, expUs, err := b.read1(ctx, hashes[0])
+		if err != nil {
+			return nil, fmt.Errorf("postgres: read: %w", err)
+		}
+		out := make([]store.Entry, 1)
+		if val != nil {
+			out[0] = store.Entry{Value: val, ExpiresAt: time.UnixMilli(floorDiv(expUs, 1000))}
+		}
+		return out, nil
 	}
+	rows, err := b.pool.Query(ctx, sqlRead, hashes, b.fp)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: read: %w", err)
 	}
@@ -513,12 +517,7 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) (err error) 
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
-	defer func() {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
-			delete(pc.CustomData(), stmtsKey) // prepare again next time
-		}
-	}()
+	defer func() { forgetGone(pc, err) }()
 	var w wire
 	if len(batch) == 1 {
 		r := batch[0]
@@ -576,36 +575,7 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) (err error) 
 // count is ErrNotCounter; otherwise it reports false, for gatecount_count
 // to decide.
 func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Cap, n int64, t *store.Tally) (done bool, err error) {
-	conn, ctx, err := b.acquire(ctx)
-	if err != nil {
-		return false, fmt.Errorf("postgres: count: read the refused key: %w", err)
-	}
-	defer func() { err = release(conn, err) }()
-	pc := conn.Conn().PgConn()
-	st, err := b.statements(ctx, conn.Conn())
-	if err != nil {
-		return false, fmt.Errorf("postgres: count: prepare: %w", err)
-	}
-	defer func() {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
-			delete(pc.CustomData(), stmtsKey) // prepare again next time
-		}
-	}()
-	var (
-		w            wire
-		val          []byte
-		nowUs, expUs int64
-	)
-	s := st.s[cRead1]
-	err = readRow(pc.ExecStatement(ctx, s.sd, w.reset().bytes(hash).text(b.fp).values(), binaryFormat, s.resultFormats), func(vals [][]byte) (err error) {
-		if nowUs, err = wireMicros(vals[0]); err != nil || vals[2] == nil {
-			return err
-		}
-		val = bytes.Clone(vals[2])
-		expUs, err = wireMicros(vals[3])
-		return err
-	})
+	val, nowUs, expUs, err := b.read1(ctx, hash)
 	if err != nil {
 		return false, fmt.Errorf("postgres: count: read the refused key: %w", err)
 	}
@@ -623,6 +593,34 @@ func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Cap, n i
 	t.Counts[0] = cur
 	t.ExpiresAt[0] = time.UnixMilli(floorDiv(expUs, 1000))
 	return true, nil
+}
+
+// read1 reads one key's live entry of this secret with cRead1: its value
+// (nil when it has none) and expiry, and the server's clock, in Unix
+// microseconds.
+func (b *Backend) read1(ctx context.Context, hash []byte) (val []byte, nowUs, expUs int64, err error) {
+	conn, ctx, err := b.acquire(ctx)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer func() { err = release(conn, err) }()
+	st, err := b.statements(ctx, conn.Conn())
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("prepare: %w", err)
+	}
+	pc := conn.Conn().PgConn()
+	defer func() { forgetGone(pc, err) }()
+	var w wire
+	s := st.s[cRead1]
+	err = readRow(pc.ExecStatement(ctx, s.sd, w.reset().bytes(hash).text(b.fp).values(), binaryFormat, s.resultFormats), func(vals [][]byte) (err error) {
+		if nowUs, err = wireMicros(vals[0]); err != nil || vals[2] == nil {
+			return err
+		}
+		val = bytes.Clone(vals[2])
+		expUs, err = wireMicros(vals[3])
+		return err
+	})
+	return val, nowUs, expUs, err
 }
 
 // readRow calls f with the values of rr's one row, if it has one, and closes

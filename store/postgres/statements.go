@@ -187,6 +187,15 @@ func (b *Backend) statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, 
 	return st, nil
 }
 
+// forgetGone drops the statements of pc when err says the connection lost
+// one (to DEALLOCATE or DISCARD), so that the next call prepares them again.
+func forgetGone(pc *pgconn.PgConn, err error) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
+		delete(pc.CustomData(), stmtsKey)
+	}
+}
+
 // checkWireTypes reports an error unless the server's description of a
 // prepared statement has the result types its spec decodes. (Its parameters
 // have the types the spec declared when preparing it.)

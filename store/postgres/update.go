@@ -159,12 +159,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	// Close reads what is left up to the Sync; a pipeline closed before its
 	// Sync closes the connection, which rolls the transaction back.
 	defer q.p.Close()
-	defer func() {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
-			delete(c.PgConn().CustomData(), stmtsKey) // prepare again next time
-		}
-	}()
+	defer func() { forgetGone(c.PgConn(), err) }()
 
 	// Round trip 1: lock the keys' rows in ascending order (with
 	// placeholders for keys without one, when asked), read them and the

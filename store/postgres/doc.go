@@ -142,6 +142,16 @@
 // max_prepared_statements set). A statement that a connection lost (to
 // DEALLOCATE or DISCARD) fails one call and is prepared again on the next.
 //
+// PostgreSQL settles on one plan for a prepared statement after its first
+// few runs and keeps it until the table's statistics change. A one-key
+// lookup planned on a nearly empty table is a sequential scan, and on a
+// server whose autovacuum does not analyze the table it would stay one as
+// the table grows. So a connection prepares the statements again whenever
+// the estimate of live entries (see "The bound") has grown past four times
+// its value at the last preparation plus 1,024: on a table of more than a
+// few pages the lookups use the primary key. The sweep and the count of
+// live entries are planned afresh each time they run.
+//
 // The single-key statements are prepared with the types of their
 // parameters declared, take their arguments in PostgreSQL's binary format
 // (bytea and text as their bytes, bigint as 8 bytes big-endian, timestamptz

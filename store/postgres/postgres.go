@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -642,7 +643,10 @@ func (b *Backend) Sweep(ctx context.Context) (int, error) {
 	defer b.sweepMu.Unlock()
 	total := 0
 	for {
-		tag, err := b.pool.Exec(ctx, sqlSweep, SweepBatch)
+		// Planned afresh each time (QueryExecModeExec), on the table's
+		// size now: a plan cached while the table was small would scan it
+		// all (see Backend.statements).
+		tag, err := b.pool.Exec(ctx, sqlSweep, pgx.QueryExecModeExec, SweepBatch)
 		if err != nil {
 			return total, fmt.Errorf("postgres: sweep: %w", err)
 		}
@@ -657,7 +661,7 @@ func (b *Backend) Sweep(ctx context.Context) (int, error) {
 // recount makes the estimate of live entries exact.
 func (b *Backend) recount(ctx context.Context) error {
 	var n int64
-	if err := b.pool.QueryRow(ctx, sqlLive, b.fp).Scan(&n); err != nil {
+	if err := b.pool.QueryRow(ctx, sqlLive, pgx.QueryExecModeExec, b.fp).Scan(&n); err != nil { // planned afresh, as the sweep
 		return fmt.Errorf("postgres: count live entries: %w", err)
 	}
 	b.estimate.Store(n)

@@ -8,13 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/gatecount/gatecount/internal/faultproxy"
 	"github.com/gatecount/gatecount/store"
 )
 
-// faultStore opens a store whose pool reaches the database through a fault
-// proxy the test controls.
-func faultStore(t *testing.T, o Options) (*faultproxy.Proxy, *store.Handle) {
+// faultPool opens a pool that reaches the database through a fault proxy
+// the test controls. The proxy closes before the pool does, which ends at
+// once the connections pgx is still closing after a timeout (it would
+// drain them for 15 s).
+func faultPool(t *testing.T) (*faultproxy.Proxy, *pgxpool.Pool) {
 	t.Helper()
 	newPool(t) // skips or fails when the database is unreachable; migrates
 	u, err := url.Parse(testURL())
@@ -28,8 +32,15 @@ func faultStore(t *testing.T, o Options) (*faultproxy.Proxy, *store.Handle) {
 	t.Cleanup(func() { p.Close() })
 	u.Host = p.Addr()
 	pool := newPoolURL(t, u.String(), false)
-	s := newStore(t, pool, o)
-	return p, newHandle(t, s, "fault")
+	t.Cleanup(func() { p.Close() })
+	return p, pool
+}
+
+// faultStore opens a store over a faultPool.
+func faultStore(t *testing.T, o Options) (*faultproxy.Proxy, *store.Handle) {
+	t.Helper()
+	p, pool := faultPool(t)
+	return p, newHandle(t, newStore(t, pool, o), "fault")
 }
 
 var faultCaps = []store.Cap{{Max: 1000, Window: time.Minute}}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/gatecount/gatecount/internal/faultproxy"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -160,26 +158,12 @@ func TestDeadlineClearedOnRelease(t *testing.T) {
 // I/O by the connection's deadline; a context cancelled before the call
 // ends it before any I/O.
 func TestBackendDeadline(t *testing.T) {
-	newPool(t)
-	u, err := url.Parse(testURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	u.Host = p.Addr()
-	pool := newPoolURL(t, u.String(), false)
+	p, pool := faultPool(t)
 	b, err := NewBackend(context.Background(), pool, Options{Secret: randomSecret()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	// Closing the proxy before the pool ends the connections pgx is still
-	// closing after a timeout, which it would otherwise drain for 15 s.
-	t.Cleanup(func() { p.Close() })
 	<-b.started
 	prefix := randomPrefix("bd")
 	ops := []struct {

@@ -7,8 +7,8 @@ import (
 	"sync"
 )
 
-// MaxCountBatch is the most single-key counts one statement counts.
-const MaxCountBatch = 64
+// maxCountBatch is the most single-key counts one statement counts.
+const maxCountBatch = 64
 
 // oneCount is the single-key count of one call: its arguments and, once its
 // batch has run, its result.
@@ -22,7 +22,7 @@ type oneCount struct {
 
 	state int           // one of the req states, under the batcher's lock
 	err   error         // the batch's error, once state is reqDone
-	wake  chan struct{} // a token when state may have changed
+	wake  chan struct{} // a token when state may have changed; made when r waits
 }
 
 // States of a oneCount.
@@ -38,7 +38,7 @@ const (
 // Backend.Count). At most limit batches run at a time; a call that arrives
 // while they all run waits in the queue, and the first of the queue leads
 // the next batch once one ends, taking with it those queued behind it, up
-// to MaxCountBatch. A call whose key another call has queued or running is
+// to maxCountBatch. A call whose key another call has queued or running is
 // not batched (do answers errSameKey): no batch could take it before that
 // one ends, and the key's row serialises the two anyway. A call alone is
 // counted at once, by a batch of one. A call that leads runs its batch on
@@ -57,7 +57,6 @@ type countBatcher struct {
 // do counts r in a batch and returns the batch's error, or ctx's error if
 // ctx ends first (r's result then goes unread; it may have been counted).
 func (bt *countBatcher) do(ctx context.Context, r *oneCount) error {
-	r.wake = make(chan struct{}, 1)
 	bt.mu.Lock()
 	if bt.keys == nil {
 		bt.keys = make(map[[32]byte]struct{})
@@ -72,6 +71,7 @@ func (bt *countBatcher) do(ctx context.Context, r *oneCount) error {
 	if bt.running < bt.limit {
 		bt.running++
 	} else {
+		r.wake = make(chan struct{}, 1)
 		if err := bt.wait(ctx, r); err != nil || r.state == reqDone {
 			return err
 		}
@@ -144,7 +144,7 @@ func (bt *countBatcher) take(r *oneCount) []*oneCount {
 		switch {
 		case o == r:
 			continue
-		case o.state == reqQueued && len(batch) < MaxCountBatch:
+		case o.state == reqQueued && len(batch) < maxCountBatch:
 			o.state = reqRunning
 			batch = append(batch, o)
 		default:

@@ -20,7 +20,7 @@ func testHash(s string) []byte {
 
 // TestBatcherCountsEveryCallOnce: many concurrent calls on distinct keys
 // are each run exactly once, in batches of distinct keys of at most
-// MaxCountBatch, with never more than limit batches at a time, and some
+// maxCountBatch, with never more than limit batches at a time, and some
 // batches of more than one call.
 func TestBatcherCountsEveryCallOnce(t *testing.T) {
 	const calls, limit = 500, 2
@@ -40,7 +40,7 @@ func TestBatcherCountsEveryCallOnce(t *testing.T) {
 		if int32(len(batch)) > largest.Load() {
 			largest.Store(int32(len(batch)))
 		}
-		if len(batch) > MaxCountBatch {
+		if len(batch) > maxCountBatch {
 			overflow.Store(true)
 		}
 		time.Sleep(time.Millisecond) // so that calls queue behind the batches
@@ -83,7 +83,7 @@ func TestBatcherCountsEveryCallOnce(t *testing.T) {
 		t.Fatalf("%d batches at once, want at most %d", p, limit)
 	}
 	if overflow.Load() {
-		t.Fatalf("a batch of more than %d", MaxCountBatch)
+		t.Fatalf("a batch of more than %d", maxCountBatch)
 	}
 	if largest.Load() < 2 {
 		t.Fatalf("no batch of more than one call among %d concurrent calls", calls)

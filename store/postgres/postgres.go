@@ -543,10 +543,11 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) (err error) 
 	if b.syncCommit {
 		s = st.s[cCountMany]
 	}
-	w.reset().byteaArray(batch, func(r *oneCount) []byte { return r.hash }).text(b.fp).
-		int8Array(batch, func(r *oneCount) int64 { return r.n }).
-		int8Array(batch, func(r *oneCount) int64 { return r.max }).
-		int8Array(batch, func(r *oneCount) int64 { return r.window })
+	n := len(batch)
+	w.reset().byteaArray(n, func(i int) []byte { return batch[i].hash }).text(b.fp).
+		int8Array(n, func(i int) int64 { return batch[i].n }).
+		int8Array(n, func(i int) int64 { return batch[i].max }).
+		int8Array(n, func(i int) int64 { return batch[i].window })
 	rr := pc.ExecStatement(ctx, s.sd, w.values(), binaryFormat, s.resultFormats)
 	for rr.NextRow() {
 		vals := rr.Values()

@@ -241,25 +241,25 @@ func (w *wire) text(s string) *wire { return w.end(append(w.buf, s...)) }
 
 func (w *wire) int8(v int64) *wire { return w.end(binary.BigEndian.AppendUint64(w.buf, uint64(v))) }
 
-// byteaArray encodes a one-dimensional bytea[] without nulls, of the
-// values of f over rs.
-func (w *wire) byteaArray(rs []*oneCount, f func(*oneCount) []byte) *wire {
-	buf := w.arrayHeader(oBytea, len(rs))
-	for _, r := range rs {
-		v := f(r)
+// byteaArray encodes a one-dimensional bytea[] without nulls, of the n
+// values at(0) to at(n-1).
+func (w *wire) byteaArray(n int, at func(i int) []byte) *wire {
+	buf := w.arrayHeader(oBytea, n)
+	for i := range n {
+		v := at(i)
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(v)))
 		buf = append(buf, v...)
 	}
 	return w.end(buf)
 }
 
-// int8Array encodes a one-dimensional bigint[] without nulls, of the values
-// of f over rs.
-func (w *wire) int8Array(rs []*oneCount, f func(*oneCount) int64) *wire {
-	buf := w.arrayHeader(oInt8, len(rs))
-	for _, r := range rs {
+// int8Array encodes a one-dimensional bigint[] without nulls, of the n
+// values at(0) to at(n-1).
+func (w *wire) int8Array(n int, at func(i int) int64) *wire {
+	buf := w.arrayHeader(oInt8, n)
+	for i := range n {
 		buf = binary.BigEndian.AppendUint32(buf, 8)
-		buf = binary.BigEndian.AppendUint64(buf, uint64(f(r)))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(at(i)))
 	}
 	return w.end(buf)
 }

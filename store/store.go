@@ -122,9 +122,9 @@ type InlineUpdater interface {
 }
 
 // Prompt is implemented by backends whose calls return promptly once their
-// context's deadline passes, and soon after it is cancelled (at the latest
-// when the round trip in progress ends), as pgx's and go-redis's do when set
-// to. The guard runs their calls on the caller's goroutine under a deadline
+// context's deadline passes, and soon after it is cancelled (a backend may
+// finish the round trips of a call under way, which end by the deadline),
+// as pgx's and go-redis's do when set to. The guard runs their calls on the caller's goroutine under a deadline
 // context, which saves a goroutine and a channel handoff per call. A backend
 // that answers true but keeps running past its context delays its callers
 // past the deadline; one that answers false has its calls answered at the

@@ -174,9 +174,10 @@
 // connection, asking the server to cancel what it runs: the transaction
 // rolls back, unless the server had committed it just before, in which case
 // a call answered unavailable was counted all the same. A call whose
-// context is cancelled before its deadline stops before its next round
-// trip, not during one, which takes well under a millisecond unless the
-// database hangs, and then ends at the deadline.
+// context is done before it starts does not start; one cancelled while it
+// runs (before its deadline) is not interrupted and ends when its round
+// trips do, well under a millisecond unless the database hangs, and then at
+// the deadline.
 //
 // # Count
 //

@@ -200,9 +200,8 @@ func (b *Backend) Shared() bool { return true }
 func (b *Backend) Backing() any { return b.pool }
 
 // Prompt reports true: a call's I/O is bounded by its context's deadline
-// (closing the connection if it must), and a call whose context is
-// cancelled stops before its next round trip (see "Deadlines" in the
-// package documentation).
+// (closing the connection if it must); a call cancelled while it runs ends
+// when its round trips do (see "Deadlines" in the package documentation).
 func (b *Backend) Prompt() bool { return true }
 
 // Fingerprint names the store's secret, as recorded in each of its rows.

@@ -42,9 +42,9 @@ const (
 
 // stmtSpec is a statement of the store. A statement with wire types has its
 // arguments and results in PostgreSQL's binary format, encoded and decoded
-// by the store itself (see wire): params and results give the types, and
-// preparing checks that the server agrees. The others go through pgx's
-// type map.
+// by the store itself (see wire): params gives the types it is prepared
+// with, and results the types preparing checks that the server describes.
+// The others go through pgx's type map.
 type stmtSpec struct {
 	sql     string
 	params  []uint32
@@ -336,10 +336,11 @@ func floorDiv(a, b int64) int64 {
 // showed as a tenth of the throughput of a one-statement call). A call
 // whose deadline passes mid-round-trip fails with an error matching
 // context.DeadlineExceeded, and pgx closes the connection, which rolls back
-// what it had begun; one whose context is cancelled before it ends its
-// round trip finishes that round trip first. Without a deadline the call
-// keeps ctx, and pgx watches it. release clears the deadline and gives the
-// connection back.
+// what it had begun. A call whose context is already done does not start;
+// one cancelled (before its deadline) while it runs is not interrupted, and
+// ends when its round trips do. Without a deadline the call keeps ctx, and
+// pgx watches it. release clears the deadline and gives the connection
+// back.
 func (b *Backend) acquire(ctx context.Context) (c *pgxpool.Conn, io context.Context, err error) {
 	c, err = b.pool.Acquire(ctx)
 	if err != nil {

@@ -64,6 +64,9 @@ type Options struct {
 	// database server crashes, the counts of its last moments (at most
 	// three times wal_writer_delay, 600 ms by default) are lost; the table
 	// stays consistent. Set SyncCommit when that matters more than speed.
+	// SyncCommit leaves the session's setting as it is (on, unless the
+	// pool's connections set synchronous_commit otherwise): on a pool whose
+	// sessions turn it off, counts commit asynchronously all the same.
 	SyncCommit bool
 	// CountInterval is how often the approximate count of live entries the
 	// bound relies on is made exact again; 0 means DefaultCountInterval.

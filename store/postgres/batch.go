@@ -25,6 +25,20 @@ type oneCount struct {
 	wake  chan struct{} // a token when state may have changed; made when r waits
 }
 
+// counts records that r's statement counted it, from the statement's
+// values for the key: the count, its expiry and the server's clock.
+func (r *oneCount) counts(vals [][]byte) (err error) {
+	r.counted = true
+	if r.v, err = wireInt8(vals[0]); err != nil {
+		return err
+	}
+	if r.expUs, err = wireMicros(vals[1]); err != nil {
+		return err
+	}
+	r.nowUs, err = wireMicros(vals[2])
+	return err
+}
+
 // States of a oneCount.
 const (
 	reqQueued  = iota // waiting in the queue

@@ -412,10 +412,11 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 }
 
 // Count implements store.Counter. A single key far from the bound is
-// counted by one plain statement, sqlCountOne; anything else by one call
-// of the function gatecount_count. Either is one round trip and one
-// implicit transaction; a refused single-key count takes a second round
-// trip to read the count it was refused at.
+// counted by one plain statement (sqlCountOne, or sqlCountMany for the
+// single-key counts of several calls at once, see countOne); anything else
+// by one call of the function gatecount_count. Either is one round trip
+// and one implicit transaction; a refused single-key count takes a second
+// round trip to read the count it was refused at.
 func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
 	if len(keys) == 1 && n <= caps[0].Max && !b.near(1) {
 		h := b.hasher.Sum(prefix, keys[0])
@@ -510,17 +511,12 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) (err error) 
 		ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
 		defer cancel()
 	}
-	conn, ctx, err := b.acquire(ctx)
+	conn, ctx, st, err := b.acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { err = release(conn, err) }()
 	pc := conn.Conn().PgConn()
-	st, err := b.statements(ctx, conn.Conn())
-	if err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	defer func() { forgetGone(pc, err) }()
 	var w wire
 	if len(batch) == 1 {
 		r := batch[0]
@@ -529,17 +525,7 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) (err error) 
 			s = st.s[cCountOne]
 		}
 		w.reset().bytes(r.hash).text(b.fp).int8(r.n).int8(r.max).int8(r.window)
-		return readRow(pc.ExecStatement(ctx, s.sd, w.values(), binaryFormat, s.resultFormats), func(vals [][]byte) (err error) {
-			r.counted = true
-			if r.v, err = wireInt8(vals[0]); err != nil {
-				return err
-			}
-			if r.expUs, err = wireMicros(vals[1]); err != nil {
-				return err
-			}
-			r.nowUs, err = wireMicros(vals[2])
-			return err
-		})
+		return readRow(pc.ExecStatement(ctx, s.sd, w.values(), binaryFormat, s.resultFormats), r.counts)
 	}
 	s := st.s[cCountManyAsync]
 	if b.syncCommit {
@@ -558,15 +544,7 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) (err error) 
 			err = errors.New("a counted key not in the batch")
 			break
 		}
-		r := batch[i]
-		r.counted = true
-		if r.v, err = wireInt8(vals[1]); err != nil {
-			break
-		}
-		if r.expUs, err = wireMicros(vals[2]); err != nil {
-			break
-		}
-		if r.nowUs, err = wireMicros(vals[3]); err != nil {
+		if err = batch[i].counts(vals[1:]); err != nil {
 			break
 		}
 	}
@@ -603,17 +581,12 @@ func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Cap, n i
 // (nil when it has none) and expiry, and the server's clock, in Unix
 // microseconds.
 func (b *Backend) read1(ctx context.Context, hash []byte) (val []byte, nowUs, expUs int64, err error) {
-	conn, ctx, err := b.acquire(ctx)
+	conn, ctx, st, err := b.acquire(ctx)
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	defer func() { err = release(conn, err) }()
-	st, err := b.statements(ctx, conn.Conn())
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("prepare: %w", err)
-	}
 	pc := conn.Conn().PgConn()
-	defer func() { forgetGone(pc, err) }()
 	var w wire
 	s := st.s[cRead1]
 	err = readRow(pc.ExecStatement(ctx, s.sd, w.reset().bytes(hash).text(b.fp).values(), binaryFormat, s.resultFormats), func(vals [][]byte) (err error) {

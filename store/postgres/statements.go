@@ -93,7 +93,6 @@ const errStmtGone = "26000"
 type preparedStmt struct {
 	sd            *pgconn.StatementDescription
 	resultFormats []int16
-	wire          bool
 }
 
 // preparedStmts are the store's statements as prepared on one connection.
@@ -159,7 +158,7 @@ func (b *Backend) statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, 
 				if err := checkWireTypes(sd, spec); err != nil {
 					return fmt.Errorf("prepare statement %d: %w", i, err)
 				}
-				st.s[i] = preparedStmt{sd: sd, resultFormats: binaryFormat, wire: true}
+				st.s[i] = preparedStmt{sd: sd, resultFormats: binaryFormat}
 				continue
 			}
 			rf := make([]int16, len(sd.Fields))
@@ -185,15 +184,6 @@ func (b *Backend) statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, 
 	}
 	pc.CustomData()[stmtsKey] = st
 	return st, nil
-}
-
-// forgetGone drops the statements of pc when err says the connection lost
-// one (to DEALLOCATE or DISCARD), so that the next call prepares them again.
-func forgetGone(pc *pgconn.PgConn, err error) {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
-		delete(pc.CustomData(), stmtsKey)
-	}
 }
 
 // checkWireTypes reports an error unless the server's description of a
@@ -328,45 +318,56 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// acquire takes a connection of the pool for one call and bounds the call's
-// I/O on it by ctx's deadline, as the connection's own read and write
-// deadline. It returns the context for the call's statements: ctx without
-// its cancellation, so that pgx does not watch it (pgx's watch of a context
-// costs a timer-free but allocating registration per round trip, which
-// showed as a tenth of the throughput of a one-statement call). A call
-// whose deadline passes mid-round-trip fails with an error matching
-// context.DeadlineExceeded, and pgx closes the connection, which rolls back
-// what it had begun. A call whose context is already done does not start;
-// one cancelled (before its deadline) while it runs is not interrupted, and
-// ends when its round trips do. Without a deadline the call keeps ctx, and
-// pgx watches it. release clears the deadline and gives the connection
-// back.
-func (b *Backend) acquire(ctx context.Context) (c *pgxpool.Conn, io context.Context, err error) {
+// acquire takes a connection of the pool for one call, with the store's
+// statements prepared on it (see statements), and bounds the call's I/O on
+// it by ctx's deadline, as the connection's own read and write deadline. It
+// returns the context for the call's statements: ctx without its
+// cancellation, so that pgx does not watch it (pgx's watch of a context
+// costs an allocating registration per round trip, which showed as a tenth
+// of the throughput of a one-statement call). A call whose deadline passes
+// mid-round-trip fails with an error matching context.DeadlineExceeded, and
+// pgx closes the connection, which rolls back what it had begun. A call
+// whose context is already done does not start; one cancelled (before its
+// deadline) while it runs is not interrupted, and ends when its round trips
+// do. Without a deadline the call keeps ctx, and pgx watches it. The caller
+// gives the connection back with release.
+func (b *Backend) acquire(ctx context.Context) (c *pgxpool.Conn, io context.Context, st *preparedStmts, err error) {
 	c, err = b.pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("acquire a connection: %w", err)
+		return nil, nil, nil, fmt.Errorf("acquire a connection: %w", err)
 	}
-	d, ok := ctx.Deadline()
-	if !ok {
-		return c, ctx, nil
+	io = ctx
+	if d, ok := ctx.Deadline(); ok {
+		if err := ctx.Err(); err != nil {
+			c.Release()
+			return nil, nil, nil, err
+		}
+		if err := c.Conn().PgConn().Conn().SetDeadline(d); err != nil {
+			c.Release()
+			return nil, nil, nil, fmt.Errorf("set the connection's deadline: %w", err)
+		}
+		io = context.WithoutCancel(ctx)
 	}
-	if err := ctx.Err(); err != nil {
-		c.Release()
-		return nil, nil, err
+	if st, err = b.statements(io, c.Conn()); err != nil {
+		return nil, nil, nil, release(c, fmt.Errorf("prepare: %w", err))
 	}
-	if err := c.Conn().PgConn().Conn().SetDeadline(d); err != nil {
-		c.Release()
-		return nil, nil, fmt.Errorf("set the connection's deadline: %w", err)
-	}
-	return c, context.WithoutCancel(ctx), nil
+	return c, io, st, nil
 }
 
-// release clears the deadline acquire set on c and gives c back to the
-// pool (which destroys it if a call left it mid-transaction or broken). It
-// returns err, marked as matching context.DeadlineExceeded when the
-// connection's deadline ended it.
+// release gives back a connection of acquire, after the call that used it
+// ended with err: it clears the connection's deadline, drops its statements
+// if err says it lost one (to DEALLOCATE or DISCARD, so that the next call
+// prepares them again), and returns the connection to the pool (which
+// destroys it if the call left it mid-transaction or broken). It returns
+// err, marked as matching context.DeadlineExceeded when the connection's
+// deadline ended it.
 func release(c *pgxpool.Conn, err error) error {
-	_ = c.Conn().PgConn().Conn().SetDeadline(time.Time{})
+	pc := c.Conn().PgConn()
+	_ = pc.Conn().SetDeadline(time.Time{})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
+		delete(pc.CustomData(), stmtsKey)
+	}
 	c.Release()
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) && errors.Is(err, os.ErrDeadlineExceeded) {
 		err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,8 +120,14 @@ func TestWireTypesChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, s := range st.s {
-		if s.wire != (statementSpecs[i].results != nil) {
-			t.Errorf("statement %d: wire = %v", i, s.wire)
+		spec := statementSpecs[i]
+		switch {
+		case spec.results == nil && len(s.resultFormats) != len(s.sd.Fields):
+			t.Errorf("statement %d: %d result formats for %d columns", i, len(s.resultFormats), len(s.sd.Fields))
+		case spec.results != nil && !slices.Equal(s.resultFormats, binaryFormat):
+			t.Errorf("statement %d: result formats %v, want binary", i, s.resultFormats)
+		case spec.results != nil && checkWireTypes(s.sd, spec) != nil:
+			t.Errorf("statement %d: %v", i, checkWireTypes(s.sd, spec))
 		}
 	}
 }

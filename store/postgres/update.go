@@ -143,7 +143,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 // update is one try of Update. Without placeholders it reports true, having
 // written nothing, when it must try again with them.
 func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, apply store.ApplyFunc, placeholders bool) (retry bool, err error) {
-	conn, ctx, err := b.acquire(ctx)
+	conn, ctx, st, err := b.acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("postgres: update: %w", err)
 	}
@@ -151,15 +151,10 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	// hands an open transaction to the pool.
 	defer func() { err = release(conn, err) }()
 	c := conn.Conn()
-	st, err := b.statements(ctx, c)
-	if err != nil {
-		return false, fmt.Errorf("postgres: update: prepare: %w", err)
-	}
 	q := &pipe{p: c.PgConn().StartPipeline(ctx), m: c.TypeMap()}
 	// Close reads what is left up to the Sync; a pipeline closed before its
 	// Sync closes the connection, which rolls the transaction back.
 	defer q.p.Close()
-	defer func() { forgetGone(c.PgConn(), err) }()
 
 	// Round trip 1: lock the keys' rows in ascending order (with
 	// placeholders for keys without one, when asked), read them and the

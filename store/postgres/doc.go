@@ -107,8 +107,11 @@
 // instead of an array: PostgreSQL plans a prepared statement afresh on every
 // call while its generic plan, made for an array of unknown length, looks
 // dearer than a plan for the array at hand, and planning would cost more
-// than running the statement. The one-key read returns scalars, min() of
-// each column over the key's one row or none, and the one-key statements
+// than running the statement. The one-key read returns scalars, in one row
+// whether the key has a row or not: the clock and, left-joined to it, the
+// key's locked row (the join's output, and so the clock, is computed once
+// the row is locked), which costs the server less than aggregates would;
+// and the one-key statements
 // take their arguments and give their results in PostgreSQL's binary
 // format, encoded by the store itself (see "Statements" below).
 //

@@ -267,16 +267,18 @@ RETURNING g.keyhash`
          WHERE keyhash = ANY($1) ORDER BY keyhash FOR UPDATE) AS l`
 	// sqlLockRead1 is sqlLockRead for one key, with scalar results: the
 	// clock, then the row's fingerprint, value and expiry, all null when
-	// the key has no row. The aggregates (of one row or none) make the
-	// result one row, computed after the row is locked.
+	// the key has no row. The left join makes the result one row, which
+	// is computed (the clock read) after its inner side has locked the
+	// row; it costs the server less than aggregates of one row or none.
 	sqlLockRead1      = `SELECT date_trunc('milliseconds', clock_timestamp()),` + sqlLockRead1Cols + sqlLockRead1From
 	sqlLockRead1Async = `SELECT date_trunc('milliseconds', clock_timestamp()),` + sqlLockRead1Cols +
 		`, set_config('synchronous_commit', 'off', true)` + sqlLockRead1From
 	sqlLockRead1Cols = `
-       min(l.fingerprint), min(l.value), min(l.expires_at)`
+       l.fingerprint, l.value, l.expires_at`
 	sqlLockRead1From = `
-  FROM (SELECT fingerprint, value, expires_at FROM gatecount_entries
-         WHERE keyhash = $1 FOR UPDATE) AS l`
+  FROM (VALUES (1)) AS d(x)
+  LEFT JOIN LATERAL (SELECT fingerprint, value, expires_at FROM gatecount_entries
+                      WHERE keyhash = $1 FOR UPDATE) AS l ON true`
 	sqlWrite = `UPDATE gatecount_entries AS g SET fingerprint = $2, value = u.v, expires_at = u.e
   FROM unnest($1::bytea[], $3::text[], $4::timestamptz[]) AS u(k, v, e)
  WHERE g.keyhash = u.k`

@@ -650,3 +650,81 @@ func TestUpdateStatementsLost(t *testing.T) {
 		t.Fatalf("count %s after the updates that succeeded, want %d", v, want)
 	}
 }
+
+// TestUpdateReadsClockAfterLock: an Update that waits for its key's row
+// lock reads the clock once it holds the lock, not before: its now is no
+// earlier than the clock as the transaction it waited for read it just
+// before committing. (Read before the wait, the clock would be older than
+// what that transaction wrote.) Both with the key's row, and in an Update
+// of several keys.
+func TestUpdateReadsClockAfterLock(t *testing.T) {
+	for _, keys := range [][]string{{"k"}, {"k", "other"}} {
+		t.Run(fmt.Sprint(len(keys)), func(t *testing.T) {
+			pool := newPool(t)
+			ctx := context.Background()
+			b, err := NewBackend(ctx, pool, Options{Secret: randomSecret()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			prefix := randomPrefix("clock")
+			if err := b.Update(ctx, prefix, keys, func(now time.Time, es []store.Entry) error {
+				for i := range es {
+					es[i] = store.Entry{Value: []byte("1"), ExpiresAt: now.Add(time.Hour)}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			h := b.hasher.Sum(prefix, "k")
+			if _, err := tx.Exec(ctx, "SELECT 1 FROM gatecount_entries WHERE keyhash = $1 FOR UPDATE", h[:]); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				now time.Time
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				var seen time.Time
+				err := b.Update(ctx, prefix, keys, func(now time.Time, _ []store.Entry) error {
+					seen = now
+					return nil
+				})
+				done <- result{seen, err}
+			}()
+			// Until the Update waits for the row lock.
+			for waiting := false; !waiting; {
+				if err := pool.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity
+ WHERE wait_event_type = 'Lock' AND query LIKE '%gatecount_entries%FOR UPDATE%'
+   AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case r := <-done:
+					t.Fatalf("the Update ended (%v) while the row was locked", r.err)
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			var before time.Time
+			if err := tx.QueryRow(ctx, "SELECT date_trunc('milliseconds', clock_timestamp())").Scan(&before); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.now.Before(before) {
+				t.Fatalf("the Update's now %v is before %v, read by the transaction it waited for", r.now, before)
+			}
+		})
+	}
+}

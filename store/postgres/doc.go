@@ -83,7 +83,12 @@
 // The two round trips are one pipeline, whose statements are prepared by
 // name on each connection the first time it runs an Update: the
 // transaction is the implicit one of PostgreSQL's extended protocol, which
-// lasts up to the pipeline's Sync, with no BEGIN or COMMIT statement. Round
+// lasts up to the pipeline's Sync, with no BEGIN or COMMIT statement. The
+// store speaks that protocol itself on the connection (a Bind and an
+// Execute per statement, a Flush or a Sync per round trip), without the
+// bookkeeping of pgx's pipeline, which cost Update about half its
+// allocations; a call that ends before reading the answer to its Sync
+// closes the connection, which rolls the transaction back. Round
 // trip 1 locks and reads the keys' rows, then the clock (an aggregate is
 // computed after it has consumed, and so locked, every row), and flushes:
 //

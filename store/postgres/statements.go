@@ -93,6 +93,17 @@ const errStmtGone = "26000"
 type preparedStmt struct {
 	sd            *pgconn.StatementDescription
 	resultFormats []int16
+	// fields describes the results as they come: the description's
+	// fields, in the formats asked for.
+	fields []pgconn.FieldDescription
+}
+
+func newPreparedStmt(sd *pgconn.StatementDescription, resultFormats []int16) preparedStmt {
+	fields := slices.Clone(sd.Fields)
+	for i := range fields {
+		fields[i].Format = resultFormats[min(i, len(resultFormats)-1)]
+	}
+	return preparedStmt{sd: sd, resultFormats: resultFormats, fields: fields}
 }
 
 // preparedStmts are the store's statements as prepared on one connection.
@@ -158,14 +169,14 @@ func (b *Backend) statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, 
 				if err := checkWireTypes(sd, spec); err != nil {
 					return fmt.Errorf("prepare statement %d: %w", i, err)
 				}
-				st.s[i] = preparedStmt{sd: sd, resultFormats: binaryFormat}
+				st.s[i] = newPreparedStmt(sd, binaryFormat)
 				continue
 			}
 			rf := make([]int16, len(sd.Fields))
 			for j, f := range sd.Fields {
 				rf[j] = c.TypeMap().FormatCodeForOID(f.DataTypeOID)
 			}
-			st.s[i] = preparedStmt{sd: sd, resultFormats: rf}
+			st.s[i] = newPreparedStmt(sd, rf)
 		}
 		res, err := p.GetResults()
 		if err != nil {

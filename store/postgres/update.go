@@ -11,101 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/gatecount/gatecount/store"
 )
-
-// pipe sends prepared statements down a pipeline and reads their results.
-// Statements sent before the pipeline's Sync run in one transaction, the
-// implicit transaction of the extended protocol, which commits at the Sync
-// (or rolls back, if a statement failed); a Flush between them gets the
-// results so far without ending it.
-type pipe struct {
-	p   *pgconn.Pipeline
-	m   *pgtype.Map
-	eqb pgx.ExtendedQueryBuilder
-	w   wire
-}
-
-func (q *pipe) send(s preparedStmt, args ...any) error {
-	if err := q.eqb.Build(q.m, s.sd, args); err != nil {
-		return err
-	}
-	q.p.SendQueryStatement(s.sd, q.eqb.ParamValues, q.eqb.ParamFormats, s.resultFormats)
-	return nil
-}
-
-// sendWire sends a statement with wire types, with the arguments w holds.
-func (q *pipe) sendWire(s preparedStmt, w *wire) {
-	q.p.SendQueryStatement(s.sd, w.values(), binaryFormat, s.resultFormats)
-}
-
-// flush sends what was queued and asks for the results so far, leaving the
-// transaction open.
-func (q *pipe) flush() error {
-	q.p.SendFlushRequest()
-	return q.p.Flush()
-}
-
-// result returns the result of the next statement.
-func (q *pipe) result() (*pgconn.ResultReader, error) {
-	res, err := q.p.GetResults()
-	if err != nil {
-		return nil, err
-	}
-	rr, ok := res.(*pgconn.ResultReader)
-	if !ok {
-		return nil, fmt.Errorf("got %T, want a statement's result", res)
-	}
-	return rr, nil
-}
-
-// exec reads the next statement's result, discarding its rows.
-func (q *pipe) exec() (pgconn.CommandTag, error) {
-	rr, err := q.result()
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	return rr.Close()
-}
-
-// row scans the next statement's one row into dest.
-func (q *pipe) row(dest ...any) error {
-	rr, err := q.result()
-	if err != nil {
-		return err
-	}
-	if !rr.NextRow() {
-		if _, err := rr.Close(); err != nil {
-			return err
-		}
-		return pgx.ErrNoRows
-	}
-	err = pgx.ScanRow(q.m, rr.FieldDescriptions(), rr.Values(), dest...)
-	_, cerr := rr.Close()
-	return errors.Join(err, cerr)
-}
-
-// end sends Sync, which ends the transaction, and reads up to its answer.
-func (q *pipe) end() error {
-	if err := q.p.Sync(); err != nil {
-		return err
-	}
-	return q.synced()
-}
-
-// synced reads up to the answer to the Sync already sent.
-func (q *pipe) synced() error {
-	res, err := q.p.GetResults()
-	if err != nil {
-		return err
-	}
-	if _, ok := res.(*pgconn.PipelineSync); !ok {
-		return fmt.Errorf("got %T, want the end of the transaction", res)
-	}
-	return nil
-}
 
 // Update implements store.Backend in one transaction of its own, on a
 // connection of the pool, in two round trips. See the package
@@ -143,18 +51,17 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 // update is one try of Update. Without placeholders it reports true, having
 // written nothing, when it must try again with them.
 func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, apply store.ApplyFunc, placeholders bool) (retry bool, err error) {
-	conn, ctx, st, err := b.acquire(ctx)
+	conn, _, st, err := b.acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("postgres: update: %w", err)
 	}
 	// release destroys a connection that is not idle, so a failure never
 	// hands an open transaction to the pool.
 	defer func() { err = release(conn, err) }()
-	c := conn.Conn()
-	q := &pipe{p: c.PgConn().StartPipeline(ctx), m: c.TypeMap()}
-	// Close reads what is left up to the Sync; a pipeline closed before its
+	q := newPipe(conn.Conn())
+	// close reads what is left up to the Sync; a pipe closed before its
 	// Sync closes the connection, which rolls the transaction back.
-	defer q.p.Close()
+	defer q.close()
 
 	// Round trip 1: lock the keys' rows in ascending order (with
 	// placeholders for keys without one, when asked), read them and the
@@ -166,20 +73,20 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	var now time.Time
 	err = func() error {
 		if placeholders {
-			if err := q.send(st.s[uLock], hashes, b.fp); err != nil {
+			if err := q.send(&st.s[uLock], hashes, b.fp); err != nil {
 				return err
 			}
 		}
 		var err error
 		switch {
 		case n == 1 && b.syncCommit:
-			q.sendWire(st.s[uLockRead1], q.w.reset().bytes(hashes[0]))
+			q.sendWire(&st.s[uLockRead1], q.w.reset().bytes(hashes[0]))
 		case n == 1:
-			q.sendWire(st.s[uLockRead1Async], q.w.reset().bytes(hashes[0]))
+			q.sendWire(&st.s[uLockRead1Async], q.w.reset().bytes(hashes[0]))
 		case b.syncCommit:
-			err = q.send(st.s[uLockRead], hashes)
+			err = q.send(&st.s[uLockRead], hashes)
 		default:
-			err = q.send(st.s[uLockReadAsync], hashes)
+			err = q.send(&st.s[uLockReadAsync], hashes)
 		}
 		if err != nil {
 			return err
@@ -188,17 +95,12 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 			return err
 		}
 		if placeholders {
-			rr, err := q.result()
-			if err != nil {
-				return err
-			}
-			for rr.NextRow() {
-				kh := rr.Values()[0]
-				if i := slices.IndexFunc(hashes, func(h []byte) bool { return bytes.Equal(h, kh) }); i >= 0 {
+			if _, err := q.rows(func(_ *preparedStmt, vals [][]byte) error {
+				if i := slices.IndexFunc(hashes, func(h []byte) bool { return bytes.Equal(h, vals[0]) }); i >= 0 {
 					placeholder[i] = true
 				}
-			}
-			if _, err := rr.Close(); err != nil {
+				return nil
+			}); err != nil {
 				return err
 			}
 		}
@@ -233,7 +135,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	if err != nil {
 		// Sync ends the failed transaction, which rolls back; Close then
 		// reads up to it.
-		_ = q.p.Sync()
+		_ = q.sync()
 		return false, fmt.Errorf("postgres: update: lock and read: %w", err)
 	}
 	before := make([]store.Entry, n)
@@ -253,7 +155,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 			}
 		}
 		if len(mine) == 0 || q.sendDelete(st, hashes, mine) == nil {
-			_ = q.p.Sync()
+			_ = q.sync()
 		}
 		return false, err
 	}
@@ -296,7 +198,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	exact := added > 0 && b.near(added)
 	err = func() error {
 		if exact {
-			if err := q.send(st.s[uAdmit], b.fp, added, int64(b.bound.Max()), now, b.boundLock); err != nil {
+			if err := q.send(&st.s[uAdmit], b.fp, added, int64(b.bound.Max()), now, b.boundLock); err != nil {
 				return err
 			}
 		}
@@ -309,7 +211,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 		if err := q.sendDelete(st, hashes, del); err != nil {
 			return err
 		}
-		return q.p.Sync()
+		return q.sync()
 	}()
 	var live int64 = -1
 	if err == nil {
@@ -369,15 +271,9 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 // readLocked1 reads the result of uLockRead1 or uLockRead1Async: the clock,
 // then the key's row if it has one, live for this secret or not.
 func (b *Backend) readLocked1(q *pipe, now *time.Time, e *store.Entry, hasRow *bool) error {
-	rr, err := q.result()
-	if err != nil {
-		return err
-	}
-	err = func() error {
-		if !rr.NextRow() {
-			return pgx.ErrNoRows
-		}
-		v := rr.Values()
+	found := false
+	_, err := q.rows(func(_ *preparedStmt, v [][]byte) error {
+		found = true
 		nowUs, err := wireMicros(v[0])
 		if err != nil {
 			return err
@@ -395,9 +291,11 @@ func (b *Backend) readLocked1(q *pipe, now *time.Time, e *store.Entry, hasRow *b
 			*e = store.Entry{Value: bytes.Clone(v[2]), ExpiresAt: time.UnixMilli(floorDiv(expUs, 1000))}
 		}
 		return nil
-	}()
-	_, cerr := rr.Close()
-	return errors.Join(err, cerr)
+	})
+	if err == nil && !found {
+		err = pgx.ErrNoRows
+	}
+	return err
 }
 
 // sendWrite sends the write of the keys at indexes idx of hashes, whose
@@ -410,7 +308,7 @@ func (q *pipe) sendWrite(st *preparedStmts, one, many int, hashes [][]byte, entr
 		return nil
 	case 1:
 		i := idx[0]
-		q.sendWire(st.s[one], q.w.reset().bytes(hashes[i]).text(fp).bytes(entries[i].Value).time(entries[i].ExpiresAt))
+		q.sendWire(&st.s[one], q.w.reset().bytes(hashes[i]).text(fp).bytes(entries[i].Value).time(entries[i].ExpiresAt))
 		return nil
 	}
 	keys := make([][]byte, len(idx))
@@ -419,7 +317,7 @@ func (q *pipe) sendWrite(st *preparedStmts, one, many int, hashes [][]byte, entr
 	for j, i := range idx {
 		keys[j], vals[j], exps[j] = hashes[i], string(entries[i].Value), entries[i].ExpiresAt
 	}
-	return q.send(st.s[many], keys, fp, vals, exps)
+	return q.send(&st.s[many], keys, fp, vals, exps)
 }
 
 // sendDelete sends the delete of the rows of the keys at indexes idx of
@@ -429,14 +327,14 @@ func (q *pipe) sendDelete(st *preparedStmts, hashes [][]byte, idx []int) error {
 	case 0:
 		return nil
 	case 1:
-		q.sendWire(st.s[uDelete1], q.w.reset().bytes(hashes[idx[0]]))
+		q.sendWire(&st.s[uDelete1], q.w.reset().bytes(hashes[idx[0]]))
 		return nil
 	}
 	keys := make([][]byte, len(idx))
 	for j, i := range idx {
 		keys[j] = hashes[i]
 	}
-	return q.send(st.s[uDelete], keys)
+	return q.send(&st.s[uDelete], keys)
 }
 
 // keyTurnQueues is how many queues keyTurns spreads keys over.

@@ -25,6 +25,7 @@ import (
 // connection, which rolls the transaction back: a connection is never
 // handed back mid-transaction or with answers unread.
 type pipe struct {
+	ctx context.Context // watched by reads, unless it has no Done channel
 	pc  *pgconn.PgConn
 	fe  *pgproto3.Frontend
 	m   *pgtype.Map
@@ -38,8 +39,10 @@ type pipe struct {
 	backing [6]*preparedStmt
 }
 
-func newPipe(c *pgx.Conn) *pipe {
-	q := &pipe{pc: c.PgConn(), fe: c.PgConn().Frontend(), m: c.TypeMap()}
+// newPipe returns a pipe on c, whose reads watch ctx (see Backend.acquire:
+// under a deadline, the connection's own deadline bounds them instead).
+func newPipe(ctx context.Context, c *pgx.Conn) *pipe {
+	q := &pipe{ctx: ctx, pc: c.PgConn(), fe: c.PgConn().Frontend(), m: c.TypeMap()}
 	q.sent = q.backing[:0]
 	return q
 }
@@ -77,10 +80,9 @@ func (q *pipe) sync() error {
 	return q.fe.Flush()
 }
 
-// receive reads the next message from the server. Its deadline is the
-// connection's (see Backend.acquire).
+// receive reads the next message from the server.
 func (q *pipe) receive() (pgproto3.BackendMessage, error) {
-	return q.pc.ReceiveMessage(context.Background())
+	return q.pc.ReceiveMessage(q.ctx)
 }
 
 // rows reads the result of the next statement sent, calling each (unless
@@ -137,6 +139,21 @@ func (q *pipe) row(dest ...any) error {
 	})
 	if err == nil && !found {
 		err = pgx.ErrNoRows
+	}
+	return err
+}
+
+// one runs statement s, which has wire types, with the arguments q.w
+// holds, in a transaction of its own (one round trip), calling each with
+// the values of each of its rows, which are valid only during the call.
+func (q *pipe) one(s *preparedStmt, each func(vals [][]byte) error) error {
+	q.sendWire(s, &q.w)
+	if err := q.sync(); err != nil {
+		return err
+	}
+	_, err := q.rows(func(_ *preparedStmt, vals [][]byte) error { return each(vals) })
+	if serr := q.synced(); err == nil {
+		err = serr
 	}
 	return err
 }

@@ -66,7 +66,7 @@ VALUES ($1, 'pipe', '1', now())`)
 				pc.Exec(ctx, "DEALLOCATE pipe_ins; DEALLOCATE pipe_div; DEALLOCATE pipe_read").Close()
 			}
 		}()
-		f(newPipe(c.Conn()), ins, div, read, c)
+		f(newPipe(ctx, c.Conn()), ins, div, read, c)
 	}
 
 	t.Run("commit", func(t *testing.T) {

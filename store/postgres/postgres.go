@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gatecount/gatecount/store"
@@ -518,40 +517,33 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) (err error) 
 		return err
 	}
 	defer func() { err = release(conn, err) }()
-	pc := conn.Conn().PgConn()
-	var w wire
+	q := newPipe(ctx, conn.Conn())
+	defer q.close()
 	if len(batch) == 1 {
 		r := batch[0]
-		s := st.s[cCountOneAsync]
+		s := &st.s[cCountOneAsync]
 		if b.syncCommit {
-			s = st.s[cCountOne]
+			s = &st.s[cCountOne]
 		}
-		w.reset().bytes(r.hash).text(b.fp).int8(r.n).int8(r.max).int8(r.window)
-		return readRow(pc.ExecStatement(ctx, s.sd, w.values(), binaryFormat, s.resultFormats), r.counts)
+		q.w.reset().bytes(r.hash).text(b.fp).int8(r.n).int8(r.max).int8(r.window)
+		return q.one(s, r.counts)
 	}
-	s := st.s[cCountManyAsync]
+	s := &st.s[cCountManyAsync]
 	if b.syncCommit {
-		s = st.s[cCountMany]
+		s = &st.s[cCountMany]
 	}
 	n := len(batch)
-	w.reset().byteaArray(n, func(i int) []byte { return batch[i].hash }).text(b.fp).
+	q.w.reset().byteaArray(n, func(i int) []byte { return batch[i].hash }).text(b.fp).
 		int8Array(n, func(i int) int64 { return batch[i].n }).
 		int8Array(n, func(i int) int64 { return batch[i].max }).
 		int8Array(n, func(i int) int64 { return batch[i].window })
-	rr := pc.ExecStatement(ctx, s.sd, w.values(), binaryFormat, s.resultFormats)
-	for rr.NextRow() {
-		vals := rr.Values()
+	return q.one(s, func(vals [][]byte) error {
 		i := slices.IndexFunc(batch, func(r *oneCount) bool { return bytes.Equal(r.hash, vals[0]) })
 		if i < 0 {
-			err = errors.New("a counted key not in the batch")
-			break
+			return errors.New("a counted key not in the batch")
 		}
-		if err = batch[i].counts(vals[1:]); err != nil {
-			break
-		}
-	}
-	_, cerr := rr.Close()
-	return errors.Join(cerr, err)
+		return batch[i].counts(vals[1:])
+	})
 }
 
 // readRefused reads a key whose count was refused: a live count with no
@@ -588,10 +580,10 @@ func (b *Backend) read1(ctx context.Context, hash []byte) (val []byte, nowUs, ex
 		return nil, 0, 0, err
 	}
 	defer func() { err = release(conn, err) }()
-	pc := conn.Conn().PgConn()
-	var w wire
-	s := st.s[cRead1]
-	err = readRow(pc.ExecStatement(ctx, s.sd, w.reset().bytes(hash).text(b.fp).values(), binaryFormat, s.resultFormats), func(vals [][]byte) (err error) {
+	q := newPipe(ctx, conn.Conn())
+	defer q.close()
+	q.w.reset().bytes(hash).text(b.fp)
+	err = q.one(&st.s[cRead1], func(vals [][]byte) (err error) {
 		if nowUs, err = wireMicros(vals[0]); err != nil || vals[2] == nil {
 			return err
 		}
@@ -600,17 +592,6 @@ func (b *Backend) read1(ctx context.Context, hash []byte) (val []byte, nowUs, ex
 		return err
 	})
 	return val, nowUs, expUs, err
-}
-
-// readRow calls f with the values of rr's one row, if it has one, and closes
-// rr.
-func readRow(rr *pgconn.ResultReader, f func(vals [][]byte) error) error {
-	var err error
-	if rr.NextRow() {
-		err = f(rr.Values())
-	}
-	_, cerr := rr.Close()
-	return errors.Join(cerr, err)
 }
 
 // Sweep implements store.Backend: it deletes expired rows, of every secret,

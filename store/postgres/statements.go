@@ -98,6 +98,8 @@ type preparedStmt struct {
 	fields []pgconn.FieldDescription
 }
 
+// newPreparedStmt is statement sd, whose results come in resultFormats: one
+// format for every field, or one per field, as a Bind gives them.
 func newPreparedStmt(sd *pgconn.StatementDescription, resultFormats []int16) preparedStmt {
 	fields := slices.Clone(sd.Fields)
 	for i := range fields {
@@ -333,15 +335,15 @@ func floorDiv(a, b int64) int64 {
 // statements prepared on it (see statements), and bounds the call's I/O on
 // it by ctx's deadline, as the connection's own read and write deadline. It
 // returns the context for the call's statements: ctx without its
-// cancellation, so that pgx does not watch it (pgx's watch of a context
-// costs an allocating registration per round trip, which showed as a tenth
-// of the throughput of a one-statement call). A call whose deadline passes
+// cancellation, so that nothing watches it (pgx's watch of a context costs
+// an allocating registration per round trip, which showed as a tenth of the
+// throughput of a one-statement call). A call whose deadline passes
 // mid-round-trip fails with an error matching context.DeadlineExceeded, and
-// pgx closes the connection, which rolls back what it had begun. A call
+// its connection is closed, which rolls back what it had begun. A call
 // whose context is already done does not start; one cancelled (before its
 // deadline) while it runs is not interrupted, and ends when its round trips
-// do. Without a deadline the call keeps ctx, and pgx watches it. The caller
-// gives the connection back with release.
+// do. Without a deadline the call keeps ctx, and its reads watch it. The
+// caller gives the connection back with release.
 func (b *Backend) acquire(ctx context.Context) (c *pgxpool.Conn, io context.Context, st *preparedStmts, err error) {
 	c, err = b.pool.Acquire(ctx)
 	if err != nil {

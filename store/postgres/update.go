@@ -51,16 +51,16 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 // update is one try of Update. Without placeholders it reports true, having
 // written nothing, when it must try again with them.
 func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, apply store.ApplyFunc, placeholders bool) (retry bool, err error) {
-	conn, _, st, err := b.acquire(ctx)
+	conn, ctx, st, err := b.acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("postgres: update: %w", err)
 	}
-	// release destroys a connection that is not idle, so a failure never
-	// hands an open transaction to the pool.
 	defer func() { err = release(conn, err) }()
-	q := newPipe(conn.Conn())
-	// close reads what is left up to the Sync; a pipe closed before its
-	// Sync closes the connection, which rolls the transaction back.
+	q := newPipe(ctx, conn.Conn())
+	// close, before release, reads what is left up to the Sync; a pipe
+	// closed before its Sync closes the connection, which rolls the
+	// transaction back, and which the pool then drops: a failure never
+	// hands an open transaction to the pool.
 	defer q.close()
 
 	// Round trip 1: lock the keys' rows in ascending order (with

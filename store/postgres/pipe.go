@@ -126,21 +126,27 @@ func (q *pipe) rows(each func(s *preparedStmt, vals [][]byte) error) (pgconn.Com
 // exec reads the next statement's result, discarding its rows.
 func (q *pipe) exec() (pgconn.CommandTag, error) { return q.rows(nil) }
 
-// row scans the next statement's one row into dest, or returns
-// pgx.ErrNoRows.
-func (q *pipe) row(dest ...any) error {
+// first reads the result of the next statement sent, calling f with the
+// values of its first row only, or returns pgx.ErrNoRows when it has none.
+func (q *pipe) first(f func(s *preparedStmt, vals [][]byte) error) error {
 	found := false
 	_, err := q.rows(func(s *preparedStmt, vals [][]byte) error {
 		if found {
 			return nil
 		}
 		found = true
-		return pgx.ScanRow(q.m, s.fields, vals, dest...)
+		return f(s, vals)
 	})
 	if err == nil && !found {
 		err = pgx.ErrNoRows
 	}
 	return err
+}
+
+// row scans the next statement's first row into dest, or returns
+// pgx.ErrNoRows.
+func (q *pipe) row(dest ...any) error {
+	return q.first(func(s *preparedStmt, vals [][]byte) error { return pgx.ScanRow(q.m, s.fields, vals, dest...) })
 }
 
 // one runs statement s, which has wire types, with the arguments q.w

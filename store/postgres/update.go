@@ -9,7 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/gatecount/gatecount/store"
@@ -271,9 +270,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 // readLocked1 reads the result of uLockRead1 or uLockRead1Async: the clock,
 // then the key's row if it has one, live for this secret or not.
 func (b *Backend) readLocked1(q *pipe, now *time.Time, e *store.Entry, hasRow *bool) error {
-	found := false
-	_, err := q.rows(func(_ *preparedStmt, v [][]byte) error {
-		found = true
+	return q.first(func(_ *preparedStmt, v [][]byte) error {
 		nowUs, err := wireMicros(v[0])
 		if err != nil {
 			return err
@@ -292,10 +289,6 @@ func (b *Backend) readLocked1(q *pipe, now *time.Time, e *store.Entry, hasRow *b
 		}
 		return nil
 	})
-	if err == nil && !found {
-		err = pgx.ErrNoRows
-	}
-	return err
 }
 
 // sendWrite sends the write of the keys at indexes idx of hashes, whose

@@ -17,6 +17,8 @@
 //	-database-url U   PostgreSQL (default postgres://postgres@127.0.0.1:5432/test)
 //	-redis-url U      Redis (default redis://127.0.0.1:6379/0)
 //	-keep-logs        keep the servers' logs (printed path) instead of removing them
+//	-burst N          burst mode: N concurrent POST /execute per round (see below)
+//	-rounds N         rounds of the burst mode (default 1)
 //
 // It builds examples/stdlib once into a temporary directory, migrates the
 // store (PostgreSQL, SQLite: a file in that directory), starts the servers on
@@ -50,6 +52,24 @@
 // window each answer's RateLimit field tells. Errors are listed by kind:
 // connection refused or reset, timeouts, 5xx statuses (a 503 is the store
 // unavailable), and unexpected statuses.
+//
+// # Burst mode
+//
+// With -burst N, each of -rounds rounds sends N POST /execute at once, every
+// one on a connection of its own, for one caller the round alone uses (so
+// it starts with the whole budget), request i to server i mod servers; the
+// rounds run one after another and -callers, -clients, -duration and
+// -requests do not apply. On a shared store each round must be answered
+// exactly budget × 200 and the rest 429; on the memory store, the budget on
+// each server. Any other status (a 503: the store answered unavailable) or a
+// failed request makes the round WRONG:
+//
+//	store       postgres (shared), 2 servers, budget 30 per minute
+//	burst       3 rounds of 500 concurrent POST /execute, one fresh caller each, split over 2 servers
+//	round 1     caller-000  500 answered:  200: 30  429: 470  in 0.16s  ok
+//	round 2     caller-001  500 answered:  200: 30  429: 147  503: 323  (errors: 5xx 503 Service Unavailable 323)  in 0.10s  WRONG: want exactly 30 × 200 and 470 × 429
+//	round 3     caller-002  500 answered:  200: 30  429: 470  in 0.11s  ok
+//	bursts      1 of 3 rounds WRONG
 //
 // Exit status: 0 when every budget held exactly, 1 when one did not or the
 // run failed (a server would not start, say), 2 on a usage error, 130 when
@@ -93,6 +113,8 @@ type options struct {
 	redisURL    string
 	keepLogs    bool
 	bin         string
+	burst       int
+	rounds      int
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -110,6 +132,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redisURL, "redis-url", loadtest.DefaultRedisURL, "Redis URL, for -store redis")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the servers' logs and print where they are")
 	fs.StringVar(&o.bin, "server-bin", "", "a built examples/stdlib to run instead of building one")
+	fs.IntVar(&o.burst, "burst", 0, "burst mode: this many concurrent POST /execute per round, for one fresh caller")
+	fs.IntVar(&o.rounds, "rounds", 1, "rounds of the burst mode")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -122,8 +146,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	o.store = s
 	switch {
-	case o.servers < 1, o.clients < 1, o.callers < 1, o.budget < 1, o.requests < 1:
-		return o, errors.New("-servers, -clients, -callers, -budget and -requests must be at least 1")
+	case o.servers < 1, o.clients < 1, o.callers < 1, o.budget < 1, o.requests < 1, o.rounds < 1:
+		return o, errors.New("-servers, -clients, -callers, -budget, -requests and -rounds must be at least 1")
+	case o.burst < 0:
+		return o, errors.New("-burst must not be negative")
 	case o.duration <= 0:
 		return o, errors.New("-duration must be positive")
 	}
@@ -159,7 +185,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	callers := loadtest.NewCallers(o.callers)
+	ncallers := o.callers
+	if o.burst > 0 {
+		ncallers = o.rounds // one fresh caller per round
+	}
+	callers := loadtest.NewCallers(ncallers)
 	fmt.Fprintf(stderr, "gatecount-load: starting %d servers over the %s store\n", o.servers, o.store)
 	cluster, err := loadtest.StartCluster(ctx, loadtest.ClusterConfig{
 		Bin:         bin,
@@ -184,6 +214,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gatecount-load: %s at %s\n", s.Name, s.URL)
 	}
 
+	if o.burst > 0 {
+		return bursts(ctx, o, cluster, callers, stdout, stderr)
+	}
 	res, err := loadtest.Run(ctx, loadtest.LoadConfig{
 		Targets:  cluster.URLs(),
 		Callers:  callers,
@@ -196,26 +229,76 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gatecount-load:", err)
 		return 1
 	}
-	shared := "not shared"
-	if o.store.Shared() {
-		shared = "shared"
-	}
 	fmt.Fprintf(stdout, "store       %s (%s), %d servers, %d clients, %d callers, budget %d per minute\n",
-		o.store, shared, o.servers, o.clients, o.callers, o.budget)
+		o.store, shared(o.store), o.servers, o.clients, o.callers, o.budget)
 	expect := loadtest.Expect{Budget: o.budget, Shared: o.store.Shared()}
 	res.Write(stdout, expect)
-	for _, s := range cluster.Servers {
-		select {
-		case <-s.Done():
-			fmt.Fprintf(stderr, "gatecount-load: %s exited during the run:\n%s\n", s.Name, s.LogTail(10))
-			return 1
-		default:
-		}
+	if exited(cluster, stderr) {
+		return 1
 	}
 	if len(res.Check(expect)) > 0 {
 		return 1
 	}
 	if res.Interrupted {
+		return 130
+	}
+	return 0
+}
+
+func shared(s loadtest.Store) string {
+	if s.Shared() {
+		return "shared"
+	}
+	return "not shared"
+}
+
+// exited reports, on stderr, a server that exited during the run.
+func exited(cluster *loadtest.Cluster, stderr io.Writer) bool {
+	for _, s := range cluster.Servers {
+		select {
+		case <-s.Done():
+			fmt.Fprintf(stderr, "gatecount-load: %s exited during the run:\n%s\n", s.Name, s.LogTail(10))
+			return true
+		default:
+		}
+	}
+	return false
+}
+
+// bursts runs the burst mode: o.rounds rounds of o.burst concurrent
+// requests, round i as callers[i], and returns the exit status.
+func bursts(ctx context.Context, o options, cluster *loadtest.Cluster, callers []loadtest.Caller, stdout, stderr io.Writer) int {
+	fmt.Fprintf(stdout, "store       %s (%s), %d servers, budget %d per minute\n", o.store, shared(o.store), o.servers, o.budget)
+	fmt.Fprintf(stdout, "burst       %d rounds of %d concurrent POST /execute, one fresh caller each, split over %d servers\n",
+		o.rounds, o.burst, o.servers)
+	expect := loadtest.Expect{Budget: o.budget, Shared: o.store.Shared()}
+	wrong := 0
+	for i, c := range callers {
+		res, err := loadtest.Burst(ctx, cluster.URLs(), c, o.burst)
+		if err != nil {
+			fmt.Fprintln(stderr, "gatecount-load:", err)
+			return 1
+		}
+		verdict := "ok"
+		if err := res.CheckBurst(expect, o.burst); err != nil {
+			wrong++
+			want := res.BurstWant(expect, o.burst)
+			verdict = fmt.Sprintf("WRONG: want exactly %d × 200 and %d × 429", want, o.burst-want)
+		}
+		fmt.Fprintf(stdout, "round %-5d %s  %s  in %.2fs  %s\n", i+1, c.Name, res.BurstSummary(), res.Elapsed.Seconds(), verdict)
+		if res.Interrupted {
+			break
+		}
+	}
+	if wrong == 0 {
+		fmt.Fprintf(stdout, "bursts      exact: every round admitted exactly what the budget allows and refused the rest with 429\n")
+	} else {
+		fmt.Fprintf(stdout, "bursts      %d of %d rounds WRONG\n", wrong, o.rounds)
+	}
+	switch {
+	case exited(cluster, stderr), wrong > 0:
+		return 1
+	case ctx.Err() != nil:
 		return 130
 	}
 	return 0

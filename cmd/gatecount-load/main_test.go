@@ -27,6 +27,9 @@ func TestParse(t *testing.T) {
 		{[]string{"-store", "postgres", "-servers", "3", "-duration", "2s"}, true, func(o options) bool {
 			return o.store == loadtest.Postgres && o.servers == 3 && o.duration == 2*time.Second
 		}},
+		{[]string{"-burst", "500", "-rounds", "3"}, true, func(o options) bool { return o.burst == 500 && o.rounds == 3 }},
+		{[]string{"-burst", "-1"}, false, nil},
+		{[]string{"-burst", "10", "-rounds", "0"}, false, nil},
 		{[]string{"-store", "mysql"}, false, nil},
 		{[]string{"-servers", "0"}, false, nil},
 		{[]string{"-duration", "0s"}, false, nil},
@@ -65,6 +68,28 @@ func TestRunMemory(t *testing.T) {
 		"admitted   10 (server-1 5, server-2 5)",
 		"errors      none",
 		"budgets     exact",
+	} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
+
+// The burst mode end to end, over the memory store: each round's fresh
+// caller is admitted exactly the budget on each of two servers, every other
+// request is refused with 429, and the report says so.
+func TestRunBurstMemory(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := run(context.Background(), []string{"-store", "memory", "-servers", "2", "-budget", "5",
+		"-burst", "100", "-rounds", "2"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{
+		"burst       2 rounds of 100 concurrent POST /execute, one fresh caller each, split over 2 servers",
+		"round 1     caller-000  100 answered:  200: 10  429: 90  in ",
+		"round 2     caller-001  100 answered:  200: 10  429: 90  in ",
+		"bursts      exact",
 	} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, stdout.String())

@@ -50,6 +50,12 @@ type LoadConfig struct {
 	Progress func(Progress)
 	// ProgressEvery is how often Progress is called; 0 means a second.
 	ProgressEvery time.Duration
+	// Request, if not nil, builds request i, for caller to target, in
+	// place of POST /execute with the caller's bearer token: a run of
+	// another route (GET /health, POST /login) from chosen addresses. Its
+	// answers are counted as any: 200 admitted, 429 refused, every other
+	// status in Status and, by kind, in Errors.
+	Request func(ctx context.Context, target string, caller Caller, i int) (*http.Request, error)
 }
 
 // Progress is a snapshot of a run under way.
@@ -257,7 +263,7 @@ func (r *run) client1(ctx context.Context, deadline time.Time) []time.Duration {
 		}
 		caller, target := int(i%nc), int((i/nc)%nt)
 		t0 := time.Now()
-		status, hdr, err := r.do(ctx, r.c.Targets[target], r.c.Callers[caller].Token)
+		status, hdr, err := r.do(ctx, r.c.Targets[target], r.c.Callers[caller], int(i))
 		t1 := time.Now()
 		if err != nil && ctx.Err() != nil {
 			break // cut short by the caller: neither answered nor failed
@@ -268,12 +274,11 @@ func (r *run) client1(ctx context.Context, deadline time.Time) []time.Duration {
 	return lat
 }
 
-func (r *run) do(ctx context.Context, target, token string) (int, http.Header, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target+"/execute", nil)
+func (r *run) do(ctx context.Context, target string, caller Caller, i int) (int, http.Header, error) {
+	req, err := r.request(ctx, target, caller, i)
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := r.client.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -284,6 +289,20 @@ func (r *run) do(ctx context.Context, target, token string) (int, http.Header, e
 		return 0, nil, err
 	}
 	return res.StatusCode, res.Header, nil
+}
+
+// request builds request i: LoadConfig.Request's, or POST /execute with
+// the caller's bearer token.
+func (r *run) request(ctx context.Context, target string, caller Caller, i int) (*http.Request, error) {
+	if r.c.Request != nil {
+		return r.c.Request(ctx, target, caller, i)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target+"/execute", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+caller.Token)
+	return req, nil
 }
 
 func (r *run) record(caller, target, status int, hdr http.Header, err error, at time.Time) {

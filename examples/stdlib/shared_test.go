@@ -1,31 +1,17 @@
 package main
 
 import (
-	"context"
 	"path/filepath"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/gatecount/gatecount/examples/internal/demotest"
 	"github.com/gatecount/gatecount/internal/servicetest"
-	"github.com/gatecount/gatecount/store/postgres"
 )
 
 // Two servers with one DATABASE_URL share every budget exactly.
 func TestSharedPostgres(t *testing.T) {
-	url := servicetest.PostgresURL(t)
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = postgres.Migrate(context.Background(), pool)
-	pool.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	env := map[string]string{
-		"DATABASE_URL":                  url,
+		"DATABASE_URL":                  migratedPostgres(t),
 		"GATECOUNT_SECRET":              demotest.NewSecret(),
 		"RATE_LIMIT_EXECUTE_PER_MINUTE": "30",
 		"TRUSTED_PROXIES":               "127.0.0.1/32",

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gatecount/gatecount/internal/loadtest"
+	"github.com/gatecount/gatecount/internal/servicetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -75,24 +76,40 @@ func TestRunMemory(t *testing.T) {
 	}
 }
 
-// The burst mode end to end, over the memory store: each round's fresh
-// caller is admitted exactly the budget on each of two servers, every other
+// The burst mode end to end, over the memory store and PostgreSQL: each
+// round's fresh caller is admitted exactly the budget (on each of two
+// servers for the memory store, across both for PostgreSQL), every other
 // request is refused with 429, and the report says so.
-func TestRunBurstMemory(t *testing.T) {
-	var stdout, stderr strings.Builder
-	code := run(context.Background(), []string{"-store", "memory", "-servers", "2", "-budget", "5",
-		"-burst", "100", "-rounds", "2"}, &stdout, &stderr)
-	if code != 0 {
-		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+func TestRunBurst(t *testing.T) {
+	bin, err := loadtest.Build(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, want := range []string{
-		"burst       2 rounds of 100 concurrent POST /execute, one fresh caller each, split over 2 servers",
-		"round 1     caller-000  100 answered:  200: 10  429: 90  in ",
-		"round 2     caller-001  100 answered:  200: 10  429: 90  in ",
-		"bursts      exact",
+	for _, tc := range []struct {
+		store, budget, admitted, refused string
+	}{
+		{"memory", "5", "200: 10", "429: 490"},
+		{"postgres", "30", "200: 30", "429: 470"},
 	} {
-		if !strings.Contains(stdout.String(), want) {
-			t.Errorf("report lacks %q:\n%s", want, stdout.String())
-		}
+		t.Run(tc.store, func(t *testing.T) {
+			args := []string{"-server-bin", bin, "-store", tc.store, "-servers", "2", "-budget", tc.budget, "-burst", "500", "-rounds", "2"}
+			if tc.store == "postgres" {
+				args = append(args, "-database-url", servicetest.PostgresURL(t))
+			}
+			var stdout, stderr strings.Builder
+			if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+			}
+			for _, want := range []string{
+				"burst       2 rounds of 500 concurrent POST /execute, one fresh caller each, split over 2 servers",
+				"round 1     caller-000  500 answered:  " + tc.admitted + "  " + tc.refused + "  in ",
+				"round 2     caller-001  500 answered:  " + tc.admitted + "  " + tc.refused + "  in ",
+				"bursts      exact",
+			} {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("report lacks %q:\n%s", want, stdout.String())
+				}
+			}
+		})
 	}
 }

@@ -121,6 +121,24 @@ func run(t *testing.T, c loadtest.LoadConfig) *loadtest.Result {
 	return res
 }
 
+// runAll runs every config at once, and fails the test on an error.
+func runAll(t *testing.T, cs ...loadtest.LoadConfig) []*loadtest.Result {
+	t.Helper()
+	out := make([]*loadtest.Result, len(cs))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { out[i], errs[i] = loadtest.Run(context.Background(), c) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
 // others returns the statuses of res other than want, with their counts.
 func others(res *loadtest.Result, want ...int) map[int]int {
 	out := map[int]int{}
@@ -205,7 +223,9 @@ func TestBurstHealthPerIP(t *testing.T) {
 // from new addresses, whose keys the full store cannot hold. Over the
 // whole scenario at most 20 of alice's wrong passwords reach the password
 // check (RATE_LIMIT_LOGIN_ACCOUNT_FAILURES) and at most 3 reset codes go to
-// her address (RATE_LIMIT_RESET_PER_DESTINATION).
+// her address (RATE_LIMIT_RESET_PER_DESTINATION). And a new address's GET
+// /health, which the full store cannot hold either, is still counted: at
+// most 3 of its 10 are answered 200 (RATE_LIMIT_HEALTH_PER_MINUTE=3).
 func TestKeyFlood(t *testing.T) {
 	const (
 		maxEntries     = 1000
@@ -215,6 +235,8 @@ func TestKeyFlood(t *testing.T) {
 		guessesBefore  = 15
 		guessesAfter   = 60
 		resetsAfter    = 10
+		healthBudget   = 3 // RATE_LIMIT_HEALTH_PER_MINUTE
+		healthAfter    = 10
 		aliceAddress   = "alice@example.com"
 		floodClients   = 8
 		attackClients  = 8
@@ -223,7 +245,8 @@ func TestKeyFlood(t *testing.T) {
 	for _, kind := range []string{"memory", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			s := demotest.Start(t, routes, storeEnv(t, kind,
-				"RATE_LIMIT_MAX_ENTRIES="+strconv.Itoa(maxEntries), "TRUSTED_PROXIES=127.0.0.1/32"))
+				"RATE_LIMIT_MAX_ENTRIES="+strconv.Itoa(maxEntries), "TRUSTED_PROXIES=127.0.0.1/32",
+				"RATE_LIMIT_HEALTH_PER_MINUTE="+strconv.Itoa(healthBudget)))
 			for i := range guessesBefore {
 				if res, body := demotest.Post(t, s.URL+"/login", fmt.Sprintf("192.0.2.%d", i+1), wrongFor("alice")(i)); res.StatusCode != http.StatusUnauthorized {
 					t.Fatalf("alice's wrong password %d before the flood: %d %s", i+1, res.StatusCode, body)
@@ -241,6 +264,15 @@ func TestKeyFlood(t *testing.T) {
 			t.Logf("the flood of %d /health: %v; the store holds %d live entries of at most %d", flood, res.Status, n, maxEntries)
 			if n < maxEntries {
 				t.Fatalf("the flood left the store at %d of %d entries: not full, the scenario tests nothing", n, maxEntries)
+			}
+
+			health := run(t, loadtest.LoadConfig{
+				Targets: []string{s.URL}, Callers: loadtest.NewCallers(1), Clients: 1, Requests: healthAfter, Duration: time.Minute,
+				Request: healthFrom(one("2001:db8:ffff::1")),
+			})
+			if n := health.Status[http.StatusOK]; n > healthBudget {
+				t.Errorf("%d GET /health from one new address in the full store: %v, want at most the budget of %d × 200: a full store let requests through uncounted",
+					healthAfter, health.Status, healthBudget)
 			}
 
 			guesses := run(t, loadtest.LoadConfig{
@@ -318,11 +350,15 @@ func liveEntries(t *testing.T, s *demotest.Server) int {
 // address are refused once her 5 failures there are spent, and a caller's
 // POST /execute once its 30 are; then the database is black-holed (or its
 // connections cut), and every further attempt of both is still answered
-// 429: none reaches the password check or the work.
+// 429: none reaches the password check or the work. Another caller, who
+// had spent 25 of the 30, has its work done at most 5 more times during
+// the outage: counting in process memory goes on from the last count this
+// instance knew, not from zero.
 func TestOutageAfterRefusal(t *testing.T) {
 	const (
 		accountIPBudget = 5 // RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES
 		executeBudget   = 30
+		partlySpent     = 25 // of the other caller's execute budget
 		rounds, per     = 2, 10
 		attacker        = "192.0.2.50"
 	)
@@ -336,8 +372,8 @@ func TestOutageAfterRefusal(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, dbURL := proxied(t, direct)
-			callers := loadtest.NewCallers(1)
-			caller := callers[0]
+			callers := loadtest.NewCallers(2)
+			spent, partial := callers[0], callers[1]
 			s := demotest.Start(t, routes, map[string]string{
 				"DATABASE_URL":                  dbURL,
 				"GATECOUNT_SECRET":              demotest.NewSecret(),
@@ -359,39 +395,47 @@ func TestOutageAfterRefusal(t *testing.T) {
 				if i == executeBudget {
 					want = http.StatusTooManyRequests
 				}
-				if res, body := demotest.Do(t, "POST", s.URL+"/execute", caller.Token); res.StatusCode != want {
+				if res, body := demotest.Do(t, "POST", s.URL+"/execute", spent.Token); res.StatusCode != want {
 					t.Fatalf("execute %d before the outage: %d %s, want %d", i+1, res.StatusCode, body, want)
+				}
+			}
+			for i := range partlySpent {
+				if res, body := demotest.Do(t, "POST", s.URL+"/execute", partial.Token); res.StatusCode != http.StatusOK {
+					t.Fatalf("the other caller's execute %d before the outage: %d %s", i+1, res.StatusCode, body)
 				}
 			}
 			checks := s.App.PasswordChecks()
 
 			tc.fault(p)
-			var logins, executes *loadtest.Result
 			for r := range rounds {
-				var wg sync.WaitGroup
-				wg.Go(func() {
-					logins = run(t, loadtest.LoadConfig{
-						Targets: []string{s.URL}, Callers: callers, Clients: per, Requests: per, Duration: time.Minute,
+				res := runAll(t,
+					loadtest.LoadConfig{
+						Targets: []string{s.URL}, Callers: callers[:1], Clients: per, Requests: per, Duration: time.Minute,
 						Request: formFrom("/login", one(attacker), wrongFor("alice")),
-					})
-				})
-				wg.Go(func() {
-					executes = run(t, loadtest.LoadConfig{Targets: []string{s.URL}, Callers: callers, Clients: per, Requests: per, Duration: time.Minute})
-				})
-				wg.Wait()
+					},
+					loadtest.LoadConfig{Targets: []string{s.URL}, Callers: []loadtest.Caller{spent}, Clients: per, Requests: per, Duration: time.Minute},
+					loadtest.LoadConfig{Targets: []string{s.URL}, Callers: []loadtest.Caller{partial}, Clients: per, Requests: per, Duration: time.Minute},
+				)
+				logins, executes := res[0], res[1]
 				if o := others(logins, http.StatusTooManyRequests); len(o) > 0 {
 					t.Errorf("round %d of the outage: alice's refused sign-in answered %v, want only 429 (other statuses %v; 0 is no answer)", r+1, logins.Status, o)
 				}
 				if o := others(executes, http.StatusTooManyRequests); len(o) > 0 {
 					t.Errorf("round %d of the outage: the spent caller's execute answered %v, want only 429 (other statuses %v; 0 is no answer)", r+1, executes.Status, o)
 				}
+				t.Logf("round %d of the outage: alice's sign-ins %v; the spent caller's execute %v; the other caller's %v", r+1, logins.Status, executes.Status, res[2].Status)
 			}
 			p.Restore()
 			if n := s.App.PasswordChecks() - checks; n > 0 {
 				t.Errorf("during the outage %d of alice's refused wrong passwords reached the password check: a fresh budget", n)
 			}
-			if n := s.App.Executions(caller.Name); n != executeBudget {
+			if n := s.App.Executions(spent.Name); n != executeBudget {
 				t.Errorf("the spent caller's work done %d times in all, want the budget of %d", n, executeBudget)
+			}
+			// Local counting goes on from what this instance knew of the key.
+			if n := s.App.Executions(partial.Name); n > executeBudget {
+				t.Errorf("the other caller's work done %d times in all (%d before the outage, %d during it), over the budget of %d: counting in the outage started again from zero",
+					n, partlySpent, n-partlySpent, executeBudget)
 			}
 		})
 	}
@@ -411,27 +455,21 @@ func TestFloodSparesBystanders(t *testing.T) {
 	callers := loadtest.NewCallers(1)
 	s := demotest.Start(t, routes, storeEnv(t, "postgres", "TRUSTED_PROXIES=127.0.0.1/32",
 		"API_KEYS="+loadtest.APIKeys(callers), "RATE_LIMIT_EXECUTE_PER_MINUTE=1000000"))
-	var flood, bob, execute *loadtest.Result
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		flood = run(t, loadtest.LoadConfig{
+	res := runAll(t,
+		loadtest.LoadConfig{
 			Targets: []string{s.URL}, Callers: callers, Clients: floodClients, Duration: floodFor, Requests: 1 << 20,
 			Request: formFrom("/login", one("203.0.113.66"), wrongFor("alice")),
-		})
-	})
-	wg.Go(func() {
-		// each sign-in from an address of its own, so that bob's own
-		// attempts never spend an address's budget
-		bob = run(t, loadtest.LoadConfig{
+		},
+		// each of bob's sign-ins from an address of its own, so that his
+		// own attempts never spend an address's budget
+		loadtest.LoadConfig{
 			Targets: []string{s.URL}, Callers: callers, Clients: 2, Duration: floodFor, Requests: 20000,
 			Request: formFrom("/login", func(i int) string { return fmt.Sprintf("10.%d.%d.%d", 1+i>>16&0xff, i>>8&0xff, i&0xff) },
 				func(int) url.Values { return url.Values{"username": {"bob"}, "password": {"battery-staple"}} }),
-		})
-	})
-	wg.Go(func() {
-		execute = run(t, loadtest.LoadConfig{Targets: []string{s.URL}, Callers: callers, Clients: 2, Duration: floodFor, Requests: 20000})
-	})
-	wg.Wait()
+		},
+		loadtest.LoadConfig{Targets: []string{s.URL}, Callers: callers, Clients: 2, Duration: floodFor, Requests: 20000},
+	)
+	flood, bob, execute := res[0], res[1], res[2]
 	t.Logf("flood of /login: %d requests, %v; bob's sign-ins %v; execute %v", flood.Requests, flood.Status, bob.Status, execute.Status)
 	if o := others(bob, http.StatusOK); len(o) > 0 || bob.Requests == 0 {
 		t.Errorf("bob's correct sign-ins during the flood: %d answered %v, want every one 200 (other statuses %v; 0 is no answer)", bob.Requests, bob.Status, o)

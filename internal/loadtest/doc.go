@@ -6,7 +6,11 @@
 // never share counts, and stops them on Close; Run sends POST /execute from
 // many clients as many callers and returns what it saw: latencies, statuses,
 // errors by kind, and each caller's admissions in each budget window, which
-// Result.Check holds against the budget.
+// Result.Check holds against the budget. LoadConfig.Request sends another
+// route instead (GET /health, POST /login from chosen addresses). Burst sends
+// N requests of one caller at once, the load tool's burst mode, and
+// Result.CheckBurst holds them to exactly the budget admitted and the rest
+// refused with 429.
 //
 // Load only ever goes to loopback addresses: Run refuses any other target.
 //

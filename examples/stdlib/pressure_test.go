@@ -442,43 +442,47 @@ func TestOutageAfterRefusal(t *testing.T) {
 }
 
 // One limited client slows no one else: while one address floods POST
-// /login with wrong passwords for alice from 100 connections for 4 s on
-// PostgreSQL, every correct sign-in of bob from other addresses answers
-// 200 and every POST /execute 200: no 503. At most 5 of the flood's wrong
-// passwords reach the password check.
+// /login with wrong passwords for alice from 100 connections for 4 s (on
+// PostgreSQL, and on Redis), every correct sign-in of bob from other
+// addresses answers 200 and every POST /execute 200: no 503. At most 5 of
+// the flood's wrong passwords reach the password check.
 func TestFloodSparesBystanders(t *testing.T) {
 	const (
 		floodFor        = 4 * time.Second
 		floodClients    = 100
 		accountIPBudget = 5
 	)
-	callers := loadtest.NewCallers(1)
-	s := demotest.Start(t, routes, storeEnv(t, "postgres", "TRUSTED_PROXIES=127.0.0.1/32",
-		"API_KEYS="+loadtest.APIKeys(callers), "RATE_LIMIT_EXECUTE_PER_MINUTE=1000000"))
-	res := runAll(t,
-		loadtest.LoadConfig{
-			Targets: []string{s.URL}, Callers: callers, Clients: floodClients, Duration: floodFor, Requests: 1 << 20,
-			Request: formFrom("/login", one("203.0.113.66"), wrongFor("alice")),
-		},
-		// each of bob's sign-ins from an address of its own, so that his
-		// own attempts never spend an address's budget
-		loadtest.LoadConfig{
-			Targets: []string{s.URL}, Callers: callers, Clients: 2, Duration: floodFor, Requests: 20000,
-			Request: formFrom("/login", func(i int) string { return fmt.Sprintf("10.%d.%d.%d", 1+i>>16&0xff, i>>8&0xff, i&0xff) },
-				func(int) url.Values { return url.Values{"username": {"bob"}, "password": {"battery-staple"}} }),
-		},
-		loadtest.LoadConfig{Targets: []string{s.URL}, Callers: callers, Clients: 2, Duration: floodFor, Requests: 20000},
-	)
-	flood, bob, execute := res[0], res[1], res[2]
-	t.Logf("flood of /login: %d requests, %v; bob's sign-ins %v; execute %v", flood.Requests, flood.Status, bob.Status, execute.Status)
-	if o := others(bob, http.StatusOK); len(o) > 0 || bob.Requests == 0 {
-		t.Errorf("bob's correct sign-ins during the flood: %d answered %v, want every one 200 (other statuses %v; 0 is no answer)", bob.Requests, bob.Status, o)
-	}
-	if o := others(execute, http.StatusOK); len(o) > 0 || execute.Requests == 0 {
-		t.Errorf("POST /execute during the flood: %d answered %v, want every one 200 (other statuses %v; 0 is no answer)", execute.Requests, execute.Status, o)
-	}
-	if n := s.App.PasswordChecks() - s.App.SignIns("bob"); n > accountIPBudget {
-		t.Errorf("%d of the flood's wrong passwords reached the password check, want at most %d", n, accountIPBudget)
+	for _, kind := range []string{"postgres", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			callers := loadtest.NewCallers(1)
+			s := demotest.Start(t, routes, storeEnv(t, kind, "TRUSTED_PROXIES=127.0.0.1/32",
+				"API_KEYS="+loadtest.APIKeys(callers), "RATE_LIMIT_EXECUTE_PER_MINUTE=1000000"))
+			res := runAll(t,
+				loadtest.LoadConfig{
+					Targets: []string{s.URL}, Callers: callers, Clients: floodClients, Duration: floodFor, Requests: 1 << 20,
+					Request: formFrom("/login", one("203.0.113.66"), wrongFor("alice")),
+				},
+				// each of bob's sign-ins from an address of its own, so that
+				// his own attempts never spend an address's budget
+				loadtest.LoadConfig{
+					Targets: []string{s.URL}, Callers: callers, Clients: 2, Duration: floodFor, Requests: 20000,
+					Request: formFrom("/login", func(i int) string { return fmt.Sprintf("10.%d.%d.%d", 1+i>>16&0xff, i>>8&0xff, i&0xff) },
+						func(int) url.Values { return url.Values{"username": {"bob"}, "password": {"battery-staple"}} }),
+				},
+				loadtest.LoadConfig{Targets: []string{s.URL}, Callers: callers, Clients: 2, Duration: floodFor, Requests: 20000},
+			)
+			flood, bob, execute := res[0], res[1], res[2]
+			t.Logf("flood of /login: %d requests, %v; bob's sign-ins %v; execute %v", flood.Requests, flood.Status, bob.Status, execute.Status)
+			if o := others(bob, http.StatusOK); len(o) > 0 || bob.Requests == 0 {
+				t.Errorf("bob's correct sign-ins during the flood: %d answered %v, want every one 200 (other statuses %v; 0 is no answer)", bob.Requests, bob.Status, o)
+			}
+			if o := others(execute, http.StatusOK); len(o) > 0 || execute.Requests == 0 {
+				t.Errorf("POST /execute during the flood: %d answered %v, want every one 200 (other statuses %v; 0 is no answer)", execute.Requests, execute.Status, o)
+			}
+			if n := s.App.PasswordChecks() - s.App.SignIns("bob"); n > accountIPBudget {
+				t.Errorf("%d of the flood's wrong passwords reached the password check, want at most %d", n, accountIPBudget)
+			}
+		})
 	}
 }
 

@@ -217,7 +217,8 @@ func TestBurstHealthPerIP(t *testing.T) {
 }
 
 // A key flood hands out no fresh budget (memory store and PostgreSQL,
-// RATE_LIMIT_MAX_ENTRIES=1000): 15 wrong passwords for alice and a reset
+// RATE_LIMIT_MAX_ENTRIES=1000; and two servers on PostgreSQL, the traffic
+// split over both): 15 wrong passwords for alice and a reset
 // code for her address, then 1,100 GET /health from fresh IPv6 networks
 // fill the store; then alice's wrong passwords and reset requests come
 // from new addresses, whose keys the full store cannot hold. Over the
@@ -242,32 +243,46 @@ func TestKeyFlood(t *testing.T) {
 		attackClients  = 8
 		resetClientsIP = "198.51.100.%d"
 	)
-	for _, kind := range []string{"memory", "postgres"} {
-		t.Run(kind, func(t *testing.T) {
-			s := demotest.Start(t, routes, storeEnv(t, kind,
+	for _, tc := range []struct {
+		name, store string
+		servers     int
+	}{
+		{"memory", "memory", 1},
+		{"postgres", "postgres", 1},
+		{"postgres, two servers", "postgres", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := storeEnv(t, tc.store,
 				"RATE_LIMIT_MAX_ENTRIES="+strconv.Itoa(maxEntries), "TRUSTED_PROXIES=127.0.0.1/32",
-				"RATE_LIMIT_HEALTH_PER_MINUTE="+strconv.Itoa(healthBudget)))
+				"RATE_LIMIT_HEALTH_PER_MINUTE="+strconv.Itoa(healthBudget))
+			var servers []*demotest.Server
+			var urls []string
+			for range tc.servers {
+				s := demotest.Start(t, routes, env)
+				servers, urls = append(servers, s), append(urls, s.URL)
+			}
 			for i := range guessesBefore {
-				if res, body := demotest.Post(t, s.URL+"/login", fmt.Sprintf("192.0.2.%d", i+1), wrongFor("alice")(i)); res.StatusCode != http.StatusUnauthorized {
+				if res, body := demotest.Post(t, urls[i%len(urls)]+"/login", fmt.Sprintf("192.0.2.%d", i+1), wrongFor("alice")(i)); res.StatusCode != http.StatusUnauthorized {
 					t.Fatalf("alice's wrong password %d before the flood: %d %s", i+1, res.StatusCode, body)
 				}
 			}
-			if res, _ := demotest.Post(t, s.URL+"/password-reset", "192.0.2.100", url.Values{"email": {aliceAddress}}); res.StatusCode != http.StatusAccepted {
+			if res, _ := demotest.Post(t, urls[0]+"/password-reset", "192.0.2.100", url.Values{"email": {aliceAddress}}); res.StatusCode != http.StatusAccepted {
 				t.Fatalf("reset before the flood: %d", res.StatusCode)
 			}
 
 			res := run(t, loadtest.LoadConfig{
-				Targets: []string{s.URL}, Callers: loadtest.NewCallers(1), Clients: floodClients, Requests: flood, Duration: time.Minute,
+				Targets: urls, Callers: loadtest.NewCallers(1), Clients: floodClients, Requests: flood, Duration: time.Minute,
 				Request: healthFrom(func(i int) string { return fmt.Sprintf("2001:db8:f1:%x::1", i) }),
 			})
-			n := liveEntries(t, s)
+			n := liveEntries(t, servers[0])
 			t.Logf("the flood of %d /health: %v; the store holds %d live entries of at most %d", flood, res.Status, n, maxEntries)
 			if n < maxEntries {
 				t.Fatalf("the flood left the store at %d of %d entries: not full, the scenario tests nothing", n, maxEntries)
 			}
 
+			// to one server: each counts a key the store cannot hold alone
 			health := run(t, loadtest.LoadConfig{
-				Targets: []string{s.URL}, Callers: loadtest.NewCallers(1), Clients: 1, Requests: healthAfter, Duration: time.Minute,
+				Targets: urls[:1], Callers: loadtest.NewCallers(1), Clients: 1, Requests: healthAfter, Duration: time.Minute,
 				Request: healthFrom(one("2001:db8:ffff::1")),
 			})
 			if n := health.Status[http.StatusOK]; n > healthBudget {
@@ -276,17 +291,21 @@ func TestKeyFlood(t *testing.T) {
 			}
 
 			guesses := run(t, loadtest.LoadConfig{
-				Targets: []string{s.URL}, Callers: loadtest.NewCallers(1), Clients: attackClients, Requests: guessesAfter, Duration: time.Minute,
+				Targets: urls, Callers: loadtest.NewCallers(1), Clients: attackClients, Requests: guessesAfter, Duration: time.Minute,
 				Request: formFrom("/login", func(i int) string { return fmt.Sprintf("203.0.113.%d", i+1) }, wrongFor("alice")),
 			})
 			resets := run(t, loadtest.LoadConfig{
-				Targets: []string{s.URL}, Callers: loadtest.NewCallers(1), Clients: attackClients, Requests: resetsAfter, Duration: time.Minute,
+				Targets: urls, Callers: loadtest.NewCallers(1), Clients: attackClients, Requests: resetsAfter, Duration: time.Minute,
 				Request: formFrom("/password-reset", func(i int) string { return fmt.Sprintf(resetClientsIP, i+1) },
 					func(int) url.Values { return url.Values{"email": {aliceAddress}} }),
 			})
-			checks, codes := s.App.PasswordChecks(), s.App.CodesSent(aliceAddress)
-			t.Logf("after the flood: %d wrong passwords from new addresses answered %v; %d resets answered %v; %d of alice's wrong passwords reached the check in all, %d codes sent",
-				guessesAfter, guesses.Status, resetsAfter, resets.Status, checks, codes)
+			checks, codes := 0, 0
+			for _, s := range servers {
+				checks += s.App.PasswordChecks()
+				codes += s.App.CodesSent(aliceAddress)
+			}
+			t.Logf("after the flood: %d GET /health from one new address answered %v; %d wrong passwords from new addresses answered %v; %d resets answered %v; %d of alice's wrong passwords reached the check in all, %d codes sent",
+				healthAfter, health.Status, guessesAfter, guesses.Status, resetsAfter, resets.Status, checks, codes)
 			if checks > accountBudget {
 				t.Errorf("%d of alice's wrong passwords reached the password check (%d before the flood, %d of %d after), want at most the budget of %d",
 					checks, guessesBefore, checks-guessesBefore, guessesAfter, accountBudget)

@@ -118,7 +118,7 @@ func ReasonOf(err error) Reason {
 
 // Errors answered without allocation on hot paths.
 var (
-	errClosed     = &UnavailableError{Reason: ReasonClosed}
+	errClosed = &UnavailableError{Reason: ReasonClosed}
 	// ErrFull is the error a store returns when it has no room for a new
 	// key. Stores return it (or wrap it) so that every store reports a full
 	// bound the same way.

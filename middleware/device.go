@@ -127,7 +127,7 @@ func isCookieName(s string) bool {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c <= ' ' || c >= 0x7f || (c < 0x80 && isSeparator(c)) {
+		if c <= ' ' || c >= 0x7f || isSeparator(c) {
 			return false
 		}
 	}

@@ -161,7 +161,11 @@ func (g *SendGuard) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 		// One line, naming the budget and never the client or the
 		// destination, so that an operator can tell a throttled request
 		// from one the handler found nothing to send for.
-		g.log.Info("request throttled: nothing sent", "kind", KindLimited, "budget", g.names[shownKey(&d, nil)])
+		budget := ""
+		if k := shownKey(&d, nil); k >= 0 && k < len(g.names) {
+			budget = g.names[k]
+		}
+		g.log.Info("request throttled: nothing sent", "kind", KindLimited, "budget", budget)
 	}
 	if !g.o.Reveal {
 		if !d.Allowed {

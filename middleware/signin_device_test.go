@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -375,5 +377,55 @@ func TestSendMultipart(t *testing.T) {
 	}
 	if m.sent.Load() != 3 {
 		t.Fatalf("%d multipart resets sent, want the budget of 3", m.sent.Load())
+	}
+}
+
+// 200 concurrent guesses with a stolen device cookie: exactly the device's
+// budget reaches the password check. 200 concurrent unreadable bodies:
+// none does, and exactly the address budget is spent on them.
+func TestSignInDeviceConcurrentGuesses(t *testing.T) {
+	_, p, h := signIn(t, nil, middleware.SignInOptions{IPAttempts: limiter.Budget{Limit: 50, Window: time.Hour}})
+	cookie := deviceCookie(t, login(h, "192.0.2.1", "alice", "right"))
+	before := p.checks.Load()
+	var wg sync.WaitGroup
+	var unreadable atomic.Int64
+	for i := range 400 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				post(h, fmt.Sprintf("198.51.100.%d", i%250), ctForm, form("alice", "guess"), cookie)
+				return
+			}
+			if w := post(h, "203.0.113.1", ctForm, "username=alice&username=bob"); w.Code == 401 {
+				unreadable.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := p.checks.Load() - before; n != 5 {
+		t.Fatalf("%d of 200 concurrent guesses with one device cookie reached the check, want 5", n)
+	}
+	if n := unreadable.Load(); n != 50 {
+		t.Fatalf("%d of 200 concurrent unreadable bodies answered 401, want the address budget of 50", n)
+	}
+}
+
+// The cookie is issued even when the handler reports success and writes
+// nothing, or writes its body without a status.
+func TestSignInDeviceCookieImplicitStatus(t *testing.T) {
+	for _, write := range []bool{false, true} {
+		g, _, _ := signIn(t, nil, middleware.SignInOptions{})
+		h := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			middleware.ReportSuccess(r)
+			if write {
+				fmt.Fprint(w, "ok")
+			}
+		}))
+		w := login(h, "192.0.2.1", "alice", "x")
+		if w.Code != 200 {
+			t.Fatal(w.Code)
+		}
+		deviceCookie(t, w)
 	}
 }

@@ -122,8 +122,11 @@ const (
 )
 
 // FormField returns a Func keyed by the field name of an
-// application/x-www-form-urlencoded body, as r.PostFormValue would see it.
-// Like net/http, it reads the body only for POST, PUT and PATCH. The body is
+// application/x-www-form-urlencoded body, with url.ParseQuery's separators
+// and escapes. The name is matched in any letter case, so that a handler
+// matching it in another case than r.PostFormValue does can never see a
+// field the Func did not: "user=a&USER=b" is ambiguous and refused. Like
+// net/http, it reads the body only for POST, PUT and PATCH. The body is
 // restored for the handler, byte for byte, and closing it closes the
 // original body. opts bounds what is read; see [BodyOptions].
 //

@@ -92,7 +92,9 @@ type SignInOptions struct {
 	ShowRemaining bool
 	// LegacyHeaders adds X-RateLimit-* fields.
 	LegacyHeaders bool
-	// OnLimit replaces the 429 answer.
+	// OnLimit replaces the 429 answer. Retry-After and the RateLimit fields
+	// are already set when it runs, from the refusing budget whose window
+	// ends last (d.RetryAfter is the first refusing budget's).
 	OnLimit func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
 	// Unavailable is what to answer when the store is unavailable; Default
 	// means Local: guessing stays limited per instance, and users can still

@@ -116,10 +116,10 @@ type SignInGuard struct {
 	account keyfunc.Func
 	devices *devices // nil when off
 	// entries maps the keys of an attempt of an unknown device to the
-	// budgets of the RateLimit fields; fIP and fDevice are the entries of
-	// the address and device budgets.
-	entries      [3]int
-	fIP, fDevice int
+	// budgets of the RateLimit fields; ipEntry and devEntry hold the
+	// entries of the address and device budgets.
+	entries           [3]int
+	ipEntry, devEntry [1]int
 }
 
 // The indexes of the keys of one sign-in attempt of an unknown device.
@@ -231,7 +231,7 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	fIP := len(names) - 1
 	return &SignInGuard{
 		guard: g, o: o, account: keyfunc.BodyField(o.Field, o.Body), devices: dev,
-		entries: [3]int{keyAccountIP, keyAccount, fIP}, fIP: fIP, fDevice: fIP - 1,
+		entries: [3]int{keyAccountIP, keyAccount, fIP}, ipEntry: [1]int{fIP}, devEntry: [1]int{fIP - 1},
 	}, nil
 }
 
@@ -298,7 +298,7 @@ func (g *SignInGuard) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 	ctx := context.WithoutCancel(r.Context())
 	if known {
-		g.show(w.Header(), &d, []int{g.fDevice}, nil)
+		g.show(w.Header(), &d, g.devEntry[:], nil)
 	} else {
 		g.show(w.Header(), &d, g.entries[:], ownKeys)
 	}
@@ -347,7 +347,7 @@ func (g *SignInGuard) unreadable(w http.ResponseWriter, r *http.Request, ip stri
 		return
 	}
 	if !d.Unavailable || d.Local {
-		g.show(w.Header(), &d, []int{g.fIP}, nil)
+		g.show(w.Header(), &d, g.ipEntry[:], nil)
 		if !d.Allowed {
 			if g.o.OnLimit != nil {
 				g.o.OnLimit(w, r, d)

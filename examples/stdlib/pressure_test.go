@@ -647,7 +647,7 @@ func settledTransactions(t *testing.T, stats *pgxpool.Pool, name string) int64 {
 	t.Helper()
 	for i := 0; ; i++ {
 		var sessions int
-		if err := stats.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, name).Scan(&sessions); err != nil {
+		if err := stats.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'`, name).Scan(&sessions); err != nil {
 			t.Fatal(err)
 		}
 		if sessions == 0 {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -65,6 +67,10 @@ func newClient(tb testing.TB) *redis.Client {
 	return c
 }
 
+// quiet is the logger of the stores open makes: the tests that look at
+// logs give a logger of their own.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 // newSecret returns a random secret, so that a test's keys are its own.
 func newSecret() []byte {
 	b := make([]byte, 32)
@@ -81,6 +87,9 @@ func randomName(label string) string {
 // open returns a store over c, closed when the test ends.
 func open(tb testing.TB, c redis.UniversalClient, o redisstore.Options) *store.Store {
 	tb.Helper()
+	if o.Store.Logger == nil {
+		o.Store.Logger = quiet
+	}
 	s, err := redisstore.New(context.Background(), c, o)
 	if err != nil {
 		tb.Fatalf("New: %v", err)

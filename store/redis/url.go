@@ -176,11 +176,13 @@ func isCluster(ctx context.Context, c *redis.Client, d time.Duration) (bool, err
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	info, err := c.Info(ctx, "cluster").Result()
-	if err == nil {
+	switch {
+	case err == nil:
 		return infoField(info, "cluster_enabled") == "1", nil
-	}
-	if !isRedisError(err) {
+	case !isRedisError(err):
 		return false, err
+	case strings.Contains(err.Error(), "not allowed in cluster mode"):
+		return true, nil // a URL naming a database other than 0
 	}
 	if err := c.ClusterInfo(ctx).Err(); err != nil {
 		if !isRedisError(err) {

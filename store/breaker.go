@@ -2,8 +2,19 @@ package store
 
 import (
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"time"
+)
+
+// Log kinds of the breaker.
+const (
+	// KindDown is logged when a handle's breaker opens: its calls are
+	// answered unavailable at once until a probe succeeds.
+	KindDown = "limit-store-down"
+	// KindRecovered is logged when an open breaker closes again: the store
+	// answers that handle's calls once more.
+	KindRecovered = "limit-store-recovered"
 )
 
 // Defaults of BreakerOptions.
@@ -16,8 +27,11 @@ const (
 // while the breaker is open.
 var ErrBreakerOpen = errors.New("breaker open after repeated failures")
 
-// BreakerOptions configure the breaker of a Store over a backend that is not
-// Inline. After Failures calls in a row fail (the store down, or past the
+// BreakerOptions configure the breakers of a Store over a backend that is not
+// Inline. Each handle has a breaker of its own, so that a store that fails
+// for the keys of one handle (a Redis Cluster node that serves its slot)
+// refuses only that handle's calls. After Failures calls of a handle in a
+// row fail (the store down, or past the
 // deadline), the breaker opens: calls are answered unavailable at once, with
 // no call to the backend, for Cooldown. Then one call goes through as a
 // probe; its success closes the breaker, its failure opens it again for
@@ -48,13 +62,17 @@ type breaker struct {
 	openUntil atomic.Int64 // unix nanoseconds; 0 when closed
 	probing   atomic.Bool
 	now       func() time.Time
+	log       *slog.Logger
+	prefix    string // the handle's, or "" for the store's own calls
 }
 
 var errOpen = &UnavailableError{Reason: ReasonDown, Err: ErrBreakerOpen}
 
-func (b *breaker) init(o BreakerOptions) {
+func (b *breaker) init(o BreakerOptions, now func() time.Time, log *slog.Logger, prefix string) {
 	b.opts = o
-	b.now = time.Now
+	b.now = now
+	b.log = log
+	b.prefix = prefix
 }
 
 // allow answers nil when a call may go to the backend.
@@ -75,25 +93,55 @@ func (b *breaker) allow() error {
 	return errOpen
 }
 
-// record notes the outcome of a call that went to the backend.
-func (b *breaker) record(err error) {
+// record notes the outcome of a call that went to the backend. A call that
+// waited for its slot and then ran out of time says nothing of the store's
+// health (the wait took its time), so it is not counted as a failure.
+func (b *breaker) record(err error, waited bool) {
 	if b.opts.Failures < 0 {
 		return
 	}
-	switch ReasonOf(err) {
-	case ReasonDown, ReasonDeadline:
+	switch r := ReasonOf(err); {
+	case r == ReasonDeadline && waited:
+	case r == ReasonDown || r == ReasonDeadline:
 		if b.failures.Add(1) >= int64(b.opts.Failures) {
-			b.openUntil.Store(b.now().Add(b.opts.Cooldown).UnixNano())
+			was := b.openUntil.Swap(b.now().Add(b.opts.Cooldown).UnixNano())
 			b.probing.Store(false)
+			if was == 0 {
+				b.log.Error("limit store failing: calls answered unavailable until a probe succeeds",
+					"kind", KindDown, "prefix", b.prefix, "failures", b.failures.Load(), "err", err)
+			}
 		}
 	default:
 		if b.failures.Load() != 0 || b.openUntil.Load() != 0 {
 			b.failures.Store(0)
-			b.openUntil.Store(0)
+			was := b.openUntil.Swap(0)
 			b.probing.Store(false)
+			if was != 0 {
+				b.log.Info("limit store recovered: calls reach the store again",
+					"kind", KindRecovered, "prefix", b.prefix)
+			}
 		}
 	}
 }
 
-// Open reports whether the breaker is answering calls unavailable at once.
-func (s *Store) BreakerOpen() bool { return s.breaker.openUntil.Load() != 0 }
+func (b *breaker) open() bool { return b.openUntil.Load() != 0 }
+
+// BreakerOpen reports whether the breaker of any handle of the store, or of
+// its own calls (Sweep), is answering calls unavailable at once.
+func (s *Store) BreakerOpen() bool {
+	if s.sweeps.breaker.open() {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.handles {
+		if h.lane.breaker.open() {
+			return true
+		}
+	}
+	return false
+}
+
+// BreakerOpen reports whether the handle's breaker is answering its calls
+// unavailable at once.
+func (h *Handle) BreakerOpen() bool { return h.lane.breaker.open() }

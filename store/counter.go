@@ -99,7 +99,7 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Cap, n int64, 
 				t = new(Tally)
 				*t = c.t
 			}
-			err = s.call(ctx, func(ctx context.Context) error {
+			err = s.call(ctx, &h.lane, func(ctx context.Context) error {
 				return ct.Count(ctx, h.prefix, own, caps, n, t)
 			})
 			if err == nil && t != &c.t { // else the backend may still be writing t

@@ -30,10 +30,18 @@ type Options struct {
 	Deadline time.Duration
 	// MaxInFlight bounds the calls running in the backend at once, including
 	// those answered past their deadline that have not yet returned; 0 means
-	// DefaultMaxInFlight. Past it, a call is answered as unavailable at once.
-	// Calls to an Inline backend (the memory store) are not bounded: they
-	// never wait on I/O, so they cannot pile up behind a slow store.
+	// DefaultMaxInFlight. A call past it waits for a slot, on its own
+	// goroutine, until its deadline (see MaxQueued). Calls to an Inline
+	// backend (the memory store) are not bounded: they never wait on I/O,
+	// so they cannot pile up behind a slow store.
 	MaxInFlight int
+	// MaxQueued bounds the calls of one handle that may wait for a slot at
+	// once; 0 means DefaultMaxQueued. Slots go to the handles with calls
+	// waiting in turn, and within a handle first come first served. A call
+	// is answered unavailable (ReasonOverloaded) only when its handle's
+	// queue is full (ErrQueueFull) or its deadline passes while it waits
+	// (ErrWaitedOut). Each waiting call costs about 200 bytes.
+	MaxQueued int
 	// Breaker configures the breaker; the zero value gives its defaults.
 	Breaker BreakerOptions
 	// InstanceID names this process's store in logs; the zero UUID means a
@@ -56,6 +64,9 @@ func (o Options) WithDefaults() Options {
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = DefaultMaxQueued
+	}
 	if o.InstanceID == (uuid.UUID{}) {
 		o.InstanceID = uuid.New()
 		o.Logger = o.Logger.With("instance", o.InstanceID.String())
@@ -67,21 +78,23 @@ func (o Options) WithDefaults() Options {
 // Store is a Backend behind the guard. Limiters use it through the handles it
 // hands out. It is safe for concurrent use.
 type Store struct {
-	b        Backend
-	inline   bool
-	updater  InlineUpdater // when b is inline and offers it
-	counter  Counter       // when b offers it
-	opts     Options
-	backing  any
-	inFlight atomic.Int64
-	closed   atomic.Bool
-	running  atomic.Int64 // goroutines running backend calls
-	prompt   bool
-	breaker  breaker
-	obs      Observer
+	b       Backend
+	inline  bool
+	updater InlineUpdater // when b is inline and offers it
+	counter Counter       // when b offers it
+	opts    Options
+	backing any
+	slots   slots
+	sweeps  lane // the lane of Sweep, which no handle makes
+	closed  atomic.Bool
+	running atomic.Int64 // goroutines running backend calls
+	prompt  bool
+	obs     Observer
+	now     func() time.Time // the breakers' clock
 
 	mu       sync.Mutex
 	prefixes []string
+	handles  []*Handle
 }
 
 // New wraps b in the guard. opts should be the ones b was built with, after
@@ -100,7 +113,9 @@ func New(b Backend, opts Options) *Store {
 	if p, ok := b.(Prompt); ok && p.Prompt() {
 		s.prompt = true
 	}
-	s.breaker.init(opts.Breaker)
+	s.slots.max = int64(opts.MaxInFlight)
+	s.now = time.Now
+	s.sweeps.breaker.init(opts.Breaker, s.now, opts.Logger, "")
 	return s
 }
 
@@ -112,7 +127,11 @@ func (s *Store) Shared() bool { return s.b.Shared() }
 
 // InFlight returns the number of backend calls running now, those under the
 // in-flight bound; an Inline backend's calls are not counted.
-func (s *Store) InFlight() int { return int(s.inFlight.Load()) }
+func (s *Store) InFlight() int { return int(s.slots.inFlight()) }
+
+// Queued returns the number of calls waiting for a slot under the in-flight
+// bound.
+func (s *Store) Queued() int { return int(s.slots.queuedNow()) }
 
 // Backend returns the backend the store guards.
 func (s *Store) Backend() Backend { return s.b }
@@ -144,10 +163,13 @@ func (s *Store) Handle(prefix string) (*Handle, error) {
 		return nil, fmt.Errorf("%w: %q", ErrDuplicatePrefix, prefix)
 	}
 	backings.m[bp] = struct{}{}
+	h := &Handle{s: s, prefix: prefix}
+	h.lane.breaker.init(s.opts.Breaker, s.now, s.opts.Logger, prefix)
 	s.mu.Lock()
 	s.prefixes = append(s.prefixes, prefix)
+	s.handles = append(s.handles, h)
 	s.mu.Unlock()
-	return &Handle{s: s, prefix: prefix}, nil
+	return h, nil
 }
 
 // Sweep removes expired entries from the whole store and returns how many
@@ -155,7 +177,7 @@ func (s *Store) Handle(prefix string) (*Handle, error) {
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	var n int
 	start := time.Now()
-	err := s.call(ctx, func(ctx context.Context) error {
+	err := s.call(ctx, &s.sweeps, func(ctx context.Context) error {
 		var err error
 		n, err = s.b.Sweep(ctx)
 		return err
@@ -173,9 +195,10 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	// Every call admitted before closed was set is counted in inFlight
-	// (enter counts first, then looks at closed), so none is missed here.
-	for s.inFlight.Load() > 0 || s.running.Load() > 0 {
+	// Every call admitted before closed was set holds a slot (acquire
+	// takes it first, then looks at closed), so none is missed here; a call
+	// still waiting gets its slot, sees closed and gives it back.
+	for s.slots.inFlight() > 0 || s.running.Load() > 0 {
 		time.Sleep(time.Millisecond)
 	}
 	err := s.b.Close()
@@ -189,59 +212,65 @@ func (s *Store) Close() error {
 	return err
 }
 
-// enter admits a call, or answers why not. A call to a backend that is not
-// inline is counted in flight; its caller takes it off (inFlight.Add(-1))
-// when the backend returns.
+// enter admits a call to an inline backend, or answers why not.
 func (s *Store) enter() error {
 	if s.closed.Load() {
-		return errClosed
-	}
-	if s.inline {
-		return nil
-	}
-	max := int64(s.opts.MaxInFlight)
-	for {
-		n := s.inFlight.Load()
-		if n >= max {
-			return errOverloaded
-		}
-		if s.inFlight.CompareAndSwap(n, n+1) {
-			break
-		}
-	}
-	if s.closed.Load() { // Close began meanwhile, and may not wait for us
-		s.inFlight.Add(-1)
 		return errClosed
 	}
 	return nil
 }
 
-// call runs f under the deadline, the in-flight bound and the breaker: on
-// the caller's goroutine for an inline backend (no deadline) or a prompt one
-// (under a deadline context), on a goroutine of its own otherwise.
-func (s *Store) call(ctx context.Context, f func(ctx context.Context) error) error {
-	if err := s.enter(); err != nil {
-		return err
+// acquire admits a call of lane l to a backend that is not inline: it takes
+// a slot under the in-flight bound, waiting for one until ctx ends, then
+// asks l's breaker. The caller gives the slot back (s.slots.release) when
+// the backend returns.
+func (s *Store) acquire(ctx context.Context, l *lane) (waited bool, err error) {
+	if s.closed.Load() {
+		return false, errClosed
 	}
+	if waited, err = s.slots.acquire(ctx, l, s.opts.MaxQueued); err != nil {
+		return waited, err
+	}
+	if s.closed.Load() { // Close began meanwhile, and may not wait for us
+		s.slots.release()
+		return waited, errClosed
+	}
+	if err := l.breaker.allow(); err != nil {
+		s.slots.release()
+		return waited, err
+	}
+	return waited, nil
+}
+
+// call runs f under the deadline, the in-flight bound and l's breaker: on
+// the caller's goroutine for an inline backend (no deadline) or a prompt one
+// (under a deadline context), on a goroutine of its own otherwise. The wait
+// for a slot counts against the deadline.
+func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) error) error {
 	if s.inline {
+		if err := s.enter(); err != nil {
+			return err
+		}
 		return s.classify(ctx, f(ctx))
 	}
-	if err := s.breaker.allow(); err != nil {
-		s.inFlight.Add(-1)
+	dctx, cancel := context.WithTimeout(ctx, s.opts.Deadline)
+	defer cancel()
+	waited, err := s.acquire(dctx, l)
+	if err != nil {
+		if errors.Is(err, ErrWaitedOut) && ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return err
 	}
-	dctx, cancel := context.WithTimeout(ctx, s.opts.Deadline)
 	if s.prompt {
 		err := f(dctx)
-		s.inFlight.Add(-1)
-		late := dctx.Err() != nil
-		cancel()
+		s.slots.release()
 		var own callerError
-		if err != nil && late && ctx.Err() == nil && !errors.As(err, &own) {
+		if err != nil && dctx.Err() != nil && ctx.Err() == nil && !errors.As(err, &own) {
 			err = Unavailable(ReasonDeadline, err)
 		}
 		err = s.classify(ctx, err)
-		s.breaker.record(err)
+		l.breaker.record(err, waited)
 		return err
 	}
 	done := make(chan error, 1)
@@ -249,20 +278,19 @@ func (s *Store) call(ctx context.Context, f func(ctx context.Context) error) err
 	go func() {
 		defer s.running.Add(-1)
 		err := f(dctx)
-		s.inFlight.Add(-1)
+		s.slots.release()
 		done <- err
 	}()
-	defer cancel()
 	select {
 	case err := <-done:
 		err = s.classify(ctx, err)
-		s.breaker.record(err)
+		l.breaker.record(err, waited)
 		return err
 	case <-dctx.Done():
 		select {
 		case err := <-done: // finished as the deadline came
 			err = s.classify(ctx, err)
-			s.breaker.record(err)
+			l.breaker.record(err, waited)
 			return err
 		default:
 		}
@@ -270,7 +298,7 @@ func (s *Store) call(ctx context.Context, f func(ctx context.Context) error) err
 			return ctx.Err()
 		}
 		err := Unavailable(ReasonDeadline, fmt.Errorf("no answer within %v", s.opts.Deadline))
-		s.breaker.record(err)
+		l.breaker.record(err, waited)
 		return err
 	}
 }
@@ -305,6 +333,7 @@ func (s *Store) classify(ctx context.Context, err error) error {
 type Handle struct {
 	s      *Store
 	prefix string
+	lane   lane
 
 	mu    sync.Mutex
 	owner string
@@ -394,7 +423,7 @@ func (h *Handle) update(ctx context.Context, keys []string, apply ApplyFunc) err
 	}
 	// Remote: the call may outlive its deadline, so apply must not run once
 	// the caller has been answered.
-	err := s.call(ctx, func(ctx context.Context) error {
+	err := s.call(ctx, &h.lane, func(ctx context.Context) error {
 		err := s.b.Update(ctx, h.prefix, keys, c.fn)
 		if err == nil {
 			return nil
@@ -430,7 +459,7 @@ func (h *Handle) Read(ctx context.Context, keys []string) ([]Entry, error) {
 	if h.s.obs != nil {
 		start = time.Now()
 	}
-	err := h.s.call(ctx, func(ctx context.Context) error {
+	err := h.s.call(ctx, &h.lane, func(ctx context.Context) error {
 		var err error
 		out, err = h.s.b.Read(ctx, h.prefix, keys)
 		return err

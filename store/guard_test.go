@@ -205,51 +205,6 @@ func TestCallerCancels(t *testing.T) {
 	<-st.returned
 }
 
-func TestOverloaded(t *testing.T) {
-	const max = 2
-	st := newStuck(max)
-	defer st.free()
-	f := &fake{update: st.ignoringCtx}
-	s, h := open(t, f, Options{MaxInFlight: max})
-	var wg sync.WaitGroup
-	for range max {
-		wg.Go(func() {
-			if err := h.Update(context.Background(), []string{"k"}, nop); err != nil {
-				t.Errorf("call within MaxInFlight: %v", err)
-			}
-		})
-	}
-	for range max {
-		<-st.started
-	}
-	calls := []struct {
-		name string
-		call func() error
-	}{
-		{"Update", func() error { return h.Update(t.Context(), []string{"k"}, nop) }},
-		{"Read", func() error { _, err := h.Read(t.Context(), []string{"k"}); return err }},
-		{"Count", func() error {
-			_, err := h.Count(t.Context(), []string{"k"}, []Cap{{Max: 1, Window: time.Second}}, 1)
-			return err
-		}},
-		{"Sweep", func() error { _, err := s.Sweep(t.Context()); return err }},
-	}
-	for _, c := range calls {
-		err := c.call()
-		if !errors.Is(err, ErrUnavailable) || ReasonOf(err) != ReasonOverloaded {
-			t.Errorf("%s past MaxInFlight: %v, want unavailable (%v)", c.name, err, ReasonOverloaded)
-		}
-	}
-	if n := f.calls.Load(); n != max {
-		t.Errorf("backend called %d times, want %d: an overloaded call reached it", n, max)
-	}
-	st.free()
-	wg.Wait()
-	if err := h.Update(t.Context(), []string{"k"}, nop); err != nil {
-		t.Errorf("Update once the backend caught up: %v", err)
-	}
-}
-
 var errBoom = errors.New("connection refused")
 
 func TestBackendFails(t *testing.T) {
@@ -341,7 +296,7 @@ func breakerStore(t *testing.T, failures int) (*Store, *Handle, *fake, *atomic.B
 	clk := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	opts := Options{Logger: quiet, Breaker: BreakerOptions{Failures: failures, Cooldown: time.Minute}}
 	s := New(f, opts)
-	s.breaker.now = clk.Now
+	s.now = clk.Now
 	t.Cleanup(func() { s.Close() })
 	h, err := s.Handle("breaker:")
 	if err != nil {
@@ -423,7 +378,7 @@ func TestBreakerOneProbe(t *testing.T) {
 	}}
 	clk := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	s := New(f, Options{Logger: quiet, Breaker: BreakerOptions{Failures: 1, Cooldown: time.Second}})
-	s.breaker.now = clk.Now
+	s.now = clk.Now
 	defer s.Close()
 	h, _ := s.Handle("probe:")
 	h.Update(t.Context(), []string{"k"}, nop)

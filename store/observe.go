@@ -56,7 +56,7 @@ func (s *Store) observe(op Op, prefix string, start time.Time, err error) {
 		Prefix:   prefix,
 		Duration: time.Since(start),
 		Reason:   ReasonOf(err),
-		InFlight: int(s.inFlight.Load()),
+		InFlight: int(s.slots.inFlight()),
 	})
 }
 
@@ -71,7 +71,11 @@ type Sizer interface {
 
 // Stats is a Store's health at one moment.
 type Stats struct {
-	InFlight    int
+	InFlight int
+	// Queued is the number of calls waiting for a slot now, and Waited the
+	// number that have waited for one since the store opened.
+	Queued      int
+	Waited      int64
 	MaxInFlight int
 	BreakerOpen bool
 	// Entries and MaxEntries are the live entries against the bound, or -1
@@ -83,7 +87,9 @@ type Stats struct {
 // Stats returns the store's health now.
 func (s *Store) Stats() Stats {
 	st := Stats{
-		InFlight:    int(s.inFlight.Load()),
+		InFlight:    int(s.slots.inFlight()),
+		Queued:      int(s.slots.queuedNow()),
+		Waited:      s.slots.waitedTotal(),
 		MaxInFlight: s.opts.MaxInFlight,
 		BreakerOpen: s.BreakerOpen(),
 		Entries:     -1,

@@ -13,14 +13,14 @@ type promptFake struct{ fake }
 func (*promptFake) Prompt() bool { return true }
 
 func TestPromptBackend(t *testing.T) {
-	quiet := Options{Deadline: 50 * time.Millisecond, Breaker: BreakerOptions{Failures: 2, Cooldown: time.Hour}}
+	opts := Options{Logger: quiet, Deadline: 50 * time.Millisecond, Breaker: BreakerOptions{Failures: 2, Cooldown: time.Hour}}
 	t.Run("deadline", func(t *testing.T) {
 		for name, update := range map[string]func(ctx context.Context, _ ApplyFunc) error{
 			"returns the context's error": func(ctx context.Context, _ ApplyFunc) error { <-ctx.Done(); return ctx.Err() },
 			"returns its own error":       func(ctx context.Context, _ ApplyFunc) error { <-ctx.Done(); return errors.New("conn closed") },
 		} {
 			b := &promptFake{fake{update: update}}
-			s := New(b, quiet)
+			s := New(b, opts)
 			h, _ := s.Handle("p:")
 			err := h.Update(context.Background(), []string{"k"}, func(time.Time, []Entry) error { return nil })
 			if ReasonOf(err) != ReasonDeadline {
@@ -40,7 +40,7 @@ func TestPromptBackend(t *testing.T) {
 			}
 			return apply(time.Now(), make([]Entry, 1))
 		}}}
-		s := New(b, quiet)
+		s := New(b, opts)
 		defer s.Close()
 		h, _ := s.Handle("p:")
 		ctx := context.WithValue(context.Background(), key{}, "caller")
@@ -49,7 +49,7 @@ func TestPromptBackend(t *testing.T) {
 		}
 	})
 	t.Run("apply's error passes and spares the breaker", func(t *testing.T) {
-		s := New(&promptFake{}, quiet)
+		s := New(&promptFake{}, opts)
 		defer s.Close()
 		h, _ := s.Handle("p:")
 		mine := errors.New("mine")
@@ -64,7 +64,7 @@ func TestPromptBackend(t *testing.T) {
 	})
 	t.Run("failures open the breaker", func(t *testing.T) {
 		b := &promptFake{fake{update: func(context.Context, ApplyFunc) error { return errors.New("down") }}}
-		s := New(b, quiet)
+		s := New(b, opts)
 		defer s.Close()
 		h, _ := s.Handle("p:")
 		for range 2 {

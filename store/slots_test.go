@@ -1,0 +1,208 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fill starts n calls on h that hold their slots in st until it is freed,
+// and waits until all of them run in the backend.
+func fill(t *testing.T, wg *sync.WaitGroup, h *Handle, st *stuck, n int) {
+	t.Helper()
+	for range n {
+		wg.Go(func() {
+			if err := h.Update(context.Background(), []string{"k"}, nop); err != nil {
+				t.Errorf("call within MaxInFlight: %v", err)
+			}
+		})
+	}
+	for range n {
+		<-st.started
+	}
+}
+
+// Calls past MaxInFlight wait for a slot and are answered by the backend,
+// none refused, however many arrive at once.
+func TestPastMaxInFlightWaits(t *testing.T) {
+	const max, burst = 2, 200
+	st := newStuck(burst)
+	f := &fake{update: st.ignoringCtx}
+	s, h := open(t, f, Options{MaxInFlight: max, Deadline: time.Minute})
+	var wg sync.WaitGroup
+	fill(t, &wg, h, st, max)
+	var failed atomic.Int64
+	for range burst {
+		wg.Go(func() {
+			if _, err := h.Count(context.Background(), []string{"k"}, []Cap{{Max: 1 << 20, Window: time.Minute}}, 1); err != nil {
+				failed.Add(1)
+				t.Errorf("call past MaxInFlight: %v, want it to wait", err)
+			}
+		})
+	}
+	waitFor(t, "the burst queued", func() bool { return s.Queued() == burst })
+	if n := s.InFlight(); n != max {
+		t.Errorf("InFlight = %d while calls wait, want %d", n, max)
+	}
+	st.free()
+	wg.Wait()
+	if n := f.calls.Load(); n != max+burst {
+		t.Errorf("backend called %d times, want %d", n, max+burst)
+	}
+	if s.Queued() != 0 || s.InFlight() != 0 {
+		t.Errorf("after the burst: %d queued, %d in flight, want 0 and 0", s.Queued(), s.InFlight())
+	}
+	if got := s.Stats().Waited; got != burst {
+		t.Errorf("Stats().Waited = %d, want %d", got, burst)
+	}
+}
+
+// A call waits only until its deadline: then it is answered overloaded,
+// never reaching the backend, and the breaker does not hear of it.
+func TestWaitedOut(t *testing.T) {
+	const max = 1
+	st := newStuck(max)
+	f := &fake{update: st.ignoringCtx}
+	s, h := open(t, f, Options{MaxInFlight: max, Deadline: time.Minute, Breaker: BreakerOptions{Failures: 1}})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer st.free()
+	fill(t, &wg, h, st, max)
+	calls := []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"Update", func(ctx context.Context) error { return h.Update(ctx, []string{"k"}, nop) }},
+		{"Read", func(ctx context.Context) error { _, err := h.Read(ctx, []string{"k"}); return err }},
+		{"Count", func(ctx context.Context) error {
+			_, err := h.Count(ctx, []string{"k"}, []Cap{{Max: 1, Window: time.Second}}, 1)
+			return err
+		}},
+		{"Sweep", func(ctx context.Context) error { _, err := s.Sweep(ctx); return err }},
+	}
+	for _, c := range calls {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		err := c.call(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s whose caller's deadline passed while it waited: %v, want the caller's deadline", c.name, err)
+		}
+	}
+	if n := f.calls.Load(); n != max {
+		t.Errorf("backend called %d times, want %d: a waiting call reached it", n, max)
+	}
+	if h.BreakerOpen() || s.BreakerOpen() {
+		t.Error("calls that only waited opened the breaker")
+	}
+	if s.Queued() != 0 {
+		t.Errorf("%d calls still queued after their deadlines", s.Queued())
+	}
+}
+
+// The guard's own deadline, passing while a call waits, answers it
+// unavailable (overloaded, ErrWaitedOut).
+func TestWaitedOutGuardDeadline(t *testing.T) {
+	st := newStuck(1)
+	f := &fake{update: st.ignoringCtx}
+	s, h := open(t, f, Options{MaxInFlight: 1, Deadline: 50 * time.Millisecond, Breaker: BreakerOptions{Failures: -1}})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer st.free()
+	wg.Go(func() { h.Update(context.Background(), []string{"k"}, nop) })
+	<-st.started
+	err := h.Update(t.Context(), []string{"k"}, nop)
+	if ReasonOf(err) != ReasonOverloaded || !errors.Is(err, ErrWaitedOut) {
+		t.Errorf("call whose guard deadline passed while it waited: %v, want overloaded (%v)", err, ErrWaitedOut)
+	}
+	if s.Queued() != 0 {
+		t.Errorf("%d calls still queued", s.Queued())
+	}
+}
+
+// A handle whose queue is full has its next call answered at once,
+// overloaded (ErrQueueFull); another handle's calls still queue.
+func TestQueueFull(t *testing.T) {
+	const max, queued = 1, 3
+	st := newStuck(max + 2*queued)
+	f := &fake{update: st.ignoringCtx}
+	s, h := open(t, f, Options{MaxInFlight: max, MaxQueued: queued, Deadline: time.Minute})
+	other, err := s.Handle("other:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	fill(t, &wg, h, st, max)
+	for _, hh := range []*Handle{h, other} {
+		for range queued {
+			wg.Go(func() {
+				if err := hh.Update(context.Background(), []string{"k"}, nop); err != nil {
+					t.Errorf("queued call of %s: %v", hh.Prefix(), err)
+				}
+			})
+		}
+	}
+	waitFor(t, "both queues full", func() bool { return s.Queued() == 2*queued })
+	err = h.Update(t.Context(), []string{"k"}, nop)
+	if ReasonOf(err) != ReasonOverloaded || !errors.Is(err, ErrQueueFull) {
+		t.Errorf("call past a full queue: %v, want overloaded (%v)", err, ErrQueueFull)
+	}
+	st.free()
+	wg.Wait()
+}
+
+// Slots go to the handles with waiting calls in turn: a flood queued on one
+// handle does not delay another handle's call behind it.
+func TestSlotsInTurn(t *testing.T) {
+	const max, flood = 1, 50
+	var (
+		mu    sync.Mutex
+		order []string
+		gate  = make(chan struct{})
+	)
+	f := &fake{}
+	s, flooded := open(t, f, Options{MaxInFlight: max, Deadline: time.Minute})
+	quietH, err := s.Handle("quiet:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func(name string) ApplyFunc {
+		return func(time.Time, []Entry) error {
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			return nil
+		}
+	}
+	var wg sync.WaitGroup
+	started := make(chan struct{})
+	wg.Go(func() {
+		flooded.Update(context.Background(), []string{"k"}, func(time.Time, []Entry) error {
+			close(started)
+			<-gate
+			return nil
+		})
+	})
+	<-started
+	for range flood {
+		wg.Go(func() { flooded.Update(context.Background(), []string{"k"}, record("flood")) })
+	}
+	waitFor(t, "the flood queued", func() bool { return s.Queued() == flood })
+	wg.Go(func() { quietH.Update(context.Background(), []string{"k"}, record("quiet")) })
+	waitFor(t, "the quiet call queued", func() bool { return s.Queued() == flood+1 })
+	close(gate)
+	wg.Wait()
+	at := -1
+	for i, name := range order {
+		if name == "quiet" {
+			at = i
+		}
+	}
+	// The flood's first waiter had its turn before the quiet handle joined
+	// the turns; the quiet call comes second.
+	if at < 0 || at > 1 {
+		t.Errorf("the quiet handle's call ran %dth of %d, behind the flood; want it within the first 2", at+1, len(order))
+	}
+}

@@ -81,16 +81,34 @@ func masterOf(t testing.TB, c *redis.ClusterClient, key string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slots, err := c.ClusterSlots(t.Context()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) {
-			return s.Nodes[0].Addr
+	for _, sh := range shards(t, c) {
+		for _, r := range sh.Slots {
+			if r.Start <= slot && slot <= r.End {
+				return masterAddr(sh)
+			}
 		}
 	}
 	t.Fatalf("no master serves slot %d", slot)
+	return ""
+}
+
+// shards returns the Cluster's shards.
+func shards(t testing.TB, c *redis.ClusterClient) []redis.ClusterShard {
+	t.Helper()
+	sh, err := c.ClusterShards(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sh
+}
+
+// masterAddr returns the address of a shard's master.
+func masterAddr(sh redis.ClusterShard) string {
+	for _, n := range sh.Nodes {
+		if n.Role == "master" {
+			return n.IP + ":" + strconv.FormatInt(n.Port, 10)
+		}
+	}
 	return ""
 }
 
@@ -406,14 +424,9 @@ func stopNode(t *testing.T, addr string) (restart func()) {
 // .ci/redis-cluster.sh.
 func ports(t *testing.T) string {
 	t.Helper()
-	c := newCluster(t)
-	slots, err := c.ClusterSlots(t.Context()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ps []string
-	for _, s := range slots {
-		_, p, _ := strings.Cut(s.Nodes[0].Addr, ":")
+	for _, sh := range shards(t, newCluster(t)) {
+		_, p, _ := strings.Cut(masterAddr(sh), ":")
 		ps = append(ps, p)
 	}
 	slices.Sort(ps)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -145,7 +146,23 @@ func startServer(tb testing.TB, port int, args ...string) string {
 
 // stopServer shuts down the Redis server at addr, if one answers there.
 func stopServer(addr string) {
+	if conn, err := net.Dial("tcp", addr); err != nil {
+		return // nothing there
+	} else {
+		conn.Close()
+	}
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
 	defer c.Close()
 	c.ShutdownNoSave(context.Background())
+}
+
+// ownClient returns a client on a server a test started, closed when the
+// test ends.
+func ownClient(tb testing.TB, addr string) *redis.Client {
+	tb.Helper()
+	o := clientOptions(tb, addr)
+	o.DB, o.Username, o.Password = 0, "", ""
+	c := redis.NewClient(o)
+	tb.Cleanup(func() { c.Close() })
+	return c
 }

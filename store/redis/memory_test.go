@@ -1,14 +1,11 @@
 package redisstore_test
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/gatecount/gatecount/store"
 	redisstore "github.com/gatecount/gatecount/store/redis"
@@ -21,9 +18,7 @@ import (
 func TestMemoryPerEntry(t *testing.T) {
 	const n = 20_000
 	addr := startServer(t, 7100)
-	c := redis.NewClient(clientOptions(t, addr))
-	defer c.Close()
-	c.Options().DB = 0
+	c := ownClient(t, addr)
 	ctx := t.Context()
 	used := func() int64 {
 		t.Helper()
@@ -96,5 +91,3 @@ func infoField(info, field string) string {
 	}
 	return ""
 }
-
-var _ = context.Background

@@ -6,16 +6,13 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/store"
 	redisstore "github.com/gatecount/gatecount/store/redis"
 )
@@ -108,53 +105,15 @@ func handle(tb testing.TB, s *store.Store, prefix string) *store.Handle {
 	return h
 }
 
-// startServer starts a Redis server of the test's own on the loopback port,
-// with no persistence unless args say otherwise, and stops it when the test
-// ends. It fails under CI, and skips otherwise, when redis-server is not
-// installed.
+// startServer starts a Redis server of the test's own on the loopback
+// port (see servicetest.StartRedis).
 func startServer(tb testing.TB, port int, args ...string) string {
 	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		unreachable(tb, err)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	stopServer(addr) // one left over by a test that was killed
-	argv := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tb.TempDir()}, args...)
-	cmd := exec.Command(bin, argv...)
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("starting redis-server on %s: %v", addr, err)
-	}
-	tb.Cleanup(func() {
-		stopServer(addr)
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	for i := 0; ; i++ {
-		err := c.Ping(context.Background()).Err()
-		if err == nil {
-			return addr
-		}
-		if i == 100 {
-			tb.Fatalf("redis-server on %s does not answer: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return servicetest.StartRedis(tb, port, args...)
 }
 
 // stopServer shuts down the Redis server at addr, if one answers there.
-func stopServer(addr string) {
-	if conn, err := net.Dial("tcp", addr); err != nil {
-		return // nothing there
-	} else {
-		conn.Close()
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
-	defer c.Close()
-	c.ShutdownNoSave(context.Background())
-}
+func stopServer(addr string) { servicetest.StopRedis(addr) }
 
 // ownClient returns a client on a server a test started, closed when the
 // test ends.

@@ -51,15 +51,15 @@ var ErrURL = errors.New("redisstore: invalid Redis URL")
 // gives an error matching ErrURL.
 func OpenURL(ctx context.Context, rawURL string, o Options) (*store.Store, error) {
 	o.Store = o.Store.WithDefaults()
-	c, err := openClient(ctx, rawURL, o.Store)
-	if err != nil {
-		return nil, err
-	}
 	log := o.Store.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	redis.SetLogger(NewRedisLogger(log.With("store", "redis")))
+	c, err := openClient(ctx, rawURL, o.Store)
+	if err != nil {
+		return nil, err
+	}
 	b, err := NewBackend(ctx, c, o)
 	if err != nil {
 		c.Close()

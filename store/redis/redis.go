@@ -70,8 +70,12 @@
 // # The bound
 //
 // Live entries are counted without scanning. Each (tag, fingerprint) keeps a
-// sorted set, its live index, of entry -> expiry, updated by the same script
-// that writes the entries. Its ZCARD counts the live entries under the tag,
+// sorted set, its live index, gatecount:{<tag>}:<fingerprint>:live, of
+// entry -> expiry, updated by the same script that writes the entries; an
+// entry's member is the last eight bytes of its HMAC, raw (an index written
+// by an older version, with the 64 hex digits as members, keeps those until
+// they expire: meanwhile an entry rewritten since may be counted twice,
+// never less than once). Its ZCARD counts the live entries under the tag,
 // and expired ones not yet removed: when that count says the bound is
 // reached, the script removes the expired members (ZREMRANGEBYSCORE) and
 // counts again before it refuses a new key. The tags of a fingerprint are
@@ -462,8 +466,10 @@ func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) 
 		sum := b.hasher.Sum(prefix, k)
 		name := append(buf[:0], kp...)
 		name = hex.AppendEncode(name, sum[:])
-		ks.names[i] = string(name)
-		ks.members[i] = ks.names[i][len(kp):] // the HMAC's hex, sharing the name's bytes
+		name = append(name, sum[len(sum)-memberLen:]...)
+		both := string(name) // one allocation for the name and the member
+		ks.names[i] = both[:len(both)-memberLen]
+		ks.members[i] = both[len(both)-memberLen:]
 		x := int(binary.BigEndian.Uint16(sum[:2]))
 		ks.slots[i] = x % knownSlots // its stripe is x % stripes: the same lock guards it
 		ks.tags[i] = binary.BigEndian.Uint64(sum[2:10]) | 1
@@ -471,6 +477,14 @@ func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) 
 	}
 	ks.names[n] = sp.idx
 }
+
+// memberLen is the length of an entry's member in its live index: the last
+// eight bytes of the entry's HMAC, raw. The index costs memory per entry;
+// eight raw bytes instead of the name's 64 hex digits save 64 bytes of it
+// (see TestMemoryPerEntry). Two entries of one handle share a member with a
+// chance of about n²/2⁶⁵ for n entries, which would only make the bound
+// count one entry fewer.
+const memberLen = 8
 
 // stripes is the number of local locks Update spreads keys over, and
 // knownSlots the size of the cache of keys known to be live, a multiple of

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -112,6 +114,7 @@ func (b *Backend) servers(ctx context.Context) ([]serverFacts, error) {
 	default:
 		return nil, nil // a client of another kind: nothing to read
 	}
+	slices.SortFunc(out, func(a, b serverFacts) int { return strings.Compare(a.addr, b.addr) })
 	return out, err
 }
 
@@ -126,6 +129,8 @@ func (b *Backend) checkServers(ctx context.Context) error {
 	}
 	b.factsMu.Lock()
 	defer b.factsMu.Unlock()
+	var unchecked, forgetful []string
+	var errs []error
 	for _, f := range fs {
 		b.facts[f.addr] = f
 		switch {
@@ -137,13 +142,20 @@ func (b *Backend) checkServers(ctx context.Context) error {
 			b.log.Error("Redis may evict live counts, which frees the budget of whoever they count; accepted by AllowEviction: set maxmemory-policy noeviction",
 				"kind", KindEvicting, "addr", f.addr, "maxmemory", f.maxmemory, "maxmemory_policy", f.policy)
 		case !f.known:
-			b.log.Warn("could not read Redis maxmemory and maxmemory-policy (INFO and CONFIG GET refused): make sure the server cannot evict keys (maxmemory-policy noeviction), or live counts may be evicted",
-				"kind", KindEvictionUnchecked, "addr", f.addr, "err", f.err)
+			unchecked = append(unchecked, f.addr)
+			errs = append(errs, f.err)
 		}
 		if f.persist == "none" {
-			b.log.Warn("Redis keeps no data on disk (no appendonly, no save): a restart of the server forgets every count, which frees every budget; set appendonly yes, or save snapshots",
-				"kind", KindNotPersistent, "addr", f.addr)
+			forgetful = append(forgetful, f.addr)
 		}
+	}
+	if unchecked != nil {
+		b.log.Warn("could not read Redis maxmemory and maxmemory-policy (INFO and CONFIG GET refused): make sure the server cannot evict keys (maxmemory-policy noeviction), or live counts may be evicted",
+			"kind", KindEvictionUnchecked, "addr", strings.Join(unchecked, ","), "err", errors.Join(errs...))
+	}
+	if forgetful != nil {
+		b.log.Warn("Redis keeps no data on disk (no appendonly, no save): a restart of the server forgets every count, which frees every budget; set appendonly yes, or save snapshots",
+			"kind", KindNotPersistent, "addr", strings.Join(forgetful, ","))
 	}
 	return nil
 }

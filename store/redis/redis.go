@@ -12,9 +12,12 @@
 //
 //	RATE_LIMIT_STORE_URL=redis://[user:password@]host:6379/0   plain TCP
 //	RATE_LIMIT_STORE_URL=rediss://[user:password@]host:6380/0  TLS
+//	RATE_LIMIT_STORE_URL=redis://host:7000?addr=host2:7001      a Cluster, from more nodes
 //
 // which OpenURL turns into a store with a client of its own (see OpenURL for
-// the client settings it picks).
+// the client settings it picks). A URL naming a node of a Redis Cluster
+// opens a cluster client. Sentinel, and any client configured by hand, go
+// through New.
 //
 // # Keys
 //

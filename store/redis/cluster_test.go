@@ -297,10 +297,8 @@ func TestClusterFailover(t *testing.T) {
 	// burst counts 40 attempts on a fresh key of budget 30, over both
 	// instances, and answers how many were allowed, refused and answered
 	// unavailable.
-	round := 0
-	burst := func(hs [2]*store.Handle) (allowed, refused, unavailable int64, reasons map[store.Reason]int) {
-		round++
-		key := []string{"burst-" + strconv.Itoa(round)}
+	burst := func(hs [2]*store.Handle, k string) (allowed, refused, unavailable int64, reasons map[store.Reason]int) {
+		key := []string{k}
 		budget := []store.Cap{{Max: 30, Window: time.Hour}}
 		var a, r, u atomic.Int64
 		var mu sync.Mutex
@@ -326,11 +324,17 @@ func TestClusterFailover(t *testing.T) {
 		return a.Load(), r.Load(), u.Load(), reasons
 	}
 	for _, hs := range [][2]*store.Handle{healthy, victims} {
-		if a, r, u, _ := burst(hs); a != 30 || r != 10 || u != 0 {
+		if a, r, u, _ := burst(hs, "before"); a != 30 || r != 10 || u != 0 {
 			t.Fatalf("before the stop: %d allowed, %d refused, %d unavailable; want 30, 10, 0", a, r, u)
 		}
 	}
 
+	var others []string
+	for _, sh := range shards(t, c) {
+		if m := masterAddr(sh); m != victim {
+			others = append(others, m)
+		}
+	}
 	restart := stopNode(t, victim)
 	var victimAnswered int64
 	for i := range 20 {
@@ -339,8 +343,8 @@ func TestClusterFailover(t *testing.T) {
 		var wg sync.WaitGroup
 		var va, vr, vu int64
 		var vreasons map[store.Reason]int
-		wg.Go(func() { va, vr, vu, vreasons = burst(victims) })
-		a, r, u, reasons := burst(healthy)
+		wg.Go(func() { va, vr, vu, vreasons = burst(victims, "during-"+strconv.Itoa(i)) })
+		a, r, u, reasons := burst(healthy, "during-"+strconv.Itoa(i))
 		wg.Wait()
 		victimAnswered += va + vr
 		if a != 30 || r != 10 || u != 0 {
@@ -354,8 +358,25 @@ func TestClusterFailover(t *testing.T) {
 	if victimAnswered != 0 {
 		t.Errorf("the limiter on the stopped master answered %d attempts allowed or refused", victimAnswered)
 	}
+	// A new instance starts while the master is down, from seeds that
+	// name it first, and counts on the healthy master with the others.
+	seeds := "redis://" + victim + "?addr=" + strings.Join(others, "&addr=")
+	s3, err := redisstore.OpenURL(ctx, seeds, redisstore.Options{Secret: secret, Store: so})
+	if err != nil {
+		t.Fatalf("OpenURL(%q) with %s stopped: %v", seeds, victim, err)
+	}
+	defer s3.Close()
+	key := []string{"during-0"} // its budget is spent
+	if tl, err := handle(t, s3, healthy[0].Prefix()).Count(ctx, key, []store.Cap{{Max: 30, Window: time.Hour}}, 1); err != nil || tl.Allowed || tl.Counts[0] != 30 {
+		t.Errorf("a new instance, on the healthy master's spent key: %+v, %v; want refused at 30", tl, err)
+	}
+	if _, err := handle(t, s3, victims[0].Prefix()).Count(ctx, key, caps, 1); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("a new instance, on the stopped master: %v, want unavailable", err)
+	}
 
+	began := time.Now()
 	restart()
+	t.Logf("the master is back after %v", time.Since(began).Round(time.Millisecond))
 	recovered := false
 	for i := 0; i < 200 && !recovered; i++ {
 		_, err := victims[i%2].Count(ctx, []string{"probe"}, caps, 1)
@@ -367,6 +388,7 @@ func TestClusterFailover(t *testing.T) {
 	if !recovered {
 		t.Fatalf("the limiter on %s did not recover within 200 attempts after it came back", victim)
 	}
+	t.Logf("its limiter counts again %v after the restart began", time.Since(began).Round(time.Millisecond))
 	for _, hs := range [][2]*store.Handle{healthy, victims} {
 		// Both instances must have recovered: a burst is split over them.
 		for i := 0; i < 200; i++ {
@@ -375,7 +397,7 @@ func TestClusterFailover(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if a, r, u, reasons := burst(hs); a != 30 || r != 10 || u != 0 {
+		if a, r, u, reasons := burst(hs, "after"); a != 30 || r != 10 || u != 0 {
 			t.Errorf("after the restart: %d allowed, %d refused, %d unavailable %v; want 30, 10, 0", a, r, u, reasons)
 		}
 	}

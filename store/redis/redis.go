@@ -125,7 +125,11 @@
 // tags lives on the slot of the fingerprint's tag. Scripts are sent so that
 // the client never runs them a second time after a lost answer (a retried
 // write can count an attempt twice), while it still follows MOVED and ASK
-// redirects, which Redis answers without running them. Run a Cluster with
+// redirects, which Redis answers without running them. A Cluster with a
+// master down still opens: the masters that answer are checked (a warning
+// of kind KindEvictionUnchecked names the others, checked at a later
+// sweep), a script missing on a node is sent in full, and a sweep counts
+// the live entries of the tags it can reach. Run a Cluster with
 // cluster-require-full-coverage no: otherwise a master that fails stops
 // every slot, and every limiter with it.
 //
@@ -142,6 +146,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -333,19 +338,28 @@ func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backe
 	for i := range b.stripes {
 		b.stripes[i] = make(chan struct{}, 1)
 	}
-	if err := c.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("redisstore: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
+	// A Cluster with a master down starts, and its limiters on the other
+	// masters count: what the master serves is checked once it answers.
+	_, cluster := c.(*redis.ClusterClient)
+	if !cluster {
+		if err := c.Ping(ctx).Err(); err != nil {
+			return nil, fmt.Errorf("redisstore: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
+		}
 	}
 	if err := b.checkServers(ctx); err != nil {
 		return nil, err
 	}
 	for _, s := range []*script{readScript, writeScript, countScript, tidyScript} {
-		if err := s.load(ctx, c); err != nil {
+		if err := s.load(ctx, c); err != nil && !cluster { // a node without the script is sent it (EVAL)
 			return nil, fmt.Errorf("redisstore: loading a script: %w", store.Unavailable(store.ReasonDown, err))
 		}
 	}
 	if _, err := b.Sweep(ctx); err != nil {
-		return nil, err
+		if !cluster {
+			return nil, err
+		}
+		b.log.Warn("limit store sweep failed at start: the count of live entries under other limiters is taken at the next sweep",
+			"kind", KindSweepFailed, "err", err)
 	}
 	go b.sweepEvery(o.SweepInterval)
 	return b, nil
@@ -730,9 +744,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 			if swept {
 				return b.refuse(prefix, res[1]+b.elsewhere(sp)+fresh-1)
 			}
-			if _, err := b.Sweep(ctx); err != nil {
-				return err
-			}
+			b.sweepFull(ctx)
 			swept = true
 		default:
 			conflicts++
@@ -988,9 +1000,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 			if swept {
 				return b.refuse(prefix, res[2]+b.elsewhere(sp))
 			}
-			if _, err := b.Sweep(ctx); err != nil {
-				return err
-			}
+			b.sweepFull(ctx)
 			swept = true
 			continue
 		case len(res) != 4+2*len(keys):
@@ -1040,23 +1050,36 @@ func (b *Backend) Sweep(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	removed := 0
+	var first error // the tags on other nodes of a Cluster are swept still
 	for _, tag := range tags {
 		if len(tag) != 16 {
 			continue
 		}
+		if ctx.Err() != nil {
+			return removed, ctx.Err()
+		}
 		idx := "gatecount:{" + tag + "}:" + b.fp + ":live"
 		res, err := b.eval(ctx, tidyScript, []string{idx}).Int64Slice()
-		if err != nil {
-			return removed, err
+		if err == nil && len(res) != 2 {
+			err = fmt.Errorf("redisstore: tidy answered %v", res)
 		}
-		if len(res) != 2 {
-			return removed, fmt.Errorf("redisstore: tidy answered %v", res)
+		if err != nil {
+			first = cmp.Or(first, err)
+			continue
 		}
 		removed += int(res[0])
 		b.setLive(b.liveOf(tag), res[1])
 	}
-	return removed, nil
+	return removed, first
 }
+
+// sweepFull is what Update and Count do when a new key seems to find the
+// bound reached: they sweep, which recounts the live entries under every
+// tag, and try once more. A sweep that fails (a Cluster node down, say)
+// leaves the tags it could not count at their last counts, as between two
+// sweeps: the second try is decided on those, and a Redis that does not
+// answer fails that try.
+func (b *Backend) sweepFull(ctx context.Context) { _, _ = b.Sweep(ctx) }
 
 func (b *Backend) sweepEvery(d time.Duration) {
 	defer close(b.done)
@@ -1073,9 +1096,8 @@ func (b *Backend) sweepEvery(d time.Duration) {
 					b.log.Warn("limit store sweep failed: the count of live entries may be stale",
 						"kind", KindSweepFailed, "err", err)
 				})
-			} else {
-				b.recheckServers(ctx)
 			}
+			b.recheckServers(ctx)
 			cancel()
 		}
 	}

@@ -91,31 +91,35 @@ func readFacts(ctx context.Context, c *redis.Client) (serverFacts, error) {
 }
 
 // servers reads the facts of every server the client writes to: each master
-// of a Cluster, or the one server.
-func (b *Backend) servers(ctx context.Context) ([]serverFacts, error) {
+// of a Cluster, or the one server. down lists the masters of a Cluster that
+// did not answer; err is set when no server answered.
+func (b *Backend) servers(ctx context.Context) (out []serverFacts, down []string, err error) {
 	var mu sync.Mutex
-	var out []serverFacts
 	each := func(ctx context.Context, c *redis.Client) error {
 		f, err := readFacts(ctx, c)
+		mu.Lock()
+		defer mu.Unlock()
 		if err != nil {
+			down = append(down, c.Options().Addr)
 			return err
 		}
-		mu.Lock()
 		out = append(out, f)
-		mu.Unlock()
 		return nil
 	}
-	var err error
 	switch c := b.c.(type) {
 	case *redis.ClusterClient:
 		err = c.ForEachMaster(ctx, each)
+		if len(out) > 0 {
+			err = nil // the others are read when they answer
+		}
 	case *redis.Client:
 		err = each(ctx, c)
 	default:
-		return nil, nil // a client of another kind: nothing to read
+		return nil, nil, nil // a client of another kind: nothing to read
 	}
 	slices.SortFunc(out, func(a, b serverFacts) int { return strings.Compare(a.addr, b.addr) })
-	return out, err
+	slices.Sort(down)
+	return out, down, err
 }
 
 // checkServers checks at start that no server may evict live entries,
@@ -123,9 +127,13 @@ func (b *Backend) servers(ctx context.Context) ([]serverFacts, error) {
 // server that may evict (when allowed), one whose settings could not be
 // read, one that keeps no data across a restart.
 func (b *Backend) checkServers(ctx context.Context) error {
-	fs, err := b.servers(ctx)
+	fs, down, err := b.servers(ctx)
 	if err != nil {
 		return fmt.Errorf("redisstore: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
+	}
+	if down != nil {
+		b.log.Warn("Redis Cluster masters did not answer at start: their limiters are answered unavailable, and their settings are checked once they answer",
+			"kind", KindEvictionUnchecked, "addr", strings.Join(down, ","))
 	}
 	b.factsMu.Lock()
 	defer b.factsMu.Unlock()
@@ -164,7 +172,7 @@ func (b *Backend) checkServers(ctx context.Context) error {
 // server's settings changed so that it may now evict live entries, and when
 // a server evicted keys since the last check.
 func (b *Backend) recheckServers(ctx context.Context) {
-	fs, err := b.servers(ctx)
+	fs, _, err := b.servers(ctx)
 	if err != nil {
 		return // the sweep reports a server that does not answer
 	}

@@ -22,9 +22,17 @@
 // Attempt counts against several keys at once, all or nothing: if any key
 // has no room, none is charged. The Decision tells which key limited.
 //
+// On a store that does I/O (every store but the memory store), a limiter
+// remembers what the store last said of each key, in bounded process memory: a key memory shows spent is refused
+// without a store call until its window ends, and counting in memory, when
+// the store cannot answer, goes on from those counts rather than from zero.
+// Nothing is ever admitted from memory.
+//
 // What a store that cannot answer means is each limiter's choice (see
 // Unavailable): refuse, allow, or count in process memory until the store
-// recovers.
+// recovers. Whatever the choice, an overloaded or full store never lets an
+// attempt through uncounted, and a full store still counts the keys it
+// holds.
 package limiter
 
 import (
@@ -87,20 +95,25 @@ type Unavailable int
 
 const (
 	// Deny refuses the attempt: fail closed. Nothing can get through while
-	// the store is down, which also stops legitimate users.
+	// the store cannot answer, which also stops legitimate users. A full
+	// store still counts the keys it holds; an attempt with a key it has no
+	// room for is refused.
 	Deny Unavailable = iota
-	// Allow admits the attempt and logs it: fail open. Nothing is counted
-	// while the store is down.
+	// Allow admits the attempt uncounted and logs it, but only while the
+	// store is down (its calls fail or time out, or its breaker is open):
+	// fail open. An overloaded store (a call that waited out its deadline
+	// for a slot, or found its queue full) and a full store are not down:
+	// there the attempt is counted as under Local, since anyone able to
+	// send a burst or a flood of new keys could otherwise reach them.
 	Allow
-	// Local counts in this process's memory while the store is down, and
-	// returns to the store as soon as it answers again. Budgets still hold
-	// per instance; across N instances an attacker gets up to N times the
-	// budget during the outage. Counts made locally are not carried over.
-	//
-	// A store that is only overloaded (more calls in flight than its guard
-	// allows) is not down: the attempt is refused, as under Deny. Otherwise
-	// anyone able to send a burst of requests could push the store past
-	// its bound and have every instance count alone.
+	// Local counts in this process's memory while the store cannot answer,
+	// starting from the last count this instance had of each key, and
+	// returns to the store as soon as it answers again. A key this
+	// instance saw spent stays refused until its window ends. Budgets hold
+	// per instance; across N instances an attacker gets up to N times what
+	// was left of the budget during the outage. A full store still counts
+	// the keys it holds; only keys it has no room for are counted in
+	// memory.
 	Local
 )
 
@@ -122,6 +135,9 @@ const (
 	KindFailOpen = "limiter-fail-open"
 	KindLocal    = "limiter-local-fallback"
 	KindDenied   = "limiter-store-unavailable"
+	// KindMemoryFull is logged when the limiter's memory of a shared
+	// store's counts has no room for a new key.
+	KindMemoryFull = "limiter-memory-full"
 )
 
 // Options configure a Limiter.
@@ -136,8 +152,11 @@ type Options struct {
 	Unavailable Unavailable
 	// Logger receives the limiter's logs; nil means slog.Default().
 	Logger *slog.Logger
-	// LocalMaxEntries bounds the in-memory store of the Local policy; 0
-	// means store.DefaultMaxEntriesMemory.
+	// LocalMaxEntries bounds the limiter's process memory: the keys it
+	// remembers of a shared store and counts when the store cannot answer.
+	// 0 means the smaller of store.DefaultMaxEntriesMemory and the store's
+	// own bound, when the store tells it (store.Sizer). Each entry costs
+	// about 200 bytes.
 	LocalMaxEntries int
 	// Observer, when set, is told of every decision (see Observer).
 	Observer Observer
@@ -158,10 +177,13 @@ const (
 	// DeniedUnavailable: the store could not answer and the policy refused
 	// the attempt.
 	DeniedUnavailable
-	// AllowedLocal and DeniedLocal: counted in process memory under the
-	// Local policy while the store could not answer.
+	// AllowedLocal and DeniedLocal: counted in process memory while the
+	// store could not answer.
 	AllowedLocal
 	DeniedLocal
+	// DeniedMemory: refused from process memory, without a store call,
+	// since the store had shown a key of the attempt spent.
+	DeniedMemory
 )
 
 // String names the outcome as metrics label it.
@@ -179,6 +201,8 @@ func (o Outcome) String() string {
 		return "allowed_local"
 	case DeniedLocal:
 		return "denied_local"
+	case DeniedMemory:
+		return "denied_memory"
 	}
 	return "unknown"
 }
@@ -186,6 +210,8 @@ func (o Outcome) String() string {
 // OutcomeOf returns what d came to.
 func OutcomeOf(d *Decision) Outcome {
 	switch {
+	case d.Remembered:
+		return DeniedMemory
 	case d.Local && d.Allowed:
 		return AllowedLocal
 	case d.Local:
@@ -216,9 +242,14 @@ type Limiter struct {
 	caps   [MaxKeys]store.Cap
 	policy Unavailable
 	log    *slog.Logger
-	local  *store.Handle // the Local policy's in-memory handle
+	local  *store.Handle   // process memory, when the limiter has any
+	localB *memory.Backend // local's backend
+	memo   bool            // local remembers the store's counts: it does I/O
 	warn   rate.Sometimes
+	full   rate.Sometimes
 	obs    Observer
+
+	memoFull rate.Sometimes
 }
 
 // New returns a Limiter counting in h, which it claims: a handle already
@@ -250,19 +281,28 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 		policy: o.Unavailable,
 		log:    o.Logger.With("limiter", o.Name, "prefix", h.Prefix()),
 		warn:   rate.Sometimes{Interval: time.Second},
+		full:   rate.Sometimes{Interval: time.Minute},
 		obs:    o.Observer,
+		memo:   !h.Store().Inline(),
+
+		memoFull: rate.Sometimes{Interval: time.Minute},
 	}
 	for i := range l.caps {
 		l.caps[i] = o.Budget.cap()
 	}
-	if o.Unavailable == Local {
-		s := memory.New(memory.Options{MaxEntries: o.LocalMaxEntries, Store: store.Options{Logger: o.Logger}})
-		local, err := s.Handle(h.Prefix())
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("limiter %q: local fallback: %w", o.Name, err)
+	if l.memo || o.Unavailable != Deny {
+		max := o.LocalMaxEntries
+		if max <= 0 {
+			max = store.DefaultMaxEntriesMemory
+			if st := h.Store().Stats(); st.MaxEntries > 0 {
+				max = min(max, st.MaxEntries)
+			}
 		}
-		l.local = local
+		local, b, err := newLocal(h.Prefix(), max, store.Options{Logger: o.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("limiter %q: process memory: %w", o.Name, err)
+		}
+		l.local, l.localB = local, b
 	}
 	return l, nil
 }
@@ -276,8 +316,8 @@ func (l *Limiter) Budget() Budget { return l.budget }
 // Handle returns the store handle the limiter counts in.
 func (l *Limiter) Handle() *store.Handle { return l.h }
 
-// Close releases what the limiter holds of its own: the in-memory store of
-// the Local policy. The store handle it counts in is the caller's to close.
+// Close releases what the limiter holds of its own: its process memory. The
+// store handle it counts in is the caller's to close.
 func (l *Limiter) Close() error {
 	if l.local != nil {
 		return l.local.Store().Close()
@@ -293,9 +333,15 @@ type Decision struct {
 	// Unavailable policy decided; Cause says why.
 	Unavailable bool
 	Cause       error
-	// Local reports that the attempt was counted in process memory under
-	// the Local policy.
+	// Local reports that the attempt was counted in process memory, in
+	// whole or in part (a full store counts the keys it holds), while the
+	// store could not answer.
 	Local bool
+	// Remembered reports that the attempt was refused from process memory,
+	// without a store call: the store had shown one of its keys spent in a
+	// window that has not ended. Now and Reset are then on this process's
+	// clock.
+	Remembered bool
 	// Limit is the budget of the key that decided: the one that limited, or
 	// when allowed the one with the least room left.
 	Limit int
@@ -322,6 +368,7 @@ type Decision struct {
 	keys      [MaxKeys]string
 	expires   [MaxKeys]int64 // unix milliseconds, as the store keeps them
 	remaining [MaxKeys]int
+	inMemory  uint8 // bit i: key i was counted in process memory
 }
 
 // Keys returns the keys the attempt counted against.
@@ -340,13 +387,14 @@ func (d *Decision) RemainingOf(i int) int {
 // a Refund of some of them. Unknown indexes are ignored.
 func (d Decision) Only(indexes ...int) Decision {
 	o := d
-	o.n = 0
+	o.n, o.inMemory = 0, 0
 	o.keys, o.expires, o.remaining = [MaxKeys]string{}, [MaxKeys]int64{}, [MaxKeys]int{}
 	for _, i := range indexes {
 		if i < 0 || i >= d.n {
 			continue
 		}
 		o.keys[o.n], o.expires[o.n], o.remaining[o.n] = d.keys[i], d.expires[i], d.remaining[i]
+		o.inMemory |= (d.inMemory >> i & 1) << o.n
 		o.n++
 	}
 	return o
@@ -403,9 +451,15 @@ func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Cap, d 
 }
 
 func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Cap, d *Decision) error {
+	if l.memo && l.recall(ctx, keys, caps, d) {
+		return nil
+	}
 	t, err := l.h.Count(ctx, keys, caps, 1)
 	if err == nil {
 		decide(&t, keys, caps, false, d)
+		if l.memo {
+			l.remember(ctx, keys, caps, &t)
+		}
 		return nil
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -414,34 +468,57 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Cap, d
 	if !errors.Is(err, store.ErrUnavailable) {
 		return fmt.Errorf("%w: limiter %q: %w", ErrInvalidKeys, l.name, err)
 	}
-	switch l.policy {
-	case Allow:
+	return l.degraded(ctx, keys, caps, err, d)
+}
+
+// degraded decides an attempt the store could not count, by the policy and
+// the reason.
+func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Cap, cause error, d *Decision) error {
+	reason := store.ReasonOf(cause)
+	switch {
+	case reason == store.ReasonFull:
+		return l.countHeld(ctx, keys, caps, cause, d)
+	case l.policy == Deny:
+		l.refuse(cause, caps, d)
+	case l.policy == Allow && down(reason):
 		l.warn.Do(func() {
-			l.log.Warn("store unavailable: attempt allowed uncounted", "kind", KindFailOpen, "err", err)
+			l.log.Warn("store unavailable: attempt allowed uncounted", "kind", KindFailOpen, "err", cause)
 		})
-		*d = l.unavailable(true, err, caps)
-		return nil
-	case Local:
-		if store.ReasonOf(err) == store.ReasonOverloaded {
-			break
-		}
-		t, lerr := l.local.Count(ctx, keys, caps, 1)
-		l.warn.Do(func() {
-			l.log.Warn("store unavailable: counting in process memory", "kind", KindLocal, "err", err)
-		})
-		if lerr != nil {
-			*d = l.unavailable(false, errors.Join(err, lerr), caps)
-			return nil
-		}
-		decide(&t, keys, caps, true, d)
-		d.Unavailable, d.Cause = true, err
-		return nil
+		*d = l.unavailable(true, cause, caps)
+	default:
+		l.countLocal(ctx, keys, caps, cause, d)
+	}
+	return nil
+}
+
+// down reports whether a store unavailable for reason r is down, rather
+// than busy or full.
+func down(r store.Reason) bool {
+	return r == store.ReasonDown || r == store.ReasonDeadline || r == store.ReasonClosed
+}
+
+// refuse decides an attempt refused because the store could not answer.
+func (l *Limiter) refuse(cause error, caps []store.Cap, d *Decision) {
+	l.warn.Do(func() {
+		l.log.Warn("store unavailable: attempt refused", "kind", KindDenied, "err", cause)
+	})
+	*d = l.unavailable(false, cause, caps)
+}
+
+// countLocal counts the attempt in process memory, from what this instance
+// last knew of its keys.
+func (l *Limiter) countLocal(ctx context.Context, keys []string, caps []store.Cap, cause error, d *Decision) {
+	t, err := l.local.Count(ctx, keys, caps, 1)
+	if err != nil {
+		l.refuse(errors.Join(cause, err), caps, d)
+		return
 	}
 	l.warn.Do(func() {
-		l.log.Warn("store unavailable: attempt refused", "kind", KindDenied, "err", err)
+		l.log.Warn("store unavailable: counting in process memory", "kind", KindLocal, "err", cause)
 	})
-	*d = l.unavailable(false, err, caps)
-	return nil
+	decide(&t, keys, caps, true, d)
+	d.inMemory = 1<<len(keys) - 1
+	d.Unavailable, d.Cause = true, cause
 }
 
 // unavailable is the decision of a store that could not answer, under the
@@ -476,6 +553,13 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	})
 	if err != nil {
 		return fmt.Errorf("limiter %q: block: %w", l.name, err)
+	}
+	if l.memo {
+		// Remembered, so that the block is answered without a store call.
+		l.local.Update(ctx, []string{key}, func(now time.Time, es []store.Entry) error {
+			setLastKnown(&es[0], now, MaxLimit, now.Add(d))
+			return nil
+		})
 	}
 	return nil
 }
@@ -555,19 +639,48 @@ var ErrNotRefundable = errors.New("limiter: decision counted nothing to refund")
 
 // Refund gives back the attempt d counted, on each of its keys whose window
 // is still the one d counted in. A window that has since reset is left
-// alone: the refund would otherwise be credited to a later window.
+// alone: the refund would otherwise be credited to a later window. The
+// limiter's memory of the keys is lowered too, so that its next attempt on
+// them asks the store.
 func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	if !d.Allowed || (d.Unavailable && !d.Local) || d.n == 0 {
 		return ErrNotRefundable
 	}
-	h := l.h
-	if d.Local {
-		h = l.local
+	var inStore, inMemory [MaxKeys]string
+	var storeExp, memoryExp [MaxKeys]int64
+	ns, nm := 0, 0
+	for i, k := range d.Keys() {
+		if d.inMemory>>i&1 == 1 {
+			inMemory[nm], memoryExp[nm] = k, d.expires[i]
+			nm++
+		} else {
+			inStore[ns], storeExp[ns] = k, d.expires[i]
+			ns++
+		}
 	}
-	err := h.Update(ctx, d.Keys(), func(_ time.Time, es []store.Entry) error {
+	var err error
+	if ns > 0 {
+		err = giveBack(ctx, l.h, inStore[:ns], storeExp[:ns], true)
+		if err == nil && l.memo {
+			err = giveBack(ctx, l.local, inStore[:ns], nil, false)
+		}
+	}
+	if nm > 0 && err == nil {
+		err = giveBack(ctx, l.local, inMemory[:nm], memoryExp[:nm], true)
+	}
+	if err != nil {
+		return fmt.Errorf("limiter %q: refund: %w", l.name, err)
+	}
+	return nil
+}
+
+// giveBack takes one off the count of each of keys in h: when exact, only
+// where the key's window still ends at expires[i] (unix milliseconds).
+func giveBack(ctx context.Context, h *store.Handle, keys []string, expires []int64, exact bool) error {
+	return h.Update(ctx, keys, func(_ time.Time, es []store.Entry) error {
 		for i := range es {
 			e := &es[i]
-			if !e.Live() || e.ExpiresAt.UnixMilli() != d.expires[i] {
+			if !e.Live() || exact && e.ExpiresAt.UnixMilli() != expires[i] {
 				continue
 			}
 			n, err := store.ParseCount(e.Value)
@@ -580,10 +693,6 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("limiter %q: refund: %w", l.name, err)
-	}
-	return nil
 }
 
 // Reset forgets the count of key: its next attempt opens a new window.

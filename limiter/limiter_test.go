@@ -356,17 +356,16 @@ func TestUnavailablePolicies(t *testing.T) {
 			t.Fatalf("store up: %+v", d)
 		}
 		f.down.Store(true)
+		// Counting in memory goes on from the store's last count, 1 of 2.
 		for i := range 3 {
 			d, _ := l.Attempt(ctx, "k")
-			if !d.Unavailable || !d.Local || d.Allowed != (i < 2) {
+			if d.Allowed != (i < 1) || d.Allowed && (!d.Unavailable || !d.Local) {
 				t.Fatalf("store down, attempt %d: %+v", i, d)
 			}
 		}
-		f.down.Store(false) // back: the store's own count (1 of 2) decides again
-		d, _ := l.Attempt(ctx, "k")
-		if !d.Allowed || d.Local || d.Unavailable || d.Remaining != 0 {
-			t.Fatalf("store back: %+v", d)
-		}
+		f.down.Store(false)
+		// Back: memory holds the attempt admitted during the outage, so the
+		// key stays refused for the rest of its window.
 		if d, _ := l.Attempt(ctx, "k"); d.Allowed {
 			t.Fatalf("store back, over budget: %+v", d)
 		}
@@ -437,28 +436,46 @@ func (s *stuck) Count(ctx context.Context, p string, k []string, caps []store.Ca
 	return s.Backend.Count(ctx, p, k, caps, n, t)
 }
 
-// An overloaded store is not down: under Local the attempt is refused, not
-// counted alone by each instance.
-func TestLocalRefusesWhenOverloaded(t *testing.T) {
-	o := store.Options{MaxInFlight: 1, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
-	b := &stuck{Backend: memory.NewBackend(memory.Options{Store: o}), entered: make(chan struct{}), release: make(chan struct{})}
-	s := store.New(b, o)
-	defer s.Close()
-	h, _ := s.Handle("o:")
-	l, err := limiter.New(h, limiter.Options{Name: "o", Budget: limiter.Budget{Limit: 5, Window: time.Minute}, Unavailable: limiter.Local})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	done := make(chan limiter.Decision)
-	go func() { d, _ := l.Attempt(context.Background(), "k"); done <- d }()
-	<-b.entered // the one call allowed in flight is in the store
-	d, _ := l.Attempt(context.Background(), "k")
-	if d.Allowed || d.Local || !d.Unavailable || store.ReasonOf(d.Cause) != store.ReasonOverloaded {
-		t.Fatalf("overloaded, Local policy: %+v", d)
-	}
-	close(b.release)
-	if d := <-done; !d.Allowed {
-		t.Fatalf("the call in flight: %+v", d)
+// An overloaded store is not down: under Local and Allow alike the attempt
+// is counted in memory, from the store's last count, never let through
+// uncounted.
+func TestOverloadedCountsInMemory(t *testing.T) {
+	for _, policy := range []limiter.Unavailable{limiter.Local, limiter.Allow} {
+		t.Run(policy.String(), func(t *testing.T) {
+			o := store.Options{MaxInFlight: 1, Deadline: 200 * time.Millisecond, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
+			b := &stuck{Backend: memory.NewBackend(memory.Options{Store: o}), entered: make(chan struct{}, 1), release: make(chan struct{})}
+			s := store.New(b, o)
+			defer s.Close()
+			h, _ := s.Handle("o:")
+			l, err := limiter.New(h, limiter.Options{Name: "o", Budget: limiter.Budget{Limit: 3, Window: time.Minute}, Unavailable: policy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			close(b.release)
+			for range 2 { // the store counts 2 of 3
+				if d, _ := l.Attempt(context.Background(), "k"); !d.Allowed || d.Unavailable {
+					t.Fatalf("store answering: %+v", d)
+				}
+				<-b.entered
+			}
+			b.release = make(chan struct{})
+			done := make(chan limiter.Decision)
+			go func() { d, _ := l.Attempt(context.Background(), "other"); done <- d }()
+			<-b.entered // the one call allowed in flight is in the store
+			for i := range 3 {
+				d, _ := l.Attempt(context.Background(), "k")
+				if i == 0 && (!d.Allowed || !d.Local || store.ReasonOf(d.Cause) != store.ReasonOverloaded) {
+					t.Fatalf("overloaded, attempt 3 of 3: %+v", d)
+				}
+				if i > 0 && d.Allowed {
+					t.Fatalf("overloaded, attempt %d of 3 admitted: %+v", i+3, d)
+				}
+			}
+			close(b.release)
+			if d := <-done; !d.Allowed {
+				t.Fatalf("the call in flight: %+v", d)
+			}
+		})
 	}
 }

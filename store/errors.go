@@ -41,12 +41,15 @@ type Reason uint8
 
 // The reasons a store can be unavailable.
 const (
-	// ReasonDown: the store failed or could not be reached.
+	// ReasonDown: the store failed or could not be reached, or the
+	// handle's breaker was open (ErrBreakerOpen).
 	ReasonDown Reason = iota + 1
 	// ReasonDeadline: the call did not finish within the guard's deadline.
 	ReasonDeadline
-	// ReasonOverloaded: the guard's limit on calls in flight was reached,
-	// or the breaker was open.
+	// ReasonOverloaded: the call waited for a slot under the guard's
+	// in-flight bound until its deadline passed (ErrWaitedOut), or found its
+	// handle's queue of waiting calls full (ErrQueueFull). The store itself
+	// may be healthy.
 	ReasonOverloaded
 	// ReasonFull: the store holds MaxEntries live entries and had no room
 	// for a new key.
@@ -115,8 +118,7 @@ func ReasonOf(err error) Reason {
 
 // Errors answered without allocation on hot paths.
 var (
-	errOverloaded = &UnavailableError{Reason: ReasonOverloaded}
-	errClosed     = &UnavailableError{Reason: ReasonClosed}
+	errClosed = &UnavailableError{Reason: ReasonClosed}
 	// ErrFull is the error a store returns when it has no room for a new
 	// key. Stores return it (or wrap it) so that every store reports a full
 	// bound the same way.

@@ -133,6 +133,10 @@ func (s *Store) InFlight() int { return int(s.slots.inFlight()) }
 // bound.
 func (s *Store) Queued() int { return int(s.slots.queuedNow()) }
 
+// Inline reports whether the backend's calls run inline (see Inline): in
+// process memory, with no I/O.
+func (s *Store) Inline() bool { return s.inline }
+
 // Backend returns the backend the store guards.
 func (s *Store) Backend() Backend { return s.b }
 

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -205,4 +207,71 @@ func TestSlotsInTurn(t *testing.T) {
 	if at < 0 || at > 1 {
 		t.Errorf("the quiet handle's call ran %dth of %d, behind the flood; want it within the first 2", at+1, len(order))
 	}
+}
+
+// Each handle has its own breaker: a store failing for one handle's keys
+// (a Redis Cluster node down, say) refuses only that handle's calls. The
+// breaker logs when it opens and when it recovers.
+func TestBreakerPerHandle(t *testing.T) {
+	var failing atomic.Bool
+	f := &fake{update: func(_ context.Context, apply ApplyFunc) error {
+		return apply(time.Now(), make([]Entry, 1))
+	}}
+	var logs strings.Builder
+	var mu sync.Mutex
+	s := New(&prefixFailer{fake: f, failing: &failing, bad: "bad:"}, Options{
+		Logger:  slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)),
+		Breaker: BreakerOptions{Failures: 2, Cooldown: time.Millisecond},
+	})
+	defer s.Close()
+	bad, _ := s.Handle("bad:")
+	good, _ := s.Handle("good:")
+	failing.Store(true)
+	for range 5 {
+		bad.Update(t.Context(), []string{"k"}, nop)
+		if err := good.Update(t.Context(), []string{"k"}, nop); err != nil {
+			t.Fatalf("healthy handle while another's keys fail: %v", err)
+		}
+	}
+	if !bad.BreakerOpen() || good.BreakerOpen() || !s.BreakerOpen() {
+		t.Fatalf("breakers: bad open %v, good open %v, store open %v; want true, false, true", bad.BreakerOpen(), good.BreakerOpen(), s.BreakerOpen())
+	}
+	failing.Store(false)
+	waitFor(t, "the failing handle recovered", func() bool {
+		return bad.Update(t.Context(), []string{"k"}, nop) == nil
+	})
+	if bad.BreakerOpen() {
+		t.Error("breaker still open after a successful probe")
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if strings.Count(out, "kind="+KindDown) != 1 || strings.Count(out, "kind="+KindRecovered) != 1 || !strings.Contains(out, "prefix=bad:") {
+		t.Errorf("logs: want one %s and one %s naming the prefix, got:\n%s", KindDown, KindRecovered, out)
+	}
+}
+
+// prefixFailer fails the calls of one prefix while failing is set.
+type prefixFailer struct {
+	*fake
+	failing *atomic.Bool
+	bad     string
+}
+
+func (p *prefixFailer) Update(ctx context.Context, prefix string, keys []string, apply ApplyFunc) error {
+	if prefix == p.bad && p.failing.Load() {
+		return errBoom
+	}
+	return p.fake.Update(ctx, prefix, keys, apply)
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -2,9 +2,10 @@
 // store honours, and the guard, bound and handles every store gets for free.
 //
 // A store author implements Backend. store.New wraps a Backend in the guard:
-// every call is answered within a deadline (2 s by default), at most 64 calls
-// run at once, a breaker stops calling a store that keeps failing, and every
-// failure is answered as an error matching ErrUnavailable. A limiter never
+// every call is answered within a deadline (2 s by default); at most 64 calls
+// run at once, and calls past that wait their turn; each handle's breaker
+// stops calling a store that keeps failing for it; and every failure is
+// answered as an error matching ErrUnavailable. A limiter never
 // talks to a Backend directly: it claims a Handle, a prefixed view of one
 // Store with a key space of its own.
 //

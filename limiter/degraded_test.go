@@ -1,0 +1,286 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/memory"
+)
+
+// counting is a memory backend that does "I/O" (it is not inline) and
+// counts the calls that reach it.
+type counting struct {
+	flaky
+	calls atomic.Int64
+}
+
+func (c *counting) Shared() bool { return true }
+
+func (c *counting) Update(ctx context.Context, p string, k []string, a store.ApplyFunc) error {
+	c.calls.Add(1)
+	return c.flaky.Update(ctx, p, k, a)
+}
+
+func (c *counting) Count(ctx context.Context, p string, k []string, caps []store.Cap, n int64, t *store.Tally) error {
+	c.calls.Add(1)
+	return c.flaky.Count(ctx, p, k, caps, n, t)
+}
+
+func newCounting(t *testing.T, policy limiter.Unavailable, budget limiter.Budget, maxEntries int) (*counting, *limiter.Limiter) {
+	t.Helper()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
+	c := &counting{flaky: flaky{Backend: memory.NewBackend(memory.Options{Store: o, MaxEntries: maxEntries})}}
+	s := store.New(c, o)
+	t.Cleanup(func() { s.Close() })
+	h, _ := s.Handle("c:")
+	l, err := limiter.New(h, limiter.Options{Name: "counting", Budget: budget, Unavailable: policy, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return c, l
+}
+
+// A key the store refused is refused from memory, with no store call, until
+// a refund through this instance; every policy alike.
+func TestRefusedFromMemory(t *testing.T) {
+	for _, policy := range []limiter.Unavailable{limiter.Deny, limiter.Allow, limiter.Local} {
+		t.Run(policy.String(), func(t *testing.T) {
+			ctx := context.Background()
+			c, l := newCounting(t, policy, limiter.Budget{Limit: 3, Window: time.Minute}, 0)
+			var last limiter.Decision
+			for range 3 {
+				last, _ = l.Attempt(ctx, "k")
+				if !last.Allowed {
+					t.Fatalf("within budget: %+v", last)
+				}
+			}
+			before := c.calls.Load()
+			for range 1000 {
+				d, err := l.Attempt(ctx, "k")
+				if err != nil || d.Allowed || !d.Remembered || d.RetryAfter <= 0 || d.RetryAfter > time.Minute {
+					t.Fatalf("spent key: %+v %v", d, err)
+				}
+				if limiter.OutcomeOf(&d) != limiter.DeniedMemory {
+					t.Fatalf("outcome %v, want %v", limiter.OutcomeOf(&d), limiter.DeniedMemory)
+				}
+			}
+			if n := c.calls.Load() - before; n != 0 {
+				t.Errorf("1000 attempts on a spent key made %d store calls, want 0", n)
+			}
+			// Another key of the attempt that memory shows spent refuses it too.
+			if d, _ := l.Attempt(ctx, "fresh", "k"); d.Allowed || !d.Remembered || d.Limiting != 1 {
+				t.Fatalf("attempt with a spent key: %+v", d)
+			}
+			if err := l.Refund(ctx, last); err != nil {
+				t.Fatal(err)
+			}
+			if d, _ := l.Attempt(ctx, "k"); !d.Allowed || d.Remembered {
+				t.Fatalf("after a refund through this instance: %+v", d)
+			}
+		})
+	}
+}
+
+// Nothing is admitted from memory: concurrent attempts on a store that
+// answers admit exactly the budget, memory only sparing store calls.
+func TestMemoryKeepsAdmissionExact(t *testing.T) {
+	ctx := context.Background()
+	_, l := newCounting(t, limiter.Local, limiter.Budget{Limit: 30, Window: time.Minute}, 0)
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 500 {
+		wg.Go(func() {
+			if d, _ := l.Attempt(ctx, "k"); d.Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := allowed.Load(); n != 30 {
+		t.Fatalf("admitted %d of 500, want 30", n)
+	}
+}
+
+// An outage after a key was refused never hands it a fresh budget, and a
+// key seen counted goes on from its count.
+func TestOutageKeepsCounts(t *testing.T) {
+	for _, policy := range []limiter.Unavailable{limiter.Local, limiter.Allow} {
+		t.Run(policy.String(), func(t *testing.T) {
+			ctx := context.Background()
+			c, l := newCounting(t, policy, limiter.Budget{Limit: 5, Window: time.Minute}, 0)
+			for range 6 {
+				l.Attempt(ctx, "spent")
+			}
+			for range 3 {
+				l.Attempt(ctx, "some")
+			}
+			c.down.Store(true)
+			for range 20 {
+				if d, _ := l.Attempt(ctx, "spent"); d.Allowed {
+					t.Fatalf("spent key during an outage: %+v", d)
+				}
+			}
+			if policy == limiter.Allow {
+				return // down: the rest is let through uncounted, as documented
+			}
+			admitted := 0
+			for range 20 {
+				if d, _ := l.Attempt(ctx, "some"); d.Allowed {
+					admitted++
+				}
+			}
+			if admitted != 2 {
+				t.Errorf("key at 3 of 5 admitted %d more during the outage, want 2", admitted)
+			}
+		})
+	}
+}
+
+// A full store still counts the keys it holds: a held key that is spent
+// refuses the attempt, and only the new key falls to the policy.
+func TestFullStoreCountsHeldKeys(t *testing.T) {
+	ctx := context.Background()
+	budget := limiter.Budget{Limit: 5, Window: time.Minute}
+	setup := func(t *testing.T, policy limiter.Unavailable) (*counting, *limiter.Limiter) {
+		c, l := newCounting(t, policy, budget, 10)
+		for range 3 {
+			if d, _ := l.Attempt(ctx, "account"); !d.Allowed {
+				t.Fatalf("filling: %+v", d)
+			}
+		}
+		for i := range 9 { // the store is full
+			if d, _ := l.Attempt(ctx, "flood-"+string(rune('a'+i))); !d.Allowed || d.Unavailable {
+				t.Fatalf("filling: %+v", d)
+			}
+		}
+		return c, l
+	}
+	t.Run("local", func(t *testing.T) {
+		c, l := setup(t, limiter.Local)
+		admitted := 0
+		for i := range 10 {
+			d, _ := l.Attempt(ctx, "new-"+string(rune('a'+i)), "account")
+			if d.Allowed {
+				admitted++
+				if !d.Local || store.ReasonOf(d.Cause) != store.ReasonFull {
+					t.Fatalf("admitted with a full store: %+v", d)
+				}
+			}
+		}
+		if admitted != 2 {
+			t.Fatalf("held key at 3 of 5 admitted %d attempts with new keys, want 2", admitted)
+		}
+		e, _ := c.Backend.Read(ctx, "c:", []string{"account"})
+		if string(e[0].Value) != "5" {
+			t.Errorf("held key's count in the store is %s, want 5", e[0].Value)
+		}
+		// A new key spent in memory refuses, and gives the held key back.
+		c2, l2 := setup(t, limiter.Local)
+		for range 5 {
+			l2.Attempt(ctx, "new-z")
+		}
+		if d, _ := l2.Attempt(ctx, "new-z", "account"); d.Allowed || d.Limiting != 0 {
+			t.Fatalf("new key spent in memory: %+v", d)
+		}
+		if e, _ := c2.Backend.Read(ctx, "c:", []string{"account"}); string(e[0].Value) != "3" {
+			t.Errorf("held key's count after a refusal is %s, want 3", e[0].Value)
+		}
+	})
+	t.Run("deny", func(t *testing.T) {
+		_, l := setup(t, limiter.Deny)
+		d, _ := l.Attempt(ctx, "new", "account")
+		if d.Allowed || !d.Unavailable {
+			t.Fatalf("new key under Deny: %+v", d)
+		}
+		for range 2 {
+			l.Attempt(ctx, "account")
+		}
+		if d, _ := l.Attempt(ctx, "new", "account"); d.Allowed || d.Unavailable || d.Limiting != 1 {
+			t.Fatalf("held key spent: %+v, want the store's own refusal", d)
+		}
+	})
+	t.Run("allow", func(t *testing.T) {
+		_, l := setup(t, limiter.Allow)
+		admitted := 0
+		for i := range 10 {
+			if d, _ := l.Attempt(ctx, "new-"+string(rune('a'+i)), "account"); d.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 2 {
+			t.Fatalf("Allow with a full store admitted %d, want 2: full is not down", admitted)
+		}
+	})
+}
+
+// The memory store as the limiter's store: a flood of new keys that fills
+// it never restarts a held key from zero.
+func TestFullMemoryStoreHeldKeys(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New(memory.Options{MaxEntries: 5, Store: store.Options{Logger: quiet}})
+	defer s.Close()
+	h, _ := s.Handle("m:")
+	l, err := limiter.New(h, limiter.Options{Name: "m", Budget: limiter.Budget{Limit: 20, Window: time.Hour}, Unavailable: limiter.Local, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fh, _ := s.Handle("flood:")
+	flood, err := limiter.New(fh, limiter.Options{Name: "flood", Budget: limiter.Budget{Limit: 20, Window: time.Hour}, Unavailable: limiter.Allow, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flood.Close()
+	for range 15 {
+		l.Attempt(ctx, "alice")
+	}
+	for i := range 100 { // another limiter's flood fills the store and its own memory
+		flood.Attempt(ctx, "ip-"+string(rune('a'+i)))
+	}
+	admitted := 0
+	for i := range 40 {
+		if d, _ := l.Attempt(ctx, "addr-"+string(rune('a'+i)), "alice"); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("alice at 15 of 20 admitted %d more once the store was full, want 5", admitted)
+	}
+}
+
+// Allow lets an attempt through uncounted only when the store is down.
+func TestAllowOnlyWhenDown(t *testing.T) {
+	ctx := context.Background()
+	c, l := newCounting(t, limiter.Allow, limiter.Budget{Limit: 1, Window: time.Minute}, 0)
+	c.down.Store(true)
+	for range 3 {
+		d, _ := l.Attempt(ctx, "k")
+		if !d.Allowed || d.Local || !d.Unavailable || !errors.Is(d.Cause, store.ErrUnavailable) {
+			t.Fatalf("down: %+v", d)
+		}
+	}
+}
+
+// The limiter's memory is bounded by the store's own bound when it is
+// smaller than the default.
+func TestMemoryBoundedByStore(t *testing.T) {
+	ctx := context.Background()
+	c, l := newCounting(t, limiter.Local, limiter.Budget{Limit: 5, Window: time.Minute}, 8)
+	c.down.Store(true)
+	admitted := 0
+	for i := range 20 {
+		if d, _ := l.Attempt(ctx, "k-"+string(rune('a'+i))); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 8 {
+		t.Fatalf("counting alone admitted %d new keys, want the store's bound, 8", admitted)
+	}
+}

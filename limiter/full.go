@@ -1,0 +1,139 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gatecount/gatecount/store"
+)
+
+// KindStoreFull is logged when a full store makes a limiter count the keys
+// it has no room for in process memory.
+const KindStoreFull = "limiter-store-full"
+
+// countHeld decides an attempt that a full store had no room for. The keys
+// the store holds are still counted there, in one update, and a key among
+// them that is spent refuses the attempt as it would any day. Only the keys
+// the store has no room for fall to the policy: under Deny the attempt is
+// refused; otherwise they are counted in process memory, and when memory
+// refuses them the store's keys are given back.
+func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Cap, cause error, d *Decision) error {
+	var t store.Tally
+	var fresh uint8 // bit i: keys[i] has no entry in the store
+	err := l.h.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
+		t, fresh = store.Tally{Now: now, Limiting: -1}, 0
+		for i := range es {
+			if !es[i].Live() {
+				fresh |= 1 << i
+				continue
+			}
+			n, err := store.ParseCount(es[i].Value)
+			if err != nil {
+				return err
+			}
+			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
+			if t.Limiting < 0 && n+1 > caps[i].Max {
+				t.Limiting = i
+			}
+		}
+		if t.Limiting >= 0 || l.policy == Deny {
+			return nil // nothing changes
+		}
+		for i := range es {
+			if es[i].Live() {
+				t.Counts[i]++
+				es[i].Value = store.AppendCount(es[i].Value[:0], t.Counts[i])
+			}
+		}
+		return nil
+	})
+	switch {
+	case err != nil && store.ReasonOf(err) == store.ReasonFull:
+		l.countLocal(ctx, keys, caps, cause, d) // no key is held after all
+		return nil
+	case err != nil && errors.Is(err, store.ErrUnavailable):
+		return l.degraded(ctx, keys, caps, err, d)
+	case err != nil:
+		return err
+	case t.Limiting >= 0: // a held key is spent: the store's own refusal
+		decide(&t, keys, caps, false, d)
+		if l.memo {
+			l.remember(ctx, keys, caps, &t)
+		}
+		return nil
+	case l.policy == Deny:
+		l.refuse(cause, caps, d)
+		return nil
+	}
+	l.full.Do(func() {
+		l.log.Warn("store full: keys it holds are counted there, new keys in process memory", "kind", KindStoreFull, "err", cause)
+	})
+	return l.countFresh(ctx, keys, caps, cause, &t, fresh, d)
+}
+
+// countFresh counts in process memory the keys marked in fresh, which the
+// store had no room for, after the store counted the others into t.
+func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Cap, cause error, t *store.Tally, fresh uint8, d *Decision) error {
+	var sub [MaxKeys]string
+	var subCaps [MaxKeys]store.Cap
+	var at [MaxKeys]int
+	n := 0
+	for i := range keys {
+		if fresh>>i&1 == 1 {
+			sub[n], subCaps[n], at[n] = keys[i], caps[i], i
+			n++
+		}
+	}
+	lt, err := l.local.Count(ctx, sub[:n:n], subCaps[:n:n], 1)
+	if err != nil || !lt.Allowed {
+		l.giveBackHeld(ctx, keys, t, fresh)
+	}
+	if err != nil {
+		l.refuse(errors.Join(cause, err), caps, d)
+		return nil
+	}
+	skew := t.Now.Sub(lt.Now) // the store's clock less this process's
+	t.Allowed = lt.Allowed
+	if !lt.Allowed {
+		t.Limiting = at[lt.Limiting]
+		for i := range keys { // as they were: nothing was counted
+			if fresh>>i&1 == 0 && t.ExpiresAt[i] != (time.Time{}) {
+				t.Counts[i]--
+			}
+		}
+	}
+	for j := range n {
+		t.Counts[at[j]] = lt.Counts[j]
+		if !lt.ExpiresAt[j].IsZero() {
+			t.ExpiresAt[at[j]] = lt.ExpiresAt[j].Add(skew)
+		}
+	}
+	decide(t, keys, caps, true, d)
+	for j := range n { // in memory's own clock, for a Refund
+		d.expires[at[j]] = lt.ExpiresAt[j].UnixMilli()
+	}
+	d.inMemory = fresh
+	d.Unavailable, d.Cause = true, cause
+	return nil
+}
+
+// giveBackHeld takes back the count the store made of the held keys of t
+// (those not in fresh), in the windows it made them in.
+func (l *Limiter) giveBackHeld(ctx context.Context, keys []string, t *store.Tally, fresh uint8) {
+	var held [MaxKeys]string
+	var exp [MaxKeys]int64
+	n := 0
+	for i := range keys {
+		if fresh>>i&1 == 0 {
+			held[n], exp[n] = keys[i], t.ExpiresAt[i].UnixMilli()
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	if err := giveBack(ctx, l.h, held[:n], exp[:n], true); err != nil {
+		l.log.Warn("store full: giving back a refused attempt's count failed", "kind", KindStoreFull, "err", err)
+	}
+}

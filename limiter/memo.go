@@ -1,0 +1,114 @@
+package limiter
+
+import (
+	"context"
+	"time"
+
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/memory"
+)
+
+// A limiter keeps, in process memory, what it last learnt of each key from
+// a store that does I/O: the key's count and the end of its window. It serves two
+// ends:
+//
+//   - A key that memory shows spent is refused without a store call, until
+//     its window ends (recall). Nothing is ever admitted from memory: a
+//     count in memory is at most the store's, so memory can only refuse
+//     what the store would.
+//   - When the store cannot answer, counting in memory goes on from the
+//     last known counts, not from zero (see Limiter.degraded).
+//
+// The memory is an in-process memory store, bounded by
+// Options.LocalMaxEntries. Counts of keys the store admitted are remembered
+// only while it is less than three quarters full, so that a flood of fresh
+// keys cannot crowd out the refusals, which save the most.
+
+// memoRoom is the share of the local store that counts of admitted keys
+// may fill, in quarters.
+const memoRoom = 3
+
+// newLocal makes the limiter's in-memory store, bounded by max entries.
+func newLocal(prefix string, max int, o store.Options) (*store.Handle, *memory.Backend, error) {
+	o = o.WithDefaults()
+	b := memory.NewBackend(memory.Options{MaxEntries: max, Store: o})
+	s := store.New(b, o)
+	h, err := s.Handle(prefix)
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	return h, b, nil
+}
+
+// recall fills d and reports true when memory shows a key of the attempt
+// without room for one more, so that the store need not be asked.
+func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Cap, d *Decision) bool {
+	var t store.Tally
+	err := l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
+		t = store.Tally{Now: now, Limiting: -1}
+		for i := range es {
+			if !es[i].Live() {
+				continue
+			}
+			n, err := store.ParseCount(es[i].Value)
+			if err != nil {
+				return err
+			}
+			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
+			if t.Limiting < 0 && n+1 > caps[i].Max {
+				t.Limiting = i
+			}
+		}
+		return nil
+	})
+	if err != nil || t.Limiting < 0 {
+		return false
+	}
+	decide(&t, keys, caps, false, d)
+	d.Remembered = true
+	return true
+}
+
+// remember records what a store's tally t said of keys.
+func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Cap, t *store.Tally) {
+	roomy := l.localB.Entries() < l.localB.MaxEntries()/4*memoRoom
+	err := l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
+		for i := range es {
+			if t.ExpiresAt[i].IsZero() {
+				continue
+			}
+			if !es[i].Live() && !roomy && t.Counts[i] < caps[i].Max {
+				continue
+			}
+			setLastKnown(&es[i], now, t.Counts[i], now.Add(t.ExpiresAt[i].Sub(t.Now)))
+		}
+		return nil
+	})
+	if err != nil {
+		l.memoFull.Do(func() {
+			l.log.Warn("limiter memory full: refusals of new keys are asked of the store again", "kind", KindMemoryFull, "err", err)
+		})
+	}
+}
+
+// setLastKnown writes a store's count n of a key, whose window ends at exp
+// on memory's clock, over what memory holds of it in e. Within the same
+// window (or an older one of the store's) memory keeps the higher count, so
+// that attempts this instance admitted while counting alone still count.
+func setLastKnown(e *store.Entry, now time.Time, n int64, exp time.Time) {
+	if !exp.After(now) {
+		e.Value = nil
+		return
+	}
+	if e.Live() && !exp.After(e.ExpiresAt.Add(time.Second)) {
+		if m, err := store.ParseCount(e.Value); err == nil && m > n {
+			n = m
+		}
+		if e.ExpiresAt.After(exp) {
+			exp = e.ExpiresAt
+		}
+	}
+	e.Value = store.AppendCount(e.Value[:0], n)
+	e.ExpiresAt = exp
+}

@@ -1,0 +1,5 @@
+package limiter_test
+
+import "log/slog"
+
+var quiet = slog.New(slog.DiscardHandler)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store"
 	redisstore "github.com/gatecount/gatecount/store/redis"
 )
@@ -333,5 +334,52 @@ func TestRedisLogger(t *testing.T) {
 	}
 	if opened.count(redisstore.KindClient) == 0 {
 		t.Errorf("go-redis's lines did not reach the store's logger: %v", opened.kinds())
+	}
+}
+
+// TestOOMLimiter: a limiter on a Redis at its maxmemory hands out no fresh
+// budget: a key spent before stays refused, a key with room left gets only
+// what was left of it, and a new key is counted in process memory (Local).
+func TestOOMLimiter(t *testing.T) {
+	addr := startServer(t, 7104)
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	defer admin.Close()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer c.Close()
+	s := open(t, c, redisstore.Options{Secret: newSecret()})
+	l, err := limiter.New(handle(t, s, "signin:"), limiter.Options{
+		Name: "signin", Budget: limiter.Budget{Limit: 5, Window: time.Hour}, Unavailable: limiter.Local, Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	attempts := func(key string, n int) (allowed int) {
+		t.Helper()
+		for range n {
+			d, err := l.Attempt(t.Context(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				allowed++
+			}
+		}
+		return allowed
+	}
+	if a := attempts("spent", 6); a != 5 {
+		t.Fatalf("before: %d of 6 allowed, want 5", a)
+	}
+	if a := attempts("room", 3); a != 3 {
+		t.Fatalf("before: %d of 3 allowed, want 3", a)
+	}
+	configSet(t, admin, "maxmemory", "1", "maxmemory-policy", "noeviction")
+	for _, tt := range []struct {
+		key  string
+		want int
+	}{{"spent", 0}, {"room", 2}, {"new", 5}} {
+		if a := attempts(tt.key, 10); a != tt.want {
+			t.Errorf("at maxmemory, key %s: %d of 10 allowed, want %d", tt.key, a, tt.want)
+		}
 	}
 }

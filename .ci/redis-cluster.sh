@@ -28,7 +28,7 @@ if healthy; then
   exit 0
 fi
 
-command -v redis-server >/dev/null || { apt-get install -y redis-server >/dev/null; }
+command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
 mkdir -p "$dir"
 for p in "${ports[@]}"; do
   if ! cli "$p" ping >/dev/null 2>&1; then

@@ -39,10 +39,10 @@ func (f serverFacts) evicting() bool {
 }
 
 // readFacts reads a server's settings from INFO, and from CONFIG GET what
-// INFO does not tell or where INFO is not allowed. An error is that of a
-// server that does not answer; settings that could not be read leave known
-// false and err set.
-func readFacts(ctx context.Context, c *redis.Client) (serverFacts, error) {
+// INFO does not tell or where INFO is not allowed; its persistence too when
+// persist is set. An error is that of a server that does not answer;
+// settings that could not be read leave known false and err set.
+func readFacts(ctx context.Context, c *redis.Client, persist bool) (serverFacts, error) {
 	f := serverFacts{addr: c.Options().Addr, evicted: -1}
 	info, err := c.Info(ctx).Result()
 	switch {
@@ -76,7 +76,7 @@ func readFacts(ctx context.Context, c *redis.Client) (serverFacts, error) {
 			f.err = errors.Join(f.err, err)
 		}
 	}
-	if f.persist == "" {
+	if persist && f.persist == "" {
 		m, err := c.ConfigGet(ctx, "save").Result()
 		switch {
 		case err == nil && m["save"] != "":
@@ -90,13 +90,14 @@ func readFacts(ctx context.Context, c *redis.Client) (serverFacts, error) {
 	return f, nil
 }
 
-// servers reads the facts of every server the client writes to: each master
-// of a Cluster, or the one server. down lists the masters of a Cluster that
+// servers reads the facts of every server the client writes to (their
+// persistence too when persist is set): each master of a Cluster, or the
+// one server. down lists the masters of a Cluster that
 // did not answer; err is set when no server answered.
-func (b *Backend) servers(ctx context.Context) (out []serverFacts, down []string, err error) {
+func (b *Backend) servers(ctx context.Context, persist bool) (out []serverFacts, down []string, err error) {
 	var mu sync.Mutex
 	each := func(ctx context.Context, c *redis.Client) error {
-		f, err := readFacts(ctx, c)
+		f, err := readFacts(ctx, c, persist)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -127,7 +128,7 @@ func (b *Backend) servers(ctx context.Context) (out []serverFacts, down []string
 // server that may evict (when allowed), one whose settings could not be
 // read, one that keeps no data across a restart.
 func (b *Backend) checkServers(ctx context.Context) error {
-	fs, down, err := b.servers(ctx)
+	fs, down, err := b.servers(ctx, true)
 	if err != nil {
 		return fmt.Errorf("redisstore: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
 	}
@@ -172,7 +173,7 @@ func (b *Backend) checkServers(ctx context.Context) error {
 // server's settings changed so that it may now evict live entries, and when
 // a server evicted keys since the last check.
 func (b *Backend) recheckServers(ctx context.Context) {
-	fs, _, err := b.servers(ctx)
+	fs, _, err := b.servers(ctx, false)
 	if err != nil {
 		return // the sweep reports a server that does not answer
 	}

@@ -17,6 +17,7 @@
 //	RATE_LIMIT_SINGLE_INSTANCE          false  true: the app runs one instance
 //	RATE_LIMIT_MAX_ENTRIES              the store's default (memory 100,000; others 1,000,000)
 //	TRUSTED_PROXIES                     unset  comma-separated CIDRs whose forwarding headers are believed
+//	TRUSTED_PROXY_HEADER                X-Forwarded-For  the one header they set: X-Forwarded-For or Forwarded
 //	GATECOUNT_SECRET                    unset  required by the shared stores; at least 32 bytes
 //
 // The Redis store refuses to open on a server that may evict its keys (a
@@ -30,6 +31,13 @@
 // serves the app for other things. The memory store is not shared: on N
 // instances every budget is multiplied by N, and Open logs a warning that
 // says so unless RATE_LIMIT_SINGLE_INSTANCE=true.
+//
+// TRUSTED_PROXY_HEADER names the one forwarding header the proxies of
+// TRUSTED_PROXIES set; the other header is ignored, since a client could
+// otherwise send it through a proxy that does not overwrite it. A
+// TRUSTED_PROXIES that trusts every address (0.0.0.0/0, ::/0) lets any
+// client choose its own address: Open logs a warning of kind
+// KindTrustsEveryone.
 //
 // A bad value stops start-up: FromEnv returns an error naming every variable
 // at fault and what it expects. A store that is chosen but cannot be opened
@@ -76,6 +84,10 @@ type Config struct {
 	MaxEntries       int // 0: the store's default
 	TrustedProxies   []netip.Prefix
 	Secret           []byte
+
+	// TrustedProxyHeader is the one forwarding header the trusted proxies
+	// set (TRUSTED_PROXY_HEADER); the other is ignored.
+	TrustedProxyHeader keyfunc.HeaderMode
 
 	// RedisAllowEviction accepts a Redis that may evict live counts
 	// (RATE_LIMIT_REDIS_ALLOW_EVICTION).
@@ -126,6 +138,13 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 			r.fail("TRUSTED_PROXIES", s, "a comma-separated list of CIDRs such as 10.0.0.0/8,2001:db8::/32 ("+err.Error()+")")
 		}
 		c.TrustedProxies = p
+	}
+	if s := r.str("TRUSTED_PROXY_HEADER"); s != "" {
+		m, err := keyfunc.ParseHeaderMode(s)
+		if err != nil {
+			r.fail("TRUSTED_PROXY_HEADER", s, "X-Forwarded-For or Forwarded: the one forwarding header the trusted proxies set")
+		}
+		c.TrustedProxyHeader = m
 	}
 	c.RedisAllowEviction = r.boolean("RATE_LIMIT_REDIS_ALLOW_EVICTION")
 	c.Store = r.kind(c.DatabaseURL, c.StoreURL)

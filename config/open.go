@@ -41,11 +41,14 @@ func (o *Opened) Close() error {
 
 // Open opens the store c chooses, logging which to log (nil means
 // slog.Default()). Opening the memory store for an app that has not said it
-// runs one instance logs a warning of kind KindMemoryNotShared.
+// runs one instance logs a warning of kind KindMemoryNotShared; a
+// TRUSTED_PROXIES that trusts every address logs one of kind
+// KindTrustsEveryone.
 func Open(ctx context.Context, c Config, log *slog.Logger) (*Opened, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	warnTrustsEveryone(c, log)
 	so := store.Options{Logger: log}
 	var (
 		o   *Opened

@@ -15,9 +15,13 @@ import (
 
 // Bounds on account names, in bytes.
 const (
-	// MaxAccountInput is the longest input, after trimming surrounding
-	// white space, that a Normalize function will process.
-	MaxAccountInput = 1024
+	// MaxAccountInput is the longest account value, in bytes as sent,
+	// surrounding white space included: the longest input a Normalize
+	// function processes, and the default bound of a body field value
+	// ([DefaultMaxValueBytes]). One number for both, so that a value the
+	// body reader refuses as too long is never one a handler's own
+	// normalisation would accept, or the other way round.
+	MaxAccountInput = 256
 	// MaxUsername is the longest normalised user name.
 	MaxUsername = 256
 	// MaxEmail is the longest normalised e-mail address (RFC 5321's path
@@ -38,14 +42,14 @@ func invalidAccount(kind, why string) error {
 	return fmt.Errorf("keyfunc: %s: %s: %w", kind, why, ErrInvalidAccount)
 }
 
-// trimAccount trims surrounding white space and checks the input bound.
+// trimAccount checks the input bound and trims surrounding white space.
 func trimAccount(kind, s string) (string, error) {
+	if len(s) > MaxAccountInput {
+		return "", invalidAccount(kind, fmt.Sprintf("longer than %d bytes", MaxAccountInput))
+	}
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return "", invalidAccount(kind, "empty")
-	}
-	if len(s) > MaxAccountInput {
-		return "", invalidAccount(kind, fmt.Sprintf("longer than %d bytes", MaxAccountInput))
 	}
 	if !utf8.ValidString(s) {
 		return "", invalidAccount(kind, "not UTF-8")

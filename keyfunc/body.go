@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"strings"
@@ -18,8 +19,10 @@ const (
 	// any sign-in or password-reset form with room to spare, while keeping
 	// the memory spent on a request that is about to be rejected small.
 	DefaultMaxBodyBytes = 64 << 10
-	// DefaultMaxValueBytes bounds the length of an extracted field value.
-	DefaultMaxValueBytes = 256
+	// DefaultMaxValueBytes bounds the length of an extracted field value,
+	// as sent: the one bound on an account value, [MaxAccountInput], which
+	// the Normalize functions apply too.
+	DefaultMaxValueBytes = MaxAccountInput
 )
 
 // BodyOptions configures the Funcs that read a body field.
@@ -82,78 +85,204 @@ func readBody(r *http.Request, max int64) ([]byte, error) {
 	return prefix, nil
 }
 
-// mediaType returns the lower-cased media type of r's Content-Type.
-func mediaType(r *http.Request) (string, error) {
+// mediaType returns the lower-cased media type of r's Content-Type and its
+// parameters. A malformed Content-Type, parameters included, is refused:
+// a handler that reads the type and ignores the error, as
+// mime.ParseMediaType allows, would otherwise parse a body the guard could
+// not.
+func mediaType(r *http.Request) (string, map[string]string, error) {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
-		return "", fmt.Errorf("keyfunc: no Content-Type: %w", ErrUnsupportedMediaType)
+		return "", nil, fmt.Errorf("keyfunc: no Content-Type: %w", ErrUnsupportedMediaType)
 	}
-	mt, _, err := mime.ParseMediaType(ct)
+	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil {
-		return "", fmt.Errorf("keyfunc: Content-Type %q: %w", clip(ct, 64), ErrUnsupportedMediaType)
+		return "", nil, fmt.Errorf("keyfunc: Content-Type %q: %w", clip(ct, 64), ErrUnsupportedMediaType)
 	}
-	return mt, nil
+	return mt, params, nil
 }
 
-const formType = "application/x-www-form-urlencoded"
+const (
+	formType      = "application/x-www-form-urlencoded"
+	multipartType = "multipart/form-data"
+)
 
 func isJSONType(mt string) bool {
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
+// The body forms a Func may accept.
+type bodyForms uint8
+
+const (
+	formBody bodyForms = 1 << iota
+	multipartBody
+	jsonBody
+	anyBody = formBody | multipartBody | jsonBody
+)
+
 // FormField returns a Func keyed by the field name of an
-// application/x-www-form-urlencoded body, as r.PostFormValue would see it.
-// Like net/http, it reads the body only for POST, PUT and PATCH. The body is
+// application/x-www-form-urlencoded body, with url.ParseQuery's separators
+// and escapes. The name is matched in any letter case, so that a handler
+// matching it in another case than r.PostFormValue does can never see a
+// field the Func did not: "user=a&USER=b" is ambiguous and refused. Like
+// net/http, it reads the body only for POST, PUT and PATCH. The body is
 // restored for the handler, byte for byte, and closing it closes the
 // original body. opts bounds what is read; see [BodyOptions].
 //
 // Errors match [ErrNoKey] and, where one applies, [ErrUnsupportedMediaType]
 // (another Content-Type or method), [ErrBodyTooLarge], [ErrMalformedBody]
-// (bad escapes, ';' separators, or the field given more than once), or
-// [ErrValueTooLong]. A missing or empty field gives plain ErrNoKey.
+// (bad escapes, ';' separators, or the field given more than once, in any
+// letter case), or [ErrValueTooLong]. A missing or empty field gives plain
+// ErrNoKey.
 func FormField(name string, opts BodyOptions) Func {
+	return fieldFunc(name, opts, formBody)
+}
+
+// JSONField returns a Func keyed by the string field name of the top-level
+// JSON object in the body, for Content-Type application/json or any type
+// with a +json suffix. Keys are matched as encoding/json matches struct
+// fields, case-insensitively, so {"user":"a","USER":"b"} is ambiguous and
+// rejected. The whole object must be well-formed, with nothing after it,
+// and fit in the read bound. The body is restored for the handler, byte for
+// byte, and closing it closes the original body. opts bounds what is read;
+// see [BodyOptions].
+//
+// Errors match [ErrNoKey] and, where one applies, [ErrUnsupportedMediaType],
+// [ErrBodyTooLarge], [ErrMalformedBody] (bad JSON, not an object, a
+// duplicate field, or a value that is not a string), or [ErrValueTooLong]. A
+// missing or empty field gives plain ErrNoKey.
+func JSONField(name string, opts BodyOptions) Func {
+	return fieldFunc(name, opts, jsonBody)
+}
+
+// BodyField returns a Func keyed by the field name of the body, parsed as
+// by [JSONField] for JSON media types, as by [FormField] for
+// application/x-www-form-urlencoded, and for multipart/form-data (what a
+// browser's FormData sends) from its form fields: file parts are never read,
+// and a file part under the field's name, or the field given more than once
+// in any letter case, is malformed. The whole body must fit in opts.MaxBytes
+// in every form. Other media types fail with [ErrUnsupportedMediaType].
+func BodyField(name string, opts BodyOptions) Func {
+	return fieldFunc(name, opts, anyBody)
+}
+
+func fieldFunc(name string, opts BodyOptions, forms bodyForms) Func {
 	return func(r *http.Request) (string, error) {
-		mt, err := mediaType(r)
+		vs, err := readFields(r, opts, forms, []string{name})
+		if err == nil {
+			vs[0], err = checkValue(vs[0], opts)
+		}
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("keyfunc: body field %q: %w", name, err)
 		}
-		if mt != formType {
-			return "", fmt.Errorf("keyfunc: form field %q: Content-Type %s: %w", name, mt, ErrUnsupportedMediaType)
-		}
-		return formField(r, name, opts)
+		return vs[0], nil
 	}
 }
 
-func formField(r *http.Request, name string, opts BodyOptions) (string, error) {
-	switch r.Method {
-	case http.MethodPost, http.MethodPut, http.MethodPatch:
-	default:
-		return "", fmt.Errorf("keyfunc: form field %q: method %s has no form body: %w", name, clip(r.Method, 16), ErrUnsupportedMediaType)
+// BodyFields returns the values of the fields names in r's body, read once
+// with the rules of [BodyField]: one reading of the body gives the guard's
+// account field and the handler's other fields alike. A field that is
+// absent gives "". It fails with an error matching [ErrNoKey] when the body
+// cannot be read: [ErrUnsupportedMediaType], [ErrBodyTooLarge],
+// [ErrMalformedBody] (any of names given more than once, in any letter case,
+// included), or [ErrValueTooLong] for a value of names over
+// opts.MaxValueBytes. The body is restored for the handler.
+func BodyFields(r *http.Request, opts BodyOptions, names ...string) ([]string, error) {
+	vs, err := readFields(r, opts, anyBody, names)
+	if err != nil {
+		return nil, fmt.Errorf("keyfunc: body fields: %w", err)
+	}
+	return vs, nil
+}
+
+// readFields reads the values of names from r's body, in one of forms.
+func readFields(r *http.Request, opts BodyOptions, forms bodyForms, names []string) ([]string, error) {
+	mt, params, err := mediaType(r)
+	if err != nil {
+		return nil, err
+	}
+	var form bodyForms
+	switch {
+	case mt == formType:
+		form = formBody
+	case mt == multipartType:
+		form = multipartBody
+	case isJSONType(mt):
+		form = jsonBody
+	}
+	if form&forms == 0 {
+		return nil, fmt.Errorf("Content-Type %s: %w", clip(mt, 64), ErrUnsupportedMediaType)
+	}
+	if form != jsonBody {
+		switch r.Method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch:
+		default:
+			return nil, fmt.Errorf("method %s has no form body: %w", clip(r.Method, 16), ErrUnsupportedMediaType)
+		}
+	}
+	boundary := params["boundary"]
+	if form == multipartBody && boundary == "" {
+		return nil, fmt.Errorf("multipart/form-data without boundary: %w", ErrUnsupportedMediaType)
 	}
 	body, err := readBody(r, opts.maxBytes())
 	if err != nil {
-		return "", fmt.Errorf("keyfunc: form field %q: %w", name, err)
+		return nil, err
 	}
-	v, err := formValue(body, name)
-	if err == nil {
-		v, err = checkValue(v, opts)
+	f := fields{names: names, vals: make([]string, len(names)), found: make([]bool, len(names)), max: opts.maxValue()}
+	switch form {
+	case formBody:
+		err = f.form(body)
+	case multipartBody:
+		err = f.multipart(body, boundary)
+	default:
+		err = f.json(body)
 	}
 	if err != nil {
-		return "", fmt.Errorf("keyfunc: form field %q: %w", name, err)
+		return nil, err
 	}
-	return v, nil
+	return f.vals, nil
 }
 
-// formValue returns the value of the single field name in an urlencoded
-// body, with url.ParseQuery's rules for separators and escapes.
-func formValue(body []byte, name string) (string, error) {
-	var val string
-	found := false
+// fields collects the values of names from one body.
+type fields struct {
+	names []string
+	vals  []string
+	found []bool
+	max   int
+}
+
+// index returns the index of key among names, matched case-insensitively,
+// or -1.
+func (f *fields) index(key string) int {
+	for i, n := range f.names {
+		if strings.EqualFold(key, n) {
+			return i
+		}
+	}
+	return -1
+}
+
+// set records the value of names[i], which must be found once.
+func (f *fields) set(i int, v string) error {
+	if f.found[i] {
+		return fmt.Errorf("%w: field %q given more than once", ErrMalformedBody, clip(f.names[i], 64))
+	}
+	if len(v) > f.max {
+		return fmt.Errorf("field %q value of %d bytes over %d: %w", clip(f.names[i], 64), len(v), f.max, ErrValueTooLong)
+	}
+	f.vals[i], f.found[i] = v, true
+	return nil
+}
+
+// form reads an urlencoded body, with url.ParseQuery's rules for
+// separators and escapes.
+func (f *fields) form(body []byte) error {
 	for len(body) > 0 {
 		var pair []byte
 		pair, body, _ = bytes.Cut(body, []byte("&"))
 		if bytes.IndexByte(pair, ';') >= 0 {
-			return "", fmt.Errorf("%w: ';' in form body", ErrMalformedBody)
+			return fmt.Errorf("%w: ';' in form body", ErrMalformedBody)
 		}
 		if len(pair) == 0 {
 			continue
@@ -163,70 +292,57 @@ func formValue(body []byte, name string) (string, error) {
 		if bytes.ContainsAny(k, "%+") {
 			var err error
 			if key, err = url.QueryUnescape(key); err != nil {
-				return "", fmt.Errorf("%w: bad escape in form key", ErrMalformedBody)
+				return fmt.Errorf("%w: bad escape in form key", ErrMalformedBody)
 			}
 		}
-		if key != name {
+		i := f.index(key)
+		if i < 0 {
 			continue
 		}
-		if found {
-			return "", fmt.Errorf("%w: field given more than once", ErrMalformedBody)
-		}
-		var err error
-		if val, err = url.QueryUnescape(string(v)); err != nil {
-			return "", fmt.Errorf("%w: bad escape in form value", ErrMalformedBody)
-		}
-		found = true
-	}
-	if !found {
-		return "", fmt.Errorf("field absent: %w", ErrNoKey)
-	}
-	return val, nil
-}
-
-// JSONField returns a Func keyed by the string field name of the top-level
-// JSON object in the body, for Content-Type application/json or any type
-// with a +json suffix. Keys are matched as encoding/json matches struct
-// fields, case-insensitively, so {"user":"a","USER":"b"} is ambiguous and
-// rejected. The whole object must be well-formed and fit in the read bound.
-// The body is restored for the handler, byte for byte, and closing it closes
-// the original body. opts bounds what is read; see [BodyOptions].
-//
-// Errors match [ErrNoKey] and, where one applies, [ErrUnsupportedMediaType],
-// [ErrBodyTooLarge], [ErrMalformedBody] (bad JSON, not an object, a
-// duplicate field, or a value that is not a string), or [ErrValueTooLong]. A
-// missing or empty field gives plain ErrNoKey.
-func JSONField(name string, opts BodyOptions) Func {
-	return func(r *http.Request) (string, error) {
-		mt, err := mediaType(r)
+		val, err := url.QueryUnescape(string(v))
 		if err != nil {
-			return "", err
+			return fmt.Errorf("%w: bad escape in form value", ErrMalformedBody)
 		}
-		if !isJSONType(mt) {
-			return "", fmt.Errorf("keyfunc: JSON field %q: Content-Type %s: %w", name, mt, ErrUnsupportedMediaType)
+		if err := f.set(i, val); err != nil {
+			return err
 		}
-		return jsonField(r, name, opts)
+	}
+	return nil
+}
+
+// multipart reads the form fields of a multipart/form-data body. File parts
+// are skipped unread, but one under a wanted name is malformed.
+func (f *fields) multipart(body []byte, boundary string) error {
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: multipart: %v", ErrMalformedBody, err)
+		}
+		name := p.FormName()
+		i := f.index(name)
+		if i < 0 || name == "" {
+			continue
+		}
+		if p.FileName() != "" {
+			return fmt.Errorf("%w: file part under field %q", ErrMalformedBody, clip(f.names[i], 64))
+		}
+		v, err := io.ReadAll(io.LimitReader(p, int64(f.max)+1))
+		if err != nil {
+			return fmt.Errorf("%w: multipart: %v", ErrMalformedBody, err)
+		}
+		if err := f.set(i, string(v)); err != nil {
+			return err
+		}
 	}
 }
 
-func jsonField(r *http.Request, name string, opts BodyOptions) (string, error) {
-	body, err := readBody(r, opts.maxBytes())
-	if err != nil {
-		return "", fmt.Errorf("keyfunc: JSON field %q: %w", name, err)
-	}
-	v, err := jsonValue(body, name)
-	if err == nil {
-		v, err = checkValue(v, opts)
-	}
-	if err != nil {
-		return "", fmt.Errorf("keyfunc: JSON field %q: %w", name, err)
-	}
-	return v, nil
-}
-
-// jsonValue returns the string value of the single top-level field matching
-// name in the JSON object body.
-func jsonValue(body []byte, name string) (string, error) {
+// json reads the string values of the top-level fields of the JSON object
+// body, with nothing after it.
+func (f *fields) json(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	malformed := func(err error) error {
@@ -234,45 +350,43 @@ func jsonValue(body []byte, name string) (string, error) {
 	}
 	tok, err := dec.Token()
 	if err != nil {
-		return "", malformed(err)
+		return malformed(err)
 	}
 	if tok != json.Delim('{') {
-		return "", malformed(errors.New("not a JSON object"))
+		return malformed(errors.New("not a JSON object"))
 	}
-	var val string
-	found := false
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return "", malformed(err)
+			return malformed(err)
 		}
 		key, _ := tok.(string)
-		if !strings.EqualFold(key, name) {
+		i := f.index(key)
+		if i < 0 {
 			if err := skipValue(dec); err != nil {
-				return "", malformed(err)
+				return malformed(err)
 			}
 			continue
 		}
-		if found {
-			return "", malformed(errors.New("field given more than once"))
-		}
 		tok, err = dec.Token()
 		if err != nil {
-			return "", malformed(err)
+			return malformed(err)
 		}
 		s, ok := tok.(string)
 		if !ok {
-			return "", malformed(errors.New("field is not a string"))
+			return malformed(fmt.Errorf("field %q is not a string", clip(f.names[i], 64)))
 		}
-		val, found = s, true
+		if err := f.set(i, s); err != nil {
+			return err
+		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing '}'
-		return "", malformed(err)
+		return malformed(err)
 	}
-	if !found {
-		return "", fmt.Errorf("field absent: %w", ErrNoKey)
+	if _, err := dec.Token(); err != io.EOF {
+		return malformed(errors.New("data after the JSON object"))
 	}
-	return val, nil
+	return nil
 }
 
 // skipValue consumes one JSON value from dec.
@@ -295,30 +409,10 @@ func skipValue(dec *json.Decoder) error {
 	}
 }
 
-// BodyField returns a Func keyed by the field name of the body, parsed as
-// by [JSONField] for JSON media types and as by [FormField] for
-// application/x-www-form-urlencoded. Other media types, including
-// multipart/form-data, fail with [ErrUnsupportedMediaType].
-func BodyField(name string, opts BodyOptions) Func {
-	return func(r *http.Request) (string, error) {
-		mt, err := mediaType(r)
-		if err != nil {
-			return "", err
-		}
-		switch {
-		case mt == formType:
-			return formField(r, name, opts)
-		case isJSONType(mt):
-			return jsonField(r, name, opts)
-		}
-		return "", fmt.Errorf("keyfunc: body field %q: Content-Type %s: %w", name, mt, ErrUnsupportedMediaType)
-	}
-}
-
 // checkValue rejects empty and overlong field values.
 func checkValue(v string, opts BodyOptions) (string, error) {
 	if v == "" {
-		return "", fmt.Errorf("field empty: %w", ErrNoKey)
+		return "", fmt.Errorf("field empty or absent: %w", ErrNoKey)
 	}
 	if max := opts.maxValue(); len(v) > max {
 		return "", fmt.Errorf("field value of %d bytes over %d: %w", len(v), max, ErrValueTooLong)

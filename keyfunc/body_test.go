@@ -3,6 +3,7 @@ package keyfunc
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,8 @@ func bodyRequest(method, contentType, body string) *http.Request {
 const (
 	ctForm = "application/x-www-form-urlencoded"
 	ctJSON = "application/json"
+	// ctMultipart has the boundary "B".
+	ctMultipart = "multipart/form-data; boundary=B"
 )
 
 func TestBodyField(t *testing.T) {
@@ -75,8 +78,34 @@ func TestBodyField(t *testing.T) {
 		// Media types.
 		{name: "no content type", body: "username=alice", wantErr: ErrUnsupportedMediaType},
 		{name: "text plain", ct: "text/plain", body: "username=alice", wantErr: ErrUnsupportedMediaType},
-		{name: "multipart", ct: "multipart/form-data; boundary=x", body: "--x--", wantErr: ErrUnsupportedMediaType},
 		{name: "bad content type", ct: "application/json; =", body: `{"username":"alice"}`, wantErr: ErrUnsupportedMediaType},
+		{name: "bad content type parameter", ct: "application/json; charset", body: `{"username":"alice"}`, wantErr: ErrUnsupportedMediaType},
+		{name: "json with charset", ct: "application/json; charset=utf-8", body: `{"username":"alice"}`, want: "alice"},
+
+		// Duplicates in any case, and the one value bound.
+		{name: "form duplicate by case", ct: ctForm, body: "username=alice&password=x&USERNAME=zzz", wantErr: ErrMalformedBody},
+		{name: "form duplicate after other fields", ct: ctForm, body: "username=alice&password=correct-horse&username=zzz", wantErr: ErrMalformedBody},
+		{name: "form case-insensitive key", ct: ctForm, body: "UserName=alice", want: "alice"},
+		{name: "form value padded over bound", ct: ctForm, body: "username=alice" + strings.Repeat("%20", MaxAccountInput), wantErr: ErrValueTooLong},
+		{name: "form value at bound", ct: ctForm, body: "username=" + strings.Repeat("a", MaxAccountInput), want: strings.Repeat("a", MaxAccountInput)},
+		{name: "json trailing data", ct: ctJSON, body: `{"username":"alice"} {"username":"bob"}`, wantErr: ErrMalformedBody},
+		{name: "json trailing space", ct: ctJSON, body: "{\"username\":\"alice\"}\n ", want: "alice"},
+
+		// multipart/form-data.
+		{name: "multipart field", ct: ctMultipart, body: mp(part("username", "", "alice"), part("password", "", "x")), want: "alice"},
+		{name: "multipart field case-insensitive", ct: ctMultipart, body: mp(part("USERNAME", "", "alice")), want: "alice"},
+		{name: "multipart duplicate by case", ct: ctMultipart, body: mp(part("username", "", "alice"), part("Username", "", "bob")), wantErr: ErrMalformedBody},
+		{name: "multipart file part skipped", ct: ctMultipart, body: mp(part("avatar", "a.png", strings.Repeat("\x00", 1000)), part("username", "", "alice")), want: "alice"},
+		{name: "multipart file part under the field", ct: ctMultipart, body: mp(part("username", "u.txt", "alice")), wantErr: ErrMalformedBody},
+		{name: "multipart value over bound", ct: ctMultipart, body: mp(part("username", "", strings.Repeat("a", MaxAccountInput+1))), wantErr: ErrValueTooLong},
+		{name: "multipart absent", ct: ctMultipart, body: mp(part("user", "", "alice")), wantErr: ErrNoKey},
+		{name: "multipart empty form", ct: ctMultipart, body: "--B--\r\n", wantErr: ErrNoKey},
+		{name: "multipart truncated", ct: ctMultipart, body: "--B\r\nContent-Disposition: form-data; name=\"username\"\r\n\r\nalice", wantErr: ErrMalformedBody},
+		{name: "multipart no boundary", ct: "multipart/form-data", body: mp(part("username", "", "alice")), wantErr: ErrUnsupportedMediaType},
+		{name: "multipart other boundary", ct: "multipart/form-data; boundary=C", body: mp(part("username", "", "alice")), wantErr: ErrMalformedBody},
+		{name: "multipart over read bound", ct: ctMultipart, body: mp(part("pad", "", strings.Repeat("x", 100)), part("username", "", "alice")), opts: BodyOptions{MaxBytes: 80}, wantErr: ErrBodyTooLarge},
+		{name: "multipart get", method: http.MethodGet, ct: ctMultipart, body: mp(part("username", "", "alice")), wantErr: ErrUnsupportedMediaType},
+		{name: "multipart/mixed", ct: "multipart/mixed; boundary=B", body: mp(part("username", "", "alice")), wantErr: ErrUnsupportedMediaType},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,6 +127,52 @@ func TestBodyField(t *testing.T) {
 				t.Errorf("body after BodyField = %q, %v; want original %q", rest, err, tt.body)
 			}
 		})
+	}
+}
+
+// part is one part of a multipart/form-data body with boundary "B"; a
+// filename makes it a file part.
+func part(name, filename, value string) string {
+	d := fmt.Sprintf("form-data; name=%q", name)
+	if filename != "" {
+		d += fmt.Sprintf("; filename=%q", filename)
+	}
+	return "--B\r\nContent-Disposition: " + d + "\r\n\r\n" + value + "\r\n"
+}
+
+// mp joins parts into a multipart/form-data body with boundary "B".
+func mp(parts ...string) string { return strings.Join(parts, "") + "--B--\r\n" }
+
+// BodyFields reads several fields in one reading, with BodyField's rules.
+func TestBodyFields(t *testing.T) {
+	tests := []struct {
+		name, ct, body string
+		want           []string
+		wantErr        error
+	}{
+		{"form", ctForm, "username=alice&password=correct-horse", []string{"alice", "correct-horse"}, nil},
+		{"form password absent", ctForm, "username=alice", []string{"alice", ""}, nil},
+		{"form password duplicate", ctForm, "username=alice&password=a&PASSWORD=b", nil, ErrMalformedBody},
+		{"json", ctJSON, `{"username":"alice","password":"correct-horse"}`, []string{"alice", "correct-horse"}, nil},
+		{"json duplicate by case", ctJSON, `{"username":"alice","password":"correct-horse","USERNAME":"x"}`, nil, ErrMalformedBody},
+		{"multipart", ctMultipart, mp(part("username", "", "alice"), part("password", "", "correct-horse")), []string{"alice", "correct-horse"}, nil},
+		{"unsupported", "text/plain", "username=alice", nil, ErrUnsupportedMediaType},
+	}
+	for _, tt := range tests {
+		r := bodyRequest(http.MethodPost, tt.ct, tt.body)
+		got, err := BodyFields(r, BodyOptions{}, "username", "password")
+		if tt.wantErr != nil {
+			if !errors.Is(err, tt.wantErr) || !errors.Is(err, ErrNoKey) {
+				t.Errorf("%s: BodyFields = %q, %v; want error %v", tt.name, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || strings.Join(got, "|") != strings.Join(tt.want, "|") {
+			t.Errorf("%s: BodyFields = %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+		if rest, _ := io.ReadAll(r.Body); string(rest) != tt.body {
+			t.Errorf("%s: body not restored: %q", tt.name, rest)
+		}
 	}
 }
 

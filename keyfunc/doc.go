@@ -9,9 +9,11 @@
 //
 // The building blocks are:
 //
-//   - [IP] and [NewIP]: the client address, honouring X-Forwarded-For and
-//     Forwarded (RFC 7239) only from configured trusted proxies, with IPv6
-//     addresses grouped by network prefix (/64 by default).
+//   - [IP] and [NewIP]: the client address, honouring X-Forwarded-For or
+//     Forwarded (RFC 7239), whichever one is configured, only from
+//     configured trusted proxies, with IPv6 addresses grouped by network
+//     prefix (/64 by default) and 6to4 and NAT64 addresses keyed by the IPv4
+//     address they carry.
 //   - [CallerID]: an authenticated caller identity placed in the request
 //     context by the application's authentication middleware.
 //   - [Header]: the value of one request header.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -65,7 +66,7 @@ func FuzzForwardedHeaders(f *testing.F) {
 	f.Add("", `for=198.51.100.1, for="10.2.2.2`, true)
 	f.Add("198.51.100.1", "for=6.6.6.6", false)
 	ks := map[HeaderMode]*IPKeyer{}
-	for _, m := range []HeaderMode{HeaderAuto, HeaderXForwardedFor, HeaderForwarded} {
+	for _, m := range []HeaderMode{HeaderXForwardedFor, HeaderForwarded} {
 		ks[m] = mustKeyer(f, IPOptions{TrustedProxies: mustPrefixes(f, "10.0.0.0/8, 2001:db8:ffff::/48"), Header: m})
 	}
 	f.Fuzz(func(t *testing.T, xff, fwd string, trustedPeer bool) {
@@ -77,25 +78,37 @@ func FuzzForwardedHeaders(f *testing.F) {
 		r.RemoteAddr = peerStr
 		r.Header["X-Forwarded-For"] = strings.Split(xff, "\n")
 		r.Header["Forwarded"] = strings.Split(fwd, "\n")
-		seen := addrsIn(xff + "," + fwd)
 		for m, k := range ks {
+			// Only the header the mode selects is ever read.
+			seen := addrsIn(xff)
+			if m == HeaderForwarded {
+				seen = addrsIn(fwd)
+			}
 			a, err := k.ClientAddr(r)
 			if err != nil {
-				t.Fatalf("mode %d: ClientAddr: %v", m, err)
+				if !trustedPeer || !errors.Is(err, ErrBadForwarding) || !errors.Is(err, ErrNoKey) {
+					t.Fatalf("%v: ClientAddr: %v", m, err)
+				}
+				if _, kerr := k.Key(r); !errors.Is(kerr, ErrBadForwarding) {
+					t.Fatalf("%v: ClientAddr failed (%v), Key gives %v", m, err, kerr)
+				}
+				continue
 			}
 			if !trustedPeer && a != peer {
-				t.Fatalf("mode %d: untrusted peer, got client %v", m, a)
+				t.Fatalf("%v: untrusted peer, got client %v", m, a)
 			}
-			if a != peer && !seen[a] {
-				t.Fatalf("mode %d: client %v is neither the peer nor an address in the headers", m, a)
+			// The header is present, so a trusted peer never stands for
+			// the client: the client is an address the header names.
+			if trustedPeer && !seen[a] {
+				t.Fatalf("%v: client %v is not an address in the header", m, a)
 			}
 			key, err := k.Key(r)
 			if err != nil {
-				t.Fatalf("mode %d: Key: %v", m, err)
+				t.Fatalf("%v: Key: %v", m, err)
 			}
 			checkCanonicalKey(t, key, DefaultIPv6Prefix)
 			if key != k.AddrKey(a) {
-				t.Fatalf("mode %d: Key %q != AddrKey(ClientAddr) %q", m, key, k.AddrKey(a))
+				t.Fatalf("%v: Key %q != AddrKey(ClientAddr) %q", m, key, k.AddrKey(a))
 			}
 		}
 	})
@@ -142,21 +155,25 @@ func FuzzRemoteAddr(f *testing.F) {
 	})
 }
 
+// FuzzBodyField checks BodyField against the standard library's readers:
+// whenever BodyField names an account, url.ParseQuery, encoding/json and
+// mime/multipart, reading the same body, name the same one or none.
 func FuzzBodyField(f *testing.F) {
-	f.Add(false, "username=alice&password=x")
-	f.Add(false, "username=alice&username=bob")
-	f.Add(false, "user%6eame=a+b%21;x")
-	f.Add(false, "a=1&&username=%zz")
-	f.Add(true, `{"username":"alice","password":"x"}`)
-	f.Add(true, `{"a":{"username":1},"USERNAME":"b","u\u017Fername":"c"}`)
-	f.Add(true, `{"username":"al\ud800ice"} trailing`)
-	f.Add(true, `[{"username":"x"}]`)
+	f.Add(uint8(0), "username=alice&password=x")
+	f.Add(uint8(0), "username=alice&username=bob")
+	f.Add(uint8(0), "username=alice&USERNAME=bob")
+	f.Add(uint8(0), "user%6eame=a+b%21;x")
+	f.Add(uint8(0), "a=1&&username=%zz")
+	f.Add(uint8(1), `{"username":"alice","password":"x"}`)
+	f.Add(uint8(1), `{"a":{"username":1},"USERNAME":"b","u\u017Fername":"c"}`)
+	f.Add(uint8(1), `{"username":"al\ud800ice"} trailing`)
+	f.Add(uint8(1), `[{"username":"x"}]`)
+	f.Add(uint8(2), "--B\r\nContent-Disposition: form-data; name=\"username\"\r\n\r\nalice\r\n--B--\r\n")
+	f.Add(uint8(2), "--B\r\nContent-Disposition: form-data; name=\"username\"; filename=\"a\"\r\n\r\nalice\r\n--B--\r\n")
+	f.Add(uint8(2), "--B\r\nContent-Disposition: form-data; name=\"Username\"\r\n\r\nalice\r\n--B\r\nContent-Disposition: form-data; name=\"username\"\r\n\r\nbob\r\n--B--\r\n")
 	opts := BodyOptions{MaxBytes: 512}
-	f.Fuzz(func(t *testing.T, isJSON bool, body string) {
-		ct := ctForm
-		if isJSON {
-			ct = ctJSON
-		}
+	f.Fuzz(func(t *testing.T, kind uint8, body string) {
+		ct := [...]string{ctForm, ctJSON, ctMultipart}[kind%3]
 		r := bodyRequest(http.MethodPost, ct, body)
 		key, err := BodyField("username", opts)(r)
 		rest, rerr := io.ReadAll(r.Body)
@@ -176,7 +193,8 @@ func FuzzBodyField(f *testing.F) {
 			}
 			return
 		}
-		if isJSON {
+		switch kind % 3 {
+		case 1:
 			// When the handler's decoding succeeds, it sees our key.
 			var v struct {
 				Username string `json:"username"`
@@ -184,14 +202,28 @@ func FuzzBodyField(f *testing.F) {
 			if err == nil && json.Unmarshal([]byte(body), &v) == nil && v.Username != key {
 				t.Fatalf("BodyField = %q, encoding/json sees %q", key, v.Username)
 			}
-			return
-		}
-		vs, perr := url.ParseQuery(body)
-		if err == nil && (len(vs["username"]) != 1 || vs["username"][0] != key) {
-			t.Fatalf("BodyField = %q, url.ParseQuery sees %q", key, vs["username"])
-		}
-		if perr == nil && len(vs["username"]) == 1 && vs["username"][0] != "" && len(vs["username"][0]) <= DefaultMaxValueBytes && err != nil {
-			t.Fatalf("BodyField failed (%v) where url.ParseQuery sees %q", err, vs["username"])
+		case 2:
+			form, ferr := multipart.NewReader(strings.NewReader(body), "B").ReadForm(1 << 20)
+			if err == nil && ferr == nil && len(form.Value["username"]) > 0 && (len(form.Value["username"]) != 1 || form.Value["username"][0] != key) {
+				t.Fatalf("BodyField = %q, mime/multipart sees %q", key, form.Value["username"])
+			}
+			if ferr == nil {
+				form.RemoveAll()
+			}
+		default:
+			vs, perr := url.ParseQuery(body)
+			if err == nil && len(vs["username"]) > 0 && (len(vs["username"]) != 1 || vs["username"][0] != key) {
+				t.Fatalf("BodyField = %q, url.ParseQuery sees %q", key, vs["username"])
+			}
+			n := 0
+			for k, v := range vs {
+				if strings.EqualFold(k, "username") {
+					n += len(v)
+				}
+			}
+			if perr == nil && n == 1 && len(vs["username"]) == 1 && vs["username"][0] != "" && len(vs["username"][0]) <= DefaultMaxValueBytes && err != nil {
+				t.Fatalf("BodyField failed (%v) where url.ParseQuery sees %q", err, vs["username"])
+			}
 		}
 	})
 }

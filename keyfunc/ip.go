@@ -25,24 +25,45 @@ const (
 	MaxForwardedHops  = 64
 )
 
-// HeaderMode selects which forwarding header an [IPKeyer] reads when the
-// immediate peer is a trusted proxy.
+// HeaderMode selects the one forwarding header an [IPKeyer] reads when the
+// immediate peer is a trusted proxy. The other header is ignored, whoever
+// wrote it: a client behind a proxy that writes only one of them could
+// otherwise choose its own address by sending the other.
 type HeaderMode int
 
 const (
-	// HeaderAuto reads X-Forwarded-For when the request has it and
-	// Forwarded otherwise. X-Forwarded-For wins because it is what most
-	// proxies write: preferring Forwarded would let a client smuggle a
-	// spoofed Forwarded header through a proxy that only appends to
-	// X-Forwarded-For. Conversely, behind a proxy that writes only
-	// Forwarded, select HeaderForwarded, or a client could smuggle a spoofed
-	// X-Forwarded-For.
-	HeaderAuto HeaderMode = iota
-	// HeaderXForwardedFor reads only X-Forwarded-For.
-	HeaderXForwardedFor
+	// HeaderXForwardedFor reads only X-Forwarded-For, which most proxies
+	// write. It is the zero value.
+	HeaderXForwardedFor HeaderMode = iota
 	// HeaderForwarded reads only Forwarded (RFC 7239).
 	HeaderForwarded
 )
+
+// String returns the header's name.
+func (m HeaderMode) String() string {
+	switch m {
+	case HeaderXForwardedFor:
+		return "X-Forwarded-For"
+	case HeaderForwarded:
+		return "Forwarded"
+	}
+	return fmt.Sprintf("HeaderMode(%d)", int(m))
+}
+
+// ParseHeaderMode reads the name of a forwarding header, such as the value
+// of a TRUSTED_PROXY_HEADER environment variable: "X-Forwarded-For" or
+// "Forwarded", in any case, with surrounding white space ignored; an empty
+// string means X-Forwarded-For. Anything else gives an error matching
+// [ErrInvalidOption].
+func ParseHeaderMode(s string) (HeaderMode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "x-forwarded-for":
+		return HeaderXForwardedFor, nil
+	case "forwarded":
+		return HeaderForwarded, nil
+	}
+	return 0, fmt.Errorf("%w: forwarding header %q is neither X-Forwarded-For nor Forwarded", ErrInvalidOption, clip(s, 64))
+}
 
 // IPOptions configures [NewIP]. The zero value keys by the immediate peer
 // with IPv6 grouped by [DefaultIPv6Prefix], ignoring forwarding headers.
@@ -58,7 +79,8 @@ type IPOptions struct {
 	// addresses are grouped into one key. Zero means [DefaultIPv6Prefix].
 	IPv6Prefix int
 
-	// Header selects the forwarding header; see [HeaderMode].
+	// Header selects the one forwarding header the trusted proxies write;
+	// the zero value is X-Forwarded-For. See [HeaderMode].
 	Header HeaderMode
 }
 
@@ -83,7 +105,7 @@ func NewIP(opts IPOptions) (*IPKeyer, error) {
 		return nil, fmt.Errorf("%w: IPv6Prefix %d not in 32..128", ErrInvalidOption, opts.IPv6Prefix)
 	}
 	switch opts.Header {
-	case HeaderAuto, HeaderXForwardedFor, HeaderForwarded:
+	case HeaderXForwardedFor, HeaderForwarded:
 	default:
 		return nil, fmt.Errorf("%w: unknown HeaderMode %d", ErrInvalidOption, opts.Header)
 	}
@@ -163,7 +185,8 @@ func (k *IPKeyer) Func() Func { return k.Key }
 
 // Key returns the key of the client address found by [IPKeyer.ClientAddr],
 // rendered by [IPKeyer.AddrKey]. It fails, with an error matching
-// [ErrNoKey], only when RemoteAddr cannot be parsed.
+// [ErrNoKey], when RemoteAddr cannot be parsed or a trusted proxy's
+// forwarding header is bad ([ErrBadForwarding]); see ClientAddr.
 func (k *IPKeyer) Key(r *http.Request) (string, error) {
 	a, err := k.ClientAddr(r)
 	if err != nil {
@@ -195,18 +218,21 @@ func textOf(a netip.Addr, remoteAddr string) (string, bool) {
 //
 // It starts from the immediate peer, parsed from r.RemoteAddr ("host:port",
 // "[host]:port" or a bare host). If the peer is not a trusted proxy, the peer
-// is the client. Otherwise the forwarding header (see [HeaderMode]; all its
-// lines, in order, taken as one comma-separated list) is walked from the
-// right, nearest hop first: trusted hops are skipped, and the first
-// untrusted hop is the client; if every hop is trusted, the leftmost is. If
-// the header is malformed or oversized, the peer is the client; if a hop is
-// not an IP address (such as "unknown" or an obfuscated identifier), the walk
-// stops and the last trusted address reached is the client. So a client can
-// never choose its key by forging headers, only by reaching a trusted proxy
-// that forwards its true address.
+// is the client, and forwarding headers are ignored. Otherwise the one
+// forwarding header [IPOptions.Header] selects (all its lines, in order,
+// taken as one comma-separated list) is walked from the right, nearest hop
+// first: trusted hops are skipped, and the first untrusted hop is the
+// client; if every hop is trusted, the leftmost is. A trusted peer that sends
+// no such header is itself the client (a proxy's own health check, say). So a
+// client can never choose its key by forging headers, only by reaching a
+// trusted proxy that forwards its true address.
 //
 // ClientAddr fails with an error matching [ErrNoKey] when RemoteAddr cannot
-// be parsed.
+// be parsed, and with [ErrBadForwarding] when a trusted peer's header is
+// oversized (see [MaxForwardedBytes]), does not follow its grammar, lists no
+// hop, or the walk stops at a hop that is not an IP address ("unknown", an
+// obfuscated identifier, garbage). The client is then unknown: it is never
+// taken to be the proxy, whose own key every such request would share.
 func (k *IPKeyer) ClientAddr(r *http.Request) (netip.Addr, error) {
 	peer, ok := parseNode(r.RemoteAddr, false)
 	if !ok {
@@ -215,25 +241,51 @@ func (k *IPKeyer) ClientAddr(r *http.Request) (netip.Addr, error) {
 	if len(k.trusted) == 0 || !k.isTrusted(peer) {
 		return peer, nil
 	}
-	return k.walk(r.Header, peer), nil
+	return k.walk(r.Header, peer)
 }
 
 // AddrKey returns the canonical key of a: an IPv4 address (including an
 // IPv4-mapped IPv6 address) as a dotted quad such as "192.0.2.1", and an IPv6
 // address masked to the configured prefix length and written as a prefix
-// such as "2001:db8:1:2::/64". Zones are dropped. AddrKey returns "" for the
-// zero Addr.
+// such as "2001:db8:1:2::/64". An IPv6 address that carries an IPv4 address
+// by a transition mechanism is keyed by that IPv4 address: 6to4
+// (2002::/16, RFC 3056), where one IPv4 host holds 2^80 addresses and would
+// otherwise get 65,536 /64 keys, and the NAT64 well-known prefix
+// (64:ff9b::/96, RFC 6052), where every translated client would otherwise
+// share one /64 key. Zones are dropped. AddrKey returns "" for the zero Addr.
 func (k *IPKeyer) AddrKey(a netip.Addr) string {
 	if !a.IsValid() {
 		return ""
 	}
-	a = a.WithZone("").Unmap()
+	a = embeddedIPv4(a.WithZone("").Unmap())
 	var buf [64]byte
 	if a.Is4() {
 		return string(a.AppendTo(buf[:0]))
 	}
 	p := netip.PrefixFrom(a, k.bits()).Masked()
 	return string(p.AppendTo(buf[:0]))
+}
+
+// Transition prefixes whose addresses carry an IPv4 address.
+var (
+	prefix6to4  = netip.MustParsePrefix("2002::/16")
+	prefixNAT64 = netip.MustParsePrefix("64:ff9b::/96")
+)
+
+// embeddedIPv4 returns the IPv4 address a 6to4 or NAT64 address carries, and
+// any other address unchanged.
+func embeddedIPv4(a netip.Addr) netip.Addr {
+	if !a.Is6() {
+		return a
+	}
+	b := a.As16()
+	switch {
+	case prefix6to4.Contains(a):
+		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})
+	case prefixNAT64.Contains(a):
+		return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+	}
+	return a
 }
 
 func (k *IPKeyer) bits() int {
@@ -255,31 +307,24 @@ func (k *IPKeyer) isTrusted(a netip.Addr) bool {
 }
 
 // walk finds the client address behind the trusted peer; see ClientAddr.
-func (k *IPKeyer) walk(h http.Header, peer netip.Addr) netip.Addr {
-	xff, fwd := h["X-Forwarded-For"], h["Forwarded"]
-	var lines []string
-	forwarded := false
-	switch k.mode {
-	case HeaderXForwardedFor:
-		lines = xff
-	case HeaderForwarded:
-		lines, forwarded = fwd, true
-	default:
-		if len(xff) > 0 {
-			lines = xff
-		} else {
-			lines, forwarded = fwd, true
-		}
+func (k *IPKeyer) walk(h http.Header, peer netip.Addr) (netip.Addr, error) {
+	name, forwarded := "X-Forwarded-For", false
+	if k.mode == HeaderForwarded {
+		name, forwarded = "Forwarded", true
 	}
+	lines := h[name]
 	if len(lines) == 0 {
-		return peer
+		return peer, nil
+	}
+	bad := func(why string) (netip.Addr, error) {
+		return netip.Addr{}, fmt.Errorf("keyfunc: %s from trusted proxy %v: %s: %w", name, peer, why, ErrBadForwarding)
 	}
 	total := len(lines) - 1
 	for _, l := range lines {
 		total += len(l)
 	}
 	if total > MaxForwardedBytes {
-		return peer
+		return bad(fmt.Sprintf("%d bytes, over %d", total, MaxForwardedBytes))
 	}
 	var hops hopList
 	for _, l := range lines {
@@ -290,21 +335,24 @@ func (k *IPKeyer) walk(h http.Header, peer netip.Addr) netip.Addr {
 			ok = parseXFF(l, &hops)
 		}
 		if !ok {
-			return peer
+			return bad("malformed")
 		}
 	}
-	last := peer
+	if hops.len() == 0 {
+		return bad("no hop")
+	}
+	var last netip.Addr
 	for i := 0; i < hops.len(); i++ {
 		a, ok := parseNode(hops.fromRight(i), forwarded)
 		if !ok {
-			return last
+			return bad(fmt.Sprintf("hop %d from the right is not an IP address", i+1))
 		}
 		if !k.isTrusted(a) {
-			return a
+			return a, nil
 		}
 		last = a
 	}
-	return last
+	return last, nil
 }
 
 // clip shortens s to at most n bytes for use in error messages.

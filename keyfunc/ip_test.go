@@ -41,6 +41,9 @@ func request(remoteAddr string, headers ...string) *http.Request {
 
 const trusted = "10.0.0.0/8, 2001:db8:ffff::/48, 192.0.2.1"
 
+// bad is the want of a TestIPKey case whose forwarding header is refused.
+const bad = "(refused: ErrBadForwarding)"
+
 func TestIPKey(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -101,69 +104,99 @@ func TestIPKey(t *testing.T) {
 			headers: []string{"X-Forwarded-For: 198.51.100.1"}, want: "198.51.100.1"},
 		{name: "trusted peer no header", trusted: trusted, remote: "10.1.1.1:1", want: "10.1.1.1"},
 		{name: "trusted peer empty header", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"X-Forwarded-For: "}, want: "10.1.1.1"},
+			headers: []string{"X-Forwarded-For: "}, want: bad},
+		{name: "trusted peer header of commas", trusted: trusted, remote: "10.1.1.1:1",
+			headers: []string{"X-Forwarded-For: , ,"}, want: bad},
 
-		// Malformed hops stop the walk at the last trusted address.
+		// A hop that is not an address, where the walk reaches it, leaves the
+		// client unknown: never the proxy's own address.
 		{name: "garbage hop at right", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"X-Forwarded-For: 198.51.100.1, garbage"}, want: "10.1.1.1"},
+			headers: []string{"X-Forwarded-For: 198.51.100.1, garbage"}, want: bad},
 		{name: "garbage hop after trusted hop", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"X-Forwarded-For: 198.51.100.1, nonsense, 10.2.2.2"}, want: "10.2.2.2"},
+			headers: []string{"X-Forwarded-For: 198.51.100.1, nonsense, 10.2.2.2"}, want: bad},
+		{name: "garbage hop left of the client is never reached", trusted: trusted, remote: "10.1.1.1:1",
+			headers: []string{"X-Forwarded-For: nonsense, 198.51.100.1, 10.2.2.2"}, want: "198.51.100.1"},
 		{name: "unknown hop", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"X-Forwarded-For: 198.51.100.1, unknown"}, want: "10.1.1.1"},
+			headers: []string{"X-Forwarded-For: 198.51.100.1, unknown"}, want: bad},
 		{name: "leading zeros rejected", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"X-Forwarded-For: 198.051.100.1"}, want: "10.1.1.1"},
+			headers: []string{"X-Forwarded-For: 198.051.100.1"}, want: bad},
 		{name: "bad port", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"X-Forwarded-For: 198.51.100.1:99999"}, want: "10.1.1.1"},
+			headers: []string{"X-Forwarded-For: 198.51.100.1:99999"}, want: bad},
 		{name: "zoned hop stripped", trusted: trusted, remote: "10.1.1.1:1",
 			headers: []string{"X-Forwarded-For: fe80::1%eth0"}, want: "fe80::/64"},
-		{name: "oversized header ignored", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"X-Forwarded-For: " + strings.Repeat("1.1.1.1, ", 1000) + "198.51.100.1"}, want: "10.1.1.1"},
+		{name: "oversized header refused", trusted: trusted, remote: "10.1.1.1:1",
+			headers: []string{"X-Forwarded-For: " + strings.Repeat("1.1.1.1, ", 1000) + "198.51.100.1"}, want: bad},
+		{name: "oversized over several lines refused", trusted: trusted, remote: "10.1.1.1:1",
+			headers: []string{"X-Forwarded-For: " + strings.Repeat("1", 4096), "X-Forwarded-For: " + strings.Repeat("2", 4096)}, want: bad},
+		{name: "header at the bound read", trusted: trusted, remote: "10.1.1.1:1",
+			headers: []string{"X-Forwarded-For: " + strings.Repeat(" ", MaxForwardedBytes-len("198.51.100.1")) + "198.51.100.1"}, want: "198.51.100.1"},
 		{name: "too many trusted hops stops at 64th", trusted: trusted, remote: "10.1.1.1:1",
 			headers: []string{"X-Forwarded-For: 198.51.100.1, " + strings.Repeat("10.0.0.1, ", 70) + "10.0.0.2"}, want: "10.0.0.1"},
 		{name: "many hops but client within 64", trusted: trusted, remote: "10.1.1.1:1",
 			headers: []string{"X-Forwarded-For: " + strings.Repeat("6.6.6.6, ", 100) + "198.51.100.1, 10.0.0.2"}, want: "198.51.100.1"},
 
 		// Forwarded (RFC 7239).
-		{name: "forwarded token", trusted: trusted, remote: "10.1.1.1:1",
+		{name: "forwarded token", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
 			headers: []string{"Forwarded: for=198.51.100.1"}, want: "198.51.100.1"},
-		{name: "forwarded quoted ipv6 with port", trusted: trusted, remote: "10.1.1.1:1",
+		{name: "forwarded quoted ipv6 with port", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
 			headers: []string{`Forwarded: for="[2001:db8:cafe::17]:4711"`}, want: "2001:db8:cafe::/64"},
-		{name: "forwarded quoted ipv4 with port", trusted: trusted, remote: "10.1.1.1:1",
+		{name: "forwarded quoted ipv4 with port", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
 			headers: []string{`Forwarded: for="198.51.100.1:4711";proto=https`}, want: "198.51.100.1"},
-		{name: "forwarded obfuscated port", trusted: trusted, remote: "10.1.1.1:1",
+		{name: "forwarded obfuscated port", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
 			headers: []string{`Forwarded: for="[2001:db8:cafe::17]:_p1"`}, want: "2001:db8:cafe::/64"},
-		{name: "forwarded chain from right", trusted: trusted, remote: "10.1.1.1:1",
+		{name: "forwarded chain from right", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
 			headers: []string{`Forwarded: for=6.6.6.6, for=198.51.100.1;by=10.2.2.2, For="10.2.2.2"`}, want: "198.51.100.1"},
-		{name: "forwarded params with spaces", trusted: trusted, remote: "10.1.1.1:1",
+		{name: "forwarded params with spaces", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
 			headers: []string{`Forwarded: proto=https; for=198.51.100.1 ; host=example.com`}, want: "198.51.100.1"},
-		{name: "forwarded multiple lines", trusted: trusted, remote: "10.1.1.1:1",
+		{name: "forwarded multiple lines", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
 			headers: []string{"Forwarded: for=6.6.6.6, for=198.51.100.1", "Forwarded: for=10.2.2.2"}, want: "198.51.100.1"},
-		{name: "forwarded quoted-pair", trusted: trusted, remote: "10.1.1.1:1",
+		{name: "forwarded quoted-pair", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
 			headers: []string{`Forwarded: for="\[2001:db8:cafe::17\]"`}, want: "2001:db8:cafe::/64"},
-		{name: "forwarded unknown", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"Forwarded: for=198.51.100.1, for=unknown, for=10.2.2.2"}, want: "10.2.2.2"},
-		{name: "forwarded obfuscated node", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"Forwarded: for=198.51.100.1, for=_hidden"}, want: "10.1.1.1"},
-		{name: "forwarded element without for", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"Forwarded: for=198.51.100.1, proto=https"}, want: "10.1.1.1"},
-		{name: "forwarded unquoted ipv6 is a syntax error", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"Forwarded: for=[2001:db8::1]"}, want: "10.1.1.1"},
-		{name: "forwarded unterminated quote", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{`Forwarded: for=198.51.100.1, for="10.2.2.2`}, want: "10.1.1.1"},
-		{name: "forwarded duplicate for", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{`Forwarded: for=198.51.100.1;for=10.2.2.2`}, want: "10.1.1.1"},
-		{name: "forwarded bracketed ipv4", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{`Forwarded: for="[198.51.100.1]"`}, want: "10.1.1.1"},
+		{name: "forwarded unknown", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
+			headers: []string{"Forwarded: for=198.51.100.1, for=unknown, for=10.2.2.2"}, want: bad},
+		{name: "forwarded obfuscated node", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
+			headers: []string{"Forwarded: for=198.51.100.1, for=_hidden"}, want: bad},
+		{name: "forwarded element without for", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
+			headers: []string{"Forwarded: for=198.51.100.1, proto=https"}, want: bad},
+		{name: "forwarded unquoted ipv6 is a syntax error", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
+			headers: []string{"Forwarded: for=[2001:db8::1]"}, want: bad},
+		{name: "forwarded unterminated quote", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
+			headers: []string{`Forwarded: for=198.51.100.1, for="10.2.2.2`}, want: bad},
+		{name: "forwarded duplicate for", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
+			headers: []string{`Forwarded: for=198.51.100.1;for=10.2.2.2`}, want: bad},
+		{name: "forwarded bracketed ipv4", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
+			headers: []string{`Forwarded: for="[198.51.100.1]"`}, want: bad},
+		{name: "forwarded oversized", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
+			headers: []string{"Forwarded: " + strings.Repeat("for=1.1.1.1, ", 1000) + "for=198.51.100.1"}, want: bad},
 
-		// Header precedence.
-		{name: "auto prefers xff", trusted: trusted, remote: "10.1.1.1:1",
+		// One header, chosen: the other is ignored, whoever sent it.
+		{name: "xff by default ignores forwarded", trusted: trusted, remote: "10.1.1.1:1",
 			headers: []string{"Forwarded: for=6.6.6.6", "X-Forwarded-For: 198.51.100.1"}, want: "198.51.100.1"},
-		{name: "auto falls back to forwarded", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"Forwarded: for=198.51.100.1"}, want: "198.51.100.1"},
-		{name: "forwarded only mode", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
+		{name: "xff by default never falls back to forwarded", trusted: trusted, remote: "10.1.1.1:1",
+			headers: []string{"Forwarded: for=198.51.100.1"}, want: "10.1.1.1"},
+		{name: "xff by default ignores a malformed forwarded", trusted: trusted, remote: "10.1.1.1:1",
+			headers: []string{"Forwarded: for=[", "X-Forwarded-For: 198.51.100.1"}, want: "198.51.100.1"},
+		{name: "forwarded mode ignores a client's xff", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
 			headers: []string{"Forwarded: for=198.51.100.1", "X-Forwarded-For: 6.6.6.6"}, want: "198.51.100.1"},
-		{name: "xff only mode ignores forwarded", trusted: trusted, mode: HeaderXForwardedFor, remote: "10.1.1.1:1",
+		{name: "forwarded mode without forwarded is the peer", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
+			headers: []string{"X-Forwarded-For: 6.6.6.6"}, want: "10.1.1.1"},
+		{name: "forwarded mode ignores an oversized xff", trusted: trusted, mode: HeaderForwarded, remote: "10.1.1.1:1",
+			headers: []string{"Forwarded: for=198.51.100.1", "X-Forwarded-For: " + strings.Repeat("1.1.1.1, ", 1000)}, want: "198.51.100.1"},
+		{name: "xff mode explicit", trusted: trusted, mode: HeaderXForwardedFor, remote: "10.1.1.1:1",
 			headers: []string{"Forwarded: for=6.6.6.6"}, want: "10.1.1.1"},
+
+		// IPv6 transition addresses are keyed by the IPv4 address they carry.
+		{name: "6to4 peer", remote: "[2002:c000:0204:1::1]:80", want: "192.0.2.4"},
+		{name: "6to4 other subnet same key", remote: "[2002:c000:0204:ffff:1:2:3:4]:80", want: "192.0.2.4"},
+		{name: "6to4 other host", remote: "[2002:c000:0205::1]:80", want: "192.0.2.5"},
+		{name: "nat64 peer", remote: "[64:ff9b::c000:204]:80", want: "192.0.2.4"},
+		{name: "nat64 dotted", remote: "[64:ff9b::198.51.100.7]:80", want: "198.51.100.7"},
+		{name: "nat64 hop", trusted: trusted, remote: "10.1.1.1:1",
+			headers: []string{"X-Forwarded-For: 64:ff9b::203.0.113.9"}, want: "203.0.113.9"},
+		{name: "6to4 hop", trusted: trusted, remote: "10.1.1.1:1",
+			headers: []string{"X-Forwarded-For: 2002:cb00:7109::1"}, want: "203.0.113.9"},
+		{name: "outside nat64 /96 is ipv6", remote: "[64:ff9b::1:c000:204]:80", want: "64:ff9b::/64"},
+		{name: "near 6to4 is ipv6", remote: "[2003:c000:204::1]:80", want: "2003:c000:204::/64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -173,6 +206,12 @@ func TestIPKey(t *testing.T) {
 			}
 			k := mustKeyer(t, IPOptions{TrustedProxies: ps, IPv6Prefix: tt.v6, Header: tt.mode})
 			got, err := k.Key(request(tt.remote, tt.headers...))
+			if tt.want == bad {
+				if !errors.Is(err, ErrBadForwarding) || !errors.Is(err, ErrNoKey) || got != "" {
+					t.Fatalf("Key = %q, %v; want an error matching ErrBadForwarding", got, err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("Key: %v", err)
 			}
@@ -361,4 +400,30 @@ func BenchmarkIP(b *testing.B) {
 			_, _ = k.Key(r)
 		}
 	})
+}
+
+func TestParseHeaderMode(t *testing.T) {
+	tests := []struct {
+		in   string
+		want HeaderMode
+		ok   bool
+	}{
+		{"", HeaderXForwardedFor, true},
+		{"X-Forwarded-For", HeaderXForwardedFor, true},
+		{" x-forwarded-for ", HeaderXForwardedFor, true},
+		{"Forwarded", HeaderForwarded, true},
+		{"FORWARDED", HeaderForwarded, true},
+		{"X-Real-IP", 0, false},
+		{"X-Forwarded-For, Forwarded", 0, false},
+		{"auto", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := ParseHeaderMode(tt.in)
+		if tt.ok != (err == nil) || (tt.ok && got != tt.want) || (!tt.ok && !errors.Is(err, ErrInvalidOption)) {
+			t.Errorf("ParseHeaderMode(%q) = %v, %v; want %v, ok %v", tt.in, got, err, tt.want, tt.ok)
+		}
+		if tt.ok && got.String() != map[HeaderMode]string{HeaderXForwardedFor: "X-Forwarded-For", HeaderForwarded: "Forwarded"}[got] {
+			t.Errorf("%v.String() = %q", got, got.String())
+		}
+	}
 }

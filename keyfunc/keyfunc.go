@@ -52,6 +52,10 @@ var (
 
 	// ErrInvalidAccount reports an account name that cannot be normalised.
 	ErrInvalidAccount error = noKeyError("keyfunc: invalid account name")
+
+	// ErrBadForwarding reports a forwarding header from a trusted proxy that
+	// is oversized or malformed, so that the client address is unknown.
+	ErrBadForwarding error = noKeyError("keyfunc: malformed or oversized forwarding header")
 )
 
 // ErrInvalidOption reports invalid configuration passed to a constructor,

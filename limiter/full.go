@@ -19,10 +19,13 @@ const KindStoreFull = "limiter-store-full"
 // refused; otherwise they are counted in process memory, and when memory
 // refuses them the store's keys are given back.
 func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Cap, cause error, d *Decision) error {
-	var t store.Tally
+	m := &memoCall{n: len(keys)} // what the apply holds, off the caller's stack
+	copy(m.keys[:], keys)
+	copy(m.caps[:], caps)
+	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	var fresh uint8 // bit i: keys[i] has no entry in the store
-	err := l.h.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
-		t, fresh = store.Tally{Now: now, Limiting: -1}, 0
+	err := l.h.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
+		*t, fresh = store.Tally{Now: now, Limiting: -1}, 0
 		for i := range es {
 			if !es[i].Live() {
 				fresh |= 1 << i
@@ -33,7 +36,7 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Cap
 				return err
 			}
 			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
-			if t.Limiting < 0 && n+1 > caps[i].Max {
+			if t.Limiting < 0 && n+1 > cs[i].Max {
 				t.Limiting = i
 			}
 		}
@@ -57,9 +60,9 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Cap
 	case err != nil:
 		return err
 	case t.Limiting >= 0: // a held key is spent: the store's own refusal
-		decide(&t, keys, caps, false, d)
+		decide(t, keys, caps, false, d)
 		if l.memo {
-			l.remember(ctx, keys, caps, &t)
+			l.remember(ctx, keys, caps, t)
 		}
 		return nil
 	case l.policy == Deny:
@@ -69,7 +72,7 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Cap
 	l.full.Do(func() {
 		l.log.Warn("store full: keys it holds are counted there, new keys in process memory", "kind", KindStoreFull, "err", cause)
 	})
-	return l.countFresh(ctx, keys, caps, cause, &t, fresh, d)
+	return l.countFresh(ctx, keys, caps, cause, t, fresh, d)
 }
 
 // countFresh counts in process memory the keys marked in fresh, which the

@@ -44,9 +44,12 @@ func newLocal(prefix string, max int, o store.Options) (*store.Handle, *memory.B
 // recall fills d and reports true when memory shows a key of the attempt
 // without room for one more, so that the store need not be asked.
 func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Cap, d *Decision) bool {
-	var t store.Tally
-	err := l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
-		t = store.Tally{Now: now, Limiting: -1}
+	m := &memoCall{n: len(keys)}
+	copy(m.keys[:], keys)
+	copy(m.caps[:], caps)
+	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
+	err := l.local.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
+		*t = store.Tally{Now: now, Limiting: -1}
 		for i := range es {
 			if !es[i].Live() {
 				continue
@@ -56,7 +59,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Cap, d
 				return err
 			}
 			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
-			if t.Limiting < 0 && n+1 > caps[i].Max {
+			if t.Limiting < 0 && n+1 > cs[i].Max {
 				t.Limiting = i
 			}
 		}
@@ -65,20 +68,24 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Cap, d
 	if err != nil || t.Limiting < 0 {
 		return false
 	}
-	decide(&t, keys, caps, false, d)
+	decide(t, keys, caps, false, d)
 	d.Remembered = true
 	return true
 }
 
 // remember records what a store's tally t said of keys.
-func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Cap, t *store.Tally) {
+func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Cap, tally *store.Tally) {
+	m := &memoCall{n: len(keys), t: *tally}
+	copy(m.keys[:], keys)
+	copy(m.caps[:], caps)
+	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	roomy := l.localB.Entries() < l.localB.MaxEntries()/4*memoRoom
-	err := l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
+	err := l.local.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
 		for i := range es {
 			if t.ExpiresAt[i].IsZero() {
 				continue
 			}
-			if !es[i].Live() && !roomy && t.Counts[i] < caps[i].Max {
+			if !es[i].Live() && !roomy && t.Counts[i] < cs[i].Max {
 				continue
 			}
 			setLastKnown(&es[i], now, t.Counts[i], now.Add(t.ExpiresAt[i].Sub(t.Now)))
@@ -90,6 +97,15 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Cap,
 			l.log.Warn("limiter memory full: refusals of new keys are asked of the store again", "kind", KindMemoryFull, "err", err)
 		})
 	}
+}
+
+// memoCall holds what an apply needs, off the caller's stack: an apply
+// escapes, and with it everything it holds.
+type memoCall struct {
+	n    int
+	keys [MaxKeys]string
+	caps [MaxKeys]store.Cap
+	t    store.Tally
 }
 
 // setLastKnown writes a store's count n of a key, whose window ends at exp

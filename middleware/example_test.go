@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/gatecount/gatecount/keyfunc"
@@ -55,4 +56,44 @@ func ExamplePerIP() {
 	mux.ServeHTTP(w, r)
 	fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"))
 	// Output: 200 "health";q=300;w=60
+}
+
+func ExampleSignIn() {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	h, _ := s.Handle("login:")
+	g, err := middleware.SignIn(h, middleware.SignInOptions{Name: "login"})
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	login := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, _ := middleware.Account(r) // the account the guard counted
+		fields, _ := keyfunc.BodyFields(r, keyfunc.BodyOptions{}, "password")
+		if name != "alice" || fields[0] != "correct-horse" {
+			middleware.ReportFailure(r)
+			http.Error(w, "invalid username or password", http.StatusUnauthorized)
+			return
+		}
+		middleware.ReportSuccess(r)
+		fmt.Fprintln(w, "signed in", name)
+	}))
+
+	for _, body := range []string{
+		"username=+Alice&password=correct-horse",
+		"username=alice&password=correct-horse&USERNAME=mallory", // unreadable: never reaches the handler
+	} {
+		r := httptest.NewRequest("POST", "/login", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		login.ServeHTTP(w, r)
+		device := false
+		for _, c := range w.Result().Cookies() {
+			device = device || c.Name == middleware.DefaultDeviceCookie
+		}
+		fmt.Printf("%d %q device cookie: %v\n", w.Code, strings.TrimSpace(w.Body.String()), device)
+	}
+	// Output:
+	// 200 "signed in alice" device cookie: true
+	// 401 "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401}" device cookie: false
 }

@@ -364,17 +364,24 @@ func newFields(names []string, budgets []limiter.Budget, hideRemaining, legacy b
 
 // set writes the fields of d, naming the key that decided it.
 func (f *fields) set(h http.Header, d *limiter.Decision) {
-	t := ceilSeconds(d.Reset.Sub(d.Now))
-	if d.Reset.IsZero() {
+	f.write(h, d.Key, d.Remaining, d.Reset, d.Now, d.Allowed)
+}
+
+// write writes the fields of budget at (an index of the names newFields
+// was given) with remaining attempts left until reset, as of now, and
+// Retry-After when the attempt was refused.
+func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, allowed bool) {
+	t := ceilSeconds(reset.Sub(now))
+	if reset.IsZero() {
 		t = 0
 	}
-	at := min(max(d.Key, 0), len(f.names)-1)
+	at = min(max(at, 0), len(f.names)-1)
 	h["Ratelimit-Policy"] = f.policy
 	var buf [128]byte
 	b := append(buf[:0], f.names[at]...)
 	if !f.hideRemaining {
 		b = append(b, "r="...)
-		b = strconv.AppendInt(b, int64(d.Remaining), 10)
+		b = strconv.AppendInt(b, int64(remaining), 10)
 		b = append(b, ';')
 	}
 	b = append(b, "t="...)
@@ -383,11 +390,11 @@ func (f *fields) set(h http.Header, d *limiter.Decision) {
 	if f.legacy {
 		h["X-Ratelimit-Limit"] = f.limits[at]
 		if !f.hideRemaining {
-			h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(d.Remaining)}
+			h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(remaining)}
 		}
 		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
 	}
-	if !d.Allowed {
+	if !allowed {
 		h["Retry-After"] = []string{strconv.FormatInt(max(t, 1), 10)}
 	}
 }

@@ -12,7 +12,12 @@ const (
 	saidFailure
 )
 
-type outcome struct{ said said }
+// outcome is what a guard and the handler it wraps tell each other: the
+// handler's report, and the account the guard counted.
+type outcome struct {
+	said    said
+	account string
+}
 
 // ReportSuccess tells a Middleware with CountFailures that the request it
 // wrapped succeeded, so that its attempt is refunded whatever the status. It
@@ -30,6 +35,19 @@ func report(r *http.Request, s said) bool {
 		o.said = s
 	}
 	return ok
+}
+
+// Account returns the account the guard wrapping r counted the request
+// under: the normalised account name of SignIn, the normalised destination
+// of Send. It reports false when no such guard wraps r. A handler must use
+// it rather than read the account from the body again: then the account it
+// checks, or sends to, is always the one that was counted.
+func Account(r *http.Request) (string, bool) {
+	o, ok := r.Context().Value(outcomeKey{}).(*outcome)
+	if !ok || o.account == "" {
+		return "", false
+	}
+	return o.account, true
 }
 
 // defaultSuccess is the default Success: a status below 400.

@@ -64,14 +64,18 @@ type SendOptions struct {
 // client names: password-reset mail, sign-in codes. Build one with Send.
 type SendGuard struct {
 	*guard
-	o    SendOptions
-	dest keyfunc.Func
+	o     SendOptions
+	dest  keyfunc.Func
+	names []string // of the budgets, for logs
 }
 
 // Send returns a guard counting in h (which it claims) every request against
 // its destination's budget and its client IP's, in one atomic store update,
 // before the handler runs. A request over either budget never reaches the
-// handler, so nothing is sent for it.
+// handler, so nothing is sent for it, and logs one line of kind
+// KindLimited naming the budget (never the client or the destination). The
+// handler reads the destination the guard counted with Account. The body
+// may be a form, multipart/form-data or JSON (see keyfunc.BodyField).
 func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 	if o.Name == "" {
 		o.Name = "send"
@@ -95,9 +99,10 @@ func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 			w.Write([]byte(DefaultAcceptedBody))
 		})
 	}
+	names := []string{o.Name + "-destination", o.Name + "-ip"}
 	g, err := newGuard(h, guardOptions{
 		name:        o.Name,
-		names:       []string{o.Name + "-destination", o.Name + "-ip"},
+		names:       names,
 		budgets:     []limiter.Budget{o.PerDestination, o.PerIP},
 		unavailable: o.Unavailable,
 		ip:          o.IP,
@@ -107,7 +112,7 @@ func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SendGuard{guard: g, o: o, dest: keyfunc.BodyField(o.Field, o.Body)}, nil
+	return &SendGuard{guard: g, o: o, dest: keyfunc.BodyField(o.Field, o.Body), names: names}, nil
 }
 
 // Wrap returns next guarded by g.
@@ -125,9 +130,13 @@ func (g *SendGuard) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 	if err == nil {
 		dest, err = g.o.Normalize(raw)
 	}
+	if err == nil && dest == "" {
+		err = keyfunc.ErrInvalidAccount
+	}
 	if err != nil {
 		// Malformed or missing: nothing can be sent, and the answer must
 		// not tell, so it is Accepted's; the client's address still pays.
+		g.warn.Do(func() { g.log.Info("request not sent: no readable destination", "kind", KindNoKey, "err", err) })
 		if !g.o.Reveal {
 			g.l.Attempt(context.WithoutCancel(r.Context()), keyfunc.JoinKeys("ip", ip))
 			g.o.Accepted.ServeHTTP(w, r)
@@ -143,9 +152,20 @@ func (g *SendGuard) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 	if !ok {
 		return
 	}
+	r = r.WithContext(context.WithValue(r.Context(), outcomeKey{}, &outcome{account: dest}))
 	if d.Unavailable && !d.Local {
 		next.ServeHTTP(w, r) // fail open: nothing was counted
 		return
+	}
+	if !d.Allowed {
+		// One line, naming the budget and never the client or the
+		// destination, so that an operator can tell a throttled request
+		// from one the handler found nothing to send for.
+		budget := ""
+		if k := shownKey(&d, nil); k >= 0 && k < len(g.names) {
+			budget = g.names[k]
+		}
+		g.log.Info("request throttled: nothing sent", "kind", KindLimited, "budget", budget)
 	}
 	if !g.o.Reveal {
 		if !d.Allowed {
@@ -155,10 +175,13 @@ func (g *SendGuard) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 		next.ServeHTTP(w, r)
 		return
 	}
-	g.fields.set(w.Header(), &d)
+	g.show(w.Header(), &d, sendEntries, nil)
 	if !d.Allowed {
 		writeProblem(w, http.StatusTooManyRequests, problem429)
 		return
 	}
 	next.ServeHTTP(w, r)
 }
+
+// sendEntries maps the keys of a send attempt to the budgets of its fields.
+var sendEntries = []int{0, 1}

@@ -16,8 +16,7 @@ import (
 type mailer struct{ sent atomic.Int64 }
 
 func (m *mailer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	r.ParseForm()
-	if strings.EqualFold(strings.TrimSpace(r.PostForm.Get("email")), "alice@example.com") {
+	if dest, _ := middleware.Account(r); dest == "alice@example.com" {
 		m.sent.Add(1)
 	}
 	w.Header().Set("Content-Type", "application/json")

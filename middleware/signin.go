@@ -2,10 +2,10 @@ package middleware
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/gatecount/gatecount/keyfunc"
@@ -63,12 +63,25 @@ type SignInOptions struct {
 	// means "username".
 	Field string
 	// Normalize canonicalises the account name; nil means
-	// keyfunc.NormalizeUsername. A name it rejects is counted under its
-	// raw form and passed to the handler, which answers it like a wrong
-	// password.
+	// keyfunc.NormalizeUsername. A name it rejects is treated as an
+	// unreadable account (see Failed).
 	Normalize func(string) (string, error)
-	// Body bounds how much of the body is read to find Field.
+	// Body bounds how much of the body is read to find Field, and how long
+	// its value may be. The body may be a form, multipart/form-data or JSON
+	// (see keyfunc.BodyField).
 	Body keyfunc.BodyOptions
+	// Failed answers an attempt whose account the guard cannot read: a
+	// duplicate field (in any letter case), a value over the bound or that
+	// Normalize rejects, an unsupported or malformed media type, a
+	// malformed body. Such an attempt is counted against the client
+	// address's budget only, never under an empty account, and the handler
+	// does not run, since it could read an account the guard did not count.
+	// Failed must answer exactly as the handler answers a wrong password;
+	// nil means 401 with an application/problem+json body.
+	Failed http.Handler
+	// Device configures the device cookies issued on a successful sign-in;
+	// the zero value turns them on with the defaults (see DeviceOptions).
+	Device DeviceOptions
 	// IP configures the client address (trusted proxies, IPv6 prefix).
 	IP keyfunc.IPOptions
 	// Success tells a successful sign-in by its status when the handler
@@ -79,7 +92,9 @@ type SignInOptions struct {
 	ShowRemaining bool
 	// LegacyHeaders adds X-RateLimit-* fields.
 	LegacyHeaders bool
-	// OnLimit replaces the 429 answer.
+	// OnLimit replaces the 429 answer. Retry-After and the RateLimit fields
+	// are already set when it runs, from the refusing budget whose window
+	// ends last (d.RetryAfter is the first refusing budget's).
 	OnLimit func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
 	// Unavailable is what to answer when the store is unavailable; Default
 	// means Local: guessing stays limited per instance, and users can still
@@ -99,14 +114,25 @@ type SignInGuard struct {
 	*guard
 	o       SignInOptions
 	account keyfunc.Func
+	devices *devices // nil when off
+	// entries maps the keys of an attempt of an unknown device to the
+	// budgets of the RateLimit fields; ipEntry and devEntry hold the
+	// entries of the address and device budgets.
+	entries           [3]int
+	ipEntry, devEntry [1]int
 }
 
-// The indexes of the keys of one sign-in attempt.
+// The indexes of the keys of one sign-in attempt of an unknown device.
 const (
 	keyAccountIP = iota
 	keyAccount
 	keyIP
 )
+
+// ownKeys are the keys of an attempt that describe the client's own use:
+// the fields of an attempt that is not refused name one of them, never the
+// account's budget, which would tell how others have used the account.
+var ownKeys = []int{keyAccountIP, keyIP}
 
 // SignIn returns a guard for a sign-in handler, counting in h (which it
 // claims). Each attempt is counted in one atomic store update against three
@@ -116,10 +142,26 @@ const (
 // handler reports success (ReportSuccess, or a status Success accepts) the
 // account's failure is refunded and the (account, IP) failures are cleared.
 //
+// The guard reads the account once, and the handler reads it from the guard
+// (Account): the account checked is the one counted. An attempt whose
+// account cannot be read is counted against the address budget and
+// answered by Failed, without the handler.
+//
+// A successful sign-in gives the client a device cookie (see
+// DeviceOptions). An attempt presenting a valid one for the account it names
+// is counted against that device's own failures budget instead of the three
+// above: strangers' failures on the account or the address never lock it
+// out, while clients without one, a distributed guesser's, keep the three
+// budgets.
+//
 // The guard never learns whether an account exists, so its answers for a
 // known and an unknown account are the same at every attempt count: status,
 // headers and body. The handler must keep that too: answer an unknown
-// account exactly like a wrong password, in comparable time.
+// account exactly like a wrong password, in comparable time. The RateLimit
+// fields of an attempt that is not refused describe only the client's own
+// budgets (the account from this address, the address), never how others
+// have used the account; those of a refusal name the refusing budget whose
+// window ends last, so that Retry-After is never early.
 func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	if o.Name == "" {
 		o.Name = "signin"
@@ -151,10 +193,30 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 				o.Name, o.Backoff.Max, o.AccountIPFailures.Window, limiter.MaxWindow, o.Backoff.History, limiter.MaxWindow)
 		}
 	}
+	if o.Failed == nil {
+		o.Failed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeProblem(w, http.StatusUnauthorized, problem401)
+		})
+	}
+	names := []string{o.Name + "-account-ip", o.Name + "-account"}
+	budgets := []limiter.Budget{o.AccountIPFailures, o.AccountFailures}
+	var dev *devices
+	if !o.Device.Off {
+		var err error
+		if dev, err = newDevices(o.Device); err != nil {
+			return nil, fmt.Errorf("middleware %q: %w", o.Name, err)
+		}
+		o.Device = dev.o
+		names = append(names, o.Name+"-device")
+		budgets = append(budgets, o.Device.Failures)
+	}
+	// The address budget comes last: it is the limiter's own.
+	names = append(names, o.Name+"-ip")
+	budgets = append(budgets, o.IPAttempts)
 	g, err := newGuard(h, guardOptions{
 		name:          o.Name,
-		names:         []string{o.Name + "-account-ip", o.Name + "-account", o.Name + "-ip"},
-		budgets:       []limiter.Budget{o.AccountIPFailures, o.AccountFailures, o.IPAttempts},
+		names:         names,
+		budgets:       budgets,
 		unavailable:   o.Unavailable,
 		ip:            o.IP,
 		hideRemaining: !o.ShowRemaining,
@@ -166,23 +228,33 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SignInGuard{guard: g, o: o, account: keyfunc.BodyField(o.Field, o.Body)}, nil
+	fIP := len(names) - 1
+	return &SignInGuard{
+		guard: g, o: o, account: keyfunc.BodyField(o.Field, o.Body), devices: dev,
+		entries: [3]int{keyAccountIP, keyAccount, fIP}, ipEntry: [1]int{fIP}, devEntry: [1]int{fIP - 1},
+	}, nil
 }
 
-// Account returns the key under which the guard counts the account named in
-// r's body: the normalised name, or the raw value (marked as such) when
-// normalisation rejects it, or "" when the body has none. The body is
-// restored for the handler.
-func (g *SignInGuard) Account(r *http.Request) string {
+// ReadAccount returns the account named in r's body as the guard counts it:
+// the name normalised. It fails, with an error matching keyfunc.ErrNoKey,
+// when the body cannot be read (see SignInOptions.Failed) or Normalize
+// rejects the name. The body is restored for the handler.
+func (g *SignInGuard) ReadAccount(r *http.Request) (string, error) {
 	raw, err := g.account(r)
 	if err != nil {
-		return ""
+		return "", err
 	}
 	name, err := g.o.Normalize(raw)
-	if err != nil {
-		return keyfunc.JoinKeys("raw", strings.TrimSpace(raw))
+	if err == nil && name == "" {
+		err = errors.New("normalised to the empty string")
 	}
-	return name
+	if err != nil {
+		if errors.Is(err, keyfunc.ErrNoKey) {
+			return "", fmt.Errorf("middleware: account: %w", err)
+		}
+		return "", fmt.Errorf("middleware: account: %w: %w", keyfunc.ErrInvalidAccount, err)
+	}
+	return name, nil
 }
 
 // Wrap returns next guarded by g.
@@ -195,22 +267,41 @@ func (g *SignInGuard) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	if !ok {
 		return
 	}
-	account := g.Account(r)
+	account, err := g.ReadAccount(r)
+	if err != nil {
+		g.unreadable(w, r, ip, err)
+		return
+	}
+	device, known := "", false
+	if g.devices != nil {
+		device, known = g.devices.known(r, account)
+	}
+	var d limiter.Decision
 	accountIP := keyfunc.JoinKeys("account-ip", account, ip)
-	d, ok := g.attempt(w, r,
-		limiter.Charge{Key: accountIP, Budget: g.o.AccountIPFailures},
-		limiter.Charge{Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
-		limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts},
-	)
+	if known {
+		device = keyfunc.JoinKeys("device", account, device)
+		d, ok = g.attempt(w, r, limiter.Charge{Key: device, Budget: g.o.Device.Failures})
+	} else {
+		d, ok = g.attempt(w, r,
+			limiter.Charge{Key: accountIP, Budget: g.o.AccountIPFailures},
+			limiter.Charge{Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
+			limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts},
+		)
+	}
 	if !ok {
 		return
 	}
+	out := &outcome{account: account}
 	if d.Unavailable && !d.Local {
-		next.ServeHTTP(w, r) // fail open: nothing was counted
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), outcomeKey{}, out))) // fail open: nothing was counted
 		return
 	}
 	ctx := context.WithoutCancel(r.Context())
-	g.fields.set(w.Header(), &d)
+	if known {
+		g.show(w.Header(), &d, g.devEntry[:], nil)
+	} else {
+		g.show(w.Header(), &d, g.entries[:], ownKeys)
+	}
 	if !d.Allowed {
 		if g.o.OnLimit != nil {
 			g.o.OnLimit(w, r, d)
@@ -219,16 +310,54 @@ func (g *SignInGuard) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		writeProblem(w, http.StatusTooManyRequests, problem429)
 		return
 	}
-	out := &outcome{}
-	rw := &responseWriter{ResponseWriter: w}
-	next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), outcomeKey{}, out)))
-	if out.said == saidSuccess || (out.said == saidNothing && g.o.Success(rw.Status())) {
-		g.succeeded(ctx, d, account, ip)
-		return
+	success := func(status int) bool {
+		return out.said == saidSuccess || (out.said == saidNothing && g.o.Success(status))
 	}
-	if g.o.Backoff.Max > 0 && d.RemainingOf(keyAccountIP) == 0 {
+	rw := &responseWriter{ResponseWriter: w}
+	if g.devices != nil {
+		rw.header = func(status int) {
+			if success(status) {
+				g.devices.issue(w.Header(), account)
+			}
+		}
+	}
+	next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), outcomeKey{}, out)))
+	if rw.status == 0 {
+		rw.final(http.StatusOK) // nothing written: net/http answers 200 with the header as it stands
+	}
+	switch {
+	case success(rw.status) && known:
+		if err := g.l.Reset(ctx, device); err != nil {
+			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
+		}
+	case success(rw.status):
+		g.succeeded(ctx, d, account, ip)
+	case !known && g.o.Backoff.Max > 0 && d.RemainingOf(keyAccountIP) == 0:
 		g.lockOut(ctx, accountIP, account, ip)
 	}
+}
+
+// unreadable counts an attempt whose account cannot be read against the
+// client address's budget, and answers it as Failed does, or 429 when that
+// budget is spent; the handler does not run.
+func (g *SignInGuard) unreadable(w http.ResponseWriter, r *http.Request, ip string, err error) {
+	g.warn.Do(func() { g.log.Info("sign-in attempt without a readable account", "kind", KindNoKey, "err", err) })
+	d, ok := g.attempt(w, r, limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts})
+	if !ok {
+		return
+	}
+	if !d.Unavailable || d.Local {
+		g.show(w.Header(), &d, g.ipEntry[:], nil)
+		if !d.Allowed {
+			if g.o.OnLimit != nil {
+				g.o.OnLimit(w, r, d)
+				return
+			}
+			writeProblem(w, http.StatusTooManyRequests, problem429)
+			return
+		}
+	}
+	g.o.Failed.ServeHTTP(w, r)
 }
 
 // succeeded refunds the account's failure and clears the (account, IP)
@@ -266,3 +395,5 @@ func (g *SignInGuard) lockOut(ctx context.Context, accountIP, account, ip string
 		g.log.Warn("lock-out not lengthened", "kind", "signin-backoff-failed", "err", err)
 	}
 }
+
+var problem401 = []byte(`{"type":"about:blank","title":"Unauthorized","status":401}` + "\n")

@@ -20,15 +20,15 @@ import (
 	"github.com/gatecount/gatecount/middleware"
 )
 
-// passwords is a sign-in handler: alice's password is "right"; anyone else
-// is answered like a wrong password.
+// passwords is a sign-in handler: alice's password is "right", bob's
+// "battery"; anyone else is answered like a wrong password.
 type passwords struct{ checks atomic.Int64 }
 
 func (p *passwords) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.checks.Add(1)
-	r.ParseForm()
-	name, _ := keyfunc.NormalizeUsername(r.PostForm.Get("username"))
-	if name == "alice" && r.PostForm.Get("password") == "right" {
+	name, ok := middleware.Account(r)
+	pw, err := keyfunc.BodyFields(r, keyfunc.BodyOptions{}, "password")
+	if ok && err == nil && map[string]string{"alice": "right", "bob": "battery"}[name] == pw[0] && pw[0] != "" {
 		http.SetCookie(w, &http.Cookie{Name: "session", Value: "s"})
 		w.WriteHeader(200)
 		return
@@ -180,16 +180,28 @@ func TestSignInHidesRemaining(t *testing.T) {
 	}
 }
 
+// A name Normalize rejects is answered like a wrong password without the
+// handler, and counted against the address budget only.
 func TestSignInRejectedNameLikeWrongPassword(t *testing.T) {
-	_, p, h := signIn(t, nil, middleware.SignInOptions{})
+	_, p, h := signIn(t, nil, middleware.SignInOptions{IPAttempts: limiter.Budget{Limit: 8, Window: time.Hour}})
 	for i := range 6 {
 		w := login(h, "192.0.2.1", "bad\x00name", "x")
-		if want := map[bool]int{true: 401, false: 429}[i < 5]; w.Code != want {
-			t.Fatalf("attempt %d: %d, want %d", i+1, w.Code, want)
+		if w.Code != 401 || w.Header().Get("Content-Type") != "application/problem+json" || !strings.Contains(w.Header().Get("RateLimit"), `"signin-ip"`) {
+			t.Fatalf("attempt %d: %d %q", i+1, w.Code, w.Header())
 		}
 	}
-	if p.checks.Load() != 5 {
-		t.Fatalf("checks %d", p.checks.Load())
+	if p.checks.Load() != 0 {
+		t.Fatalf("%d rejected names reached the handler", p.checks.Load())
+	}
+	// Never counted under an account: alice's budget from the address is
+	// whole, while the address budget paid for the six.
+	for i := range 2 {
+		if w := login(h, "192.0.2.1", "alice", "wrong"); w.Code != 401 {
+			t.Fatalf("alice's failure %d after rejected names: %d", i+1, w.Code)
+		}
+	}
+	if w := login(h, "192.0.2.1", "alice", "right"); w.Code != 429 {
+		t.Fatalf("address budget of 8 after 8 attempts: %d", w.Code)
 	}
 }
 
@@ -261,8 +273,8 @@ func TestSignInHugeBodyReadOnlyToBound(t *testing.T) {
 	if body.n > keyfunc.DefaultMaxBodyBytes+4096 {
 		t.Fatalf("read %d bytes of a 100 MB body", body.n)
 	}
-	if !reached || w.Code != 401 {
-		t.Fatalf("handler reached %v, status %d", reached, w.Code)
+	if reached || w.Code != 401 {
+		t.Fatalf("too large a body: handler reached %v, status %d; want the Failed answer", reached, w.Code)
 	}
 }
 

@@ -13,6 +13,17 @@ import (
 type responseWriter struct {
 	http.ResponseWriter
 	status int
+	// header, when set, is called once with the final status just before
+	// the header is written, so that it can still add fields.
+	header func(status int)
+}
+
+// final records the final status and calls header.
+func (w *responseWriter) final(status int) {
+	w.status = status
+	if w.header != nil {
+		w.header(status)
+	}
 }
 
 // Status returns the status written, 200 when the handler wrote a body
@@ -27,7 +38,7 @@ func (w *responseWriter) Status() int {
 // WriteHeader records the first final status and passes it on.
 func (w *responseWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
-		w.status = code
+		w.final(code)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -35,7 +46,7 @@ func (w *responseWriter) WriteHeader(code int) {
 // Write records an implicit 200 and passes b on.
 func (w *responseWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.final(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)
 }
@@ -46,7 +57,7 @@ func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // Flush sends buffered data to the client, if the wrapped writer can.
 func (w *responseWriter) Flush() {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.final(http.StatusOK)
 	}
 	http.NewResponseController(w.ResponseWriter).Flush()
 }
@@ -54,7 +65,7 @@ func (w *responseWriter) Flush() {
 // Hijack takes over the connection, if the wrapped writer allows it.
 func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.status == 0 {
-		w.status = http.StatusSwitchingProtocols
+		w.final(http.StatusSwitchingProtocols)
 	}
 	return http.NewResponseController(w.ResponseWriter).Hijack()
 }
@@ -63,7 +74,7 @@ func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // has one.
 func (w *responseWriter) ReadFrom(src io.Reader) (int64, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.final(http.StatusOK)
 	}
 	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
 		return rf.ReadFrom(src)

@@ -98,7 +98,7 @@ func (a *App) limiters() error {
 			return err
 		}
 	}
-	ip := keyfunc.IPOptions{TrustedProxies: a.Config.TrustedProxies}
+	ip := keyfunc.IPOptions{TrustedProxies: a.Config.TrustedProxies, Header: a.Config.TrustedProxyHeader}
 	var err error
 	if a.Execute, err = middleware.PerCaller(h[0], a.Config.Execute, middleware.Options{Name: "execute", Logger: a.Log}); err != nil {
 		return err
@@ -112,7 +112,11 @@ func (a *App) limiters() error {
 		AccountFailures:   a.Config.LoginAccount,
 		IPAttempts:        a.Config.LoginIP,
 		IP:                ip,
-		Logger:            a.Log,
+		// Signed with GATECOUNT_SECRET when set; else with a key of this
+		// process, so that device cookies stop working at a restart.
+		Device: middleware.DeviceOptions{Secret: a.Config.Secret},
+		Failed: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { signInFailed(w) }),
+		Logger: a.Log,
 	}); err != nil {
 		return err
 	}

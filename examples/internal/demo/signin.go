@@ -5,9 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"mime"
 	"net/http"
 	"strings"
 
@@ -45,49 +43,55 @@ func parseUsers(s string) (map[string]user, error) {
 // same work as known ones.
 var unknownDigest = sha256.Sum256([]byte("no such user"))
 
-// credentials reads username and password from a form or JSON body.
+// credentials reads fields from a form, multipart or JSON body, with the
+// reader the guards use, so that a field means the same to both.
 func credentials(r *http.Request, fields ...string) map[string]string {
 	out := map[string]string{}
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if mt == "application/json" || strings.HasSuffix(mt, "+json") {
-		var body map[string]any
-		if json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<10)).Decode(&body) == nil {
-			for _, f := range fields {
-				if s, ok := body[f].(string); ok {
-					out[f] = s
-				}
-			}
-		}
-		return out
-	}
-	r.Body = http.MaxBytesReader(nil, r.Body, 64<<10)
-	if r.ParseForm() == nil {
-		for _, f := range fields {
-			out[f] = r.PostForm.Get(f)
+	if vs, err := keyfunc.BodyFields(r, keyfunc.BodyOptions{}, fields...); err == nil {
+		for i, f := range fields {
+			out[f] = vs[i]
 		}
 	}
 	return out
 }
 
+// account returns the account a request names: the one the guard counted
+// it under (middleware.Account), or, unguarded, the normalised username
+// field.
+func account(r *http.Request, c map[string]string, field string, normalize func(string) (string, error)) (string, bool) {
+	if a, ok := middleware.Account(r); ok {
+		return a, true
+	}
+	a, err := normalize(c[field])
+	return a, err == nil && a != ""
+}
+
+// signInFailed is the answer to a failed sign-in, whatever the cause; the
+// guard gives it to attempts whose account it cannot read.
+func signInFailed(w http.ResponseWriter) {
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid username or password"})
+}
+
 // LoginHandler signs a demo user in: 200 with a session cookie on success,
-// 401 on failure. An unknown user is answered exactly like a wrong password,
-// after the same work.
+// 401 on failure. The account is the one the sign-in guard counted. An
+// unknown user is answered exactly like a wrong password, after the same
+// work.
 func (a *App) LoginHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		a.passwordChecks++
 		a.mu.Unlock()
 		c := credentials(r, "username", "password")
-		name, err := keyfunc.NormalizeUsername(c["username"])
+		name, ok := account(r, c, "username", keyfunc.NormalizeUsername)
 		u, known := a.users[name]
 		want := unknownDigest
-		if err == nil && known {
+		if ok && known {
 			want = u.digest
 		}
 		got := sha256.Sum256([]byte(c["password"]))
-		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || err != nil || !known {
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || !ok || !known {
 			middleware.ReportFailure(r)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid username or password"})
+			signInFailed(w)
 			return
 		}
 		middleware.ReportSuccess(r)
@@ -102,19 +106,20 @@ func (a *App) LoginHandler() http.Handler {
 }
 
 // PasswordResetHandler "sends" a reset code to a demo user's address
-// (NAME@example.com), by logging it, and answers 202 Accepted whether or not
-// the address is known.
+// (NAME@example.com), by logging it with the account's name, and answers
+// 202 Accepted whether or not the address is known. The address is the one
+// the reset guard counted.
 func (a *App) PasswordResetHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		email, err := keyfunc.NormalizeEmail(credentials(r, "email")["email"])
-		if local, domain, _ := strings.Cut(email, "@"); err == nil && domain == "example.com" {
+		email, ok := account(r, credentials(r, "email"), "email", keyfunc.NormalizeEmail)
+		if local, domain, _ := strings.Cut(email, "@"); ok && domain == "example.com" {
 			if _, known := a.users[local]; known {
 				var code [4]byte
 				rand.Read(code[:])
 				a.mu.Lock()
 				a.codesSent[email]++
 				a.mu.Unlock()
-				a.Log.Info("password reset code sent", "kind", "password-reset-sent", "code", hex.EncodeToString(code[:]))
+				a.Log.Info("password reset code sent", "kind", "password-reset-sent", "account", local, "code", hex.EncodeToString(code[:]))
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")

@@ -28,6 +28,12 @@ type Server struct {
 // until the test ends.
 func Start(t testing.TB, routes Routes, env map[string]string) *Server {
 	t.Helper()
+	return StartLogged(t, routes, env, slog.New(slog.DiscardHandler))
+}
+
+// StartLogged is Start with the server's logs going to log.
+func StartLogged(t testing.TB, routes Routes, env map[string]string, log *slog.Logger) *Server {
+	t.Helper()
 	vars := map[string]string{"ADDR": "127.0.0.1:0", "RATE_LIMIT_SINGLE_INSTANCE": "true"}
 	for k, v := range env {
 		vars[k] = v
@@ -37,7 +43,7 @@ func Start(t testing.TB, routes Routes, env map[string]string) *Server {
 	started := make(chan *Server, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- demo.Run(ctx, lookup, slog.New(slog.DiscardHandler), routes, func(app *demo.App, addr string) {
+		done <- demo.Run(ctx, lookup, log, routes, func(app *demo.App, addr string) {
 			started <- &Server{URL: "http://" + addr, App: app}
 		})
 	}()
@@ -167,5 +173,23 @@ func CheckExample(t *testing.T, routes Routes) {
 	})
 	t.Run("sign-in", func(t *testing.T) {
 		CheckSignIn(t, Start(t, routes, SignInEnv))
+	})
+	t.Run("device cookies", func(t *testing.T) {
+		CheckDeviceCookies(t, Start(t, routes, AttackEnv))
+	})
+	t.Run("multipart", func(t *testing.T) {
+		CheckMultipart(t, Start(t, routes, AttackEnv))
+	})
+	t.Run("one reading", func(t *testing.T) {
+		CheckUnreadable(t, Start(t, routes, AttackEnv))
+	})
+	t.Run("retry-after", func(t *testing.T) {
+		CheckRetryAfter(t, Start(t, routes, AttackEnv))
+	})
+	t.Run("forwarding", func(t *testing.T) {
+		CheckForwarding(t, routes)
+	})
+	t.Run("reset logs", func(t *testing.T) {
+		CheckResetLogs(t, routes)
 	})
 }

@@ -1,0 +1,216 @@
+package middleware
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/store/keyhash"
+)
+
+// Defaults of DeviceOptions.
+const (
+	// DefaultDeviceCookie names the device cookie.
+	DefaultDeviceCookie = "gatecount-device"
+	// DefaultDeviceLifetime is how long a device token stays valid after
+	// the sign-in that issued it.
+	DefaultDeviceLifetime = 30 * 24 * time.Hour
+	// MaxDeviceLifetime bounds DeviceOptions.Lifetime: browsers keep no
+	// cookie longer than 400 days.
+	MaxDeviceLifetime = 400 * 24 * time.Hour
+)
+
+// DefaultDeviceFailures is the failures budget of one known device.
+var DefaultDeviceFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
+
+// DeviceOptions configure the device cookies of SignIn, after OWASP's
+// "device cookies" against slow brute force: after a successful sign-in the
+// guard gives the client a token that binds it to the account, and an
+// attempt presenting a valid token for the account it names is counted
+// against that device's own failures budget only, so that strangers'
+// failures on the account or on the client's address never lock it out.
+// The zero value turns them on with the defaults.
+type DeviceOptions struct {
+	// Off turns device cookies off: every attempt counts against the
+	// account and address budgets.
+	Off bool
+	// Cookie names the cookie; "" means DefaultDeviceCookie.
+	Cookie string
+	// Lifetime is how long a token is valid after the sign-in that issued
+	// it (each successful sign-in issues a new one); zero means
+	// DefaultDeviceLifetime, at most MaxDeviceLifetime.
+	Lifetime time.Duration
+	// Failures bounds the failed attempts of one device on its account;
+	// zero means DefaultDeviceFailures (5 per 15 minutes).
+	Failures limiter.Budget
+	// Secret signs the tokens: at least keyhash.MinSecretLen bytes, the same
+	// on every instance of the app (GATECOUNT_SECRET). The signing key is
+	// derived from it, so the same secret may key a store. Nil means a
+	// random key of this process: tokens stop working when it restarts and
+	// are not valid on other instances; such a client is counted as an
+	// unknown device until it signs in again.
+	Secret []byte
+	// Insecure leaves out the cookie's Secure attribute, for development
+	// over plain HTTP. Never set it in production: the token would travel
+	// in clear.
+	Insecure bool
+	// Path is the cookie's Path; "" means "/".
+	Path string
+}
+
+// device token layout: version, expiry (unix seconds), nonce, MAC.
+const (
+	deviceVersion = 1
+	deviceNonce   = 16
+	deviceMAC     = sha256.Size
+	deviceBytes   = 1 + 8 + deviceNonce + deviceMAC
+	// deviceCookies bounds the cookies of the device name that are tried.
+	deviceCookies = 4
+)
+
+// devices signs and verifies device tokens. A token is
+// base64url(version ‖ expiry ‖ nonce ‖ HMAC-SHA256(key, label ‖ version ‖
+// expiry ‖ nonce ‖ account)): the account is never in it, only bound by the
+// MAC, so a token verifies only for the account it was issued for.
+type devices struct {
+	o   DeviceOptions
+	key []byte
+	now func() time.Time
+}
+
+// deviceKeyLabel separates the device-cookie key derived from a secret from
+// every other use of that secret.
+const deviceKeyLabel = "gatecount device cookie key v1"
+
+func newDevices(o DeviceOptions) (*devices, error) {
+	if o.Cookie == "" {
+		o.Cookie = DefaultDeviceCookie
+	}
+	if !isCookieName(o.Cookie) {
+		return nil, fmt.Errorf("middleware: device cookie name %q is not a cookie name", o.Cookie)
+	}
+	if o.Lifetime == 0 {
+		o.Lifetime = DefaultDeviceLifetime
+	}
+	if o.Lifetime < time.Minute || o.Lifetime > MaxDeviceLifetime {
+		return nil, fmt.Errorf("middleware: device lifetime %v must be from 1m to %v", o.Lifetime, MaxDeviceLifetime)
+	}
+	if o.Failures == (limiter.Budget{}) {
+		o.Failures = DefaultDeviceFailures
+	}
+	if o.Path == "" {
+		o.Path = "/"
+	}
+	secret := o.Secret
+	if secret == nil {
+		secret = make([]byte, 32)
+		rand.Read(secret)
+	} else if len(secret) < keyhash.MinSecretLen {
+		return nil, fmt.Errorf("middleware: device secret of %d bytes, want at least %d (%s)", len(secret), keyhash.MinSecretLen, keyhash.HowToMakeSecret)
+	}
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(deviceKeyLabel))
+	return &devices{o: o, key: m.Sum(nil), now: time.Now}, nil
+}
+
+// isCookieName reports whether s is a token, as a cookie name must be.
+func isCookieName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || isSeparator(c) {
+			return false
+		}
+	}
+	return true
+}
+
+func isSeparator(c byte) bool {
+	switch c {
+	case '(', ')', '<', '>', '@', ',', ';', ':', '\\', '"', '/', '[', ']', '?', '=', '{', '}':
+		return true
+	}
+	return false
+}
+
+// mac returns the MAC of a token's first bytes for account.
+func (v *devices) mac(head []byte, account string) []byte {
+	m := hmac.New(sha256.New, v.key)
+	m.Write(head)
+	m.Write([]byte(account))
+	return m.Sum(nil)
+}
+
+// sign returns a new token for account and when it expires.
+func (v *devices) sign(account string) (string, time.Time) {
+	exp := v.now().Add(v.o.Lifetime).Truncate(time.Second)
+	b := make([]byte, deviceBytes)
+	b[0] = deviceVersion
+	binary.BigEndian.PutUint64(b[1:9], uint64(exp.Unix()))
+	rand.Read(b[9 : 9+deviceNonce])
+	copy(b[9+deviceNonce:], v.mac(b[:9+deviceNonce], account))
+	return base64.RawURLEncoding.EncodeToString(b), exp
+}
+
+// verify returns the device ID (its nonce, in hex) of token when it is
+// valid for account now: well-formed, signed under v's key for that
+// account, and not expired.
+func (v *devices) verify(token, account string) (string, bool) {
+	if base64.RawURLEncoding.DecodedLen(len(token)) != deviceBytes {
+		return "", false
+	}
+	var b [deviceBytes]byte
+	n, err := base64.RawURLEncoding.Decode(b[:], []byte(token))
+	if err != nil || n != deviceBytes || b[0] != deviceVersion {
+		return "", false
+	}
+	if !hmac.Equal(b[9+deviceNonce:], v.mac(b[:9+deviceNonce], account)) {
+		return "", false
+	}
+	exp := int64(binary.BigEndian.Uint64(b[1:9]))
+	if exp <= v.now().Unix() {
+		return "", false
+	}
+	return hex.EncodeToString(b[9 : 9+deviceNonce]), true
+}
+
+// known returns the device ID of the first valid token for account among
+// r's device cookies, of which it tries a bounded number.
+func (v *devices) known(r *http.Request, account string) (string, bool) {
+	tried := 0
+	for _, c := range r.CookiesNamed(v.o.Cookie) {
+		if tried == deviceCookies {
+			break
+		}
+		tried++
+		if id, ok := v.verify(c.Value, account); ok {
+			return id, true
+		}
+	}
+	return "", false
+}
+
+// issue adds a new token for account to h as a Set-Cookie field.
+func (v *devices) issue(h http.Header, account string) {
+	token, exp := v.sign(account)
+	c := &http.Cookie{
+		Name:     v.o.Cookie,
+		Value:    token,
+		Path:     v.o.Path,
+		Expires:  exp,
+		MaxAge:   int(v.o.Lifetime / time.Second),
+		HttpOnly: true,
+		Secure:   !v.o.Insecure,
+		SameSite: http.SameSiteLaxMode,
+	}
+	h.Add("Set-Cookie", c.String())
+}

@@ -1,0 +1,199 @@
+package middleware
+
+import (
+	"bytes"
+	"encoding/base64"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef-device")
+
+func newTestDevices(t *testing.T, o DeviceOptions, now *time.Time) *devices {
+	t.Helper()
+	v, err := newDevices(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.now = func() time.Time { return *now }
+	return v
+}
+
+func TestDeviceTokenSignVerify(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	v := newTestDevices(t, DeviceOptions{Secret: testSecret, Lifetime: time.Hour}, &now)
+	token, exp := v.sign("alice")
+	if !exp.Equal(now.Add(time.Hour)) {
+		t.Errorf("expiry %v, want %v", exp, now.Add(time.Hour))
+	}
+	id, ok := v.verify(token, "alice")
+	if !ok || len(id) != 2*deviceNonce {
+		t.Fatalf("verify(own token) = %q, %v", id, ok)
+	}
+	if id2, _ := v.verify(token, "alice"); id2 != id {
+		t.Errorf("one token, two device IDs: %q %q", id, id2)
+	}
+	other, _ := v.sign("alice")
+	if id3, ok := v.verify(other, "alice"); !ok || id3 == id {
+		t.Errorf("a second token has device ID %q (ok %v), the first %q: want a device of its own", id3, ok, id)
+	}
+	if strings.Contains(token, "alice") {
+		t.Errorf("token %q holds the account in clear", token)
+	}
+	raw, _ := base64.RawURLEncoding.DecodeString(token)
+	if bytes.Contains(raw, []byte("alice")) {
+		t.Errorf("decoded token holds the account in clear")
+	}
+}
+
+func TestDeviceTokenRejected(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	v := newTestDevices(t, DeviceOptions{Secret: testSecret, Lifetime: time.Hour}, &now)
+	token, _ := v.sign("alice")
+	t.Run("other account", func(t *testing.T) {
+		for _, account := range []string{"bob", "Alice", "alice ", "alic", ""} {
+			if _, ok := v.verify(token, account); ok {
+				t.Errorf("alice's token verifies for %q", account)
+			}
+		}
+	})
+	t.Run("expired", func(t *testing.T) {
+		later := now.Add(time.Hour - time.Second)
+		w := newTestDevices(t, DeviceOptions{Secret: testSecret, Lifetime: time.Hour}, &later)
+		if _, ok := w.verify(token, "alice"); !ok {
+			t.Error("token refused a second before it expires")
+		}
+		later = now.Add(time.Hour)
+		if _, ok := w.verify(token, "alice"); ok {
+			t.Error("token accepted when it expires")
+		}
+		later = now.Add(1000 * time.Hour)
+		if _, ok := w.verify(token, "alice"); ok {
+			t.Error("token accepted long after it expired")
+		}
+	})
+	t.Run("forged", func(t *testing.T) {
+		// Every one-character change of the token, every truncation and
+		// extension, is refused.
+		const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+		for i := range token {
+			for _, c := range []byte{alphabet[(strings.IndexByte(alphabet, token[i])+1)%64], '.', '='} {
+				forged := token[:i] + string(c) + token[i+1:]
+				if _, ok := v.verify(forged, "alice"); ok {
+					t.Fatalf("token with char %d changed to %q accepted", i, c)
+				}
+			}
+			if _, ok := v.verify(token[:i], "alice"); ok {
+				t.Fatalf("token cut to %d chars accepted", i)
+			}
+		}
+		if _, ok := v.verify(token+"A", "alice"); ok {
+			t.Error("extended token accepted")
+		}
+		// A later expiry written into a genuine token breaks its MAC.
+		raw, _ := base64.RawURLEncoding.DecodeString(token)
+		raw[1] ^= 0x01
+		if _, ok := v.verify(base64.RawURLEncoding.EncodeToString(raw), "alice"); ok {
+			t.Error("token with its expiry changed accepted")
+		}
+		raw[1] ^= 0x01
+		raw[0] = 2
+		if _, ok := v.verify(base64.RawURLEncoding.EncodeToString(raw), "alice"); ok {
+			t.Error("token of another version accepted")
+		}
+		for _, junk := range []string{"", "x", strings.Repeat("A", 76), strings.Repeat("A", 10000), "alice"} {
+			if _, ok := v.verify(junk, "alice"); ok {
+				t.Errorf("junk %.20q accepted", junk)
+			}
+		}
+	})
+	t.Run("secret rotation", func(t *testing.T) {
+		rotated := newTestDevices(t, DeviceOptions{Secret: []byte("another secret of at least 32 bytes!"), Lifetime: time.Hour}, &now)
+		if _, ok := rotated.verify(token, "alice"); ok {
+			t.Error("token signed under the old secret accepted under the new one")
+		}
+		fresh, _ := rotated.sign("alice")
+		if _, ok := rotated.verify(fresh, "alice"); !ok {
+			t.Error("token signed under the new secret refused")
+		}
+		if _, ok := v.verify(fresh, "alice"); ok {
+			t.Error("token signed under the new secret accepted under the old one")
+		}
+		same := newTestDevices(t, DeviceOptions{Secret: testSecret, Lifetime: time.Hour}, &now)
+		if _, ok := same.verify(token, "alice"); !ok {
+			t.Error("another instance with the same secret refuses the token")
+		}
+	})
+	t.Run("per-process key", func(t *testing.T) {
+		a := newTestDevices(t, DeviceOptions{}, &now)
+		b := newTestDevices(t, DeviceOptions{}, &now)
+		tok, _ := a.sign("alice")
+		if _, ok := a.verify(tok, "alice"); !ok {
+			t.Error("per-process key refuses its own token")
+		}
+		if _, ok := b.verify(tok, "alice"); ok {
+			t.Error("two processes without a secret share a key")
+		}
+	})
+}
+
+func TestDeviceCookie(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, insecure := range []bool{false, true} {
+		v := newTestDevices(t, DeviceOptions{Secret: testSecret, Insecure: insecure}, &now)
+		h := http.Header{}
+		v.issue(h, "alice")
+		res := http.Response{Header: h}
+		cs := res.Cookies()
+		if len(cs) != 1 {
+			t.Fatalf("Set-Cookie %q", h["Set-Cookie"])
+		}
+		c := cs[0]
+		if c.Name != DefaultDeviceCookie || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Secure == insecure ||
+			c.Path != "/" || c.MaxAge != int(DefaultDeviceLifetime/time.Second) || !c.Expires.Equal(now.Add(DefaultDeviceLifetime)) {
+			t.Errorf("insecure %v: cookie %q", insecure, h["Set-Cookie"])
+		}
+		if strings.Contains(h.Get("Set-Cookie"), "alice") {
+			t.Errorf("cookie names the account: %q", h.Get("Set-Cookie"))
+		}
+		r := httptest.NewRequest("POST", "/login", nil)
+		r.AddCookie(&http.Cookie{Name: "other", Value: c.Value})
+		if _, ok := v.known(r, "alice"); ok {
+			t.Error("token under another cookie name accepted")
+		}
+		r.AddCookie(&http.Cookie{Name: DefaultDeviceCookie, Value: "forged"})
+		r.AddCookie(c)
+		if _, ok := v.known(r, "alice"); !ok {
+			t.Error("valid token after a forged one refused")
+		}
+		r = httptest.NewRequest("POST", "/login", nil)
+		for range deviceCookies {
+			r.AddCookie(&http.Cookie{Name: DefaultDeviceCookie, Value: "forged"})
+		}
+		r.AddCookie(c)
+		if _, ok := v.known(r, "alice"); ok {
+			t.Error("more device cookies tried than the bound")
+		}
+	}
+}
+
+func TestDeviceOptionsValidated(t *testing.T) {
+	for _, o := range []DeviceOptions{
+		{Secret: []byte("short")},
+		{Cookie: "bad name"},
+		{Cookie: "a;b"},
+		{Lifetime: time.Second},
+		{Lifetime: MaxDeviceLifetime + time.Hour},
+	} {
+		if _, err := newDevices(o); err == nil {
+			t.Errorf("newDevices(%+v) accepted", o)
+		}
+	}
+	v, err := newDevices(DeviceOptions{Cookie: "__Host-device", Lifetime: time.Hour, Path: "/login"})
+	if err != nil || v.o.Cookie != "__Host-device" || v.o.Lifetime != time.Hour || v.o.Path != "/login" || v.o.Failures != DefaultDeviceFailures {
+		t.Errorf("newDevices = %+v, %v", v, err)
+	}
+}

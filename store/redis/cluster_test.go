@@ -43,6 +43,19 @@ func clusterMissing(tb testing.TB, err error) {
 	tb.Skipf("the Redis Cluster at %s is unreachable (%v); start one with .ci/redis-cluster.sh, set GATECOUNT_TEST_REDIS_CLUSTER_URL, or CI=true to fail instead", clusterURL(), err)
 }
 
+// clusterDown returns why the test Cluster, seeded at o's first address,
+// cannot be used, or nil. Each test asks again: the failover test stops a
+// node.
+func clusterDown(tb testing.TB, o *redis.ClusterOptions) error {
+	c := redis.NewClient(&redis.Options{Addr: o.Addrs[0], Username: o.Username, Password: o.Password, MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	info, err := c.ClusterInfo(tb.Context()).Result()
+	if err == nil && !strings.Contains(info, "cluster_state:ok") {
+		err = errors.New("cluster_state is not ok")
+	}
+	return err
+}
+
 // newCluster returns a cluster client of its own on the test Cluster,
 // closed when the test ends.
 func newCluster(tb testing.TB) *redis.ClusterClient {
@@ -51,18 +64,14 @@ func newCluster(tb testing.TB) *redis.ClusterClient {
 	if err != nil {
 		tb.Fatalf("GATECOUNT_TEST_REDIS_CLUSTER_URL: %v", err)
 	}
+	if err := clusterDown(tb, o); err != nil {
+		clusterMissing(tb, err)
+	}
 	o.ContextTimeoutEnabled = true
 	o.MaxRetries = -1
 	o.PoolSize = 64
 	c := redis.NewClusterClient(o)
 	tb.Cleanup(func() { c.Close() })
-	info, err := c.ClusterInfo(tb.Context()).Result()
-	if err == nil && !strings.Contains(info, "cluster_state:ok") {
-		err = errors.New("cluster_state is not ok")
-	}
-	if err != nil {
-		clusterMissing(tb, err)
-	}
 	return c
 }
 

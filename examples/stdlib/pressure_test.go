@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/gatecount/gatecount/examples/internal/demotest"
 	"github.com/gatecount/gatecount/internal/faultproxy"
 	"github.com/gatecount/gatecount/internal/loadtest"
 	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/store/postgres"
+	redisstore "github.com/gatecount/gatecount/store/redis"
 )
 
 // The tests of this file press on the limits as an attacker would: bursts
@@ -246,8 +248,8 @@ func TestBurstHealthPerIP(t *testing.T) {
 }
 
 // A key flood hands out no fresh budget (memory store and PostgreSQL,
-// RATE_LIMIT_MAX_ENTRIES=1000; and two servers on PostgreSQL, the traffic
-// split over both): 15 wrong passwords for alice and a reset
+// RATE_LIMIT_MAX_ENTRIES=1000; and two servers on PostgreSQL and on Redis,
+// the traffic split over both): 15 wrong passwords for alice and a reset
 // code for her address, then 1,100 GET /health from fresh IPv6 networks
 // fill the store; then alice's wrong passwords and reset requests come
 // from new addresses, whose keys the full store cannot hold. Over the
@@ -279,6 +281,7 @@ func TestKeyFlood(t *testing.T) {
 		{"memory", "memory", 1},
 		{"postgres", "postgres", 1},
 		{"postgres, two servers", "postgres", 2},
+		{"redis, two servers", "redis", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := storeEnv(t, tc.store,
@@ -369,28 +372,50 @@ func proxied(t *testing.T, direct string) (*faultproxy.Proxy, string) {
 }
 
 // liveEntries returns the live entries in the server's store: as its
-// Stats tell, or for PostgreSQL, counted in the database under the store's
-// secret.
+// Stats tell; for PostgreSQL, counted in the database under the store's
+// secret; for Redis, counted in the live indexes of its secret's tags.
 func liveEntries(t *testing.T, s *demotest.Server) int {
 	t.Helper()
 	if st := s.App.Store.Store.Stats(); st.Entries >= 0 {
 		return st.Entries
 	}
-	b, ok := s.App.Store.Store.Backend().(*postgres.Backend)
-	if !ok {
-		t.Fatalf("the %s store tells no count of its entries", s.App.Store.Kind)
-	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, s.App.Config.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
+	switch b := s.App.Store.Store.Backend().(type) {
+	case *postgres.Backend:
+		pool, err := pgxpool.New(ctx, s.App.Config.DatabaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM gatecount_entries WHERE fingerprint = $1 AND expires_at > now()`, b.Fingerprint()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	case *redisstore.Backend:
+		opts, err := goredis.ParseURL(s.App.Config.StoreURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := goredis.NewClient(opts)
+		defer c.Close()
+		tags, err := c.SMembers(ctx, "gatecount:{"+b.Fingerprint()+"}:tags").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+		n := 0
+		for _, tag := range tags {
+			k, err := c.ZCount(ctx, "gatecount:{"+tag+"}:"+b.Fingerprint()+":live", "("+now, "+inf").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += int(k)
+		}
+		return n
 	}
-	defer pool.Close()
-	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM gatecount_entries WHERE fingerprint = $1 AND expires_at > now()`, b.Fingerprint()).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	t.Fatalf("the %s store tells no count of its entries", s.App.Store.Kind)
+	return 0
 }
 
 // A store outage after a key was refused hands out no fresh budget: on

@@ -40,6 +40,12 @@ import (
 
 // Pair is what a case runs against: handles on one store, as the instances
 // of an app hold them.
+//
+// Besides these handles, the cases open handles of their own, on First's
+// Store and on the stores NewBounded opens, under random prefixes that begin
+// with "stc-" (to check that nested prefixes are kept apart, and that one
+// bound covers every handle of a store). They stay open until that store
+// is closed.
 type Pair struct {
 	// First and Second have the same prefix: two instances of an app. For a
 	// shared store they use separate connections or clients; for a store
@@ -50,8 +56,17 @@ type Pair struct {
 	Other *store.Handle
 	// NewBounded, when set, opens a fresh store of the same kind whose
 	// bound is max live entries and returns a handle on it. The case closes
-	// that handle's Store. When nil, the bound's case is skipped.
+	// that handle's Store. The cases of the bound, of Sweep's count and of
+	// Close run on such stores; when NewBounded is nil they do not apply.
+	// The close case calls it on a goroutine of its own and counts the
+	// goroutines started meanwhile as the store's: a connection pool or
+	// client NewBounded opens must be closed by the store's Close.
 	NewBounded func(max int) (*store.Handle, error)
+	// SharedSweep says that Sweep on a store NewBounded opens also removes
+	// entries other stores wrote (every expired row of a table other stores
+	// write too, say), so that how many it removes is not the suite's to
+	// know: the sweep-exact case does not apply.
+	SharedSweep bool
 }
 
 // Case is one clause of the contract.

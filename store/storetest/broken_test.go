@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -36,7 +37,8 @@ const (
 	retriesStale            // optimistic: after a conflict, runs apply again on the entries the first run changed
 	countNotAtomic          // its own Count charges keys with room when another has none
 	reencodesJSON           // keeps each value as encoding/json re-encodes it
-	cachesReads             // each instance keeps what Read read for cacheFor
+	cachesReads             // each instance keeps what Read read for cacheFor, dropping what it writes
+	cachesReadsBlind        // each instance keeps what Read read for cacheFor, whatever it writes
 	readAliases             // Read returns the stored bytes themselves
 	applyAliases            // apply is given the stored bytes themselves
 	expiresEarly            // judges expiry earlyBy after the time it tells apply
@@ -72,8 +74,10 @@ const (
 	// keyLocks holds a lock per key, taken in the keys' order, through the
 	// Update, and the world's lock only to read and write.
 	keyLocks
-	// optimistic reads, runs apply with no lock held, and writes only if
-	// no key changed meanwhile; otherwise it starts over.
+	// optimistic reads, runs apply with no lock of the world held, and
+	// writes only if no key changed meanwhile; otherwise it starts over.
+	// Updates of one instance take turns under a lock of its own, so only
+	// other instances' updates conflict with them.
 	optimistic
 )
 
@@ -120,6 +124,7 @@ type mapBackend struct {
 
 	cacheMu sync.Mutex
 	cache   map[wkey]cached
+	turns   sync.Mutex // of an optimistic instance's updates
 
 	stop, done chan struct{} // of the background goroutine, when started
 }
@@ -388,9 +393,16 @@ func (b *mapBackend) Update(_ context.Context, prefix string, keys []string, app
 
 // updateOptimistic is Update for an optimistic store.
 func (b *mapBackend) updateOptimistic(prefix string, keys []string, apply store.ApplyFunc) error {
+	b.turns.Lock()
+	defer b.turns.Unlock()
 	w := b.w
 	var first []store.Entry
-	for range 1_000_000 {
+	for conflicts := range 100_000 {
+		if conflicts > 0 {
+			// A random backoff growing with the conflicts, as optimistic
+			// stores do, lets the update that won finish.
+			time.Sleep(time.Duration(rand.IntN(min(conflicts, 40)*50+1)) * time.Microsecond)
+		}
 		b.trip()
 		w.mu.Lock()
 		now := b.now()
@@ -418,14 +430,13 @@ func (b *mapBackend) updateOptimistic(prefix string, keys []string, apply store.
 			return err
 		}
 		w.mu.Unlock()
-		runtime.Gosched()
 	}
 	return errors.New("optimistic update: too many conflicts")
 }
 
 // forget drops what the instance cached of keys, which it writes.
 func (b *mapBackend) forget(prefix string, keys []string) {
-	if b.flaw != cachesReads {
+	if b.flaw != cachesReads { // cachesReadsBlind forgets nothing
 		return
 	}
 	b.cacheMu.Lock()
@@ -444,7 +455,8 @@ func (b *mapBackend) Read(_ context.Context, prefix string, keys []string) ([]st
 		defer unlock()
 	}
 	out := make([]store.Entry, len(keys))
-	if b.flaw == cachesReads {
+	caches := b.flaw == cachesReads || b.flaw == cachesReadsBlind
+	if caches {
 		b.cacheMu.Lock()
 		defer b.cacheMu.Unlock()
 		if b.cache == nil {
@@ -484,7 +496,7 @@ func (b *mapBackend) Read(_ context.Context, prefix string, keys []string) ([]st
 		}
 		out[i] = store.Entry{Value: v, ExpiresAt: r.exp}
 	}
-	if b.flaw == cachesReads {
+	if caches {
 		for i, k := range keys {
 			b.cache[b.name(prefix, k)] = cached{store.Entry{Value: bytes.Clone(out[i].Value), ExpiresAt: out[i].ExpiresAt}, time.Now()}
 		}
@@ -684,10 +696,15 @@ var variants = []variant{
 	{name: "count-not-atomic", flaw: countNotAtomic, shared: true, counter: true, want: []string{"count-all-or-nothing"}, also: []string{"count-matches-generic"}},
 
 	{name: "reencodes-json", flaw: reencodesJSON, inline: true, want: []string{"round-trip"}},
+	{name: "reencodes-json-shared", flaw: reencodesJSON, shared: true, want: []string{"round-trip"}},
 	{name: "caches-reads", flaw: cachesReads, shared: true, want: []string{"visibility"}},
+	{name: "caches-reads-inline", flaw: cachesReadsBlind, inline: true, want: []string{"visibility"},
+		also: []string{"count-values", "count-matches-generic"}}, // they read back what they counted
 	{name: "read-aliases", flaw: readAliases, inline: true, want: []string{"values-owned"}},
+	{name: "read-aliases-shared", flaw: readAliases, shared: true, lock: keyLocks, want: []string{"values-owned"}},
 	{name: "apply-aliases", flaw: applyAliases, inline: true, want: []string{"values-owned"}, also: []string{"bound", "bound-count"}}, // a refused apply changed the held key
 	{name: "expires-early", flaw: expiresEarly, shared: true, want: []string{"expiry-not-early"}},
+	{name: "expires-early-inline-counter", flaw: expiresEarly, inline: true, counter: true, want: []string{"expiry-not-early"}},
 	{name: "keeps-expiry-on-rewrite", flaw: keepsExpiry, shared: true, want: []string{"rewrite-after-expiry"}},
 	{name: "keeps-expiry-on-rewrite-inline", flaw: keepsExpiry, inline: true, want: []string{"rewrite-after-expiry"}},
 	{name: "count-keeps-expiry-on-rewrite", flaw: countKeepsExpiry, inline: true, counter: true, want: []string{"rewrite-after-expiry"}},
@@ -696,12 +713,17 @@ var variants = []variant{
 	{name: "writes-first-run", flaw: writesFirstRun, shared: true, lock: optimistic,
 		want: []string{"apply-retried-once"}, also: []string{"no-lost-update", "lock-order", "count-exact-budget"}},
 	{name: "joins-prefix", flaw: joinsPrefix, inline: true, want: []string{"nested-prefixes"}},
+	{name: "joins-prefix-shared-counter", flaw: joinsPrefix, shared: true, counter: true, want: []string{"nested-prefixes"}},
 	{name: "sweep-over-counts", flaw: sweepOverCounts, inline: true, want: []string{"sweep-exact"}},
 	{name: "sweep-no-commit", flaw: sweepNoCommit, shared: true, want: []string{"sweep-exact"}},
+	{name: "sweep-over-counts-shared", flaw: sweepOverCounts, shared: true, lock: optimistic, want: []string{"sweep-exact"}},
 	{name: "leaks-on-rewrite", flaw: leaksOnRewrite, shared: true, want: []string{"bound-rewrite"}},
+	{name: "leaks-on-rewrite-inline-counter", flaw: leaksOnRewrite, inline: true, counter: true, want: []string{"bound-rewrite"}},
 	{name: "count-ignores-bound", flaw: countIgnoresBound, inline: true, counter: true, want: []string{"bound-count"}, also: []string{"bound-handles"}},
 	{name: "bound-per-prefix", flaw: boundPerPrefix, inline: true, want: []string{"bound-handles"}},
+	{name: "bound-per-prefix-shared-counter", flaw: boundPerPrefix, shared: true, counter: true, want: []string{"bound-handles"}},
 	{name: "leaks-goroutine", flaw: leaksGoroutine, shared: true, want: []string{"close"}},
+	{name: "leaks-goroutine-inline", flaw: leaksGoroutine, inline: true, want: []string{"close"}},
 	{name: "count-racy", flaw: countRacy, shared: true, counter: true, want: []string{"count-exact-budget"}},
 	{name: "restarts-window", flaw: restartsWindow, inline: true, counter: true, want: []string{"count-values"},
 		also: []string{"count-matches-generic", "count-exact-budget"}}, // concurrent counts tell different ends

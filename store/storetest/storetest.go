@@ -20,6 +20,19 @@
 // milliseconds after the store's own time and wait, polling the store, until
 // the store's time has passed it. Every wait is bounded.
 //
+// Each case's doc says which bug of a store author it catches. The cases
+// that race calls against each other start their goroutines at one moment,
+// on both handles, and yield inside apply, so that a store that does not
+// hold its keys through apply lets other calls in; when none of their calls
+// finishes for 10 s the case reports the store deadlocked and returns,
+// leaving the stuck goroutines behind, rather than hang. The whole suite
+// takes about 5 s on the memory store.
+//
+// What the suite cannot show is a store's own tests' to add: its faults
+// (lost connections, timeouts mid-call, restarts), races it cannot provoke
+// from one process, behaviour at scale, and what only that store has
+// (migrations, secrets, configuration).
+//
 // A case that finds the contract broken returns a *ContractViolation saying
 // what broke; a case that does not apply to the store (a round trip between
 // two instances of a store that is not shared, say) returns an error

@@ -640,7 +640,10 @@ func (v variant) open(e *env, w *world, clock time.Duration) *store.Store {
 	if v.counter {
 		be = counterBackend{b}
 	}
-	opts := store.Options{Logger: slog.New(slog.DiscardHandler), Breaker: store.BreakerOptions{Failures: -1}}
+	// TestBrokenStores runs many cases at once, on a machine perhaps slowed
+	// by the race detector: a deadline of the guard's default could answer
+	// a sound store's call under contention unavailable.
+	opts := store.Options{Logger: slog.New(slog.DiscardHandler), Breaker: store.BreakerOptions{Failures: -1}, Deadline: time.Minute}
 	s := store.New(be, opts)
 	e.mu.Lock()
 	e.stores = append(e.stores, s)

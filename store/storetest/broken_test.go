@@ -62,7 +62,7 @@ const (
 const (
 	skew     = 5 * time.Minute
 	earlyBy  = 100 * time.Millisecond
-	cacheFor = 250 * time.Millisecond
+	cacheFor = time.Second
 )
 
 // locking is how a test backend keeps an Update atomic.
@@ -670,7 +670,7 @@ func (v variant) pair(e *env) storetest.Pair {
 // Every store of each kind: shared or inline, with a Count of its own or
 // not, with one lock, a lock per key or optimistic updates.
 var variants = []variant{
-	{name: "sound-shared", flaw: sound, shared: true},
+	{name: "sound-shared", flaw: sound, shared: true, lock: oneLock},
 	{name: "sound-shared-counter", flaw: sound, shared: true, counter: true},
 	{name: "sound-inline", flaw: sound, inline: true},
 	{name: "sound-inline-counter", flaw: sound, inline: true, counter: true},
@@ -729,7 +729,7 @@ var variants = []variant{
 	{name: "leaks-goroutine-inline", flaw: leaksGoroutine, inline: true, want: []string{"close"}},
 	{name: "count-racy", flaw: countRacy, shared: true, counter: true, want: []string{"count-exact-budget"}},
 	{name: "restarts-window", flaw: restartsWindow, inline: true, counter: true, want: []string{"count-values"},
-		also: []string{"count-matches-generic", "count-exact-budget"}}, // concurrent counts tell different ends
+		also: []string{"count-matches-generic", "count-exact-budget", "rewrite-after-expiry"}}, // each checks where a window ends
 }
 
 // brokenParallel is how many cases TestBrokenStores runs at once, over

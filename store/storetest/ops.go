@@ -45,8 +45,12 @@ const (
 	closePoll = 10 * time.Millisecond
 	closeWait = 5 * time.Second
 	// nearPoll is the pause between two looks at an entry close to its
-	// expiry.
-	nearPoll = 2 * time.Millisecond
+	// expiry; a look that comes more than nearGap after the one before,
+	// across the expiry, shows nothing, and the case tries again, up to
+	// nearAttempts times.
+	nearPoll     = 2 * time.Millisecond
+	nearGap      = 50 * time.Millisecond
+	nearAttempts = 5
 	// stallLimit is how long goroutines calling a store at once may go
 	// with none of their calls finishing before the case calls the store
 	// deadlocked. A store's own deadline (the guard's is 2 s) answers a

@@ -34,8 +34,8 @@
 // (migrations, secrets, configuration).
 //
 // A case that finds the contract broken returns a *ContractViolation saying
-// what broke; a case that does not apply to the store (a round trip between
-// two instances of a store that is not shared, say) returns an error
+// what broke; a case that does not apply to the store (one that needs
+// stores of its own when Pair.NewBounded is not set, say) returns an error
 // matching ErrNotApplicable, and Run skips it.
 package storetest
 
@@ -71,9 +71,10 @@ type Pair struct {
 	// bound is max live entries and returns a handle on it. The case closes
 	// that handle's Store. The cases of the bound, of Sweep's count and of
 	// Close run on such stores; when NewBounded is nil they do not apply.
-	// The close case calls it on a goroutine of its own and counts the
-	// goroutines started meanwhile as the store's: a connection pool or
-	// client NewBounded opens must be closed by the store's Close.
+	// The close case calls it, and uses the store, under a profiler label
+	// of its own, and counts every goroutine started under that label as
+	// the store's: one that NewBounded starts (a connection pool's or a
+	// client's it opens) must have ended once the store's Close returns.
 	NewBounded func(max int) (*store.Handle, error)
 	// SharedSweep says that Sweep on a store NewBounded opens also removes
 	// entries other stores wrote (every expired row of a table other stores

@@ -229,7 +229,7 @@ func boundHandles(r *runner) error {
 	}
 	for _, hh := range []*store.Handle{h, h2} {
 		for _, count := range []bool{false, true} {
-			if err := r.full(hh, max, "a new key in a store whose two handles hold 4 entries each", count, r.key("bh-new")); err != nil {
+			if err := r.full(hh, max, "a new key, with the store's two handles holding 4 entries each,", count, r.key("bh-new")); err != nil {
 				return err
 			}
 		}

@@ -219,13 +219,13 @@ func lockOrder(r *runner) error {
 	const workers, each = 16, 30
 	a, b := r.key("order-a"), r.key("order-b")
 	err := r.together(workers, each, func(w, i int, h *store.Handle) error {
-		keys := []string{a, b}
+		keys, order := []string{a, b}, "one"
 		if (w/2)%2 == 1 {
-			keys = []string{b, a}
+			keys, order = []string{b, a}, "the other"
 		}
 		if err := r.update(h, keys, slowIncr(i)); err != nil {
 			return r.failf("two-key Update on %s naming its keys in %s order, while others name them in the other: %v",
-				r.hname(h), map[bool]string{true: "one", false: "the other"}[keys[0] == a], err)
+				r.hname(h), order, err)
 		}
 		return nil
 	})

@@ -39,13 +39,24 @@ var benchConcurrency = []int{1, 8}
 
 // benchPool opens a pool of conns connections, with extra run-time
 // parameters, and connects them all before it returns, so that no
-// benchmark times the connecting.
-func benchPool(b testing.TB, conns int, params map[string]string) *pgxpool.Pool {
+// benchmark times the connecting. Each of opts changes the pool's config
+// first.
+func benchPool(b testing.TB, conns int, params map[string]string, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
 	b.Helper()
 	newPool(b) // skips or fails when unreachable; migrates
-	cfg, err := pgxpool.ParseConfig(benchURL())
+	return connectedPool(b, benchURL(), conns, params, opts...)
+}
+
+// connectedPool opens a pool on url of conns connections, with extra
+// run-time parameters, connected before it returns.
+func connectedPool(b testing.TB, url string, conns int, params map[string]string, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
+	b.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		b.Fatal(err)
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	cfg.MaxConns = int32(conns)
 	cfg.MinConns = int32(conns)

@@ -51,6 +51,7 @@ max_client_conn = 500
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 log_connections = 0
+server_login_retry = 1
 log_disconnections = 0
 EOF
 if [ "$(id -u)" = 0 ]; then

@@ -38,6 +38,9 @@ const MigrationLockTimeout = 30 * time.Second
 // MigrationLockTimeout for a lock and gave up, having changed nothing.
 var ErrMigrationLocked = errors.New("postgres: migrate: gave up waiting for a lock")
 
+// migrationLockTimeout is MigrationLockTimeout; tests shorten it.
+var migrationLockTimeout = MigrationLockTimeout
+
 // migrations are the embedded migrations, in version order. The files are
 // the package's own, so a malformed one is a bug caught by every test.
 var migrations = func() []schema.Migration {
@@ -88,7 +91,7 @@ func migrateOne(ctx context.Context, pool *pgxpool.Pool) (version int, err error
 	const simple = pgx.QueryExecModeSimpleProtocol
 	step := "take the migration lock"
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", MigrationLockTimeout.Milliseconds())); err != nil {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrationLockTimeout.Milliseconds())); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", simple, migrationLock); err != nil {
@@ -122,9 +125,9 @@ func migrateOne(ctx context.Context, pool *pgxpool.Pool) (version int, err error
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == errLockTimeout && step == "take the migration lock":
-		return 0, fmt.Errorf("%w: another migration held the migration lock for %v; try again once it ends (pg_stat_activity shows it): %w", ErrMigrationLocked, MigrationLockTimeout, err)
+		return 0, fmt.Errorf("%w: another migration held the migration lock for %v; try again once it ends (pg_stat_activity shows it): %w", ErrMigrationLocked, migrationLockTimeout, err)
 	case errors.As(err, &pgErr) && pgErr.Code == errLockTimeout:
-		return 0, fmt.Errorf("%w: %s: a lock on the store's tables was held for %v; try again: %w", ErrMigrationLocked, step, MigrationLockTimeout, err)
+		return 0, fmt.Errorf("%w: %s: a lock on the store's tables was held for %v; try again: %w", ErrMigrationLocked, step, migrationLockTimeout, err)
 	case err != nil:
 		return 0, fmt.Errorf("postgres: migrate: %s: %w", step, err)
 	}

@@ -12,6 +12,9 @@
 #                         schema gatecount_pgbouncer_scratch on each server
 #                         connection (tests and benchmarks that need an
 #                         empty schema behind the pooler recreate it)
+#   gatecount_tx_bench    pool_mode=transaction, search_path
+#                         gatecount_pgbouncer_bench and synchronous_commit
+#                         off on each server connection (the benchmarks)
 # and the admin console (database pgbouncer, user postgres), on which the
 # tests send RECONNECT. Auth is trust, as the test server's.
 set -euo pipefail
@@ -37,6 +40,7 @@ cat >"$dir/pgbouncer.ini" <<EOF
 gatecount_tx = host=127.0.0.1 port=5432 dbname=$db pool_mode=transaction
 gatecount_session = host=127.0.0.1 port=5432 dbname=$db pool_mode=session pool_size=24
 gatecount_tx_scratch = host=127.0.0.1 port=5432 dbname=$db pool_mode=transaction connect_query='SET search_path = gatecount_pgbouncer_scratch'
+gatecount_tx_bench = host=127.0.0.1 port=5432 dbname=$db pool_mode=transaction connect_query='SET search_path = gatecount_pgbouncer_bench; SET synchronous_commit = off'
 
 [pgbouncer]
 listen_addr = 127.0.0.1

@@ -208,9 +208,9 @@ func (b *Backend) Shared() bool { return true }
 // are refused even from different Stores.
 func (b *Backend) Backing() any { return b.pool }
 
-// Prompt reports true: a call's I/O is bounded by its context's deadline
-// (closing the connection if it must); a call cancelled while it runs ends
-// when its round trips do (see "Deadlines" in the package documentation).
+// Prompt reports true: pgx watches a call's context during its round trips
+// and ends the call, closing its connection, when the context ends (see
+// "Deadlines" in the package documentation).
 func (b *Backend) Prompt() bool { return true }
 
 // Fingerprint names the store's secret, as recorded in each of its rows.

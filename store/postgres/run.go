@@ -63,11 +63,24 @@ type runner struct {
 // newRunner returns a runner on c in mode; st holds the statements prepared
 // on c in modeNamed. Its round trips watch ctx.
 func newRunner(ctx context.Context, c *pgx.Conn, mode execMode, st *preparedStmts) *runner {
-	r := &runner{ctx: ctx, conn: c, m: c.TypeMap(), mode: mode, st: st}
-	if mode != modeSimple {
-		r.p = c.PgConn().StartPipeline(ctx)
+	return &runner{ctx: ctx, conn: c, m: c.TypeMap(), mode: mode, st: st}
+}
+
+// build encodes args for statement i, and returns the statement as
+// prepared on the connection, or nil when it is to be sent unnamed.
+func (r *runner) build(i int, args []any) (*pgconn.StatementDescription, error) {
+	var sd *pgconn.StatementDescription
+	if r.st != nil {
+		sd = r.st.s[i]
 	}
-	return r
+	enc := sd
+	if enc == nil {
+		enc = statementSpecs[i].sd
+	}
+	if err := r.eqb.Build(r.m, enc, args); err != nil {
+		return nil, fmt.Errorf("statement %d: %w", i, err)
+	}
+	return sd, nil
 }
 
 // send queues statement i of statementSpecs with args, to go at the next
@@ -79,23 +92,19 @@ func (r *runner) send(i int, args ...any) error {
 		r.queued = append(r.queued, &pgx.QueuedQuery{SQL: spec.sql, Arguments: args})
 		return nil
 	}
-	var sd *pgconn.StatementDescription
-	if r.st != nil {
-		sd = r.st.s[i]
+	sd, err := r.build(i, args)
+	if err != nil {
+		r.sent--
+		return err
+	}
+	if r.p == nil {
+		r.p = r.conn.PgConn().StartPipeline(r.ctx)
 	}
 	if sd == nil {
-		if err := r.eqb.Build(r.m, spec.sd, args); err != nil {
-			r.sent--
-			return fmt.Errorf("statement %d: %w", i, err)
-		}
 		r.p.SendQueryParams(spec.sql, r.eqb.ParamValues, spec.params, r.eqb.ParamFormats, binaryFormat)
-		return nil
+	} else {
+		r.p.SendQueryStatement(sd, r.eqb.ParamValues, r.eqb.ParamFormats, binaryFormat)
 	}
-	if err := r.eqb.Build(r.m, sd, args); err != nil {
-		r.sent--
-		return fmt.Errorf("statement %d: %w", i, err)
-	}
-	r.p.SendQueryStatement(sd, r.eqb.ParamValues, r.eqb.ParamFormats, binaryFormat)
 	return nil
 }
 
@@ -251,8 +260,13 @@ func (r *runner) row(dest ...any) error {
 
 // one runs statement i with args in a transaction of its own (one round
 // trip), calling each with the fields and values of each of its rows,
-// which are valid only during the call.
+// which are valid only during the call. In the extended protocol, on a
+// runner that has sent nothing yet, the statement goes without a pipeline,
+// as pgx's own queries do.
 func (r *runner) one(i int, each func(fields []pgconn.FieldDescription, vals [][]byte) error, args ...any) error {
+	if r.mode != modeSimple && r.p == nil && !r.used {
+		return r.oneExtended(i, each, args)
+	}
 	if err := r.send(i, args...); err != nil {
 		return err
 	}
@@ -262,6 +276,36 @@ func (r *runner) one(i int, each func(fields []pgconn.FieldDescription, vals [][
 	_, err := r.rows(each)
 	if serr := r.synced(); err == nil {
 		err = serr
+	}
+	return err
+}
+
+// oneExtended is one without a pipeline, in the extended protocol.
+func (r *runner) oneExtended(i int, each func(fields []pgconn.FieldDescription, vals [][]byte) error, args []any) error {
+	sd, err := r.build(i, args)
+	if err != nil {
+		return err
+	}
+	pc := r.conn.PgConn()
+	r.used = true
+	var rr *pgconn.ResultReader
+	if sd == nil {
+		spec := &statementSpecs[i]
+		rr = pc.ExecParams(r.ctx, spec.sql, r.eqb.ParamValues, spec.params, r.eqb.ParamFormats, binaryFormat)
+	} else {
+		rr = pc.ExecStatement(r.ctx, sd, r.eqb.ParamValues, r.eqb.ParamFormats, binaryFormat)
+	}
+	for rr.NextRow() {
+		if each != nil && err == nil {
+			err = each(rr.FieldDescriptions(), rr.Values())
+		}
+	}
+	// Close reads up to the end of the transaction; on an error of the
+	// connection, pgconn has closed it.
+	_, rerr := rr.Close()
+	r.done = true
+	if rerr != nil {
+		return rerr
 	}
 	return err
 }

@@ -97,7 +97,7 @@ func TestBackendDeadline(t *testing.T) {
 // Update, planned as a sequential scan of a table of no pages, becomes a
 // lookup by primary key.
 func TestReplanAfterGrowth(t *testing.T) {
-	schema := benchSchema(t)
+	schema := migratedSchema(t)
 	// One connection, whose statements are prepared by name whatever the
 	// test URL's mode.
 	pool := benchPool(t, 1, map[string]string{"search_path": schema}, func(c *pgxpool.Config) {

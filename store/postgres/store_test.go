@@ -72,8 +72,10 @@ func exactBudget(t *testing.T, poolA, poolB *pgxpool.Pool, rounds int, between f
 		for _, nkeys := range []int{1, 2} {
 			t.Run(kind.name+"/"+strings.Repeat("k", nkeys), func(t *testing.T) {
 				prefix := randomPrefix("exact")
-				// Every attempt is let in, so that each is decided.
-				o := Options{Store: store.Options{MaxInFlight: 2 * perPool}}
+				// Every attempt is let in, so that each is decided, and
+				// answered on a machine under load (200 attempts on one
+				// key take turns on its row).
+				o := Options{Store: store.Options{MaxInFlight: 2 * perPool, Deadline: 10 * time.Second}}
 				a, err := kind.open(t, poolA, o).Handle(prefix)
 				if err != nil {
 					t.Fatal(err)

@@ -79,9 +79,14 @@ type Options struct {
 }
 
 // New returns a store over pool, the app's own pool, behind the guard. It
-// checks that Migrate has run (or returns an error matching ErrNotMigrated),
-// and starts the background sweep and count, which run until the Store is
-// closed. Closing the Store does not close pool.
+// checks that Migrate has run (or returns an error matching ErrNotMigrated)
+// and that pgx can run queries with the pool's settings (or returns an
+// error matching ErrPoolSetting, naming the setting), and starts the
+// background sweep and count, which run until the Store is closed. Closing
+// the Store does not close pool. The store runs its statements in the
+// pool's own query exec mode (see "Statements" in the package
+// documentation): behind a pooler in transaction mode, give the pool
+// default_query_exec_mode=exec.
 //
 // Stores made by several New calls over one pool share it and open no
 // connections of their own; a prefix can have one handle on a pool at a

@@ -28,6 +28,12 @@ db=${db%%\?*}
 if ! command -v pgbouncer >/dev/null 2>&1 && ! test -x /usr/sbin/pgbouncer; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
+  # The package's own service, where an init system started it, holds the
+  # port with the package's config: this script runs its own.
+  if command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now pgbouncer >/dev/null 2>&1 || true
+  fi
+  service pgbouncer stop >/dev/null 2>&1 || true
 fi
 bin=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
 

@@ -15,10 +15,10 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// TestDeadlineClearedOnRelease: the I/O deadline a call sets on its
-// connection goes with the call, so the app's own use of the pool after it
-// is not cut short.
-func TestDeadlineClearedOnRelease(t *testing.T) {
+// TestAppQueryAfterStoreDeadline: the deadline of a store's call goes with
+// the call, so the app's own use of the pool's connection after it, past
+// that deadline, is not cut short.
+func TestAppQueryAfterStoreDeadline(t *testing.T) {
 	newPool(t)
 	u := testURL()
 	if strings.Contains(u, "?") {

@@ -44,7 +44,7 @@ EOF
 cat >"$dir/pgbouncer.ini" <<EOF
 [databases]
 gatecount_tx = host=127.0.0.1 port=5432 dbname=$db pool_mode=transaction
-gatecount_session = host=127.0.0.1 port=5432 dbname=$db pool_mode=session pool_size=24
+gatecount_session = host=127.0.0.1 port=5432 dbname=$db pool_mode=session pool_size=20
 gatecount_tx_scratch = host=127.0.0.1 port=5432 dbname=$db pool_mode=transaction connect_query='SET search_path = gatecount_pgbouncer_scratch'
 gatecount_tx_bench = host=127.0.0.1 port=5432 dbname=$db pool_mode=transaction connect_query='SET search_path = gatecount_pgbouncer_bench; SET synchronous_commit = off'
 
@@ -56,7 +56,8 @@ auth_type = trust
 auth_file = $dir/userlist.txt
 admin_users = postgres
 pool_mode = transaction
-default_pool_size = 12
+default_pool_size = 10
+server_idle_timeout = 30
 max_client_conn = 500
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid

@@ -234,7 +234,7 @@
 // room after all (the key changed meanwhile), the count goes to the
 // function below, which decides under lock.
 //
-// Single-key counts of concurrent calls share statements. A quarter of the
+// Single-key counts of concurrent calls share statements. An eighth of the
 // pool's connections (at least one) run such statements at a time; a call
 // that arrives while they all run waits in a queue, and when one ends the
 // first call of the queue counts, in one statement, itself and up to 63

@@ -169,7 +169,13 @@
 // Every mode runs the same statements, with the same transactions and
 // round trips. New returns an error matching ErrPoolSetting, naming it, for
 // a setting with which pgx runs no query (statement_cache_capacity=0 with
-// cache_statement, description_cache_capacity=0 with cache_describe).
+// cache_statement, description_cache_capacity=0 with cache_describe), and
+// for cache_statement on a pool whose connections lose prepared statements
+// between transactions: with cache_statement New prepares a statement on one
+// connection, has a second hold a transaction open (a pooler in
+// transaction mode hands it the server connection the first just
+// released), and runs the statement on the first, which behind such a
+// pooler fails.
 //
 // With statements prepared by name, PostgreSQL settles on one plan for each
 // after its first few runs and keeps it until the table's statistics

@@ -254,3 +254,20 @@ func TestMigrateLockTimeout(t *testing.T) {
 		t.Fatalf("%d migration locks held after Migrate returned", n)
 	}
 }
+
+// TestPoolerNamedStatementsRefused: with pgx's default statement cache
+// through PgBouncer in transaction mode, whose server connections keep no
+// statement across transactions, New refuses the pool with an error
+// matching ErrPoolSetting that names default_query_exec_mode, rather than
+// failing at the first count; in session mode the same settings work.
+func TestPoolerNamedStatementsRefused(t *testing.T) {
+	_, err := New(context.Background(), poolerPool(t, aliasTx, ""), Options{Secret: testSecret})
+	if !errors.Is(err, ErrPoolSetting) || !strings.Contains(err.Error(), "default_query_exec_mode") {
+		t.Fatalf("New through a transaction pooler with pgx's default mode: %v, want ErrPoolSetting naming default_query_exec_mode", err)
+	}
+	s, err := New(context.Background(), poolerPool(t, aliasSession, ""), Options{Secret: testSecret})
+	if err != nil {
+		t.Fatalf("New through a session pooler with pgx's default mode: %v", err)
+	}
+	s.Close()
+}

@@ -164,6 +164,11 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 	if err := checkSchema(ctx, pool); err != nil {
 		return nil, err
 	}
+	if mode == modeNamed {
+		if err := checkNamedStatements(ctx, pool); err != nil {
+			return nil, err
+		}
+	}
 	log := o.Store.Logger
 	if log == nil {
 		log = slog.Default()

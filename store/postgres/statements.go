@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -263,6 +265,58 @@ func (b *Backend) statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, 
 	}
 	pc.CustomData()[stmtsKey] = st
 	return st, nil
+}
+
+// checkNamedStatements returns an error matching ErrPoolSetting when a
+// statement prepared by name on one of pool's connections is lost by the
+// connection's next transaction: behind a pooler in transaction mode that
+// keeps no prepared statements (PgBouncer before 1.21, or without
+// max_prepared_statements), whose next transaction can run on another
+// server connection. It prepares a statement on one connection, makes a
+// second connection hold a transaction open (a pooler hands it the server
+// connection the first just released, as PgBouncer does), then runs the
+// statement on the first. A direct connection, a session pooler, or a
+// pooler that prepares statements again on the server connection it
+// picks, runs it. With a pool of one connection it checks nothing.
+func checkNamedStatements(ctx context.Context, pool *pgxpool.Pool) error {
+	if pool.Config().MaxConns < 2 {
+		return nil
+	}
+	a, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: check prepared statements: %w", err)
+	}
+	defer a.Release()
+	b, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: check prepared statements: %w", err)
+	}
+	defer b.Release()
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	name := "gatecount_check_" + hex.EncodeToString(rnd[:])
+	pa := a.Conn().PgConn()
+	if _, err := pa.Prepare(ctx, name, "SELECT 1", nil); err != nil {
+		return fmt.Errorf("postgres: check prepared statements: %w", poolerHint(err))
+	}
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: check prepared statements: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol); err != nil {
+		return fmt.Errorf("postgres: check prepared statements: %w", err)
+	}
+	_, err = pa.ExecPrepared(ctx, name, nil, nil, nil).Close()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
+		return fmt.Errorf("%w: default_query_exec_mode=cache_statement (pgx's default) keeps statements prepared by name, and this pool's connections lose them between transactions, as behind a pooler in transaction mode: set default_query_exec_mode=exec in the database URL", ErrPoolSetting)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: check prepared statements: %w", err)
+	}
+	_ = pa.Deallocate(ctx, name)
+	return nil
 }
 
 // poolerHint adds to err, when it says a prepared statement exists already

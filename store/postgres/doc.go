@@ -324,9 +324,9 @@
 // # Faults
 //
 // The guard of package store answers every call within its deadline (2 s
-// by default), keeps at most 64 calls in flight, and opens its breaker
-// after repeated failures; a database that is down, slow or unreachable is
-// answered as unavailable. Nothing here needs restarting when the database
+// by default), runs at most 64 calls at once (the rest wait their turn),
+// and opens a handle's breaker after repeated failures; a database that is
+// down, slow or unreachable is answered as unavailable. Nothing here needs restarting when the database
 // comes back: broken connections are dropped by the pool, and the next call
 // opens a new one.
 //

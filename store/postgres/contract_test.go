@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/storetest"
 )
@@ -11,9 +13,14 @@ import (
 // TestContract runs the contract suite with two pools as two instances of
 // an app: First and Second share a prefix over different pools, Other has
 // another prefix on First's pool, and NewBounded opens a store with a secret
-// of its own, so that only its own rows count against its bound.
-func TestContract(t *testing.T) {
-	poolA, poolB := newPool(t), newPool(t)
+// of its own, so that only its own rows count against its bound. Sweep
+// removes the expired rows of every secret in the table, which other tests
+// write too: SharedSweep.
+func TestContract(t *testing.T) { runContract(t, newPool(t), newPool(t)) }
+
+// runContract runs the contract suite over two pools, as TestContract
+// describes.
+func runContract(t *testing.T, poolA, poolB *pgxpool.Pool) {
 	storetest.Run(t, func(t *testing.T) storetest.Pair {
 		prefix := randomPrefix("contract")
 		first, err := newStore(t, poolA, Options{}).Handle(prefix)
@@ -44,6 +51,7 @@ func TestContract(t *testing.T) {
 				}
 				return h, nil
 			},
+			SharedSweep: true,
 		}
 	})
 }

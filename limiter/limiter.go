@@ -29,7 +29,7 @@
 // Nothing is ever admitted from memory.
 //
 // What a store that cannot answer means is each limiter's choice (see
-// Unavailable): refuse, allow, or count in process memory until the store
+// Policy): refuse, allow, or count in process memory until the store
 // recovers. Whatever the choice, an overloaded or full store never lets an
 // attempt through uncounted, and a full store still counts the keys it
 // holds.
@@ -90,15 +90,22 @@ func (b Budget) String() string { return fmt.Sprintf("%d per %v", b.Limit, b.Win
 
 func (b Budget) cap() store.Cap { return store.Cap{Max: int64(b.Limit), Window: b.Window} }
 
-// Unavailable is what a limiter answers when its store cannot.
-type Unavailable int
+// Policy is what a limiter answers when its store cannot: the one type for
+// that choice, in limiter.Options and in every middleware's Options. The zero
+// value, Default, leaves it to the constructor: Deny for New and
+// middleware.New, Allow for middleware.PerIP, Local for middleware.PerCaller,
+// SignIn and Send.
+type Policy int
 
 const (
+	// Default is the constructor's choice (see Policy).
+	Default Policy = iota
 	// Deny refuses the attempt: fail closed. Nothing can get through while
 	// the store cannot answer, which also stops legitimate users. A full
 	// store still counts the keys it holds; an attempt with a key it has no
-	// room for is refused.
-	Deny Unavailable = iota
+	// room for is refused. A middleware answers it 503 with Retry-After,
+	// never 429.
+	Deny
 	// Allow admits the attempt uncounted and logs it, but only while the
 	// store is down (its calls fail or time out, or its breaker is open):
 	// fail open. An overloaded store (a call that waited out its deadline
@@ -118,8 +125,10 @@ const (
 )
 
 // String names the policy.
-func (u Unavailable) String() string {
-	switch u {
+func (p Policy) String() string {
+	switch p {
+	case Default:
+		return "default"
 	case Deny:
 		return "deny"
 	case Allow:
@@ -127,7 +136,16 @@ func (u Unavailable) String() string {
 	case Local:
 		return "local"
 	}
-	return fmt.Sprintf("Unavailable(%d)", int(u))
+	return fmt.Sprintf("Policy(%d)", int(p))
+}
+
+// Or returns p, or def when p is Default. It is how a constructor applies
+// its own default.
+func (p Policy) Or(def Policy) Policy {
+	if p == Default {
+		return def
+	}
+	return p
 }
 
 // Log kinds of the limiter.
@@ -148,8 +166,8 @@ type Options struct {
 	// Budget applies to every key of Attempt.
 	Budget Budget
 	// Unavailable is what an attempt answers when the store cannot; the
-	// zero value is Deny.
-	Unavailable Unavailable
+	// zero value, Default, is Deny.
+	Unavailable Policy
 	// Logger receives the limiter's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// LocalMaxEntries bounds the limiter's process memory: the keys it
@@ -240,7 +258,7 @@ type Limiter struct {
 	name   string
 	budget Budget
 	caps   [MaxKeys]store.Cap
-	policy Unavailable
+	policy Policy
 	log    *slog.Logger
 	local  *store.Handle   // process memory, when the limiter has any
 	localB *memory.Backend // local's backend
@@ -265,6 +283,7 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 	if err := o.Budget.Validate(); err != nil {
 		return nil, fmt.Errorf("limiter %q: %w", o.Name, err)
 	}
+	o.Unavailable = o.Unavailable.Or(Deny)
 	if o.Unavailable < Deny || o.Unavailable > Local {
 		return nil, fmt.Errorf("limiter %q: unknown Unavailable policy %d", o.Name, int(o.Unavailable))
 	}
@@ -330,7 +349,7 @@ type Decision struct {
 	// Allowed reports whether the attempt may go ahead.
 	Allowed bool
 	// Unavailable reports that the store could not answer, so the limiter's
-	// Unavailable policy decided; Cause says why.
+	// Policy decided; Cause says why.
 	Unavailable bool
 	Cause       error
 	// Local reports that the attempt was counted in process memory, in
@@ -360,9 +379,10 @@ type Decision struct {
 	Limiting int
 	// Window is the budget window of the key that decided.
 	Window time.Duration
-	// Key is the index, among the attempt's keys, of the key that decided:
-	// Limiting when refused, the key with the least room left when allowed.
-	Key int
+	// KeyIndex is the index, among the attempt's keys, of the key that
+	// decided: Limiting when refused, the key with the least room left when
+	// allowed. Keys()[KeyIndex] is that key.
+	KeyIndex int
 
 	n         int
 	keys      [MaxKeys]string
@@ -404,7 +424,7 @@ func (d Decision) Only(indexes ...int) Decision {
 // budget, in one atomic store update, all or nothing. It returns an error
 // only for invalid keys, or when ctx ends before the store answers; a store
 // that cannot answer is reported in the Decision, decided by the limiter's
-// Unavailable policy.
+// Policy.
 func (l *Limiter) Attempt(ctx context.Context, keys ...string) (d Decision, err error) {
 	if len(keys) == 0 || len(keys) > MaxKeys {
 		return Decision{}, fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(keys), MaxKeys)
@@ -584,7 +604,7 @@ func decide(t *store.Tally, keys []string, caps []store.Cap, local bool, d *Deci
 			}
 		}
 	}
-	d.Key = at
+	d.KeyIndex = at
 	d.Limit = int(caps[at].Max)
 	d.Window = caps[at].Window
 	d.Remaining = int(max(caps[at].Max-t.Counts[at], 0))

@@ -32,7 +32,7 @@ type guardOptions struct {
 	name          string
 	names         []string         // of each budget, for the RateLimit fields
 	budgets       []limiter.Budget // the last is the limiter's own
-	unavailable   Policy
+	unavailable   limiter.Policy
 	ip            keyfunc.IPOptions
 	hideRemaining bool
 	legacy        bool
@@ -50,10 +50,7 @@ func newGuard(h *store.Handle, o guardOptions) (*guard, error) {
 			return nil, fmt.Errorf("middleware %q: %s: %w", o.name, o.names[i], err)
 		}
 	}
-	policy, err := o.unavailable.limiter(limiter.Local)
-	if err != nil {
-		return nil, err
-	}
+	policy := o.unavailable.Or(limiter.Local)
 	ip, err := keyfunc.NewIP(o.ip)
 	if err != nil {
 		return nil, fmt.Errorf("middleware %q: %w", o.name, err)

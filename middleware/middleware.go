@@ -75,44 +75,16 @@ const (
 // store is unavailable.
 const DefaultUnavailableRetryAfter = 5 * time.Second
 
-// Policy is what a Middleware answers when its store is unavailable. The zero
-// value, Default, lets the constructor choose.
-type Policy int
-
-const (
-	// Default: the constructor's choice (see PerCaller, PerIP, New).
-	Default Policy = iota
-	// Deny answers 503 (limiter.Deny).
-	Deny
-	// Allow lets the request through uncounted (limiter.Allow).
-	Allow
-	// Local counts in process memory until the store recovers
-	// (limiter.Local).
-	Local
-)
-
-func (p Policy) limiter(def limiter.Unavailable) (limiter.Unavailable, error) {
-	switch p {
-	case Default:
-		return def, nil
-	case Deny:
-		return limiter.Deny, nil
-	case Allow:
-		return limiter.Allow, nil
-	case Local:
-		return limiter.Local, nil
-	}
-	return 0, fmt.Errorf("middleware: unknown Policy %d", int(p))
-}
-
 // Options configure a Middleware. The zero value gives the defaults.
 type Options struct {
 	// Name names the limiter in logs and in the RateLimit fields; the
 	// constructor gives a default. It must be a token: letters, digits and
 	// "-_.".
 	Name string
-	// Unavailable is what to answer when the store is unavailable.
-	Unavailable Policy
+	// Unavailable is what to answer when the store is unavailable; the zero
+	// value, limiter.Default, is the constructor's choice: Local for
+	// PerCaller, Allow for PerIP, Deny for New.
+	Unavailable limiter.Policy
 	// Key replaces the constructor's key function.
 	Key keyfunc.Func
 	// IP configures the client address of PerIP (trusted proxies, IPv6
@@ -216,14 +188,11 @@ func New(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error)
 	return build(h, budget, o, limiter.Deny)
 }
 
-func build(h *store.Handle, budget limiter.Budget, o Options, def limiter.Unavailable) (*Middleware, error) {
+func build(h *store.Handle, budget limiter.Budget, o Options, def limiter.Policy) (*Middleware, error) {
 	if !isToken(o.Name) {
 		return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
 	}
-	policy, err := o.Unavailable.limiter(def)
-	if err != nil {
-		return nil, err
-	}
+	policy := o.Unavailable.Or(def)
 	if o.KeyErrorStatus == 0 {
 		o.KeyErrorStatus = http.StatusBadRequest
 	}
@@ -364,7 +333,7 @@ func newFields(names []string, budgets []limiter.Budget, hideRemaining, legacy b
 
 // set writes the fields of d, naming the key that decided it.
 func (f *fields) set(h http.Header, d *limiter.Decision) {
-	f.write(h, d.Key, d.Remaining, d.Reset, d.Now, d.Allowed)
+	f.write(h, d.KeyIndex, d.Remaining, d.Reset, d.Now, d.Allowed)
 }
 
 // write writes the fields of budget at (an index of the names newFields

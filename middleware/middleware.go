@@ -345,7 +345,12 @@ func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, a
 		t = 0
 	}
 	at = min(max(at, 0), len(f.names)-1)
-	h["Ratelimit-Policy"] = f.policy
+	stacked := len(h["Ratelimit-Policy"]) > 0 || len(h["Ratelimit"]) > 0
+	if stacked {
+		h["Ratelimit-Policy"] = []string{f.merge(h["Ratelimit-Policy"], f.policy[0])}
+	} else {
+		h["Ratelimit-Policy"] = f.policy
+	}
 	var buf [128]byte
 	b := append(buf[:0], f.names[at]...)
 	if !f.hideRemaining {
@@ -355,7 +360,11 @@ func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, a
 	}
 	b = append(b, "t="...)
 	b = strconv.AppendInt(b, t, 10)
-	h["Ratelimit"] = field(b)
+	if stacked {
+		h["Ratelimit"] = []string{f.merge(h["Ratelimit"], string(b))}
+	} else {
+		h["Ratelimit"] = field(b)
+	}
 	if f.legacy {
 		h["X-Ratelimit-Limit"] = f.limits[at]
 		if !f.hideRemaining {
@@ -366,6 +375,36 @@ func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, a
 	if !allowed {
 		h["Retry-After"] = []string{strconv.FormatInt(max(t, 1), 10)}
 	}
+}
+
+// merge returns the list members of field values vals, less those naming
+// one of f's budgets, followed by mine: the value of a field that an outer
+// limiter of the same request has already set, so that stacked limiters
+// each keep their members (the draft's fields are lists).
+func (f *fields) merge(vals []string, mine string) string {
+	var b strings.Builder
+	for _, v := range vals {
+		for m := range strings.SplitSeq(v, ",") {
+			m = strings.TrimSpace(m)
+			if m == "" || f.ownMember(m) {
+				continue
+			}
+			b.WriteString(m)
+			b.WriteString(", ")
+		}
+	}
+	b.WriteString(mine)
+	return b.String()
+}
+
+// ownMember reports whether list member m names one of f's budgets.
+func (f *fields) ownMember(m string) bool {
+	for _, n := range f.names { // each is `"name";`
+		if strings.HasPrefix(m, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // oneField holds a header field's value and the one-element slice a Header

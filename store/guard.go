@@ -95,6 +95,7 @@ type Store struct {
 	mu       sync.Mutex
 	prefixes []string
 	handles  []*Handle
+	names    map[string]string // limiter name → prefix of the handle it claimed
 }
 
 // New wraps b in the guard. opts should be the ones b was built with, after
@@ -354,7 +355,10 @@ func (h *Handle) Shared() bool { return h.s.b.Shared() }
 
 // Claim records that owner, a limiter's name, counts through this handle. A
 // handle can be claimed once: a second claim returns a *ReuseError matching
-// ErrStoreReuse that names both claimants.
+// ErrStoreReuse that names both claimants. A name can be claimed once per
+// store: a second limiter of the store with the same name is refused with a
+// *NameError matching ErrDuplicateName, since its RateLimit fields, logs and
+// metrics could not be told from the first's.
 func (h *Handle) Claim(owner string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -364,6 +368,16 @@ func (h *Handle) Claim(owner string) error {
 	if owner == "" {
 		owner = "(unnamed)"
 	}
+	s := h.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prefix, dup := s.names[owner]; dup {
+		return &NameError{Name: owner, First: prefix, Second: h.prefix}
+	}
+	if s.names == nil {
+		s.names = map[string]string{}
+	}
+	s.names[owner] = h.prefix
 	h.owner = owner
 	return nil
 }

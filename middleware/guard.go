@@ -25,6 +25,7 @@ type guard struct {
 	retry503 []string
 	log      *slog.Logger
 	warn     rate.Sometimes
+	fwd      *forwardedWarning
 }
 
 // guardOptions are the settings a guard is built from.
@@ -78,12 +79,14 @@ func newGuard(h *store.Handle, o guardOptions) (*guard, error) {
 		retry503: []string{strconv.FormatInt(ceilSeconds(o.retryAfter), 10)},
 		log:      o.logger.With("limiter", o.name),
 		warn:     rate.Sometimes{Interval: time.Second},
+		fwd:      newForwardedWarning(o.ip, o.logger.With("limiter", o.name)),
 	}, nil
 }
 
 // clientIP returns the key of r's client address, or answers 400 and
 // reports false.
 func (g *guard) clientIP(w http.ResponseWriter, r *http.Request) (string, bool) {
+	g.fwd.check(r)
 	ip, err := g.ip.Key(r)
 	if err != nil {
 		g.warn.Do(func() { g.log.Warn("request refused: no client address", "kind", KindNoKey, "err", err) })

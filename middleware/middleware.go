@@ -134,6 +134,7 @@ type Middleware struct {
 	retry503 []string
 	log      *slog.Logger
 	noKeyLog rate.Sometimes
+	fwd      *forwardedWarning // PerIP's own key only
 }
 
 // PerCaller returns a Middleware that limits each authenticated caller to
@@ -142,7 +143,7 @@ type Middleware struct {
 // answered 401 and never reaches the handler. When the store is unavailable
 // it counts in process memory by default (Local): the endpoint it guards
 // does real work, so it should stay limited, but an outage of the store
-// should not stop every caller.
+// should not stop every caller. Its default name is "caller".
 func PerCaller(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
 	if o.Name == "" {
 		o.Name = "caller"
@@ -160,24 +161,35 @@ func PerCaller(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, 
 // keyed by keyfunc.IP under o.IP (forwarding headers only from trusted
 // proxies). When the store is unavailable it lets requests through by
 // default (Allow): the cheap routes it is meant for, such as health checks
-// polled by a platform, must keep answering.
+// polled by a platform, must keep answering. Its default name is "ip".
+//
+// With no trusted proxies, the first request carrying X-Forwarded-For or
+// Forwarded logs a warning of kind KindForwardedUntrusted: behind a proxy
+// that nobody told it of, the limiter keys every client by the proxy's
+// address.
 func PerIP(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
 	if o.Name == "" {
 		o.Name = "ip"
 	}
-	if o.Key == nil {
+	own := o.Key == nil
+	if own {
 		k, err := keyfunc.NewIP(o.IP)
 		if err != nil {
 			return nil, fmt.Errorf("middleware %q: %w", o.Name, err)
 		}
 		o.Key = k.Key
 	}
-	return build(h, budget, o, limiter.Allow)
+	m, err := build(h, budget, o, limiter.Allow)
+	if err == nil && own {
+		m.fwd = newForwardedWarning(o.IP, m.log)
+	}
+	return m, err
 }
 
 // New returns a Middleware that limits each key o.Key finds to budget. When
 // the store is unavailable it refuses requests by default (Deny), the safe
-// choice when nothing is known of the endpoint.
+// choice when nothing is known of the endpoint. Its default name is
+// "limit".
 func New(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
 	if o.Key == nil {
 		return nil, errors.New("middleware: Options.Key is required")
@@ -255,6 +267,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.o.Skip != nil && m.o.Skip(r) {
 		next.ServeHTTP(w, r)
 		return
+	}
+	if m.fwd != nil {
+		m.fwd.check(r)
 	}
 	key, err := m.key(r)
 	if err != nil {

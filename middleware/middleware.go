@@ -1,18 +1,44 @@
 // Package middleware limits HTTP handlers: func(http.Handler) http.Handler
 // wrappers, usable with http.ServeMux, chi and gorilla/mux, that count each
-// request against a limiter and refuse the ones over budget.
+// request against a limiter and refuse the ones over budget. (For one line
+// per route, see the module root: gatecount.LimitByIP and gatecount.Limits.)
+//
+// The constructors, each counting in a store handle of its own:
+//
+//   - PerIP limits each client address (keyfunc.IP, forwarding headers only
+//     from trusted proxies). Default name "ip"; when the store is down,
+//     requests go through (limiter.Allow).
+//   - PerCaller limits each authenticated caller, by the ID the app's
+//     authentication put in the context (keyfunc.WithCallerID); a request
+//     without one is answered 401. Default name "caller"; when the store
+//     is down, it counts in process memory (limiter.Local).
+//   - New limits by any key function (Options.Key). Default name "limit";
+//     when the store is down, requests are refused 503 (limiter.Deny).
+//   - SignIn guards a sign-in form: failures per account and address,
+//     failures per account, attempts per address, and known devices, in one
+//     atomic store update per attempt; the handler reads the counted
+//     account with Account and tells the outcome with ReportSuccess or
+//     ReportFailure. Default name "login" (budgets login-account-ip,
+//     login-account, login-device, login-ip).
+//   - Send guards a route that sends mail or codes: per destination and per
+//     address, answering a throttled request like an accepted one unless
+//     SendOptions.Reveal. Default name "send" (budgets send-destination,
+//     send-ip).
 //
 // Each Middleware owns its limiter, which claims its own store handle:
 // building two middlewares on one handle is refused with an error matching
-// store.ErrStoreReuse, since both would count each other's requests.
+// store.ErrStoreReuse, since both would count each other's requests, and two
+// limiters of one store with the same name are refused with an error
+// matching store.ErrDuplicateName.
 //
 //	s := memory.New(memory.Options{})
-//	execH, _ := s.Handle("execute:")
-//	healthH, _ := s.Handle("health:")
-//	perCaller, err := middleware.PerCaller(execH, limiter.Budget{Limit: 30, Window: time.Minute}, middleware.Options{})
-//	perIP, err := middleware.PerIP(healthH, limiter.Budget{Limit: 300, Window: time.Minute}, middleware.Options{})
+//	execH, err := s.Handle("execute:")
+//	…
+//	perCaller, err := middleware.PerCaller(execH, limiter.Budget{Limit: 30, Window: time.Minute}, middleware.Options{Name: "execute"})
+//	if err != nil {
+//		return err
+//	}
 //	mux.Handle("POST /execute", auth(perCaller.Wrap(execute)))
-//	mux.Handle("GET /health", perIP.Wrap(health))
 //
 // # Responses
 //
@@ -33,8 +59,14 @@
 // than t. Options.LegacyHeaders adds X-RateLimit-Limit, -Remaining and
 // -Reset; Options.HideRemaining leaves out r and X-RateLimit-Remaining.
 //
-// A store that cannot answer is handled by the limiter's Unavailable policy.
-// Under limiter.Deny the request is answered 503 Service Unavailable with
+// Limiters stacked on one route (10 a minute and 100 a day, say) each add
+// their members to the two lists, so that a client sees every budget:
+//
+//	RateLimit-Policy: "minute";q=10;w=60, "day";q=100;w=86400
+//	RateLimit: "minute";r=9;t=60, "day";r=99;t=86400
+//
+// A store that cannot answer is handled by the limiter's limiter.Policy
+// (Options.Unavailable). Under limiter.Deny the request is answered 503 Service Unavailable with
 // Retry-After, never 429, so that a client can tell an outage from its own
 // excess.
 //

@@ -12,12 +12,18 @@
 //	RATE_LIMIT_RESET_PER_IP             20    password-reset requests per IP, per hour
 //	RATE_LIMIT_STORE                    (see below) memory, database or redis
 //	DATABASE_URL                        unset  postgres://…, sqlite:PATH or file:PATH
-//	RATE_LIMIT_STORE_URL                unset  redis://… or rediss://…
+//	RATE_LIMIT_STORE_URL                unset  redis://… or rediss://…, one server or any node of a Cluster
+//	RATE_LIMIT_REDIS_ALLOW_EVICTION     false  true: accept a Redis that may evict live counts
 //	RATE_LIMIT_SINGLE_INSTANCE          false  true: the app runs one instance
 //	RATE_LIMIT_MAX_ENTRIES              the store's default (memory 100,000; others 1,000,000)
 //	TRUSTED_PROXIES                     unset  comma-separated CIDRs whose forwarding headers are believed
 //	TRUSTED_PROXY_HEADER                X-Forwarded-For  the one header they set: X-Forwarded-For or Forwarded
 //	GATECOUNT_SECRET                    unset  required by the shared stores; at least 32 bytes
+//
+// The Redis store refuses to open on a server that may evict its keys (a
+// maxmemory with a maxmemory-policy other than noeviction): an evicted count
+// frees the budget of whoever it counted. RATE_LIMIT_REDIS_ALLOW_EVICTION=true
+// accepts such a server, and the store logs the risk.
 //
 // RATE_LIMIT_STORE chooses where counts live. Unset, it is redis when
 // RATE_LIMIT_STORE_URL is set, database when DATABASE_URL is set, and memory
@@ -82,6 +88,10 @@ type Config struct {
 	// TrustedProxyHeader is the one forwarding header the trusted proxies
 	// set (TRUSTED_PROXY_HEADER); the other is ignored.
 	TrustedProxyHeader keyfunc.HeaderMode
+
+	// RedisAllowEviction accepts a Redis that may evict live counts
+	// (RATE_LIMIT_REDIS_ALLOW_EVICTION).
+	RedisAllowEviction bool
 }
 
 // ErrInvalid is matched by every error FromEnv returns for a bad value.
@@ -136,6 +146,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		}
 		c.TrustedProxyHeader = m
 	}
+	c.RedisAllowEviction = r.boolean("RATE_LIMIT_REDIS_ALLOW_EVICTION")
 	c.Store = r.kind(c.DatabaseURL, c.StoreURL)
 	if secret := r.str("GATECOUNT_SECRET"); secret != "" {
 		if len(secret) < keyhash.MinSecretLen {

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/limiter"
+	redisstore "github.com/gatecount/gatecount/store/redis"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -82,6 +84,7 @@ func TestBadValues(t *testing.T) {
 		{[]string{"RATE_LIMIT_HEALTH_PER_MINUTE", "lots"}, "RATE_LIMIT_HEALTH_PER_MINUTE"},
 		{[]string{"RATE_LIMIT_LOGIN_IP_ATTEMPTS", "99999999999999999999"}, "RATE_LIMIT_LOGIN_IP_ATTEMPTS"},
 		{[]string{"RATE_LIMIT_SINGLE_INSTANCE", "yes please"}, "RATE_LIMIT_SINGLE_INSTANCE"},
+		{[]string{"RATE_LIMIT_REDIS_ALLOW_EVICTION", "if you must"}, "RATE_LIMIT_REDIS_ALLOW_EVICTION"},
 		{[]string{"RATE_LIMIT_MAX_ENTRIES", "1e6"}, "RATE_LIMIT_MAX_ENTRIES"},
 		{[]string{"RATE_LIMIT_STORE", "dynamo"}, "RATE_LIMIT_STORE"},
 		{[]string{"RATE_LIMIT_STORE", "database"}, "RATE_LIMIT_STORE"},
@@ -159,4 +162,40 @@ func FuzzFromEnv(f *testing.F) {
 			t.Fatalf("accepted store %q", c.Store)
 		}
 	})
+}
+
+// TestRedisEviction: a Redis that may evict is refused, with an error that
+// names the setting, the fix and RATE_LIMIT_REDIS_ALLOW_EVICTION; with that
+// set to true the store opens and logs the risk.
+func TestRedisEviction(t *testing.T) {
+	addr := servicetest.StartRedis(t, 7107, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	for _, allow := range []string{"", "true"} {
+		c, err := FromEnv(env("RATE_LIMIT_STORE_URL", "redis://"+addr+"/0", "GATECOUNT_SECRET", secret, "RATE_LIMIT_REDIS_ALLOW_EVICTION", allow))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.RedisAllowEviction != (allow == "true") {
+			t.Fatalf("RATE_LIMIT_REDIS_ALLOW_EVICTION=%q read as %v", allow, c.RedisAllowEviction)
+		}
+		var buf strings.Builder
+		o, err := Open(t.Context(), c, slog.New(slog.NewTextHandler(&buf, nil)))
+		if allow == "" {
+			if !errors.Is(err, redisstore.ErrEvicting) {
+				t.Fatalf("Open on allkeys-lru: %v, want %v", err, redisstore.ErrEvicting)
+			}
+			for _, want := range []string{"maxmemory-policy", "allkeys-lru", "noeviction", "RATE_LIMIT_REDIS_ALLOW_EVICTION=true"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("the error %q does not name %q", err, want)
+				}
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Open on allkeys-lru with RATE_LIMIT_REDIS_ALLOW_EVICTION=true: %v", err)
+		}
+		o.Close()
+		if !strings.Contains(buf.String(), "kind="+redisstore.KindEvicting) {
+			t.Errorf("the risk was not logged:\n%s", buf.String())
+		}
+	}
 }

@@ -88,7 +88,10 @@ func openShared(ctx context.Context, c Config, so store.Options) (*Opened, error
 		}
 		return &Opened{Store: s, Kind: SQLite}, nil
 	case Redis:
-		s, err := redisstore.OpenURL(ctx, c.StoreURL, redisstore.Options{Secret: c.Secret, MaxEntries: c.MaxEntries, Store: so})
+		s, err := redisstore.OpenURL(ctx, c.StoreURL, redisstore.Options{Secret: c.Secret, MaxEntries: c.MaxEntries, AllowEviction: c.RedisAllowEviction, Store: so})
+		if errors.Is(err, redisstore.ErrEvicting) {
+			return nil, fmt.Errorf("config: RATE_LIMIT_STORE_URL: %w (RATE_LIMIT_REDIS_ALLOW_EVICTION=true accepts it)", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("config: RATE_LIMIT_STORE_URL: %w", err)
 		}

@@ -139,6 +139,17 @@ func TestOutageKeepsCounts(t *testing.T) {
 			if admitted != 2 {
 				t.Errorf("key at 3 of 5 admitted %d more during the outage, want 2", admitted)
 			}
+			for range 5 { // a key the store never saw, spent in memory
+				l.Attempt(ctx, "new")
+			}
+			c.down.Store(false)
+			// Back: the store would open a fresh window for it, but the
+			// attempts admitted in memory still count until theirs ends.
+			for range 5 {
+				if d, _ := l.Attempt(ctx, "new"); d.Allowed {
+					t.Fatalf("key spent in memory, store back: %+v", d)
+				}
+			}
 		})
 	}
 }

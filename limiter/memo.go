@@ -109,20 +109,19 @@ type memoCall struct {
 }
 
 // setLastKnown writes a store's count n of a key, whose window ends at exp
-// on memory's clock, over what memory holds of it in e. Within the same
-// window (or an older one of the store's) memory keeps the higher count, so
-// that attempts this instance admitted while counting alone still count.
+// on memory's clock, over what memory holds of it in e. While memory holds
+// a higher count in a live window, it keeps it, with that window's end: the
+// attempts this instance admitted while counting alone (which the store
+// never saw, and may have answered with a fresh window) still count until
+// that window ends.
 func setLastKnown(e *store.Entry, now time.Time, n int64, exp time.Time) {
 	if !exp.After(now) {
 		e.Value = nil
 		return
 	}
-	if e.Live() && !exp.After(e.ExpiresAt.Add(time.Second)) {
+	if e.Live() {
 		if m, err := store.ParseCount(e.Value); err == nil && m > n {
-			n = m
-		}
-		if e.ExpiresAt.After(exp) {
-			exp = e.ExpiresAt
+			return
 		}
 	}
 	e.Value = store.AppendCount(e.Value[:0], n)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"os"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/gatecount/gatecount/store"
 	redisstore "github.com/gatecount/gatecount/store/redis"
@@ -42,4 +45,24 @@ func ExampleOpenURL() {
 	// allowed: true count: 1
 	// allowed: true count: 2
 	// allowed: false count: 2
+}
+
+// A store over Redis Sentinel, or any client configured by hand, goes
+// through New: give the client ContextTimeoutEnabled and MaxRetries -1.
+func ExampleNew_sentinel() {
+	ctx := context.Background()
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            "mymaster",
+		SentinelAddrs:         []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+	})
+	defer client.Close()
+	secret := []byte(os.Getenv("GATECOUNT_SECRET"))
+	s, err := redisstore.New(ctx, client, redisstore.Options{Secret: secret})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
 }

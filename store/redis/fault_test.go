@@ -1,10 +1,14 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,5 +184,92 @@ func TestOpenURL(t *testing.T) {
 	defer cancel()
 	if _, err := redisstore.OpenURL(ctx, "redis://127.0.0.1:1/0", redisstore.Options{Secret: newSecret()}); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("OpenURL of a Redis that is not there: %v, want unavailable", err)
+	}
+}
+
+// lossyConn is a connection that, once armed, loses the answer to the next
+// script it sends: the server runs the script, and the client reads EOF.
+type lossyConn struct {
+	net.Conn
+	arm    *atomic.Bool
+	losing bool
+}
+
+func (c *lossyConn) Write(p []byte) (int, error) {
+	if bytes.Contains(bytes.ToLower(p), []byte("evalsha")) && c.arm.CompareAndSwap(true, false) {
+		c.losing = true
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *lossyConn) Read(p []byte) (int, error) {
+	if !c.losing {
+		return c.Conn.Read(p)
+	}
+	c.Conn.Read(p) // the answer arrives: the script ran
+	c.Conn.Close()
+	return 0, io.EOF
+}
+
+// TestNoRetryAfterLostAnswer: a script whose answer was lost is not sent
+// again, even by a client that retries commands (a standalone client with
+// MaxRetries, a cluster client): running it again would count the attempt
+// twice. The call is answered unavailable and the attempt counted once.
+func TestNoRetryAfterLostAnswer(t *testing.T) {
+	var arm atomic.Bool
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &lossyConn{Conn: c, arm: &arm}, nil
+	}
+	clients := map[string]func(t *testing.T) redis.UniversalClient{
+		"standalone": func(t *testing.T) redis.UniversalClient {
+			o := clientOptions(t, "")
+			o.MaxRetries = 3
+			o.Dialer = dial
+			c := redis.NewClient(o)
+			t.Cleanup(func() { c.Close() })
+			newClient(t) // skips or fails when Redis is unreachable
+			return c
+		},
+		"cluster": func(t *testing.T) redis.UniversalClient {
+			newCluster(t) // skips or fails when the Cluster is unreachable
+			o, err := redis.ParseClusterURL(strings.TrimSuffix(clusterURL(), "/0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Dialer = dial
+			c := redis.NewClusterClient(o)
+			t.Cleanup(func() { c.Close() })
+			return c
+		},
+	}
+	for name, mk := range clients {
+		t.Run(name, func(t *testing.T) {
+			s := open(t, mk(t), redisstore.Options{Secret: newSecret()})
+			h := handle(t, s, randomName("lost"))
+			caps := []store.Cap{{Max: 10, Window: time.Minute}}
+			key := []string{"k"}
+			if _, err := h.Count(t.Context(), key, caps, 1); err != nil {
+				t.Fatal(err)
+			}
+			arm.Store(true)
+			_, err := h.Count(t.Context(), key, caps, 1)
+			if arm.Load() {
+				t.Fatal("no script was sent")
+			}
+			if !errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("Count whose answer was lost: %v, want unavailable", err)
+			}
+			es, err := h.Read(t.Context(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(es[0].Value) != "2" {
+				t.Errorf("after one count and one whose answer was lost, the count is %s, want 2 (the script ran once)", es[0].Value)
+			}
+		})
 	}
 }

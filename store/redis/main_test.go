@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
+	"log/slog"
 	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/store"
 	redisstore "github.com/gatecount/gatecount/store/redis"
 )
@@ -62,6 +65,10 @@ func newClient(tb testing.TB) *redis.Client {
 	return c
 }
 
+// quiet is the logger of the stores open makes: the tests that look at
+// logs give a logger of their own.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 // newSecret returns a random secret, so that a test's keys are its own.
 func newSecret() []byte {
 	b := make([]byte, 32)
@@ -78,6 +85,9 @@ func randomName(label string) string {
 // open returns a store over c, closed when the test ends.
 func open(tb testing.TB, c redis.UniversalClient, o redisstore.Options) *store.Store {
 	tb.Helper()
+	if o.Store.Logger == nil {
+		o.Store.Logger = quiet
+	}
 	s, err := redisstore.New(context.Background(), c, o)
 	if err != nil {
 		tb.Fatalf("New: %v", err)
@@ -93,4 +103,25 @@ func handle(tb testing.TB, s *store.Store, prefix string) *store.Handle {
 		tb.Fatalf("Handle(%q): %v", prefix, err)
 	}
 	return h
+}
+
+// startServer starts a Redis server of the test's own on the loopback
+// port (see servicetest.StartRedis).
+func startServer(tb testing.TB, port int, args ...string) string {
+	tb.Helper()
+	return servicetest.StartRedis(tb, port, args...)
+}
+
+// stopServer shuts down the Redis server at addr, if one answers there.
+func stopServer(addr string) { servicetest.StopRedis(addr) }
+
+// ownClient returns a client on a server a test started, closed when the
+// test ends.
+func ownClient(tb testing.TB, addr string) *redis.Client {
+	tb.Helper()
+	o := clientOptions(tb, addr)
+	o.DB, o.Username, o.Password = 0, "", ""
+	c := redis.NewClient(o)
+	tb.Cleanup(func() { c.Close() })
+	return c
 }

@@ -12,9 +12,12 @@
 //
 //	RATE_LIMIT_STORE_URL=redis://[user:password@]host:6379/0   plain TCP
 //	RATE_LIMIT_STORE_URL=rediss://[user:password@]host:6380/0  TLS
+//	RATE_LIMIT_STORE_URL=redis://host:7000?addr=host2:7001      a Cluster, from more nodes
 //
 // which OpenURL turns into a store with a client of its own (see OpenURL for
-// the client settings it picks).
+// the client settings it picks). A URL naming a node of a Redis Cluster
+// opens a cluster client. Sentinel, and any client configured by hand, go
+// through New.
 //
 // # Keys
 //
@@ -70,8 +73,12 @@
 // # The bound
 //
 // Live entries are counted without scanning. Each (tag, fingerprint) keeps a
-// sorted set, its live index, of entry -> expiry, updated by the same script
-// that writes the entries. Its ZCARD counts the live entries under the tag,
+// sorted set, its live index, gatecount:{<tag>}:<fingerprint>:live, of
+// entry -> expiry, updated by the same script that writes the entries; an
+// entry's member is the last eight bytes of its HMAC, raw (an index written
+// by an older version, with the 64 hex digits as members, keeps those until
+// they expire: meanwhile an entry rewritten since may be counted twice,
+// never less than once). Its ZCARD counts the live entries under the tag,
 // and expired ones not yet removed: when that count says the bound is
 // reached, the script removes the expired members (ZREMRANGEBYSCORE) and
 // counts again before it refuses a new key. The tags of a fingerprint are
@@ -86,15 +93,45 @@
 //
 // # Redis settings
 //
-// Redis must not evict: set maxmemory-policy noeviction. Evicting a live
-// count would free an attacker's budget, and every entry has a TTL, so even
-// the volatile-* policies evict them. At start the store reads the policy
-// with CONFIG GET and logs an error of kind KindEvicting when Redis may
-// evict, or a warning of kind KindEvictionUnchecked when CONFIG is disabled
-// (as on many managed Redis services); check the setting by hand then.
-// With noeviction and a maxmemory, a full Redis refuses writes and the store
-// answers unavailable. Redis 6.2 or later is needed (SET PXAT), with Lua
-// scripting.
+// Redis must not evict: set maxmemory-policy noeviction, or no maxmemory.
+// Evicting a live count would free an attacker's budget, and every entry
+// has a TTL, so even the volatile-* policies evict them. At start the store
+// reads maxmemory and maxmemory-policy of every server it writes to (each
+// master of a Cluster), from INFO or else CONFIG GET, and refuses a server
+// that may evict with an error matching ErrEvicting, unless
+// Options.AllowEviction accepts it (then it logs an error of kind
+// KindEvicting). Where neither command is allowed (some managed services)
+// it logs a warning of kind KindEvictionUnchecked: check the setting by
+// hand then. Each background sweep reads them again and logs an error of
+// kind KindEvicting when a server's settings changed so that it may evict,
+// and of kind KindEvicted when a server evicted keys since the last sweep.
+//
+// With noeviction and a maxmemory, a full Redis refuses writes with an OOM
+// answer: the store answers it full (store.ErrFull, ReasonFull), as it
+// answers a full bound, and logs an error of kind KindOOM (at most once a
+// minute). Keys it holds are refused too, since every count is a write:
+// size maxmemory for the bound (see the README for the memory an entry
+// takes).
+//
+// A server that keeps nothing on disk (no appendonly, no save) forgets
+// every count when it restarts: the store logs a warning of kind
+// KindNotPersistent at start. Redis 6.2 or later is needed (SET PXAT), with
+// Lua scripting.
+//
+// # Cluster
+//
+// Over a *redis.ClusterClient (OpenURL makes one for a URL naming a Cluster
+// node) each script runs on the master of its hash tag's slot; the list of
+// tags lives on the slot of the fingerprint's tag. Scripts are sent so that
+// the client never runs them a second time after a lost answer (a retried
+// write can count an attempt twice), while it still follows MOVED and ASK
+// redirects, which Redis answers without running them. A Cluster with a
+// master down still opens: the masters that answer are checked (a warning
+// of kind KindEvictionUnchecked names the others, checked at a later
+// sweep), a script missing on a node is sent in full, and a sweep counts
+// the live entries of the tags it can reach. Run a Cluster with
+// cluster-require-full-coverage no: otherwise a master that fails stops
+// every slot, and every limiter with it.
 //
 // # Faults
 //
@@ -109,6 +146,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -145,6 +183,13 @@ const (
 	KindEvictionUnchecked = "limit-store-eviction-unchecked"
 	// KindSweepFailed: a background sweep failed.
 	KindSweepFailed = "limit-store-sweep-failed"
+	// KindEvicted: Redis evicted keys since the last sweep.
+	KindEvicted = "limit-store-evicted"
+	// KindOOM: Redis is at its maxmemory and refuses writes.
+	KindOOM = "limit-store-redis-oom"
+	// KindNotPersistent: Redis keeps nothing on disk, so a restart
+	// forgets every count.
+	KindNotPersistent = "limit-store-not-persistent"
 )
 
 // ErrContention is the cause of the unavailable error (ReasonOverloaded) an
@@ -172,14 +217,21 @@ type Options struct {
 	// SweepInterval is how often the store sweeps in the background; 0
 	// means DefaultSweepInterval.
 	SweepInterval time.Duration
+	// AllowEviction accepts a Redis that may evict live entries (a
+	// maxmemory with a maxmemory-policy other than noeviction), which New
+	// otherwise refuses (ErrEvicting). An evicted count frees the budget of
+	// whoever it counted: the store logs an error of kind KindEvicting at
+	// start, and of kind KindEvicted whenever keys were evicted.
+	AllowEviction bool
 	// Store configures the guard.
 	Store store.Options
 }
 
 // New returns a Redis store over c behind the guard. It checks that Redis
-// answers (an error matching store.ErrUnavailable if not), loads its
-// scripts, checks maxmemory-policy and starts a background sweep, which runs
-// until the store is closed. Closing the store does not close c.
+// answers (an error matching store.ErrUnavailable if not) and cannot evict
+// live entries (ErrEvicting, unless o.AllowEviction), loads its scripts and
+// starts a background sweep, which runs until the store is closed. Closing
+// the store does not close c.
 func New(ctx context.Context, c redis.UniversalClient, o Options) (*store.Store, error) {
 	o.Store = o.Store.WithDefaults()
 	b, err := NewBackend(ctx, c, o)
@@ -205,6 +257,11 @@ type Backend struct {
 	deadline   time.Duration
 	log        *slog.Logger
 	sweepLog   rate.Sometimes
+	oomLog     rate.Sometimes
+
+	allowEviction bool
+	factsMu       sync.Mutex
+	facts         map[string]serverFacts // server address -> its settings, as last read
 
 	retries atomic.Uint64
 	misses  atomic.Uint64
@@ -268,57 +325,44 @@ func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backe
 		deadline:   o.Store.Deadline,
 		log:        log,
 		sweepLog:   rate.Sometimes{Interval: time.Minute},
-		live:       make(map[string]*atomic.Int64),
-		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
-		clock:      serverClock{base: time.Now()},
-		prompt:     honoursDeadlines(c),
+		oomLog:     rate.Sometimes{Interval: time.Minute},
+
+		allowEviction: o.AllowEviction,
+		facts:         make(map[string]serverFacts),
+		live:          make(map[string]*atomic.Int64),
+		stop:          make(chan struct{}),
+		done:          make(chan struct{}),
+		clock:         serverClock{base: time.Now()},
+		prompt:        honoursDeadlines(c),
 	}
 	for i := range b.stripes {
 		b.stripes[i] = make(chan struct{}, 1)
 	}
-	if err := c.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("redisstore: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
+	// A Cluster with a master down starts, and its limiters on the other
+	// masters count: what the master serves is checked once it answers.
+	_, cluster := c.(*redis.ClusterClient)
+	if !cluster {
+		if err := c.Ping(ctx).Err(); err != nil {
+			return nil, fmt.Errorf("redisstore: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
+		}
 	}
-	b.checkEviction(ctx)
-	for _, s := range []*redis.Script{readScript, writeScript, countScript, tidyScript} {
-		if err := s.Load(ctx, c).Err(); err != nil {
+	if err := b.checkServers(ctx); err != nil {
+		return nil, err
+	}
+	for _, s := range []*script{readScript, writeScript, countScript, tidyScript} {
+		if err := s.load(ctx, c); err != nil && !cluster { // a node without the script is sent it (EVAL)
 			return nil, fmt.Errorf("redisstore: loading a script: %w", store.Unavailable(store.ReasonDown, err))
 		}
 	}
 	if _, err := b.Sweep(ctx); err != nil {
-		return nil, err
+		if !cluster {
+			return nil, err
+		}
+		b.log.Warn("limit store sweep failed at start: the count of live entries under other limiters is taken at the next sweep",
+			"kind", KindSweepFailed, "err", err)
 	}
 	go b.sweepEvery(o.SweepInterval)
 	return b, nil
-}
-
-// checkEviction logs when Redis may evict live entries, or when it cannot
-// tell.
-func (b *Backend) checkEviction(ctx context.Context) {
-	check := func(ctx context.Context, c redis.Cmdable) error {
-		m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
-		if err != nil {
-			b.log.Warn("could not read Redis maxmemory-policy: make sure it is noeviction, or live counts may be evicted",
-				"kind", KindEvictionUnchecked, "err", err)
-			return nil
-		}
-		p, ok := m["maxmemory-policy"]
-		switch {
-		case !ok:
-			b.log.Warn("could not read Redis maxmemory-policy: make sure it is noeviction, or live counts may be evicted",
-				"kind", KindEvictionUnchecked)
-		case p != "noeviction":
-			b.log.Error("Redis may evict live counts, which frees the budget of whoever they count: set maxmemory-policy noeviction",
-				"kind", KindEvicting, "maxmemory_policy", p)
-		}
-		return nil
-	}
-	if cc, ok := b.c.(*redis.ClusterClient); ok {
-		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
-		return
-	}
-	_ = check(ctx, b.c)
 }
 
 // Shared reports true: every instance using the Redis sees the same entries.
@@ -439,8 +483,10 @@ func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) 
 		sum := b.hasher.Sum(prefix, k)
 		name := append(buf[:0], kp...)
 		name = hex.AppendEncode(name, sum[:])
-		ks.names[i] = string(name)
-		ks.members[i] = ks.names[i][len(kp):] // the HMAC's hex, sharing the name's bytes
+		name = append(name, sum[len(sum)-memberLen:]...)
+		both := string(name) // one allocation for the name and the member
+		ks.names[i] = both[:len(both)-memberLen]
+		ks.members[i] = both[len(both)-memberLen:]
 		x := int(binary.BigEndian.Uint16(sum[:2]))
 		ks.slots[i] = x % knownSlots // its stripe is x % stripes: the same lock guards it
 		ks.tags[i] = binary.BigEndian.Uint64(sum[2:10]) | 1
@@ -448,6 +494,14 @@ func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) 
 	}
 	ks.names[n] = sp.idx
 }
+
+// memberLen is the length of an entry's member in its live index: the last
+// eight bytes of the entry's HMAC, raw. The index costs memory per entry;
+// eight raw bytes instead of the name's 64 hex digits save 64 bytes of it
+// (see TestMemoryPerEntry). Two entries of one handle share a member with a
+// chance of about n²/2⁶⁵ for n entries, which would only make the bound
+// count one entry fewer.
+const memberLen = 8
 
 // stripes is the number of local locks Update spreads keys over, and
 // knownSlots the size of the cache of keys known to be live, a multiple of
@@ -520,7 +574,7 @@ func decode(raw string) (exp int64, value string, err error) {
 // milliseconds; raws[i] is the raw value of names[i] and present[i]
 // whether there is one.
 func (b *Backend) read(ctx context.Context, names []string, raws []string, present []bool) (int64, error) {
-	res, err := readScript.Run(ctx, b.c, names).Slice()
+	res, err := b.eval(ctx, readScript, names).Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -690,9 +744,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 			if swept {
 				return b.refuse(prefix, res[1]+b.elsewhere(sp)+fresh-1)
 			}
-			if _, err := b.Sweep(ctx); err != nil {
-				return err
-			}
+			b.sweepFull(ctx)
 			swept = true
 		default:
 			conflicts++
@@ -813,7 +865,7 @@ func (b *Backend) guess(ctx context.Context, sp *space, prefix string, u *update
 // conflict answered the keys hold, as read does, at the server's time the
 // answer carries; read reports that they did.
 func (b *Backend) write(ctx context.Context, ks *keySet, args []any, raws []string, present []bool) (res [3]int64, read bool, err error) {
-	ans, err := writeScript.Run(ctx, b.c, ks.names, args...).Slice()
+	ans, err := b.eval(ctx, writeScript, ks.names, args...).Slice()
 	if err != nil {
 		return res, false, err
 	}
@@ -936,7 +988,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	for swept := false; ; {
 		others := b.elsewhere(sp)
 		args[2] = others
-		res, err := countScript.Run(ctx, b.c, names, args...).Int64Slice()
+		res, err := b.eval(ctx, countScript, names, args...).Int64Slice()
 		if err != nil {
 			return err
 		}
@@ -948,9 +1000,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 			if swept {
 				return b.refuse(prefix, res[2]+b.elsewhere(sp))
 			}
-			if _, err := b.Sweep(ctx); err != nil {
-				return err
-			}
+			b.sweepFull(ctx)
 			swept = true
 			continue
 		case len(res) != 4+2*len(keys):
@@ -1000,23 +1050,36 @@ func (b *Backend) Sweep(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	removed := 0
+	var first error // the tags on other nodes of a Cluster are swept still
 	for _, tag := range tags {
 		if len(tag) != 16 {
 			continue
 		}
-		idx := "gatecount:{" + tag + "}:" + b.fp + ":live"
-		res, err := tidyScript.Run(ctx, b.c, []string{idx}).Int64Slice()
-		if err != nil {
-			return removed, err
+		if ctx.Err() != nil {
+			return removed, ctx.Err()
 		}
-		if len(res) != 2 {
-			return removed, fmt.Errorf("redisstore: tidy answered %v", res)
+		idx := "gatecount:{" + tag + "}:" + b.fp + ":live"
+		res, err := b.eval(ctx, tidyScript, []string{idx}).Int64Slice()
+		if err == nil && len(res) != 2 {
+			err = fmt.Errorf("redisstore: tidy answered %v", res)
+		}
+		if err != nil {
+			first = cmp.Or(first, err)
+			continue
 		}
 		removed += int(res[0])
 		b.setLive(b.liveOf(tag), res[1])
 	}
-	return removed, nil
+	return removed, first
 }
+
+// sweepFull is what Update and Count do when a new key seems to find the
+// bound reached: they sweep, which recounts the live entries under every
+// tag, and try once more. A sweep that fails (a Cluster node down, say)
+// leaves the tags it could not count at their last counts, as between two
+// sweeps: the second try is decided on those, and a Redis that does not
+// answer fails that try.
+func (b *Backend) sweepFull(ctx context.Context) { _, _ = b.Sweep(ctx) }
 
 func (b *Backend) sweepEvery(d time.Duration) {
 	defer close(b.done)
@@ -1034,6 +1097,7 @@ func (b *Backend) sweepEvery(d time.Duration) {
 						"kind", KindSweepFailed, "err", err)
 				})
 			}
+			b.recheckServers(ctx)
 			cancel()
 		}
 	}

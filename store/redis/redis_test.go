@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
 	redisstore "github.com/gatecount/gatecount/store/redis"
@@ -18,7 +20,13 @@ import (
 
 // TestContract runs the contract suite with First and Second on two
 // separate clients, as two instances of an app.
-func TestContract(t *testing.T) {
+func TestContract(t *testing.T) { contract(t, standalone) }
+
+// standalone returns a client of its own on the test Redis.
+func standalone(t testing.TB) redis.UniversalClient { return newClient(t) }
+
+// contract runs the contract suite on clients from newClient.
+func contract(t *testing.T, newClient func(testing.TB) redis.UniversalClient) {
 	storetest.Run(t, func(t *testing.T) storetest.Pair {
 		secret := newSecret()
 		s1 := open(t, newClient(t), redisstore.Options{Secret: secret})
@@ -61,14 +69,18 @@ func (u updateOnly) Backing() any                           { return u.b.Backing
 
 // TestExactness: two instances, 100 goroutines each, race to count 200
 // attempts on one key against a budget of 30; exactly 30 are admitted,
-// every time, through the store's Count and through Update.
-func TestExactness(t *testing.T) {
+// every time, through the store's Count and through Update, and through
+// Count of three keys at once (each with the budget).
+func TestExactness(t *testing.T) { exactness(t, standalone) }
+
+// exactness runs TestExactness on clients from newClient.
+func exactness(t *testing.T, newClient func(testing.TB) redis.UniversalClient) {
 	const (
 		perClient = 100
 		budget    = 30
 		rounds    = 20
 	)
-	for _, path := range []string{"count", "update"} {
+	for _, path := range []string{"count", "update", "three-keys"} {
 		t.Run(path, func(t *testing.T) {
 			secret := newSecret()
 			so := store.Options{MaxInFlight: 2 * perClient, Deadline: 30 * time.Second}.WithDefaults()
@@ -81,7 +93,7 @@ func TestExactness(t *testing.T) {
 					t.Fatal(err)
 				}
 				var s *store.Store
-				if path == "count" {
+				if path != "update" {
 					s = store.New(b, so)
 				} else {
 					s = store.New(updateOnly{b}, so)
@@ -90,12 +102,18 @@ func TestExactness(t *testing.T) {
 				backends = append(backends, b)
 				hs = append(hs, handle(t, s, prefix))
 			}
-			if _, native := hs[0].Store().Backend().(store.Counter); native != (path == "count") {
+			if _, native := hs[0].Store().Backend().(store.Counter); native != (path != "update") {
 				t.Fatalf("Counter offered: %v on the %s path", native, path)
 			}
 			caps := []store.Cap{{Max: budget, Window: time.Hour}}
+			if path == "three-keys" {
+				caps = append(caps, caps[0], caps[0])
+			}
 			for round := range rounds {
 				key := []string{"round-" + strconv.Itoa(round)}
+				if path == "three-keys" {
+					key = append(key, key[0]+"-ip", key[0]+"-account")
+				}
 				var admitted, refused atomic.Int64
 				var wg sync.WaitGroup
 				errs := make(chan error, 2*perClient)
@@ -128,7 +146,7 @@ func TestExactness(t *testing.T) {
 			}
 			retries := backends[0].Retries() + backends[1].Retries()
 			t.Logf("%s path: %d rounds of %d attempts exact; %d update attempts conflicted and were retried", path, rounds, 2*perClient, retries)
-			if path == "count" && retries != 0 {
+			if path != "update" && retries != 0 {
 				t.Errorf("the Count script retried %d times; it never should", retries)
 			}
 		})

@@ -1,6 +1,62 @@
 package redisstore
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// script is a Lua script the store runs by its SHA-1 (EVALSHA), loading it
+// again (EVAL) on a server that lost it.
+type script struct {
+	src string
+	rs  *redis.Script
+}
+
+func newScript(src string) *script { return &script{src: src, rs: redis.NewScript(src)} }
+
+// load loads the script on the server, or on every master of a Cluster.
+func (s *script) load(ctx context.Context, c redis.UniversalClient) error {
+	return s.rs.Load(ctx, c).Err()
+}
+
+// noRetry is a command the client must not send twice: a script whose
+// answer was lost may have run, and running a write again can count an
+// attempt twice. Clients still follow MOVED and ASK redirects for it, which
+// Redis answers without running the command.
+type noRetry struct{ *redis.Cmd }
+
+// NoRetry reports true.
+func (noRetry) NoRetry() bool { return true }
+
+// eval runs s on keys with args, on the server or Cluster node that holds
+// the keys. An OOM answer is the store being full (see storeErr).
+func (b *Backend) eval(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
+	cmd := evalCmd(ctx, "evalsha", s.rs.Hash(), keys, args)
+	_ = b.c.Process(ctx, noRetry{cmd})
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = evalCmd(ctx, "eval", s.src, keys, args)
+		_ = b.c.Process(ctx, noRetry{cmd})
+	}
+	if err := cmd.Err(); err != nil {
+		cmd.SetErr(b.storeErr(err))
+	}
+	return cmd
+}
+
+// evalCmd returns the command EVAL or EVALSHA (name) of payload on keys
+// with args.
+func evalCmd(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, payload, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	cmd := redis.NewCmd(ctx, a...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
 
 // The Lua scripts the store runs. Each takes the server's time with TIME and
 // touches only keys of one hash tag, so it runs on one node of a Cluster.
@@ -15,7 +71,7 @@ import "github.com/redis/go-redis/v9"
 
 // readScript returns the server's time (seconds, microseconds) and the raw
 // values of KEYS, false where there is none.
-var readScript = redis.NewScript(`
+var readScript = newScript(`
 local t = redis.call('TIME')
 local r = {t[1], t[2]}
 for i = 1, #KEYS do
@@ -41,7 +97,7 @@ return r
 // conflict writes nothing and answers, after those three, the raw values of
 // the entry keys, false where there is none, as readScript would at now: a
 // read, which the Update that guessed wrong goes on from.
-var writeScript = redis.NewScript(`
+var writeScript = newScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = #KEYS - 1
@@ -117,7 +173,7 @@ return {1, live, now}
 // when new counters find no room; otherwise {allowed (0 or 1), now,
 // limiting (1-based, 0 for none), live, count1, expiry1, count2, ...}, an
 // expiry of 0 meaning no counter.
-var countScript = redis.NewScript(`
+var countScript = newScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = #KEYS - 1
@@ -180,7 +236,7 @@ return r
 
 // tidyScript removes the expired members of the live index KEYS[1] and
 // returns {removed, live}.
-var tidyScript = redis.NewScript(`
+var tidyScript = newScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local removed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)

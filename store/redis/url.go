@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"runtime"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -21,20 +24,55 @@ var ErrURL = errors.New("redisstore: invalid Redis URL")
 //
 //	redis://[user:password@]host[:port][/db][?option=value&...]
 //	rediss://...  the same, over TLS
+//	redis://[user:password@]host:port?addr=host2:port2&addr=host3:port3
+//
+// The URL may name a single server or any node of a Redis Cluster: OpenURL
+// asks the server (INFO cluster) and, on a Cluster node, uses a cluster
+// client, which finds the other nodes by itself. The third form, with one
+// or more addr options, names more nodes of a Cluster to start from, so
+// that the store can start while the first one is down; it always means a
+// Cluster. A Cluster has only database 0: a URL naming another is refused.
 //
 // The options are those of go-redis's ParseURL (dial_timeout, pool_size,
-// max_retries, ...). Unless the URL sets them, OpenURL picks settings for a
-// limit store: the client honours the deadline of each call
-// (context_timeout_enabled), never retries a command on its own
-// (max_retries -1, as a retried write can count an attempt twice), dials,
-// reads, writes and waits for a pooled connection for at most the guard's
-// deadline, and pools at least as many connections as the guard lets calls
-// run at once. Closing the store closes the client.
+// max_retries, ...), or of ParseClusterURL for a Cluster. Unless the URL
+// sets them, OpenURL picks settings for a limit store: the client honours
+// the deadline of each call (ContextTimeoutEnabled), never retries a
+// command on its own (max_retries -1, as a retried write can count an
+// attempt twice; a cluster client still follows MOVED and ASK redirects,
+// which Redis answers without running the command), dials, reads, writes
+// and waits for a pooled connection for at most the guard's deadline, and
+// pools at least as many connections as the guard lets calls run at once
+// (per node, on a Cluster). go-redis's own logs go to the store's logger
+// (see NewRedisLogger). Closing the store closes the client.
 //
 // Like New, OpenURL checks that Redis answers and returns an error matching
-// store.ErrUnavailable if it does not; an unusable URL gives an error
-// matching ErrURL.
+// store.ErrUnavailable if it does not, and refuses a server that may evict
+// live entries (ErrEvicting) unless Options.AllowEviction; an unusable URL
+// gives an error matching ErrURL.
 func OpenURL(ctx context.Context, rawURL string, o Options) (*store.Store, error) {
+	o.Store = o.Store.WithDefaults()
+	log := o.Store.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	redis.SetLogger(NewRedisLogger(log.With("store", "redis")))
+	c, err := openClient(ctx, rawURL, o.Store)
+	if err != nil {
+		return nil, err
+	}
+	b, err := NewBackend(ctx, c, o)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	b.ownsClient = true
+	return store.New(b, o.Store), nil
+}
+
+// openClient returns a client for rawURL with the settings OpenURL picks:
+// a cluster client when the URL names more than one node, or a node of a
+// Cluster.
+func openClient(ctx context.Context, rawURL string, so store.Options) (redis.UniversalClient, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: it does not parse as a URL", ErrURL)
@@ -42,17 +80,17 @@ func OpenURL(ctx context.Context, rawURL string, o Options) (*store.Store, error
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return nil, fmt.Errorf("%w: %s: want a redis:// or rediss:// URL", ErrURL, u.Redacted())
 	}
+	q := u.Query()
+	if q.Has("addr") {
+		return clusterClient(u, q, so)
+	}
 	ro, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrURL, u.Redacted(), err)
 	}
-	o.Store = o.Store.WithDefaults()
-	q := u.Query()
-	set := func(name string) bool { return q.Has(name) }
-	d := o.Store.Deadline
-	if !set("context_timeout_enabled") {
-		ro.ContextTimeoutEnabled = true
-	}
+	set := q.Has
+	d := so.Deadline
+	ro.ContextTimeoutEnabled = true
 	if !set("max_retries") {
 		ro.MaxRetries = -1
 	}
@@ -69,14 +107,105 @@ func OpenURL(ctx context.Context, rawURL string, o Options) (*store.Store, error
 		ro.PoolTimeout = d
 	}
 	if !set("pool_size") {
-		ro.PoolSize = max(10*runtime.GOMAXPROCS(0), o.Store.MaxInFlight)
+		ro.PoolSize = poolSize(so)
 	}
 	c := redis.NewClient(ro)
-	b, err := NewBackend(ctx, c, o)
+	cluster, err := isCluster(ctx, c, d)
 	if err != nil {
 		c.Close()
-		return nil, err
+		return nil, fmt.Errorf("redisstore: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
 	}
-	b.ownsClient = true
-	return store.New(b, o.Store), nil
+	if !cluster {
+		return c, nil
+	}
+	c.Close()
+	if ro.DB != 0 {
+		return nil, fmt.Errorf("%w: %s: the server is a Redis Cluster node, and a Cluster has only database 0", ErrURL, u.Redacted())
+	}
+	return clusterClient(u, q, so)
+}
+
+// clusterClient returns a cluster client for u, whose query is q.
+func clusterClient(u *url.URL, q url.Values, so store.Options) (redis.UniversalClient, error) {
+	if p := strings.Trim(u.Path, "/"); p != "" && p != "0" {
+		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0", ErrURL, u.Redacted())
+	}
+	if q.Has("db") {
+		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0 (no db option)", ErrURL, u.Redacted())
+	}
+	cu := *u
+	cu.Path = ""
+	co, err := redis.ParseClusterURL(cu.String())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrURL, u.Redacted(), err)
+	}
+	set := q.Has
+	d := so.Deadline
+	co.ContextTimeoutEnabled = true
+	if !set("max_retries") {
+		co.MaxRetries = -1
+	}
+	if !set("dial_timeout") {
+		co.DialTimeout = d
+	}
+	if !set("read_timeout") {
+		co.ReadTimeout = d
+	}
+	if !set("write_timeout") {
+		co.WriteTimeout = d
+	}
+	if !set("pool_timeout") {
+		co.PoolTimeout = d
+	}
+	if !set("pool_size") {
+		co.PoolSize = poolSize(so)
+	}
+	return redis.NewClusterClient(co), nil
+}
+
+// poolSize is the pool OpenURL gives a client (per node, on a Cluster).
+func poolSize(so store.Options) int {
+	return max(10*runtime.GOMAXPROCS(0), so.MaxInFlight)
+}
+
+// isCluster reports whether the server c talks to is a node of a Redis
+// Cluster, from INFO cluster, or CLUSTER INFO where INFO is not allowed. A
+// server that answers neither is taken for a single server. The error is
+// that of a server that does not answer.
+func isCluster(ctx context.Context, c *redis.Client, d time.Duration) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	info, err := c.Info(ctx, "cluster").Result()
+	switch {
+	case err == nil:
+		return infoField(info, "cluster_enabled") == "1", nil
+	case !isRedisError(err):
+		return false, err
+	case strings.Contains(err.Error(), "not allowed in cluster mode"):
+		return true, nil // a URL naming a database other than 0
+	}
+	if err := c.ClusterInfo(ctx).Err(); err != nil {
+		if !isRedisError(err) {
+			return false, err
+		}
+		return false, nil // "cluster support disabled", or not allowed
+	}
+	return true, nil
+}
+
+// isRedisError reports whether err is an error answer of the server (as
+// opposed to one of the network or the client).
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.ErrClosed)
+}
+
+// infoField returns the value of field in an INFO answer, or "".
+func infoField(info, field string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }

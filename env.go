@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/gatecount/gatecount/config"
-	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/store"
 )
 
 // FromEnv opens the store the environment chooses (see package config:
@@ -15,7 +15,10 @@ import (
 // a Limits counting in it, trusting the proxies it names. Close closes the
 // limiters and then the store. A bad setting is an error naming every
 // variable at fault; a store chosen but not reachable is an error, never a
-// silent fall back to memory.
+// silent fall back to memory. A shared store opens through its package,
+// which the program imports for its driver (see package config):
+//
+//	import _ "github.com/gatecount/gatecount/store/postgres"
 //
 //	limits, err := gatecount.FromEnv(ctx)
 //	if err != nil {
@@ -33,11 +36,11 @@ func FromLookup(ctx context.Context, lookup func(string) (string, bool), log *sl
 	if err != nil {
 		return nil, err
 	}
-	o, err := config.Open(ctx, c, log)
+	o, err := config.Open(ctx, c, store.Options{Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	l := New(o.Store, Options{IP: keyfunc.IPOptions{TrustedProxies: c.TrustedProxies, Header: c.TrustedProxyHeader}, Logger: log})
+	l := New(o.Store, Options{IP: c.IP(), Logger: log})
 	l.own = append(l.own, o.Close)
 	return l, nil
 }

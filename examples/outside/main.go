@@ -26,6 +26,12 @@ import (
 
 	"github.com/gatecount/gatecount"
 	"github.com/gatecount/gatecount/keyfunc"
+
+	// The stores the environment may choose: each links its driver and
+	// registers its URL schemes. Import only the ones you use.
+	_ "github.com/gatecount/gatecount/store/postgres"
+	_ "github.com/gatecount/gatecount/store/redis"
+	_ "github.com/gatecount/gatecount/store/sqlite"
 )
 
 func main() {

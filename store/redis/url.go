@@ -78,7 +78,7 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (redis.Uni
 		return nil, fmt.Errorf("%w: it does not parse as a URL", ErrURL)
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("%w: %s: want a redis:// or rediss:// URL", ErrURL, u.Redacted())
+		return nil, fmt.Errorf("%w: %s: want a redis:// or rediss:// URL", ErrURL, redactURL(u))
 	}
 	q := u.Query()
 	if q.Has("addr") {
@@ -86,7 +86,7 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (redis.Uni
 	}
 	ro, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrURL, u.Redacted(), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrURL, redactURL(u), err)
 	}
 	set := q.Has
 	d := so.Deadline
@@ -120,7 +120,7 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (redis.Uni
 	}
 	c.Close()
 	if ro.DB != 0 {
-		return nil, fmt.Errorf("%w: %s: the server is a Redis Cluster node, and a Cluster has only database 0", ErrURL, u.Redacted())
+		return nil, fmt.Errorf("%w: %s: the server is a Redis Cluster node, and a Cluster has only database 0", ErrURL, redactURL(u))
 	}
 	return clusterClient(u, q, so)
 }
@@ -128,16 +128,16 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (redis.Uni
 // clusterClient returns a cluster client for u, whose query is q.
 func clusterClient(u *url.URL, q url.Values, so store.Options) (redis.UniversalClient, error) {
 	if p := strings.Trim(u.Path, "/"); p != "" && p != "0" {
-		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0", ErrURL, u.Redacted())
+		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0", ErrURL, redactURL(u))
 	}
 	if q.Has("db") {
-		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0 (no db option)", ErrURL, u.Redacted())
+		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0 (no db option)", ErrURL, redactURL(u))
 	}
 	cu := *u
 	cu.Path = ""
 	co, err := redis.ParseClusterURL(cu.String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrURL, u.Redacted(), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrURL, redactURL(u), err)
 	}
 	set := q.Has
 	d := so.Deadline
@@ -208,4 +208,18 @@ func infoField(info, field string) string {
 		}
 	}
 	return ""
+}
+
+// redactURL is u as an error may quote it: without the password of its user
+// information, and with the values of its query hidden, since go-redis reads
+// a password from the query too (?password=…).
+func redactURL(u *url.URL) string {
+	c := *u
+	if q := c.Query(); len(q) > 0 {
+		for k := range q {
+			q[k] = []string{"xxxxx"}
+		}
+		c.RawQuery = q.Encode()
+	}
+	return c.Redacted()
 }

@@ -113,7 +113,10 @@ func MigrateFile(ctx context.Context, path string) error {
 		return fmt.Errorf("sqlite: open %q: %w", path, err)
 	}
 	defer db.Close()
-	return Migrate(ctx, db)
+	if err := Migrate(ctx, db); err != nil {
+		return pathError(path, err)
+	}
+	return nil
 }
 
 // schemaVersion returns the version the database was migrated to, 0 when

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -96,12 +99,12 @@ func TestPerUserOnASharedStore(t *testing.T) {
 			return map[string]string{"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "counts.db")}
 		}},
 		{"postgres", func(t *testing.T) map[string]string {
-			u := service(t, "GATECOUNT_TEST_POSTGRES_URL")
+			u := service(t, "GATECOUNT_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test", "5432")
 			migrate(t, u)
 			return map[string]string{"DATABASE_URL": u}
 		}},
 		{"redis", func(t *testing.T) map[string]string {
-			return map[string]string{"RATE_LIMIT_STORE_URL": service(t, "GATECOUNT_TEST_REDIS_URL")}
+			return map[string]string{"RATE_LIMIT_STORE_URL": service(t, "GATECOUNT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0", "6379")}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,27 +122,40 @@ func TestPerUserOnASharedStore(t *testing.T) {
 	}
 }
 
-// service returns the URL in env, or ends the test: failing under CI=true,
-// skipped elsewhere.
-func service(t *testing.T, env string) string {
+// service returns the URL in env (def when unset) once its server answers,
+// or ends the test: failing under CI=true, skipped elsewhere, as the
+// gatecount module's own store tests do.
+func service(t *testing.T, env, def, port string) string {
 	t.Helper()
 	u := os.Getenv(env)
-	if u != "" {
-		return u
+	if u == "" {
+		u = def
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is not set", env)
+	parsed, err := url.Parse(u)
+	if err != nil {
+		t.Fatalf("%s: %v", env, err)
 	}
-	t.Skipf("%s is not set: skipped outside CI", env)
-	return ""
+	host := parsed.Host
+	if parsed.Port() == "" {
+		host = net.JoinHostPort(parsed.Hostname(), port)
+	}
+	c, err := net.DialTimeout("tcp", host, 5*time.Second)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s (%s) is unreachable: %v", env, host, err)
+		}
+		t.Skipf("%s (%s) is unreachable, skipped outside CI: %v", env, host, err)
+	}
+	c.Close()
+	return u
 }
 
 // migrate runs the migration as the README tells an app outside the
 // repository to.
-func migrate(t *testing.T, url string) {
+func migrate(t *testing.T, dbURL string) {
 	t.Helper()
 	cmd := exec.Command("go", "run", "github.com/gatecount/gatecount/cmd/gatecount", "migrate")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}

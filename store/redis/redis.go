@@ -1,10 +1,12 @@
-// Package redisstore is the Redis limit store: entries in a Redis shared by
+// Package redis is the Redis limit store: entries in a Redis shared by
 // every instance of an app, on the Redis server's clock. It works over any
-// go-redis v9 redis.UniversalClient: a single node, Sentinel (a failover
-// client) or Cluster.
+// go-redis v9 UniversalClient: a single node, Sentinel (a failover client)
+// or Cluster. The examples import go-redis as goredis:
 //
-//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
-//	s, err := redisstore.New(ctx, client, redisstore.Options{Secret: secret})
+//	import goredis "github.com/redis/go-redis/v9"
+//
+//	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+//	s, err := redis.New(ctx, client, redis.Options{Secret: secret})
 //	...
 //	signIn, err := s.Handle("signin:")
 //
@@ -120,7 +122,7 @@
 //
 // # Cluster
 //
-// Over a *redis.ClusterClient (OpenURL makes one for a URL naming a Cluster
+// Over a *goredis.ClusterClient (OpenURL makes one for a URL naming a Cluster
 // node) each script runs on the master of its hash tag's slot; the list of
 // tags lives on the slot of the fingerprint's tag. Scripts are sent so that
 // the client never runs them a second time after a lost answer (a retried
@@ -139,11 +141,11 @@
 // calls in flight and opens its breaker when Redis keeps failing; the store
 // recovers by itself when Redis answers again. Give a client of your own
 // ContextTimeoutEnabled, so that a call abandoned at its deadline does not
-// hold its connection until the read timeout (a *redis.Client with it is
+// hold its connection until the read timeout (a *goredis.Client with it is
 // also called on the caller's goroutine, see Backend.Prompt), and
 // MaxRetries -1: a command retried after a lost reply may count an attempt
 // twice.
-package redisstore
+package redis
 
 import (
 	"cmp"
@@ -160,7 +162,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
 	"github.com/gatecount/gatecount/internal/lockorder"
@@ -195,11 +197,11 @@ const (
 // ErrContention is the cause of the unavailable error (ReasonOverloaded) an
 // Update returns when it conflicted with concurrent updates of its keys
 // Options.MaxRetries times in a row.
-var ErrContention = errors.New("redisstore: update kept conflicting with concurrent updates")
+var ErrContention = errors.New("redis: update kept conflicting with concurrent updates")
 
 // ErrCorrupt is returned for a key that holds something other than an entry
 // in this store's encoding.
-var ErrCorrupt = errors.New("redisstore: value not in the store's encoding")
+var ErrCorrupt = errors.New("redis: value not in the store's encoding")
 
 // Options configure a Redis store.
 type Options struct {
@@ -232,7 +234,7 @@ type Options struct {
 // live entries (ErrEvicting, unless o.AllowEviction), loads its scripts and
 // starts a background sweep, which runs until the store is closed. Closing
 // the store does not close c.
-func New(ctx context.Context, c redis.UniversalClient, o Options) (*store.Store, error) {
+func New(ctx context.Context, c goredis.UniversalClient, o Options) (*store.Store, error) {
 	o.Store = o.Store.WithDefaults()
 	b, err := NewBackend(ctx, c, o)
 	if err != nil {
@@ -244,7 +246,7 @@ func New(ctx context.Context, c redis.UniversalClient, o Options) (*store.Store,
 // Backend is the Redis store's store.Backend and store.Counter. Most code
 // wants New, which wraps it in the guard; Store.Backend returns it.
 type Backend struct {
-	c          redis.UniversalClient
+	c          goredis.UniversalClient
 	ownsClient bool
 	prompt     bool // the client honours call deadlines (OpenURL's does)
 	hasher     *keyhash.Hasher
@@ -291,10 +293,10 @@ type space struct {
 
 // NewBackend returns the backend New wraps, and starts its background sweep.
 // o.Store should already have its defaults (see store.Options.WithDefaults).
-func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backend, error) {
+func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Backend, error) {
 	h, err := keyhash.New(o.Secret)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w", err)
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = store.DefaultMaxEntriesDatabase
@@ -340,10 +342,10 @@ func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backe
 	}
 	// A Cluster with a master down starts, and its limiters on the other
 	// masters count: what the master serves is checked once it answers.
-	_, cluster := c.(*redis.ClusterClient)
+	_, cluster := c.(*goredis.ClusterClient)
 	if !cluster {
 		if err := c.Ping(ctx).Err(); err != nil {
-			return nil, fmt.Errorf("redisstore: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
+			return nil, fmt.Errorf("redis: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
 		}
 	}
 	if err := b.checkServers(ctx); err != nil {
@@ -351,7 +353,7 @@ func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backe
 	}
 	for _, s := range []*script{readScript, writeScript, countScript, tidyScript} {
 		if err := s.load(ctx, c); err != nil && !cluster { // a node without the script is sent it (EVAL)
-			return nil, fmt.Errorf("redisstore: loading a script: %w", store.Unavailable(store.ReasonDown, err))
+			return nil, fmt.Errorf("redis: loading a script: %w", store.Unavailable(store.ReasonDown, err))
 		}
 	}
 	if _, err := b.Sweep(ctx); err != nil {
@@ -369,7 +371,7 @@ func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backe
 func (b *Backend) Shared() bool { return true }
 
 type backing struct {
-	c  redis.UniversalClient
+	c  goredis.UniversalClient
 	fp string
 }
 
@@ -378,7 +380,7 @@ type backing struct {
 func (b *Backend) Backing() any { return backing{b.c, b.fp} }
 
 // Prompt reports whether calls return once their context is done: true for
-// a *redis.Client with ContextTimeoutEnabled (the client OpenURL makes has
+// a *goredis.Client with ContextTimeoutEnabled (the client OpenURL makes has
 // it), which bounds every wait for a connection, dial, write and read by
 // the call's deadline. The guard then runs calls on the caller's goroutine;
 // with any other client it runs them on goroutines of its own, and answers
@@ -387,8 +389,8 @@ func (b *Backend) Prompt() bool { return b.prompt }
 
 // honoursDeadlines reports whether c's calls return once their context's
 // deadline passes.
-func honoursDeadlines(c redis.UniversalClient) bool {
-	rc, ok := c.(*redis.Client)
+func honoursDeadlines(c goredis.UniversalClient) bool {
+	rc, ok := c.(*goredis.Client)
 	return ok && rc.Options().ContextTimeoutEnabled
 }
 
@@ -579,7 +581,7 @@ func (b *Backend) read(ctx context.Context, names []string, raws []string, prese
 		return 0, err
 	}
 	if len(res) != len(names)+2 {
-		return 0, fmt.Errorf("redisstore: read answered %d values for %d keys", len(res)-2, len(names))
+		return 0, fmt.Errorf("redis: read answered %d values for %d keys", len(res)-2, len(names))
 	}
 	now, err := serverTime(res[0], res[1])
 	if err != nil {
@@ -602,7 +604,7 @@ func serverTime(sec, usec any) (int64, error) {
 	si, err1 := strconv.ParseInt(s, 10, 64)
 	ui, err2 := strconv.ParseInt(u, 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("redisstore: TIME answered %v %v", sec, usec)
+		return 0, fmt.Errorf("redis: TIME answered %v %v", sec, usec)
 	}
 	return si*1000 + ui/1000, nil
 }
@@ -875,7 +877,7 @@ func (b *Backend) write(ctx context.Context, ks *keySet, args []any, raws []stri
 		res[i], ok = ans[i].(int64)
 	}
 	if !ok || len(ans) > 3 && res[0] != 0 {
-		return res, false, fmt.Errorf("redisstore: write answered %v", ans)
+		return res, false, fmt.Errorf("redis: write answered %v", ans)
 	}
 	b.clock.observe(res[2])
 	if len(ans) == 3 || raws == nil {
@@ -1004,7 +1006,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 			swept = true
 			continue
 		case len(res) != 4+2*len(keys):
-			return fmt.Errorf("redisstore: count answered %v", res)
+			return fmt.Errorf("redis: count answered %v", res)
 		}
 		*t = store.Tally{Allowed: res[0] == 1, Now: time.UnixMilli(res[1]), Limiting: int(res[2]) - 1}
 		for i := range keys {
@@ -1061,7 +1063,7 @@ func (b *Backend) Sweep(ctx context.Context) (int, error) {
 		idx := "gatecount:{" + tag + "}:" + b.fp + ":live"
 		res, err := b.eval(ctx, tidyScript, []string{idx}).Int64Slice()
 		if err == nil && len(res) != 2 {
-			err = fmt.Errorf("redisstore: tidy answered %v", res)
+			err = fmt.Errorf("redis: tidy answered %v", res)
 		}
 		if err != nil {
 			first = cmp.Or(first, err)

@@ -452,9 +452,10 @@ func TestNotMigrated(t *testing.T) {
 func TestMigrateFile(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "odd ?#% name.db")
-	for range 2 {
-		if err := sqlite.MigrateFile(ctx, path); err != nil {
-			t.Fatal(err)
+	for i, want := range []int{0, sqlite.SchemaVersion} { // a new file, then nothing to do
+		from, err := sqlite.MigrateFile(ctx, path)
+		if err != nil || from != want {
+			t.Fatalf("MigrateFile %d: from version %d, %v; want %d", i+1, from, err, want)
 		}
 	}
 	if _, err := os.Stat(path); err != nil {
@@ -463,6 +464,20 @@ func TestMigrateFile(t *testing.T) {
 	s := open(t, path, sqlite.Options{})
 	if err := handle(t, s, "p:").Update(ctx, []string{"k"}, add(time.Hour)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A file that cannot be opened is named in the error, with its directory
+// when that is what is missing: SQLite's own message names neither.
+func TestBadPathNamed(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "no", "such", "dir", "limits.db")
+	_, err := sqlite.Open(ctx, path, sqlite.Options{Secret: []byte(strings.Repeat("s", 32)), AutoMigrate: true})
+	if err == nil || !strings.Contains(err.Error(), strconv.Quote(path)) || !strings.Contains(err.Error(), strconv.Quote(filepath.Dir(path))) {
+		t.Fatalf("Open of a file in a missing directory: %v", err)
+	}
+	if _, err := sqlite.MigrateFile(ctx, path); err == nil || !strings.Contains(err.Error(), strconv.Quote(path)) {
+		t.Fatalf("MigrateFile of a file in a missing directory: %v", err)
 	}
 }
 

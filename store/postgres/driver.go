@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -48,12 +49,19 @@ type ConnectError struct {
 	Host     string // host:port
 	User     string
 	Database string
-	Err      error
+	// Implied reports that the URL named neither user nor database, so
+	// that they are the defaults: the name of the process's OS user.
+	Implied bool
+	Err     error
 }
 
 // Error says where the connection was tried and why it failed.
 func (e *ConnectError) Error() string {
-	return fmt.Sprintf("postgres: cannot connect to %s as user %q, database %q: %s", e.Host, e.User, e.Database, cause(e.Err))
+	who := fmt.Sprintf("as user %q, database %q", e.User, e.Database)
+	if e.Implied {
+		who = fmt.Sprintf("as user and database %q (the URL names neither: the OS user's name)", e.User)
+	}
+	return fmt.Sprintf("postgres: cannot connect to %s %s: %s", e.Host, who, cause(e.Err))
 }
 
 // Unwrap returns pgx's error.
@@ -69,7 +77,8 @@ func connectError(cfg *pgxpool.Config, err error) error {
 	if db == "" {
 		db = cc.User // what the server assumes
 	}
-	return &ConnectError{Host: net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), User: cc.User, Database: db, Err: err}
+	implied := cc.Database == "" && cfg.ConnString() != "" && !strings.Contains(cfg.ConnString(), "@") && !strings.Contains(cfg.ConnString(), "user=")
+	return &ConnectError{Host: net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), User: cc.User, Database: db, Implied: implied, Err: err}
 }
 
 // cause is the reason under pgx's layers of a connection error, said once:

@@ -81,6 +81,7 @@
 package sqlite
 
 import (
+	"io/fs"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -221,7 +222,9 @@ func OpenBackend(ctx context.Context, path string, o Options) (*Backend, error) 
 // to open database file (14)", names neither.
 func pathError(path string, err error) error {
 	dir := filepath.Dir(path)
-	if _, serr := os.Stat(dir); serr != nil {
+	if _, serr := os.Stat(dir); errors.Is(serr, fs.ErrNotExist) {
+		return fmt.Errorf("sqlite: file %q: its directory %q does not exist: %w", path, dir, err)
+	} else if serr != nil {
 		return fmt.Errorf("sqlite: file %q: its directory %q cannot be used (%v): %w", path, dir, serr, err)
 	}
 	return fmt.Errorf("sqlite: file %q: %w", path, err)

@@ -81,12 +81,12 @@
 package sqlite
 
 import (
-	"io/fs"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"

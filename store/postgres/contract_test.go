@@ -11,7 +11,9 @@ import (
 // TestContract runs the contract suite with two pools as two instances of
 // an app: First and Second share a prefix over different pools, Other has
 // another prefix on First's pool, and NewBounded opens a store with a secret
-// of its own, so that only its own rows count against its bound.
+// of its own, so that only its own rows count against its bound. Sweep
+// removes the expired rows of every secret in the table, which other tests
+// write too: SharedSweep.
 func TestContract(t *testing.T) {
 	poolA, poolB := newPool(t), newPool(t)
 	storetest.Run(t, func(t *testing.T) storetest.Pair {
@@ -44,6 +46,7 @@ func TestContract(t *testing.T) {
 				}
 				return h, nil
 			},
+			SharedSweep: true,
 		}
 	})
 }

@@ -3,20 +3,33 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/gatecount/gatecount/store"
 )
 
-// countExactBudget: 100 concurrent Counts of one key with a cap of 30,
-// across First and Second, allow exactly 30, each seeing a count of its
-// own.
+// countExactBudget: in each of 3 rounds, 100 Counts of one key with a cap
+// of 30, started at once across First and Second, allow exactly 30, each
+// seeing a count of its own. It catches a Count that is not atomic: one
+// that reads the counter, lets go of it, and writes.
 func countExactBudget(r *runner) error {
+	const rounds = 3
+	for round := range rounds {
+		if err := r.exactBudget(round); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// exactBudget is one round of countExactBudget.
+func (r *runner) exactBudget(round int) error {
 	const capMax, calls = 30, 100
-	k := r.key("budget")
+	k := r.key("budget-" + strconv.Itoa(round))
 	caps := []store.Cap{{Max: capMax, Window: time.Minute}}
 	tallies := make([]store.Tally, calls)
-	err := r.hammer(calls, 1, func(i int, h *store.Handle) error {
+	err := r.together(calls, 1, func(i, _ int, h *store.Handle) error {
 		t, err := r.count(h, []string{k}, caps, 1)
 		if err != nil {
 			return r.failf("Count on %s under contention: %v", r.hname(h), err)
@@ -49,8 +62,8 @@ func countExactBudget(r *runner) error {
 		seen[t.Counts[0]] = true
 	}
 	if len(seen) != capMax {
-		return r.failf("%d concurrent Counts against a cap of %d, through First and Second: %d allowed, want exactly %d",
-			calls, capMax, len(seen), capMax)
+		return r.failf("round %d: %d concurrent Counts against a cap of %d, through First and Second: %d allowed, want exactly %d",
+			round+1, calls, capMax, len(seen), capMax)
 	}
 	es, err := r.mustRead(r.p.First, k)
 	if err != nil {
@@ -63,7 +76,8 @@ func countExactBudget(r *runner) error {
 }
 
 // countAllOrNothing: a Count charges every key or none, and says which key
-// had no room.
+// had no room. It catches a Count that charges the keys with room when
+// another key has none, or starts counters for a refused Count.
 func countAllOrNothing(r *runner) error {
 	a, b, c := r.key("aon-a"), r.key("aon-b"), r.key("aon-c")
 	minute := func(max int64) store.Cap { return store.Cap{Max: max, Window: time.Minute} }
@@ -126,7 +140,9 @@ func countAllOrNothing(r *runner) error {
 
 // countValues: counters are kept as store.ParseCount values expiring a
 // window after the store's time of their first count, which later counts do
-// not move; the Tally tells the store's time.
+// not move (the second count comes once the store's time has moved on); the
+// Tally tells the store's time. It catches a Count that starts the window
+// again on every count, so that a steady attacker's window never ends.
 func countValues(r *runner) error {
 	a, b := r.key("val-a"), r.key("val-b")
 	keys := []string{a, b}
@@ -151,6 +167,10 @@ func countValues(r *runner) error {
 		}
 		if i == 0 {
 			first = t
+			// The next count at a later millisecond of the store's time.
+			if _, err := r.waitPast(r.p.Second, t.Now.Add(5*time.Millisecond)); err != nil {
+				return err
+			}
 		}
 		es, err := r.mustRead(h, keys...)
 		if err != nil {
@@ -173,7 +193,8 @@ func countValues(r *runner) error {
 }
 
 // countWindow: once a counter's window has ended on the store's time, the
-// next Count starts a new one.
+// next Count starts a new one. It catches a Count that keeps counting in a
+// window that has ended.
 func countWindow(r *runner) error {
 	k := r.key("window")
 	caps := []store.Cap{{Max: 2, Window: shortTTL}}
@@ -250,7 +271,9 @@ func (r *runner) refCount(h *store.Handle, keys []string, caps []store.Cap, n in
 
 // countMatchesGeneric: Count gives the results of the generic Count, done
 // through Update, step for step; a store's own Counter must too. A value
-// that is not a count is refused with ErrNotCounter and left as it was.
+// that is not a count is refused with ErrNotCounter and left as it was. It
+// catches a store's own Count that differs from the generic one in what it
+// allows, counts or tells.
 func countMatchesGeneric(r *runner) error {
 	_, native := r.p.First.Store().Backend().(store.Counter)
 	path := "the generic Count"

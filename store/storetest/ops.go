@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gatecount/gatecount/store"
@@ -36,6 +39,23 @@ const (
 	// maxOverloadRetries bounds the retries of a call the guard answered
 	// overloaded, which never reached the backend.
 	maxOverloadRetries = 1000
+	// closePoll is the pause between two looks at the close case's
+	// goroutines, closeWait how long, in all, the case gives a closed
+	// store's goroutines to end.
+	closePoll = 10 * time.Millisecond
+	closeWait = 5 * time.Second
+	// nearPoll is the pause between two looks at an entry close to its
+	// expiry; a look that comes more than nearGap after the one before,
+	// across the expiry, shows nothing, and the case tries again, up to
+	// nearAttempts times.
+	nearPoll     = 2 * time.Millisecond
+	nearGap      = 50 * time.Millisecond
+	nearAttempts = 5
+	// stallLimit is how long goroutines calling a store at once may go
+	// with none of their calls finishing before the case calls the store
+	// deadlocked. A store's own deadline (the guard's is 2 s) answers a
+	// remote call long before.
+	stallLimit = 10 * time.Second
 )
 
 // pause waits d or until the case's context is done.
@@ -228,4 +248,140 @@ func ts(t time.Time) string {
 		return "(zero)"
 	}
 	return t.UTC().Format("15:04:05.000")
+}
+
+// handle opens a handle of the case's own on s, under a prefix unique to
+// the run.
+func (r *runner) handle(s *store.Store, label string) (*store.Handle, error) {
+	h, err := s.Handle("stc-" + r.id + "-" + label)
+	if err != nil {
+		return nil, r.failf("opening a handle of the suite's own (prefix %q): %v", "stc-"+r.id+"-"+label, err)
+	}
+	return h, nil
+}
+
+// bounded opens a store of max live entries through Pair.NewBounded.
+func (r *runner) bounded(max int) (*store.Handle, error) {
+	h, err := r.p.NewBounded(max)
+	if err != nil {
+		return nil, r.failf("NewBounded(%d): %v", max, err)
+	}
+	return h, nil
+}
+
+// del deletes keys through h.
+func (r *runner) del(h *store.Handle, keys ...string) error {
+	if err := r.update(h, keys, func(_ time.Time, es []store.Entry) error {
+		for i := range es {
+			es[i].Value = nil
+		}
+		return nil
+	}); err != nil {
+		return r.failf("Update on %s deleting %d keys: %v", r.hname(h), len(keys), err)
+	}
+	return nil
+}
+
+// handles returns First and Second, or First alone when they are one.
+func (r *runner) handles() []*store.Handle {
+	if r.p.Second == r.p.First {
+		return []*store.Handle{r.p.First}
+	}
+	return []*store.Handle{r.p.First, r.p.Second}
+}
+
+// yield gives up the processor in the middle of an apply, as a slow apply
+// or a busy machine would, so that a store that does not hold its keys
+// through apply lets other updates in meanwhile; every fourth call, i
+// counting, it also sleeps a moment, long enough for the goroutines that
+// wait on a lock to queue behind it.
+func yield(i int) {
+	runtime.Gosched()
+	if i%4 == 0 {
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// firstErr keeps the first error of concurrent workers.
+type firstErr struct {
+	once sync.Once
+	err  error
+	set  atomic.Bool
+}
+
+func (f *firstErr) keep(err error) {
+	if err == nil {
+		return
+	}
+	f.once.Do(func() { f.err = err; f.set.Store(true) })
+}
+
+func (f *firstErr) failed() bool { return f.set.Load() }
+
+// get returns the error kept, if any.
+func (f *firstErr) get() error {
+	if !f.set.Load() {
+		return nil
+	}
+	return f.err
+}
+
+// together runs workers goroutines, alternately on First and Second, that
+// start at one moment and each call step each times, with their number and
+// the call's; it returns the first failure, after which the others stop at
+// their next step. When no step finishes for stallLimit while some are
+// under way, it returns a violation at once and leaves the stuck
+// goroutines behind: the store is deadlocked.
+func (r *runner) together(workers, each int, step func(w, i int, h *store.Handle) error) error {
+	var (
+		wg       sync.WaitGroup
+		fe       firstErr
+		finished atomic.Int64
+	)
+	start := make(chan struct{})
+	for w := range workers {
+		h := r.p.First
+		if w%2 == 1 {
+			h = r.p.Second
+		}
+		wg.Go(func() {
+			<-start
+			for i := range each {
+				if fe.failed() || r.ctx.Err() != nil {
+					return
+				}
+				if err := step(w, i, h); err != nil {
+					fe.keep(err)
+					return
+				}
+				finished.Add(1)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	close(start)
+	tick := time.NewTicker(stallLimit / 50)
+	defer tick.Stop()
+	last, since := int64(-1), time.Now()
+	for {
+		select {
+		case <-done:
+			return fe.get()
+		case <-r.ctx.Done():
+			fe.keep(r.failf("case ran out of time with %d of %d calls of %d goroutines made: %v",
+				finished.Load(), workers*each, workers, r.ctx.Err()))
+			return fe.get()
+		case <-tick.C:
+			if n := finished.Load(); n != last {
+				last, since = n, time.Now()
+				continue
+			}
+			if time.Since(since) >= stallLimit {
+				fe.keep(r.failf("%d goroutines calling the store at once: none of their calls finished for %v, with %d of %d made: the store is deadlocked (two calls each holding a key the other waits for, say)",
+					workers, stallLimit, last, workers*each))
+				return fe.get()
+			}
+		}
+	}
 }

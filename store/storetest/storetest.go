@@ -20,9 +20,22 @@
 // milliseconds after the store's own time and wait, polling the store, until
 // the store's time has passed it. Every wait is bounded.
 //
+// Each case's doc says which bug of a store author it catches. The cases
+// that race calls against each other start their goroutines at one moment,
+// on both handles, and yield inside apply, so that a store that does not
+// hold its keys through apply lets other calls in; when none of their calls
+// finishes for 10 s the case reports the store deadlocked and returns,
+// leaving the stuck goroutines behind, rather than hang. The whole suite
+// takes about 5 s on the memory store.
+//
+// What the suite cannot show is a store's own tests' to add: its faults
+// (lost connections, timeouts mid-call, restarts), races it cannot provoke
+// from one process, behaviour at scale, and what only that store has
+// (migrations, secrets, configuration).
+//
 // A case that finds the contract broken returns a *ContractViolation saying
-// what broke; a case that does not apply to the store (a round trip between
-// two instances of a store that is not shared, say) returns an error
+// what broke; a case that does not apply to the store (one that needs
+// stores of its own when Pair.NewBounded is not set, say) returns an error
 // matching ErrNotApplicable, and Run skips it.
 package storetest
 
@@ -40,6 +53,12 @@ import (
 
 // Pair is what a case runs against: handles on one store, as the instances
 // of an app hold them.
+//
+// Besides these handles, the cases open handles of their own, on First's
+// Store and on the stores NewBounded opens, under random prefixes that begin
+// with "stc-" (to check that nested prefixes are kept apart, and that one
+// bound covers every handle of a store). They stay open until that store
+// is closed.
 type Pair struct {
 	// First and Second have the same prefix: two instances of an app. For a
 	// shared store they use separate connections or clients; for a store
@@ -50,8 +69,18 @@ type Pair struct {
 	Other *store.Handle
 	// NewBounded, when set, opens a fresh store of the same kind whose
 	// bound is max live entries and returns a handle on it. The case closes
-	// that handle's Store. When nil, the bound's case is skipped.
+	// that handle's Store. The cases of the bound, of Sweep's count and of
+	// Close run on such stores; when NewBounded is nil they do not apply.
+	// The close case calls it, and uses the store, under a profiler label
+	// of its own, and counts every goroutine started under that label as
+	// the store's: one that NewBounded starts (a connection pool's or a
+	// client's it opens) must have ended once the store's Close returns.
 	NewBounded func(max int) (*store.Handle, error)
+	// SharedSweep says that Sweep on a store NewBounded opens also removes
+	// entries other stores wrote (every expired row of a table other stores
+	// write too, say), so that how many it removes is not the suite's to
+	// know: the sweep-exact case does not apply.
+	SharedSweep bool
 }
 
 // Case is one clause of the contract.

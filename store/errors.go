@@ -101,8 +101,9 @@ func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailab
 // Unwrap returns the underlying failure.
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
-// Unavailable returns an *UnavailableError with the reason and cause.
-func Unavailable(r Reason, err error) error { return &UnavailableError{Reason: r, Err: err} }
+// NewUnavailableError returns an *UnavailableError with the reason and
+// cause: what a Backend returns to say it could not answer.
+func NewUnavailableError(r Reason, err error) error { return &UnavailableError{Reason: r, Err: err} }
 
 // ReasonOf returns the reason err says the store was unavailable, or 0 when
 // err is not an unavailable error.

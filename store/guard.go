@@ -272,7 +272,7 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 		s.slots.release()
 		var own callerError
 		if err != nil && dctx.Err() != nil && ctx.Err() == nil && !errors.As(err, &own) {
-			err = Unavailable(ReasonDeadline, err)
+			err = NewUnavailableError(ReasonDeadline, err)
 		}
 		err = s.classify(ctx, err)
 		l.breaker.record(err, waited)
@@ -302,7 +302,7 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		err := Unavailable(ReasonDeadline, fmt.Errorf("no answer within %v", s.opts.Deadline))
+		err := NewUnavailableError(ReasonDeadline, fmt.Errorf("no answer within %v", s.opts.Deadline))
 		l.breaker.record(err, waited)
 		return err
 	}
@@ -328,9 +328,9 @@ func (s *Store) classify(ctx context.Context, err error) error {
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return err
 	case errors.Is(err, context.DeadlineExceeded):
-		return Unavailable(ReasonDeadline, err)
+		return NewUnavailableError(ReasonDeadline, err)
 	}
-	return Unavailable(ReasonDown, err)
+	return NewUnavailableError(ReasonDown, err)
 }
 
 // Handle is a prefixed view of a Store, claimed by one limiter. Its keys
@@ -509,7 +509,7 @@ func checkKeys(keys []string) error {
 }
 
 // errAbandoned aborts an apply that runs after its caller was answered.
-var errAbandoned = Unavailable(ReasonDeadline, errors.New("apply ran after the caller was answered"))
+var errAbandoned = NewUnavailableError(ReasonDeadline, errors.New("apply ran after the caller was answered"))
 
 // applyCall wraps a caller's apply: it checks and normalises what apply
 // leaves, and remembers apply's own error so that the guard can tell it from

@@ -345,7 +345,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 	_, cluster := c.(*goredis.ClusterClient)
 	if !cluster {
 		if err := c.Ping(ctx).Err(); err != nil {
-			return nil, fmt.Errorf("redis: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
+			return nil, fmt.Errorf("redis: redis does not answer: %w", store.NewUnavailableError(store.ReasonDown, err))
 		}
 	}
 	if err := b.checkServers(ctx); err != nil {
@@ -353,7 +353,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 	}
 	for _, s := range []*script{readScript, writeScript, countScript, tidyScript} {
 		if err := s.load(ctx, c); err != nil && !cluster { // a node without the script is sent it (EVAL)
-			return nil, fmt.Errorf("redis: loading a script: %w", store.Unavailable(store.ReasonDown, err))
+			return nil, fmt.Errorf("redis: loading a script: %w", store.NewUnavailableError(store.ReasonDown, err))
 		}
 	}
 	if _, err := b.Sweep(ctx); err != nil {
@@ -751,7 +751,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 		default:
 			conflicts++
 			if conflicts > b.maxRetries {
-				return store.Unavailable(store.ReasonOverloaded, fmt.Errorf("%w: %d attempts", ErrContention, conflicts))
+				return store.NewUnavailableError(store.ReasonOverloaded, fmt.Errorf("%w: %d attempts", ErrContention, conflicts))
 			}
 			b.retries.Add(1)
 			if err := backoff(ctx, conflicts); err != nil {

@@ -113,7 +113,7 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 	cluster, err := isCluster(ctx, c, d)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("redis: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
+		return nil, fmt.Errorf("redis: redis does not answer: %w", store.NewUnavailableError(store.ReasonDown, err))
 	}
 	if !cluster {
 		return c, nil

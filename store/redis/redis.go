@@ -23,75 +23,16 @@
 //
 // # Keys
 //
-// No key is kept in clear. An entry lives under
-//
-//	gatecount:{<tag>}:<fingerprint>:<hex HMAC-SHA-256 of prefix and key>
-//
-// where the fingerprint names the secret (see package keyhash) and the tag,
-// sixteen hex digits, is derived from the handle's prefix under the secret.
-// The braces make the tag Redis Cluster's hash tag: every key of one handle,
-// and its live index, lands on one hash slot, so that a multi-key Update or
-// Count runs as one script on one node. The cost is twofold. A limiter's
-// keys cannot be spread over the Cluster: all the traffic of one limiter (of
-// sign-in, say) goes to one node, which bounds that limiter's throughput by
-// one node's, though different limiters land on different nodes. And no
-// single call can update keys of two handles atomically: a limit that must
-// count two things together names both keys through one handle.
-//
-// After the secret is rotated, keys carry the new fingerprint (and new
-// HMACs and tags): entries written under the old secret are neither read nor
-// counted against the bound; Redis removes them when they expire.
-//
-// The value of an entry is the string "<expiry in Unix ms>:<value JSON>",
-// set with PXAT at its expiry, so Redis itself expires it.
-//
-// # Exact updates
-//
-// Update is optimistic and exact: one script reads the entries and the
-// server's TIME in one step, apply runs in this process, and a second script
-// writes apply's result only if every key still holds exactly what was read
-// and every entry read as live is still live; otherwise nothing is written
-// and the update starts over, with a short random backoff. Since that check
-// and the write are one atomic step, an update that is written acts as if it
-// had read, applied and written at that step, with a clock reading taken a
-// moment before; concurrent updates of one key, from any number of
-// instances, count one at a time. Updates of one key within one process
-// take turns under a local lock, so only other processes' updates conflict
-// with them. An update that leaves its entries as they were writes nothing.
-// An Update still conflicting after Options.MaxRetries retries is answered
-// unavailable (overloaded, ErrContention); Backend.Retries counts the
-// retries.
-//
-// When none of its keys is known in this process to hold an entry, Update
-// saves the read: it guesses that none does, runs apply on no entries at an
-// estimate of the server's time that is never after it (from the times
-// earlier answers carried), and the write script checks the guess as it
-// checks a read, rejecting it too if the estimate is after the server's
-// time. A wrong guess (Backend.Misses) is answered with what the keys hold,
-// read in the same atomic step, and the Update goes on from that read.
-// Count, the fixed-window counter limiters use, needs neither: it is one
-// script, one round trip, doing what the generic Count does.
-//
-// # The bound
-//
-// Live entries are counted without scanning. Each (tag, fingerprint) keeps a
-// sorted set, its live index, gatecount:{<tag>}:<fingerprint>:live, of
-// entry -> expiry, updated by the same script that writes the entries; an
-// entry's member is the last eight bytes of its HMAC, raw (an index written
-// by an older version, with the 64 hex digits as members, keeps those until
-// they expire: meanwhile an entry rewritten since may be counted twice,
-// never less than once). Its ZCARD counts the live entries under the tag,
-// and expired ones not yet removed: when that count says the bound is
-// reached, the script removes the expired members (ZREMRANGEBYSCORE) and
-// counts again before it refuses a new key. The tags of a fingerprint are
-// listed in a set, gatecount:{<fingerprint>}:tags. A script that adds
-// entries checks, atomically, its own tag's count plus the live entries
-// under the other tags, as this process last counted them, against
-// MaxEntries. The count of other tags is refreshed by every Sweep, which the
-// store runs every SweepInterval and whenever the bound seems reached,
-// before a new key is refused. The bound is therefore exact for one handle;
-// across handles it can be passed by the entries other processes add under
-// other handles between two sweeps.
+// No key is kept in clear: an entry lives under an HMAC-SHA-256 of its
+// prefix and key under the secret, and Redis expires it itself. After the
+// secret is rotated, entries written under the old one are neither read nor
+// counted; Redis removes them when they expire. All keys of one handle share
+// a Redis Cluster hash tag, so that one attempt's keys are counted in one
+// script on one node: one limiter's traffic goes to one master, while
+// different limiters spread over the masters, and one call cannot count keys
+// of two handles together. Counting is exact across any number of
+// instances, and the bound (Options.MaxEntries) is kept without scanning;
+// DESIGN.md says how.
 //
 // # Redis settings
 //

@@ -27,7 +27,7 @@ func (c *counting) Update(ctx context.Context, p string, k []string, a store.App
 	return c.flaky.Update(ctx, p, k, a)
 }
 
-func (c *counting) Count(ctx context.Context, p string, k []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (c *counting) Count(ctx context.Context, p string, k []string, caps []store.Budget, n int64, t *store.Tally) error {
 	c.calls.Add(1)
 	return c.flaky.Count(ctx, p, k, caps, n, t)
 }

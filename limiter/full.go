@@ -18,7 +18,7 @@ const KindStoreFull = "limiter-store-full"
 // the store has no room for fall to the policy: under Deny the attempt is
 // refused; otherwise they are counted in process memory, and when memory
 // refuses them the store's keys are given back.
-func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Cap, cause error, d *Decision) error {
+func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Budget, cause error, d *Decision) error {
 	m := &memoCall{n: len(keys)} // what the apply holds, off the caller's stack
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
@@ -36,7 +36,7 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Cap
 				return err
 			}
 			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
-			if t.Limiting < 0 && n+1 > cs[i].Max {
+			if t.Limiting < 0 && n+1 > int64(cs[i].Limit) {
 				t.Limiting = i
 			}
 		}
@@ -77,9 +77,9 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Cap
 
 // countFresh counts in process memory the keys marked in fresh, which the
 // store had no room for, after the store counted the others into t.
-func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Cap, cause error, t *store.Tally, fresh uint8, d *Decision) error {
+func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Budget, cause error, t *store.Tally, fresh uint8, d *Decision) error {
 	var sub [MaxKeys]string
-	var subCaps [MaxKeys]store.Cap
+	var subCaps [MaxKeys]store.Budget
 	var at [MaxKeys]int
 	n := 0
 	for i := range keys {

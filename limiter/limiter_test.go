@@ -298,7 +298,7 @@ func (f *flaky) Update(ctx context.Context, p string, k []string, a store.ApplyF
 	return f.Backend.Update(ctx, p, k, a)
 }
 
-func (f *flaky) Count(ctx context.Context, p string, k []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (f *flaky) Count(ctx context.Context, p string, k []string, caps []store.Budget, n int64, t *store.Tally) error {
 	if f.down.Load() {
 		return errDown
 	}
@@ -430,7 +430,7 @@ func (s *stuck) Update(ctx context.Context, p string, k []string, a store.ApplyF
 	return s.Backend.Update(ctx, p, k, a)
 }
 
-func (s *stuck) Count(ctx context.Context, p string, k []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (s *stuck) Count(ctx context.Context, p string, k []string, caps []store.Budget, n int64, t *store.Tally) error {
 	s.entered <- struct{}{}
 	<-s.release
 	return s.Backend.Count(ctx, p, k, caps, n, t)

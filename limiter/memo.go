@@ -43,7 +43,7 @@ func newLocal(prefix string, max int, o store.Options) (*store.Handle, *memory.B
 
 // recall fills d and reports true when memory shows a key of the attempt
 // without room for one more, so that the store need not be asked.
-func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Cap, d *Decision) bool {
+func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget, d *Decision) bool {
 	m := &memoCall{n: len(keys)}
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
@@ -59,7 +59,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Cap, d
 				return err
 			}
 			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
-			if t.Limiting < 0 && n+1 > cs[i].Max {
+			if t.Limiting < 0 && n+1 > int64(cs[i].Limit) {
 				t.Limiting = i
 			}
 		}
@@ -74,7 +74,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Cap, d
 }
 
 // remember records what a store's tally t said of keys.
-func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Cap, tally *store.Tally) {
+func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budget, tally *store.Tally) {
 	m := &memoCall{n: len(keys), t: *tally}
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
@@ -85,7 +85,7 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Cap,
 			if t.ExpiresAt[i].IsZero() {
 				continue
 			}
-			if !es[i].Live() && !roomy && t.Counts[i] < cs[i].Max {
+			if !es[i].Live() && !roomy && t.Counts[i] < int64(cs[i].Limit) {
 				continue
 			}
 			setLastKnown(&es[i], now, t.Counts[i], now.Add(t.ExpiresAt[i].Sub(t.Now)))
@@ -104,7 +104,7 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Cap,
 type memoCall struct {
 	n    int
 	keys [MaxKeys]string
-	caps [MaxKeys]store.Cap
+	caps [MaxKeys]store.Budget
 	t    store.Tally
 }
 

@@ -245,7 +245,7 @@ func BenchmarkCountSyncCommit(b *testing.B) { benchCount(b, Options{SyncCommit: 
 
 func benchCount(b *testing.B, o Options) {
 	schema := benchSchema(b)
-	caps := []store.Cap{{Max: 1 << 40, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 1 << 40, Window: time.Minute}}
 	for _, hot := range []bool{true, false} {
 		for _, conc := range benchConcurrency {
 			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {

@@ -44,7 +44,7 @@ func TestOpenURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Count(context.Background(), []string{"k"}, []store.Cap{{Max: 1, Window: time.Minute}}, 1); err != nil {
+	if _, err := h.Count(context.Background(), []string{"k"}, []store.Budget{{Limit: 1, Window: time.Minute}}, 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

@@ -35,7 +35,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	t, err := signIn.Count(ctx, []string{"alice@example.com"}, []store.Cap{{Max: 5, Window: 15 * time.Minute}}, 1)
+	t, err := signIn.Count(ctx, []string{"alice@example.com"}, []store.Budget{{Limit: 5, Window: 15 * time.Minute}}, 1)
 	if err != nil {
 		log.Printf("limit store unavailable: %v", err)
 		return

@@ -418,8 +418,8 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 // by one call of the function gatecount_count. Either is one round trip
 // and one implicit transaction; a refused single-key count takes a second
 // round trip to read the count it was refused at.
-func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
-	if len(keys) == 1 && n <= caps[0].Max && !b.near(1) {
+func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
+	if len(keys) == 1 && n <= int64(caps[0].Limit) && !b.near(1) {
 		h := b.hasher.Sum(prefix, keys[0])
 		done, err := b.countOne(ctx, h[:], caps[0], n, t)
 		if done || err != nil {
@@ -432,7 +432,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	for i, k := range keys {
 		h := b.hasher.Sum(prefix, k)
 		hashes[i] = h[:]
-		maxes[i] = caps[i].Max
+		maxes[i] = int64(caps[i].Limit)
 		windows[i] = caps[i].Window.Milliseconds()
 	}
 	exact := b.near(len(keys))
@@ -481,8 +481,8 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 // count is ErrNotCounter. Otherwise the key changed since, or holds a count
 // the statement's pattern does not take, and countOne reports false, having
 // written nothing, for gatecount_count to decide.
-func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Cap, n int64, t *store.Tally) (done bool, err error) {
-	r := &oneCount{hash: hash, n: n, max: c.Max, window: c.Window.Milliseconds()}
+func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Budget, n int64, t *store.Tally) (done bool, err error) {
+	r := &oneCount{hash: hash, n: n, max: int64(c.Limit), window: c.Window.Milliseconds()}
 	err = b.batcher.do(ctx, r)
 	if errors.Is(err, errSameKey) {
 		err = b.runCounts(ctx, []*oneCount{r})
@@ -550,7 +550,7 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) (err error) 
 // room for n is the answer, as of the read; a live value that is not a
 // count is ErrNotCounter; otherwise it reports false, for gatecount_count
 // to decide.
-func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Cap, n int64, t *store.Tally) (done bool, err error) {
+func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Budget, n int64, t *store.Tally) (done bool, err error) {
 	val, nowUs, expUs, err := b.read1(ctx, hash)
 	if err != nil {
 		return false, fmt.Errorf("postgres: count: read the refused key: %w", err)
@@ -562,7 +562,7 @@ func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Cap, n i
 	if err != nil {
 		return true, fmt.Errorf("postgres: count: %w", err)
 	}
-	if cur <= c.Max-n {
+	if cur <= int64(c.Limit)-n {
 		return false, nil
 	}
 	*t = store.Tally{Now: time.UnixMilli(floorDiv(nowUs, 1000)), Limiting: 0}

@@ -32,7 +32,7 @@ func ExampleOpenURL() {
 		fmt.Println(err)
 		return
 	}
-	caps := []store.Cap{{Max: 2, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 2, Window: time.Minute}}
 	for range 3 {
 		t, err := signIn.Count(ctx, []string{"alice@example.com"}, caps, 1)
 		if err != nil {

@@ -910,12 +910,12 @@ func backoff(ctx context.Context, conflicts int) error {
 const maxExact = 1 << 52
 
 // Count implements store.Counter: one script, one round trip.
-func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	if n > maxExact {
 		return b.countByUpdate(ctx, prefix, keys, caps, n, t)
 	}
 	for _, c := range caps {
-		if c.Max > maxExact {
+		if int64(c.Limit) > maxExact {
 			return b.countByUpdate(ctx, prefix, keys, caps, n, t)
 		}
 	}
@@ -926,7 +926,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	args[0], args[1] = n, b.max
 	for i := range keys {
 		o := 3 + 3*i
-		args[o], args[o+1], args[o+2] = members[i], caps[i].Max, caps[i].Window.Milliseconds()
+		args[o], args[o+1], args[o+2] = members[i], int64(caps[i].Limit), caps[i].Window.Milliseconds()
 	}
 	for swept := false; ; {
 		others := b.elsewhere(sp)
@@ -966,7 +966,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 
 // countByUpdate is the generic Count, through Update, for what countScript
 // cannot count exactly.
-func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	return b.Update(ctx, prefix, keys, func(now time.Time, es []store.Entry) error {
 		return store.ApplyCount(now, es, caps, n, t)
 	})

@@ -6,8 +6,12 @@
 //
 // The migrate command creates or upgrades the store's tables in the database
 // DATABASE_URL names. It is idempotent and safe to run from several
-// instances at once. The URL's scheme chooses the store: postgres:// and
-// postgresql:// for PostgreSQL, sqlite:PATH and file:PATH for SQLite.
+// instances at once, for PostgreSQL directly or through a pooler in any
+// mode (each migration is one transaction under a transaction-scoped
+// advisory lock); one that waits more than postgres.MigrationLockTimeout
+// (30 s) for another gives up with an error saying so. The URL's scheme
+// chooses the store: postgres:// and postgresql:// for PostgreSQL,
+// sqlite:PATH and file:PATH for SQLite.
 //
 // Exit status: 0 on success, 1 when the command failed, 2 on a usage error.
 package main

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,5 +156,49 @@ func TestMigrateNewPostgresDatabase(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("migrate said %q, want %q", out.String(), want)
 		}
+	}
+}
+
+// TestMigratePostgresPooler runs four migrate commands at once through
+// PgBouncer in transaction mode (see .ci/pgbouncer.sh), with pgx's default
+// mode and with exec: all succeed. Under CI=true a missing PgBouncer fails
+// the test; otherwise it is skipped.
+func TestMigratePostgresPooler(t *testing.T) {
+	if _, _, err := migratePostgres(context.Background(), testURL()); err != nil {
+		if os.Getenv("CI") != "true" && strings.Contains(err.Error(), "connect") {
+			t.Skipf("PostgreSQL at %s is unreachable: %v", testURL(), err)
+		}
+		t.Fatal(err)
+	}
+	base := os.Getenv("GATECOUNT_TEST_PGBOUNCER_URL")
+	if base == "" {
+		base = "postgres://postgres@127.0.0.1:6432"
+	}
+	for _, query := range []string{"?sslmode=disable", "?sslmode=disable&default_query_exec_mode=exec"} {
+		url := strings.TrimSuffix(base, "/") + "/gatecount_tx" + query
+		t.Run(query, func(t *testing.T) {
+			getenv := func(k string) string {
+				if k == "DATABASE_URL" {
+					return url
+				}
+				return ""
+			}
+			var wg sync.WaitGroup
+			outs := make([]bytes.Buffer, 4)
+			codes := make([]int, 4)
+			for i := range codes {
+				wg.Go(func() { codes[i] = run(context.Background(), []string{"migrate"}, getenv, &outs[i], &outs[i]) })
+			}
+			wg.Wait()
+			for i, code := range codes {
+				if code == 0 {
+					continue
+				}
+				if os.Getenv("CI") != "true" && strings.Contains(outs[i].String(), "connect") {
+					t.Skipf("PgBouncer at %s is unreachable (run .ci/pgbouncer.sh): %s", url, outs[i].String())
+				}
+				t.Fatalf("migrate %d through PgBouncer: exit %d: %s", i, code, outs[i].String())
+			}
+		})
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // maxCountBatch is the most single-key counts one statement counts.
@@ -16,9 +19,9 @@ type oneCount struct {
 	hash           []byte
 	n, max, window int64 // window in milliseconds
 
-	counted      bool // the statement counted; otherwise it refused
-	v            int64
-	expUs, nowUs int64
+	counted  bool // the statement counted; otherwise it refused
+	v        int64
+	exp, now time.Time // to the millisecond
 
 	state int           // one of the req states, under the batcher's lock
 	err   error         // the batch's error, once state is reqDone
@@ -27,16 +30,13 @@ type oneCount struct {
 
 // counts records that r's statement counted it, from the statement's
 // values for the key: the count, its expiry and the server's clock.
-func (r *oneCount) counts(vals [][]byte) (err error) {
+func (r *oneCount) counts(q *runner, fields []pgconn.FieldDescription, vals [][]byte) error {
 	r.counted = true
-	if r.v, err = wireInt8(vals[0]); err != nil {
+	if err := q.scan(fields, vals, &r.v, &r.exp, &r.now); err != nil {
 		return err
 	}
-	if r.expUs, err = wireMicros(vals[1]); err != nil {
-		return err
-	}
-	r.nowUs, err = wireMicros(vals[2])
-	return err
+	r.exp, r.now = time.UnixMilli(r.exp.UnixMilli()), time.UnixMilli(r.now.UnixMilli())
+	return nil
 }
 
 // States of a oneCount.

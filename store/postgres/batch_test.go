@@ -276,8 +276,8 @@ func TestRunCountsMany(t *testing.T) {
 			t.Errorf("key %d: counted %v at %d, want %v at %d", i, r.counted, r.v, c.counted, c.v)
 		}
 	}
-	if fresh := batch[0]; fresh.expUs != fresh.nowUs+60_000_000 {
-		t.Errorf("fresh key expires at %d, want now %d plus its window", fresh.expUs, fresh.nowUs)
+	if fresh := batch[0]; !fresh.exp.Equal(fresh.now.Add(time.Minute)) {
+		t.Errorf("fresh key expires at %v, want now %v plus its window", fresh.exp, fresh.now)
 	}
 	es, err := b.Read(ctx, prefix, []string{"full", "json"})
 	if err != nil {

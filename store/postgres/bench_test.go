@@ -39,13 +39,24 @@ var benchConcurrency = []int{1, 8}
 
 // benchPool opens a pool of conns connections, with extra run-time
 // parameters, and connects them all before it returns, so that no
-// benchmark times the connecting.
-func benchPool(b testing.TB, conns int, params map[string]string) *pgxpool.Pool {
+// benchmark times the connecting. Each of opts changes the pool's config
+// first.
+func benchPool(b testing.TB, conns int, params map[string]string, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
 	b.Helper()
 	newPool(b) // skips or fails when unreachable; migrates
-	cfg, err := pgxpool.ParseConfig(benchURL())
+	return connectedPool(b, benchURL(), conns, params, opts...)
+}
+
+// connectedPool opens a pool on url of conns connections, with extra
+// run-time parameters, connected before it returns.
+func connectedPool(b testing.TB, url string, conns int, params map[string]string, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
+	b.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		b.Fatal(err)
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	cfg.MaxConns = int32(conns)
 	cfg.MinConns = int32(conns)
@@ -106,15 +117,83 @@ func runConcurrent(b *testing.B, conc int, op func(ctx context.Context, r *rand.
 	benchload.Run(b, conc, func(r *rand.Rand) error { return op(ctx, r) })
 }
 
+// benchPath is a way from the benchmarks to the database, which a store
+// and its floors share in one run.
+type benchPath struct {
+	name string
+	// schema makes an empty schema with the store's tables in it, for the
+	// stores (or the floor's table) of one benchmark function, and returns
+	// its name.
+	schema func(b *testing.B) string
+	// pool opens a pool of conns connections, connected, whose
+	// search_path is schema; with async every transaction commits
+	// asynchronously (the floors' setting).
+	pool func(b *testing.B, conns int, schema string, async bool) *pgxpool.Pool
+	// sync reports whether the path can run with synchronous commit.
+	sync bool
+}
+
+// aliasTxBench is the alias of .ci/pgbouncer.sh for the benchmarks:
+// transaction mode, search_path pgbouncerBenchSchema, every session with
+// synchronous_commit off (PgBouncer passes no such setting from a client).
+const (
+	aliasTxBench         = "gatecount_tx_bench"
+	pgbouncerBenchSchema = "gatecount_pgbouncer_bench"
+)
+
+// benchPaths are the paths the benchmarks run through: directly, with
+// pgx's defaults, and through PgBouncer in transaction mode with
+// default_query_exec_mode=exec, as the README tells apps behind such a
+// pooler. A benchmark through PgBouncer fails under CI=true when PgBouncer
+// is unreachable, and is skipped otherwise.
+var benchPaths = []benchPath{
+	{
+		name:   "direct",
+		schema: benchSchema,
+		pool: func(b *testing.B, conns int, schema string, async bool) *pgxpool.Pool {
+			params := map[string]string{"search_path": schema}
+			if async {
+				params["synchronous_commit"] = "off"
+			}
+			return benchPool(b, conns, params)
+		},
+		sync: true,
+	},
+	{
+		name: "pgbouncer",
+		schema: func(b *testing.B) string {
+			poolerPool(b, aliasTxBench, "exec") // skips or fails when unreachable
+			admin := newPool(b)
+			ctx := context.Background()
+			if _, err := admin.Exec(ctx, fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %[1]s", pgbouncerBenchSchema)); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { admin.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgbouncerBenchSchema+" CASCADE") })
+			if err := Migrate(ctx, benchPool(b, 1, map[string]string{"search_path": pgbouncerBenchSchema})); err != nil {
+				b.Fatal(err)
+			}
+			return pgbouncerBenchSchema
+		},
+		pool: func(b *testing.B, conns int, _ string, _ bool) *pgxpool.Pool {
+			return connectedPool(b, poolerURL(aliasTxBench, "exec"), conns, nil)
+		},
+	},
+}
+
 func BenchmarkSelect1(b *testing.B) {
-	for _, conc := range benchConcurrency {
-		b.Run(fmt.Sprintf("c%d", conc), func(b *testing.B) {
-			pool := benchPool(b, conc, nil)
-			runConcurrent(b, conc, func(ctx context.Context, _ *rand.Rand) error {
-				var one int
-				return pool.QueryRow(ctx, "SELECT 1").Scan(&one)
+	for _, path := range benchPaths {
+		for _, conc := range benchConcurrency {
+			b.Run(fmt.Sprintf("%s/c%d", path.name, conc), func(b *testing.B) {
+				if path.name != "direct" {
+					path.schema(b) // skips or fails when unreachable
+				}
+				pool := path.pool(b, conc, "public", false)
+				runConcurrent(b, conc, func(ctx context.Context, _ *rand.Rand) error {
+					var one int
+					return pool.QueryRow(ctx, "SELECT 1").Scan(&one)
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -122,41 +201,42 @@ func BenchmarkSelect1(b *testing.B) {
 // a fixed-window counter in one INSERT ... ON CONFLICT DO UPDATE ...
 // RETURNING on a table of its own, without a bound or all-or-nothing keys.
 // "async" commits as this store does by default; "sync" waits for the WAL
-// flush.
+// flush (directly only).
 func BenchmarkUpsertCounter(b *testing.B) {
-	table := "gatecount_bench_" + randomPrefix("t")[2:14]
-	admin := newPool(b)
-	ctx := context.Background()
-	if _, err := admin.Exec(ctx, "CREATE TABLE "+table+` (
-		keyhash bytea PRIMARY KEY, value bigint NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { admin.Exec(context.Background(), "DROP TABLE "+table) })
+	const table = "gatecount_upsert_floor"
 	q := `INSERT INTO ` + table + ` AS t (keyhash, value, expires_at)
 VALUES ($1, 1, now() + interval '1 minute')
 ON CONFLICT (keyhash) DO UPDATE SET
   value = CASE WHEN t.expires_at <= now() THEN 1 ELSE t.value + 1 END,
   expires_at = CASE WHEN t.expires_at <= now() THEN EXCLUDED.expires_at ELSE t.expires_at END
 RETURNING value, expires_at`
-	for _, commit := range []string{"async", "sync"} {
-		for _, hot := range []bool{true, false} {
-			for _, conc := range benchConcurrency {
-				b.Run(fmt.Sprintf("%s/%s/c%d", commit, keysName(hot), conc), func(b *testing.B) {
-					params := map[string]string{}
-					if commit == "async" {
-						params["synchronous_commit"] = "off"
-					}
-					pool := benchPool(b, conc, params)
-					vacuumFirst(b, pool, table)
-					key := keySource(hot)
-					runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
-						var v int64
-						var e time.Time
-						return pool.QueryRow(ctx, q, []byte(key(r))).Scan(&v, &e)
-					})
-				})
+	for _, path := range benchPaths {
+		b.Run(path.name, func(b *testing.B) {
+			schema := path.schema(b)
+			if _, err := newPool(b).Exec(context.Background(), "CREATE TABLE "+schema+"."+table+` (
+		keyhash bytea PRIMARY KEY, value bigint NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
+				b.Fatal(err)
 			}
-		}
+			for _, commit := range []string{"async", "sync"} {
+				if commit == "sync" && !path.sync {
+					continue
+				}
+				for _, hot := range []bool{true, false} {
+					for _, conc := range benchConcurrency {
+						b.Run(fmt.Sprintf("%s/%s/c%d", commit, keysName(hot), conc), func(b *testing.B) {
+							pool := path.pool(b, conc, schema, commit == "async")
+							vacuumFirst(b, pool, table)
+							key := keySource(hot)
+							runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
+								var v int64
+								var e time.Time
+								return pool.QueryRow(ctx, q, []byte(key(r))).Scan(&v, &e)
+							})
+						})
+					}
+				}
+			}
+		})
 	}
 }
 
@@ -187,7 +267,10 @@ func vacuumFirst(b *testing.B, pool *pgxpool.Pool, table string) {
 // run's stores start from an empty table, as UpsertCounter's floor starts
 // from a table of its own, rather than from one that every earlier run has
 // grown and filled with dead rows and expired entries.
-func benchSchema(b testing.TB) string {
+func benchSchema(b *testing.B) string { return migratedSchema(b) }
+
+// migratedSchema is benchSchema, for tests too.
+func migratedSchema(b testing.TB) string {
 	b.Helper()
 	admin := newPool(b)
 	ctx := context.Background()
@@ -202,17 +285,13 @@ func benchSchema(b testing.TB) string {
 	return schema
 }
 
-// benchHandle opens a store of its own secret, in schema, on a pool of
-// conc connections, and waits for the store's first sweep and count: the
-// benchmarks measure a store that is running, not one that is starting
-// (see Backend.background).
-func benchHandle(b *testing.B, schema string, conc int) *store.Handle {
-	return benchHandleOpts(b, schema, conc, Options{})
-}
-
-func benchHandleOpts(b *testing.B, schema string, conc int, o Options) *store.Handle {
+// benchHandle opens a store of its own secret, in schema through path, on
+// a pool of conc connections, and waits for the store's first sweep and
+// count: the benchmarks measure a store that is running, not one that is
+// starting (see Backend.background).
+func benchHandle(b *testing.B, path benchPath, schema string, conc int, o Options) *store.Handle {
 	b.Helper()
-	pool := benchPool(b, conc, map[string]string{"search_path": schema})
+	pool := path.pool(b, conc, schema, false)
 	o.Secret = randomSecret()
 	s := newStore(b, pool, o)
 	<-s.Backend().(*Backend).started
@@ -220,64 +299,71 @@ func benchHandleOpts(b *testing.B, schema string, conc int, o Options) *store.Ha
 	return newHandle(b, s, "bench")
 }
 
+// forPaths runs bench for each path (those that can run with synchronous
+// commit, when sync), hot and random keys and each concurrency, each path
+// with a schema of its own.
+func forPaths(b *testing.B, sync bool, bench func(b *testing.B, path benchPath, schema string, hot bool, conc int)) {
+	for _, path := range benchPaths {
+		if sync && !path.sync {
+			continue
+		}
+		b.Run(path.name, func(b *testing.B) {
+			schema := path.schema(b)
+			for _, hot := range []bool{true, false} {
+				for _, conc := range benchConcurrency {
+					b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
+						bench(b, path, schema, hot, conc)
+					})
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkUpdate is the generic path: two round trips, apply in between.
 func BenchmarkUpdate(b *testing.B) {
-	schema := benchSchema(b)
-	for _, hot := range []bool{true, false} {
-		for _, conc := range benchConcurrency {
-			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
-				h := benchHandle(b, schema, conc)
-				key := keySource(hot)
-				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
-					return h.Update(ctx, []string{key(r)}, incr)
-				})
-			})
-		}
-	}
+	forPaths(b, false, func(b *testing.B, path benchPath, schema string, hot bool, conc int) {
+		h := benchHandle(b, path, schema, conc, Options{})
+		key := keySource(hot)
+		runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
+			return h.Update(ctx, []string{key(r)}, incr)
+		})
+	})
 }
 
 // BenchmarkCount is Handle.Count through the native Counter: one statement.
 func BenchmarkCount(b *testing.B) { benchCount(b, Options{}) }
 
 // BenchmarkCountSyncCommit is BenchmarkCount with Options.SyncCommit: every
-// count waits for its WAL flush, as UpsertCounter/sync does.
+// count waits for its WAL flush, as UpsertCounter/sync does (directly
+// only).
 func BenchmarkCountSyncCommit(b *testing.B) { benchCount(b, Options{SyncCommit: true}) }
 
 func benchCount(b *testing.B, o Options) {
-	schema := benchSchema(b)
 	caps := []store.Budget{{Limit: 1 << 40, Window: time.Minute}}
-	for _, hot := range []bool{true, false} {
-		for _, conc := range benchConcurrency {
-			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
-				h := benchHandleOpts(b, schema, conc, o)
-				key := keySource(hot)
-				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
-					_, err := h.Count(ctx, []string{key(r)}, caps, 1)
-					return err
-				})
-			})
-		}
-	}
+	forPaths(b, o.SyncCommit, func(b *testing.B, path benchPath, schema string, hot bool, conc int) {
+		h := benchHandle(b, path, schema, conc, o)
+		key := keySource(hot)
+		runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
+			_, err := h.Count(ctx, []string{key(r)}, caps, 1)
+			return err
+		})
+	})
 }
 
 // BenchmarkLimiterAttempt is limiter.Attempt over this store.
 func BenchmarkLimiterAttempt(b *testing.B) {
-	schema := benchSchema(b)
-	for _, hot := range []bool{true, false} {
-		for _, conc := range benchConcurrency {
-			b.Run(fmt.Sprintf("%s/c%d", keysName(hot), conc), func(b *testing.B) {
-				h := benchHandle(b, schema, conc)
-				l, err := limiter.New(h, limiter.Options{Name: "bench", Budget: limiter.Budget{Limit: limiter.MaxLimit, Window: time.Minute}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { l.Close() })
-				key := keySource(hot)
-				runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
-					_, err := l.Attempt(ctx, key(r))
-					return err
-				})
-			})
+	forPaths(b, false, func(b *testing.B, path benchPath, schema string, hot bool, conc int) {
+		h := benchHandle(b, path, schema, conc, Options{})
+		l, err := limiter.New(h, limiter.Options{Name: "bench", Budget: limiter.Budget{Limit: limiter.MaxLimit, Window: time.Minute}})
+		if err != nil {
+			b.Fatal(err)
 		}
-	}
+		b.Cleanup(func() { l.Close() })
+		key := keySource(hot)
+		runConcurrent(b, conc, func(ctx context.Context, r *rand.Rand) error {
+			_, err := l.Attempt(ctx, key(r))
+			return err
+		})
+	})
 }

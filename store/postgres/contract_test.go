@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/storetest"
 )
@@ -14,8 +16,11 @@ import (
 // of its own, so that only its own rows count against its bound. Sweep
 // removes the expired rows of every secret in the table, which other tests
 // write too: SharedSweep.
-func TestContract(t *testing.T) {
-	poolA, poolB := newPool(t), newPool(t)
+func TestContract(t *testing.T) { runContract(t, newPool(t), newPool(t)) }
+
+// runContract runs the contract suite over two pools, as TestContract
+// describes.
+func runContract(t *testing.T, poolA, poolB *pgxpool.Pool) {
 	storetest.Run(t, func(t *testing.T) storetest.Pair {
 		prefix := randomPrefix("contract")
 		first, err := newStore(t, poolA, Options{}).Handle(prefix)

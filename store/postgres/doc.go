@@ -15,10 +15,14 @@
 //
 // Migrate creates the table gatecount_entries, its index and two
 // functions, from SQL embedded in this package, and records each migration
-// it applied in gatecount_migrations. It is idempotent and takes a session
-// advisory lock, so instances that start at once can all run it. New
-// refuses a database that lacks the current schema with an error matching
-// ErrNotMigrated.
+// it applied in gatecount_migrations. It is idempotent, and instances that
+// start at once can all run it, directly or through a pooler: each
+// migration is a transaction that first takes a transaction-scoped
+// advisory lock, which ends with it, on its own server connection. A
+// migration waits at most MigrationLockTimeout for a lock (lock_timeout, for
+// its transaction alone), then gives up with an error matching
+// ErrMigrationLocked. New refuses a database that lacks the current schema
+// with an error matching ErrNotMigrated.
 //
 //	gatecount_entries(keyhash bytea PRIMARY KEY, fingerprint text,
 //	                  value text, expires_at timestamptz)
@@ -80,15 +84,13 @@
 // wait ends with the call's context. Keys share 1,024 queues by keyhash,
 // taken in ascending order.
 //
-// The two round trips are one pipeline, whose statements are prepared by
-// name on each connection the first time it runs an Update: the
-// transaction is the implicit one of PostgreSQL's extended protocol, which
-// lasts up to the pipeline's Sync, with no BEGIN or COMMIT statement. The
-// store speaks that protocol itself on the connection (a Bind and an
-// Execute per statement, a Flush or a Sync per round trip), without the
-// bookkeeping of pgx's pipeline, which cost Update about half its
-// allocations; a call that ends before reading the answer to its Sync
-// closes the connection, which rolls the transaction back. Round
+// The two round trips are one transaction on one connection (see
+// "Statements" for how each mode sends them). In the extended protocol it
+// is the implicit transaction of a pgconn pipeline, which lasts up to the
+// pipeline's Sync, with no BEGIN or COMMIT statement; in the simple
+// protocol, round trip 1 starts with BEGIN and round trip 2 ends with
+// COMMIT. A call that ends before its transaction does closes the
+// connection, which rolls the transaction back. Round
 // trip 1 locks and reads the keys' rows, then the clock (an aggregate is
 // computed after it has consumed, and so locked, every row), and flushes:
 //
@@ -115,10 +117,7 @@
 // than running the statement. The one-key read returns scalars, in one row
 // whether the key has a row or not: the clock and, left-joined to it, the
 // key's locked row (the join's output, and so the clock, is computed once
-// the row is locked), which costs the server less than aggregates would;
-// and the one-key statements
-// take their arguments and give their results in PostgreSQL's binary
-// format, encoded by the store itself (see "Statements" below).
+// the row is locked), which costs the server less than aggregates would.
 //
 // Inserting a key this way is optimistic. When the INSERT finds that
 // another transaction inserted the key meanwhile (it is then the
@@ -143,49 +142,79 @@
 //
 // # Statements
 //
-// The statements of Update and of the single-key Count are prepared by name
-// and kept across calls, as pgx's default statement cache keeps its own, so
-// the store needs what that cache needs: a direct connection, or a pooler
-// that keeps prepared statements (PgBouncer 1.21 or later, with
-// max_prepared_statements set). A statement that a connection lost (to
-// DEALLOCATE or DISCARD) fails one call and is prepared again on the next.
+// The store talks to PostgreSQL through pgx's public API alone: a pgconn
+// pipeline in the extended protocol, or pgx batches in the simple protocol,
+// with arguments encoded and results decoded by the connection's pgtype
+// map. It follows the query exec mode of the pool's connections
+// (pool.Config().ConnConfig.DefaultQueryExecMode, default_query_exec_mode
+// in a connection string), which New reads:
 //
-// PostgreSQL settles on one plan for a prepared statement after its first
-// few runs and keeps it until the table's statistics change. A one-key
-// lookup planned on a nearly empty table is a sequential scan, and on a
-// server whose autovacuum does not analyze the table it would stay one as
-// the table grows. So a connection prepares the statements again whenever
-// the estimate of live entries (see "The bound") has grown past four times
-// its value at the last preparation plus 1,024: on a table of more than a
-// few pages the lookups use the primary key. The sweep and the count of
-// live entries are planned afresh each time they run.
+//   - cache_statement (pgx's default): the statements are prepared by name
+//     on each connection the first time it runs one, and kept, as pgx's
+//     statement cache keeps its own; a call then sends only their
+//     arguments. That needs a direct connection, or a pooler that keeps
+//     prepared statements (session mode; PgBouncer 1.21 or later with
+//     max_prepared_statements in transaction mode). A statement that a
+//     connection lost (to DEALLOCATE or DISCARD) fails one call and is
+//     prepared again on the next.
+//   - exec, cache_describe, describe_exec: no statement is prepared by
+//     name. Each is sent as an unnamed statement, parsed, bound and run in
+//     one round trip, with the parameter types the store declares (so
+//     describe_exec's describing round trip is not needed).
+//   - simple_protocol: statements go in the simple query protocol, their
+//     arguments written into them by pgx; an Update's transaction is
+//     opened by BEGIN and ended by COMMIT (ROLLBACK when a statement
+//     failed).
 //
-// The single-key statements are prepared with the types of their
-// parameters declared, take their arguments in PostgreSQL's binary format
-// (bytea and text as their bytes, bigint as 8 bytes big-endian, timestamptz
-// as microseconds since 2000-01-01 UTC) and give their results in it,
-// encoded and decoded by the store rather than by pgx's type map, which on
-// a one-statement call cost a noticeable part of the client's time.
-// Preparing checks that the server describes the result types the store
-// decodes, and fails the call otherwise.
+// Every mode runs the same statements, with the same transactions and
+// round trips. New returns an error matching ErrPoolSetting, naming it, for
+// a setting with which pgx runs no query (statement_cache_capacity=0 with
+// cache_statement, description_cache_capacity=0 with cache_describe), and
+// for cache_statement on a pool whose connections lose prepared statements
+// between transactions: with cache_statement New prepares a statement on one
+// connection, has a second hold a transaction open (a pooler in
+// transaction mode hands it the server connection the first just
+// released), and runs the statement on the first, which behind such a
+// pooler fails.
+//
+// With statements prepared by name, PostgreSQL settles on one plan for each
+// after its first few runs and keeps it until the table's statistics
+// change. A one-key lookup planned on a nearly empty table is a sequential
+// scan, and on a server whose autovacuum does not analyze the table it
+// would stay one as the table grows. So a connection prepares the
+// statements again whenever the estimate of live entries (see "The bound")
+// has grown past four times its value at the last preparation plus 1,024:
+// on a table of more than a few pages the lookups use the primary key. The
+// sweep and the count of live entries are never prepared by name: they are
+// planned afresh each time they run.
+//
+// # Behind a pooler
+//
+// In transaction mode (PgBouncer's pool_mode=transaction, and most hosted
+// poolers) a client's statements run on whichever server connection the
+// pooler picks for each transaction, so nothing may outlive a transaction
+// on the server: no statement prepared by name (set exec, or any mode but
+// cache_statement: "postgres://…?default_query_exec_mode=exec"), no
+// session setting, no session lock. The store needs none: a count is one
+// statement, an Update one transaction (which the pooler keeps on one
+// server connection until it ends), synchronous_commit is set for the
+// transaction alone, and Migrate's lock is transaction-scoped. Session mode
+// works with any mode. The package's tests run through a real PgBouncer in
+// both modes (see the README).
 //
 // # Deadlines
 //
-// A call takes its connection from the pool under its context, then bounds
-// its I/O on that connection by the context's deadline (the guard's, 2 s by
-// default), set as the connection's read and write deadline and cleared
-// when the connection goes back to the pool. pgx is given the context
-// without its cancellation, so that it does not register a watch of the
-// context on every round trip, which cost about a tenth of the throughput
-// of a one-statement call. When the deadline passes mid-round-trip the call
-// fails with an error matching context.DeadlineExceeded, and pgx closes the
-// connection, asking the server to cancel what it runs: the transaction
-// rolls back, unless the server had committed it just before, in which case
-// a call answered unavailable was counted all the same. A call whose
-// context is done before it starts does not start; one cancelled while it
-// runs (before its deadline) is not interrupted and ends when its round
-// trips do, well under a millisecond unless the database hangs, and then at
-// the deadline.
+// A call takes its connection from the pool under its context, and pgx
+// watches that context during the call's round trips (with
+// context.AfterFunc). When the context ends mid-round-trip, pgx interrupts
+// the I/O and closes the connection, and the call fails with an error
+// matching the context's (context.DeadlineExceeded at the guard's deadline,
+// 2 s by default): the transaction rolls back, unless the server had
+// committed it just before, in which case a call answered unavailable was
+// counted all the same. A call whose context is done before it starts does
+// not start. A batch of single-key counts runs under the deadline of the
+// call that leads it but not its cancellation, so that a call cancelled
+// does not fail the others of its batch.
 //
 // # Count
 //
@@ -211,7 +240,7 @@
 // room after all (the key changed meanwhile), the count goes to the
 // function below, which decides under lock.
 //
-// Single-key counts of concurrent calls share statements. A quarter of the
+// Single-key counts of concurrent calls share statements. An eighth of the
 // pool's connections (at least one) run such statements at a time; a call
 // that arrives while they all run waits in a queue, and when one ends the
 // first call of the queue counts, in one statement, itself and up to 63
@@ -295,9 +324,9 @@
 // # Faults
 //
 // The guard of package store answers every call within its deadline (2 s
-// by default), keeps at most 64 calls in flight, and opens its breaker
-// after repeated failures; a database that is down, slow or unreachable is
-// answered as unavailable. Nothing here needs restarting when the database
+// by default), runs at most 64 calls at once (the rest wait their turn),
+// and opens a handle's breaker after repeated failures; a database that is
+// down, slow or unreachable is answered as unavailable. Nothing here needs restarting when the database
 // comes back: broken connections are dropped by the pool, and the next call
 // opens a new one.
 //

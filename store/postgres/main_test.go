@@ -42,11 +42,36 @@ func newPool(t testing.TB) *pgxpool.Pool {
 
 func newPoolURL(t testing.TB, url string, migrate bool) *pgxpool.Pool {
 	t.Helper()
+	pool := openPool(t, url, "PostgreSQL", "set GATECOUNT_TEST_POSTGRES_URL")
+	if migrate {
+		migrateOnce.Lock()
+		defer migrateOnce.Unlock()
+		if !migrateOnce.done {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := Migrate(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+			migrateOnce.done = true
+		}
+	}
+	return pool
+}
+
+// openPool opens a pool on url, changed first by each of opts, and checks
+// that it answers; it is closed when t ends. When it does not answer, the
+// test fails under CI=true and is skipped otherwise, naming what is
+// unreachable and how to reach it.
+func openPool(t testing.TB, url, what, how string, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err == nil {
@@ -57,21 +82,11 @@ func newPoolURL(t testing.TB, url string, migrate bool) *pgxpool.Pool {
 			pool.Close()
 		}
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL at %s is unreachable: %v", url, err)
+			t.Fatalf("%s at %s is unreachable: %v", what, url, err)
 		}
-		t.Skipf("PostgreSQL at %s is unreachable (set GATECOUNT_TEST_POSTGRES_URL): %v", url, err)
+		t.Skipf("%s at %s is unreachable (%s): %v", what, url, how, err)
 	}
 	t.Cleanup(pool.Close)
-	if migrate {
-		migrateOnce.Lock()
-		defer migrateOnce.Unlock()
-		if !migrateOnce.done {
-			if err := Migrate(ctx, pool); err != nil {
-				t.Fatal(err)
-			}
-			migrateOnce.done = true
-		}
-	}
 	return pool
 }
 

@@ -18,8 +18,8 @@ func BenchmarkRefused(b *testing.B) {
 	const conc, keys = 8, 1000
 	ctx := context.Background()
 	caps := []store.Budget{{Limit: 1, Window: time.Hour}}
-	schema := benchSchema(b)
-	h := benchHandle(b, schema, conc)
+	path := benchPaths[0] // direct
+	h := benchHandle(b, path, path.schema(b), conc, Options{})
 	l, err := limiter.New(h, limiter.Options{Name: "bench", Budget: limiter.Budget{Limit: 1, Window: time.Hour}})
 	if err != nil {
 		b.Fatal(err)

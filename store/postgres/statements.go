@@ -2,14 +2,11 @@ package postgres
 
 import (
 	"context"
-	"encoding/binary"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
-	"os"
-	"slices"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,8 +14,65 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Statements of Update and Count, prepared by name on each connection that
-// runs one (see statements).
+// ErrPoolSetting is matched by the error New returns when a setting of the
+// pool's connections cannot work; the error names the setting.
+var ErrPoolSetting = errors.New("postgres: a setting of the pool cannot work")
+
+// execMode is how the store runs its statements, chosen by the pool's own
+// pgx DefaultQueryExecMode (see "Statements" in the package documentation).
+type execMode int
+
+const (
+	// modeNamed (cache_statement) prepares the store's statements by name
+	// on each connection and keeps them, as pgx's statement cache keeps its
+	// own.
+	modeNamed execMode = iota
+	// modeUnnamed (exec, cache_describe, describe_exec) sends each
+	// statement as an unnamed statement, parsed, bound and run in one round
+	// trip, with the parameter types the store declares.
+	modeUnnamed
+	// modeSimple (simple_protocol) sends statements in the simple query
+	// protocol, their arguments written into them by pgx.
+	modeSimple
+)
+
+// modeNames are the names of pgx's modes in a connection string.
+var modeNames = map[pgx.QueryExecMode]string{
+	pgx.QueryExecModeCacheStatement: "cache_statement",
+	pgx.QueryExecModeCacheDescribe:  "cache_describe",
+	pgx.QueryExecModeDescribeExec:   "describe_exec",
+	pgx.QueryExecModeExec:           "exec",
+	pgx.QueryExecModeSimpleProtocol: "simple_protocol",
+}
+
+// execModeOf returns how the store runs statements on connections made by
+// cfg, or an error matching ErrPoolSetting, naming the setting, when pgx
+// could run no query with cfg's.
+func execModeOf(cfg *pgx.ConnConfig) (execMode, error) {
+	switch m := cfg.DefaultQueryExecMode; m {
+	case pgx.QueryExecModeCacheStatement:
+		if cfg.StatementCacheCapacity <= 0 {
+			return 0, fmt.Errorf("%w: default_query_exec_mode=cache_statement with statement_cache_capacity=%d: pgx runs no query without its statement cache; raise statement_cache_capacity, or set default_query_exec_mode=exec", ErrPoolSetting, cfg.StatementCacheCapacity)
+		}
+		return modeNamed, nil
+	case pgx.QueryExecModeCacheDescribe:
+		if cfg.DescriptionCacheCapacity <= 0 {
+			return 0, fmt.Errorf("%w: default_query_exec_mode=cache_describe with description_cache_capacity=%d: pgx runs no query without its description cache; raise description_cache_capacity, or set default_query_exec_mode=exec", ErrPoolSetting, cfg.DescriptionCacheCapacity)
+		}
+		return modeUnnamed, nil
+	case pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec:
+		return modeUnnamed, nil
+	case pgx.QueryExecModeSimpleProtocol:
+		return modeSimple, nil
+	default:
+		return 0, fmt.Errorf("%w: default_query_exec_mode %d is none of %s, %s, %s, %s, %s", ErrPoolSetting, m,
+			modeNames[pgx.QueryExecModeCacheStatement], modeNames[pgx.QueryExecModeCacheDescribe],
+			modeNames[pgx.QueryExecModeDescribeExec], modeNames[pgx.QueryExecModeExec],
+			modeNames[pgx.QueryExecModeSimpleProtocol])
+	}
+}
+
+// Statements of the store, run through a runner (see run.go).
 const (
 	uLock = iota
 	uLockRead
@@ -37,80 +91,99 @@ const (
 	cRead1
 	cCountMany
 	cCountManyAsync
+	cCount
+	rRead
+	sSweep
+	sLive
 	numStatements
 )
 
-// stmtSpec is a statement of the store. A statement with wire types has its
-// arguments and results in PostgreSQL's binary format, encoded and decoded
-// by the store itself (see wire): params gives the types it is prepared
-// with, and results the types preparing checks that the server describes.
-// The others go through pgx's type map.
+// stmtSpec is a statement of the store, with the types of its parameters,
+// which the store declares rather than leaves to the server to infer, so
+// that its arguments are encoded the same in every mode.
 type stmtSpec struct {
-	sql     string
-	params  []uint32
-	results []uint32
+	sql    string
+	params []uint32
+	// fresh statements are planned afresh each time they run, on the
+	// table as it is then: they are never prepared by name.
+	fresh bool
+	// sd describes the statement to pgx's argument encoder when it is not
+	// prepared: its SQL and parameter types.
+	sd *pgconn.StatementDescription
 }
 
 const (
 	oBytea = pgtype.ByteaOID
 	oText  = pgtype.TextOID
+	oInt4  = pgtype.Int4OID
 	oInt8  = pgtype.Int8OID
+	oBool  = pgtype.BoolOID
 	oTime  = pgtype.TimestamptzOID
 
 	oByteaArray = pgtype.ByteaArrayOID
+	oTextArray  = pgtype.TextArrayOID
 	oInt8Array  = pgtype.Int8ArrayOID
+	oTimeArray  = pgtype.TimestamptzArrayOID
 )
 
-var countManyParams = []uint32{oByteaArray, oText, oInt8Array, oInt8Array, oInt8Array}
+var (
+	countOneParams  = []uint32{oBytea, oText, oInt8, oInt8, oInt8}
+	countManyParams = []uint32{oByteaArray, oText, oInt8Array, oInt8Array, oInt8Array}
+	writeParams     = []uint32{oByteaArray, oText, oTextArray, oTimeArray}
+	write1Params    = []uint32{oBytea, oText, oText, oTime}
+)
 
-var statementSpecs = [numStatements]stmtSpec{
-	uLock:           {sql: sqlLock},
-	uLockRead:       {sql: sqlLockRead},
-	uLockReadAsync:  {sql: sqlLockReadAsync},
-	uLockRead1:      {sql: sqlLockRead1, params: []uint32{oBytea}, results: []uint32{oTime, oText, oText, oTime}},
-	uLockRead1Async: {sql: sqlLockRead1Async, params: []uint32{oBytea}, results: []uint32{oTime, oText, oText, oTime, oText}},
-	uWrite:          {sql: sqlWrite},
-	uWrite1:         {sql: sqlWrite1, params: []uint32{oBytea, oText, oText, oTime}, results: []uint32{}},
-	uInsert:         {sql: sqlInsert},
-	uInsert1:        {sql: sqlInsert1, params: []uint32{oBytea, oText, oText, oTime}, results: []uint32{}},
-	uDelete:         {sql: sqlDelete},
-	uDelete1:        {sql: sqlDelete1, params: []uint32{oBytea}, results: []uint32{}},
-	uAdmit:          {sql: sqlAdmit},
-	cCountOne:       {sql: sqlCountOne, params: []uint32{oBytea, oText, oInt8, oInt8, oInt8}, results: []uint32{oInt8, oTime, oTime}},
-	cCountOneAsync:  {sql: sqlCountOneAsync, params: []uint32{oBytea, oText, oInt8, oInt8, oInt8}, results: []uint32{oInt8, oTime, oTime}},
-	cRead1:          {sql: sqlRead1, params: []uint32{oBytea, oText}, results: []uint32{oTime, oBytea, oText, oTime}},
-	cCountMany:      {sql: sqlCountMany, params: countManyParams, results: []uint32{oBytea, oInt8, oTime, oTime}},
-	cCountManyAsync: {sql: sqlCountManyAsync, params: countManyParams, results: []uint32{oBytea, oInt8, oTime, oTime}},
-}
+var statementSpecs = func() [numStatements]stmtSpec {
+	s := [numStatements]stmtSpec{
+		uLock:           {sql: sqlLock, params: []uint32{oByteaArray, oText}},
+		uLockRead:       {sql: sqlLockRead, params: []uint32{oByteaArray}},
+		uLockReadAsync:  {sql: sqlLockReadAsync, params: []uint32{oByteaArray}},
+		uLockRead1:      {sql: sqlLockRead1, params: []uint32{oBytea}},
+		uLockRead1Async: {sql: sqlLockRead1Async, params: []uint32{oBytea}},
+		uWrite:          {sql: sqlWrite, params: writeParams},
+		uWrite1:         {sql: sqlWrite1, params: write1Params},
+		uInsert:         {sql: sqlInsert, params: writeParams},
+		uInsert1:        {sql: sqlInsert1, params: write1Params},
+		uDelete:         {sql: sqlDelete, params: []uint32{oByteaArray}},
+		uDelete1:        {sql: sqlDelete1, params: []uint32{oBytea}},
+		uAdmit:          {sql: sqlAdmit, params: []uint32{oText, oInt4, oInt8, oTime, oInt8}},
+		cCountOne:       {sql: sqlCountOne, params: countOneParams},
+		cCountOneAsync:  {sql: sqlCountOneAsync, params: countOneParams},
+		cRead1:          {sql: sqlRead1, params: []uint32{oBytea, oText}},
+		cCountMany:      {sql: sqlCountMany, params: countManyParams},
+		cCountManyAsync: {sql: sqlCountManyAsync, params: countManyParams},
+		cCount: {sql: sqlCount, params: []uint32{oByteaArray, oText, oInt8Array, oInt8Array, oInt8,
+			oInt8, oBool, oInt8, oBool}},
+		rRead: {sql: sqlRead, params: []uint32{oByteaArray, oText}},
+		// The sweep and the count of live entries are planned on the
+		// table's size now: a plan made while the table was small would
+		// scan it all.
+		sSweep: {sql: sqlSweep, params: []uint32{oInt8}, fresh: true},
+		sLive:  {sql: sqlLive, params: []uint32{oText}, fresh: true},
+	}
+	for i := range s {
+		s[i].sd = &pgconn.StatementDescription{SQL: s[i].sql, ParamOIDs: s[i].params}
+	}
+	return s
+}()
 
 // stmtsKey names the prepared statements in a connection's CustomData.
 const stmtsKey = "github.com/gatecount/gatecount/store/postgres statements"
 
 // errStmtGone is the SQLSTATE of a prepared statement the connection no
-// longer has (DEALLOCATE or DISCARD ran on it).
+// longer has (DEALLOCATE or DISCARD ran on it, or a pooler in transaction
+// mode gave the call another server connection).
 const errStmtGone = "26000"
 
-type preparedStmt struct {
-	sd            *pgconn.StatementDescription
-	resultFormats []int16
-	// fields describes the results as they come: the description's
-	// fields, in the formats asked for.
-	fields []pgconn.FieldDescription
-}
+// errStmtExists is the SQLSTATE of a prepared statement that exists
+// already: behind a pooler in transaction mode, a server connection that
+// another client prepared it on.
+const errStmtExists = "42P05"
 
-// newPreparedStmt is statement sd, whose results come in resultFormats: one
-// format for every field, or one per field, as a Bind gives them.
-func newPreparedStmt(sd *pgconn.StatementDescription, resultFormats []int16) preparedStmt {
-	fields := slices.Clone(sd.Fields)
-	for i := range fields {
-		fields[i].Format = resultFormats[min(i, len(resultFormats)-1)]
-	}
-	return preparedStmt{sd: sd, resultFormats: resultFormats, fields: fields}
-}
-
-// preparedStmts are the store's statements as prepared on one connection.
+// preparedStmts are the store's statements as prepared by name on one
+// connection (modeNamed); a fresh statement's entry is nil.
 type preparedStmts struct {
-	s [numStatements]preparedStmt
+	s [numStatements]*pgconn.StatementDescription
 	// replanAbove is the estimate of live entries above which the
 	// statements are prepared again (see Backend.statements).
 	replanAbove int64
@@ -118,13 +191,14 @@ type preparedStmts struct {
 
 func stmtName(i int) string { return "gatecount_" + strconv.Itoa(i) }
 
-// binaryFormat asks for every parameter or result in binary format.
+// binaryFormat asks for every result in binary format.
 var binaryFormat = []int16{pgtype.BinaryFormatCode}
 
-// statements returns the store's statements, prepared on c: the first call
-// on a connection prepares them all in one round trip (closing any of the
-// same names first, so a half-done earlier attempt does not get in the
-// way); later calls find them in the connection's CustomData.
+// statements returns the store's statements, prepared by name on c (in
+// modeNamed): the first call on a connection prepares them all in one round
+// trip of a pgconn pipeline (closing any of the same names first, so a
+// half-done earlier attempt does not get in the way); later calls find them
+// in the connection's CustomData.
 //
 // They are prepared again once the table has grown well past its size when
 // they were prepared (more than four times the estimate of live entries
@@ -142,16 +216,21 @@ func (b *Backend) statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, 
 		return st, nil
 	}
 	p := pc.StartPipeline(ctx)
+	var prepared []int
 	for i, s := range statementSpecs {
+		if s.fresh {
+			continue
+		}
 		p.SendDeallocate(stmtName(i))
 		p.SendPrepare(stmtName(i), s.sql, s.params)
+		prepared = append(prepared, i)
 	}
 	st := &preparedStmts{replanAbove: 4*max(est, 0) + 1024}
 	err := func() error {
 		if err := p.Sync(); err != nil {
 			return err
 		}
-		for i, spec := range statementSpecs {
+		for _, i := range prepared {
 			if res, err := p.GetResults(); err != nil {
 				return err
 			} else if _, ok := res.(*pgconn.CloseComplete); !ok {
@@ -166,19 +245,8 @@ func (b *Backend) statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, 
 				return fmt.Errorf("prepare statement %d: got %T", i, res)
 			}
 			// The pipeline's description leaves out what was sent.
-			sd.Name, sd.SQL = stmtName(i), spec.sql
-			if spec.results != nil {
-				if err := checkWireTypes(sd, spec); err != nil {
-					return fmt.Errorf("prepare statement %d: %w", i, err)
-				}
-				st.s[i] = newPreparedStmt(sd, binaryFormat)
-				continue
-			}
-			rf := make([]int16, len(sd.Fields))
-			for j, f := range sd.Fields {
-				rf[j] = c.TypeMap().FormatCodeForOID(f.DataTypeOID)
-			}
-			st.s[i] = newPreparedStmt(sd, rf)
+			sd.Name, sd.SQL = stmtName(i), statementSpecs[i].sql
+			st.s[i] = sd
 		}
 		res, err := p.GetResults()
 		if err != nil {
@@ -193,197 +261,106 @@ func (b *Backend) statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, 
 		err = cerr
 	}
 	if err != nil {
-		return nil, err
+		return nil, poolerHint(err)
 	}
 	pc.CustomData()[stmtsKey] = st
 	return st, nil
 }
 
-// checkWireTypes reports an error unless the server's description of a
-// prepared statement has the result types its spec decodes. (Its parameters
-// have the types the spec declared when preparing it.)
-func checkWireTypes(sd *pgconn.StatementDescription, spec stmtSpec) error {
-	got := make([]uint32, len(sd.Fields))
-	for i, f := range sd.Fields {
-		got[i] = f.DataTypeOID
+// checkNamedStatements returns an error matching ErrPoolSetting when a
+// statement prepared by name on one of pool's connections is lost by the
+// connection's next transaction: behind a pooler in transaction mode that
+// keeps no prepared statements (PgBouncer before 1.21, or without
+// max_prepared_statements), whose next transaction can run on another
+// server connection. It prepares a statement on one connection, makes a
+// second connection hold a transaction open (a pooler hands it the server
+// connection the first just released, as PgBouncer does), then runs the
+// statement on the first. A direct connection, a session pooler, or a
+// pooler that prepares statements again on the server connection it
+// picks, runs it. With a pool of one connection it checks nothing.
+func checkNamedStatements(ctx context.Context, pool *pgxpool.Pool) error {
+	if pool.Config().MaxConns < 2 {
+		return nil
 	}
-	if !slices.Equal(got, spec.results) {
-		return fmt.Errorf("result types %v, want %v", got, spec.results)
+	a, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: check prepared statements: %w", err)
 	}
+	defer a.Release()
+	b, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: check prepared statements: %w", err)
+	}
+	defer b.Release()
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	name := "gatecount_check_" + hex.EncodeToString(rnd[:])
+	pa := a.Conn().PgConn()
+	if _, err := pa.Prepare(ctx, name, "SELECT 1", nil); err != nil {
+		return fmt.Errorf("postgres: check prepared statements: %w", poolerHint(err))
+	}
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: check prepared statements: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol); err != nil {
+		return fmt.Errorf("postgres: check prepared statements: %w", err)
+	}
+	_, err = pa.ExecPrepared(ctx, name, nil, nil, nil).Close()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
+		return fmt.Errorf("%w: default_query_exec_mode=cache_statement (pgx's default) keeps statements prepared by name, and this pool's connections lose them between transactions, as behind a pooler in transaction mode: set default_query_exec_mode=exec in the database URL", ErrPoolSetting)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: check prepared statements: %w", err)
+	}
+	_ = pa.Deallocate(ctx, name)
 	return nil
 }
 
-// wire encodes the arguments of a statement with wire types into one
-// buffer, in PostgreSQL's binary format: bytea and text as their bytes,
-// bigint as 8 bytes big-endian, timestamptz as microseconds since
-// 2000-01-01 UTC, 8 bytes big-endian. Its methods return w, to chain.
-type wire struct {
-	buf  []byte
-	ends []int
-	vals [][]byte
-
-	// Room for the arguments of the store's statements, so that encoding
-	// them allocates nothing more.
-	bufRoom  [128]byte
-	endsRoom [8]int
-	valsRoom [8][]byte
-}
-
-// reset empties w for the next statement's arguments.
-func (w *wire) reset() *wire {
-	if w.buf == nil {
-		w.buf, w.ends, w.vals = w.bufRoom[:0], w.endsRoom[:0], w.valsRoom[:0]
+// poolerHint adds to err, when it says a prepared statement exists already
+// or is gone, what that means behind a pooler and what to set.
+func poolerHint(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == errStmtExists || pgErr.Code == errStmtGone) {
+		return fmt.Errorf("%w (behind a pooler in transaction mode, which keeps no prepared statements, set default_query_exec_mode=exec in the database URL)", err)
 	}
-	w.buf, w.ends = w.buf[:0], w.ends[:0]
-	return w
+	return err
 }
 
-func (w *wire) bytes(b []byte) *wire { return w.end(append(w.buf, b...)) }
-
-func (w *wire) text(s string) *wire { return w.end(append(w.buf, s...)) }
-
-func (w *wire) int8(v int64) *wire { return w.end(binary.BigEndian.AppendUint64(w.buf, uint64(v))) }
-
-// byteaArray encodes a one-dimensional bytea[] without nulls, of the n
-// values at(0) to at(n-1).
-func (w *wire) byteaArray(n int, at func(i int) []byte) *wire {
-	buf := w.arrayHeader(oBytea, n)
-	for i := range n {
-		v := at(i)
-		buf = binary.BigEndian.AppendUint32(buf, uint32(len(v)))
-		buf = append(buf, v...)
-	}
-	return w.end(buf)
-}
-
-// int8Array encodes a one-dimensional bigint[] without nulls, of the n
-// values at(0) to at(n-1).
-func (w *wire) int8Array(n int, at func(i int) int64) *wire {
-	buf := w.arrayHeader(oInt8, n)
-	for i := range n {
-		buf = binary.BigEndian.AppendUint32(buf, 8)
-		buf = binary.BigEndian.AppendUint64(buf, uint64(at(i)))
-	}
-	return w.end(buf)
-}
-
-// arrayHeader appends the header of a one-dimensional array of n elements
-// of type elem, without nulls, indexed from 1, and returns the buffer.
-func (w *wire) arrayHeader(elem uint32, n int) []byte {
-	buf := binary.BigEndian.AppendUint32(w.buf, 1) // dimensions
-	buf = binary.BigEndian.AppendUint32(buf, 0)    // no nulls
-	buf = binary.BigEndian.AppendUint32(buf, elem)
-	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
-	return binary.BigEndian.AppendUint32(buf, 1) // lower bound
-}
-
-// time encodes t at microsecond precision.
-func (w *wire) time(t time.Time) *wire { return w.int8(t.UnixMicro() - pgEpochMicros) }
-
-func (w *wire) end(buf []byte) *wire {
-	w.buf = buf
-	w.ends = append(w.ends, len(buf))
-	return w
-}
-
-// values returns the encoded arguments, in order, valid until the next
-// reset.
-func (w *wire) values() [][]byte {
-	w.vals = w.vals[:0]
-	start := 0
-	for _, end := range w.ends {
-		w.vals = append(w.vals, w.buf[start:end:end])
-		start = end
-	}
-	return w.vals
-}
-
-// pgEpochMicros is PostgreSQL's epoch, 2000-01-01 UTC, in Unix microseconds.
-const pgEpochMicros = 946_684_800_000_000
-
-// wireInt8 decodes a bigint in binary format.
-func wireInt8(b []byte) (int64, error) {
-	if len(b) != 8 {
-		return 0, fmt.Errorf("bigint of %d bytes, want 8", len(b))
-	}
-	return int64(binary.BigEndian.Uint64(b)), nil
-}
-
-// wireMicros decodes a finite timestamptz in binary format to Unix
-// microseconds.
-func wireMicros(b []byte) (int64, error) {
-	us, err := wireInt8(b)
+// acquire takes a connection of the pool for one call and returns a runner
+// of statements on it (see run.go), in the store's mode; in modeNamed the
+// store's statements are prepared on the connection first. The runner
+// watches ctx: a call whose context ends mid-round-trip fails with ctx's
+// error, and pgx closes its connection, which rolls back what it had
+// begun. The caller ends the runner with close and gives the connection
+// back with release.
+func (b *Backend) acquire(ctx context.Context) (*pgxpool.Conn, *runner, error) {
+	c, err := b.pool.Acquire(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("timestamptz: %w", err)
+		return nil, nil, fmt.Errorf("acquire a connection: %w", err)
 	}
-	if us == math.MaxInt64 || us == math.MinInt64 {
-		return 0, errors.New("timestamptz is infinite")
-	}
-	return us + pgEpochMicros, nil
-}
-
-// floorDiv is a / b rounded down, for b > 0.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b < 0 {
-		q--
-	}
-	return q
-}
-
-// acquire takes a connection of the pool for one call, with the store's
-// statements prepared on it (see statements), and bounds the call's I/O on
-// it by ctx's deadline, as the connection's own read and write deadline. It
-// returns the context for the call's statements: ctx without its
-// cancellation, so that nothing watches it (pgx's watch of a context costs
-// an allocating registration per round trip, which showed as a tenth of the
-// throughput of a one-statement call). A call whose deadline passes
-// mid-round-trip fails with an error matching context.DeadlineExceeded, and
-// its connection is closed, which rolls back what it had begun. A call
-// whose context is already done does not start; one cancelled (before its
-// deadline) while it runs is not interrupted, and ends when its round trips
-// do. Without a deadline the call keeps ctx, and its reads watch it. The
-// caller gives the connection back with release.
-func (b *Backend) acquire(ctx context.Context) (c *pgxpool.Conn, io context.Context, st *preparedStmts, err error) {
-	c, err = b.pool.Acquire(ctx)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("acquire a connection: %w", err)
-	}
-	io = ctx
-	if d, ok := ctx.Deadline(); ok {
-		if err := ctx.Err(); err != nil {
-			c.Release()
-			return nil, nil, nil, err
+	var st *preparedStmts
+	if b.mode == modeNamed {
+		if st, err = b.statements(ctx, c.Conn()); err != nil {
+			return nil, nil, release(c, fmt.Errorf("prepare: %w", err))
 		}
-		if err := c.Conn().PgConn().Conn().SetDeadline(d); err != nil {
-			c.Release()
-			return nil, nil, nil, fmt.Errorf("set the connection's deadline: %w", err)
-		}
-		io = context.WithoutCancel(ctx)
 	}
-	if st, err = b.statements(io, c.Conn()); err != nil {
-		return nil, nil, nil, release(c, fmt.Errorf("prepare: %w", err))
-	}
-	return c, io, st, nil
+	return c, newRunner(ctx, c.Conn(), b.mode, st), nil
 }
 
 // release gives back a connection of acquire, after the call that used it
-// ended with err: it clears the connection's deadline, drops its statements
-// if err says it lost one (to DEALLOCATE or DISCARD, so that the next call
-// prepares them again), and returns the connection to the pool (which
-// destroys it if the call left it mid-transaction or broken). It returns
-// err, marked as matching context.DeadlineExceeded when the connection's
-// deadline ended it.
+// ended with err: it drops the connection's statements if err says it lost
+// one (to DEALLOCATE or DISCARD, so that the next call prepares them
+// again), and returns the connection to the pool (which destroys it if the
+// call left it mid-transaction or broken). It returns err.
 func release(c *pgxpool.Conn, err error) error {
-	pc := c.Conn().PgConn()
-	_ = pc.Conn().SetDeadline(time.Time{})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
-		delete(pc.CustomData(), stmtsKey)
+		delete(c.Conn().PgConn().CustomData(), stmtsKey)
+		err = poolerHint(err)
 	}
 	c.Release()
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) && errors.Is(err, os.ErrDeadlineExceeded) {
-		err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
-	}
 	return err
 }

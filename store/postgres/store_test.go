@@ -52,12 +52,14 @@ func newGenericStore(t testing.TB, pool *pgxpool.Pool, o Options) *store.Store {
 // at once on a fresh key with a budget of 30; exactly 30 are admitted,
 // through the native Count and through the generic one, for one key and
 // for two.
-func TestExactBudget(t *testing.T) {
-	poolA, poolB := newPool(t), newPool(t)
+func TestExactBudget(t *testing.T) { exactBudget(t, newPool(t), newPool(t), 20, nil) }
+
+// exactBudget runs TestExactBudget's rounds over two pools, calling
+// between (unless nil) before every round but the first.
+func exactBudget(t *testing.T, poolA, poolB *pgxpool.Pool, rounds int, between func(t *testing.T)) {
 	const (
 		perPool = 100
 		budget  = 30
-		rounds  = 20
 	)
 	kinds := []struct {
 		name string
@@ -70,8 +72,10 @@ func TestExactBudget(t *testing.T) {
 		for _, nkeys := range []int{1, 2} {
 			t.Run(kind.name+"/"+strings.Repeat("k", nkeys), func(t *testing.T) {
 				prefix := randomPrefix("exact")
-				// Every attempt is let in, so that each is decided.
-				o := Options{Store: store.Options{MaxInFlight: 2 * perPool}}
+				// Every attempt is let in, so that each is decided, and
+				// answered on a machine under load (200 attempts on one
+				// key take turns on its row).
+				o := Options{Store: store.Options{MaxInFlight: 2 * perPool, Deadline: 10 * time.Second}}
 				a, err := kind.open(t, poolA, o).Handle(prefix)
 				if err != nil {
 					t.Fatal(err)
@@ -85,6 +89,9 @@ func TestExactBudget(t *testing.T) {
 					caps[i] = store.Budget{Limit: budget, Window: time.Minute}
 				}
 				for round := range rounds {
+					if round > 0 && between != nil {
+						between(t)
+					}
 					keys := []string{"shared-" + randomPrefix("a"), "shared-" + randomPrefix("b")}[:nkeys]
 					var admitted, failed atomic.Int64
 					var firstErr error

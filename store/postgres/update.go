@@ -50,16 +50,15 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 // update is one try of Update. Without placeholders it reports true, having
 // written nothing, when it must try again with them.
 func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, apply store.ApplyFunc, placeholders bool) (retry bool, err error) {
-	conn, ctx, st, err := b.acquire(ctx)
+	conn, q, err := b.acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("postgres: update: %w", err)
 	}
 	defer func() { err = release(conn, err) }()
-	q := newPipe(ctx, conn.Conn())
-	// close, before release, reads what is left up to the Sync; a pipe
-	// closed before its Sync closes the connection, which rolls the
-	// transaction back, and which the pool then drops: a failure never
-	// hands an open transaction to the pool.
+	// close, before release, reads what is left up to the end of the
+	// transaction; a runner closed with its transaction open closes the
+	// connection, which rolls the transaction back, and which the pool
+	// then drops: a failure never hands an open transaction to the pool.
 	defer q.close()
 
 	// Round trip 1: lock the keys' rows in ascending order (with
@@ -72,20 +71,20 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	var now time.Time
 	err = func() error {
 		if placeholders {
-			if err := q.send(&st.s[uLock], hashes, b.fp); err != nil {
+			if err := q.send(uLock, hashes, b.fp); err != nil {
 				return err
 			}
 		}
 		var err error
 		switch {
 		case n == 1 && b.syncCommit:
-			q.sendWire(&st.s[uLockRead1], q.w.reset().bytes(hashes[0]))
+			err = q.send(uLockRead1, hashes[0])
 		case n == 1:
-			q.sendWire(&st.s[uLockRead1Async], q.w.reset().bytes(hashes[0]))
+			err = q.send(uLockRead1Async, hashes[0])
 		case b.syncCommit:
-			err = q.send(&st.s[uLockRead], hashes)
+			err = q.send(uLockRead, hashes)
 		default:
-			err = q.send(&st.s[uLockReadAsync], hashes)
+			err = q.send(uLockReadAsync, hashes)
 		}
 		if err != nil {
 			return err
@@ -94,8 +93,12 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 			return err
 		}
 		if placeholders {
-			if _, err := q.rows(func(_ *preparedStmt, vals [][]byte) error {
-				if i := slices.IndexFunc(hashes, func(h []byte) bool { return bytes.Equal(h, vals[0]) }); i >= 0 {
+			var kh []byte
+			if _, err := q.rows(func(fields []pgconn.FieldDescription, vals [][]byte) error {
+				if err := q.scan(fields, vals, &kh); err != nil {
+					return err
+				}
+				if i := slices.IndexFunc(hashes, func(h []byte) bool { return bytes.Equal(h, kh) }); i >= 0 {
 					placeholder[i] = true
 				}
 				return nil
@@ -153,7 +156,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 				mine = append(mine, i)
 			}
 		}
-		if len(mine) == 0 || q.sendDelete(st, hashes, mine) == nil {
+		if len(mine) == 0 || q.sendDelete(hashes, mine) == nil {
 			_ = q.sync()
 		}
 		return false, err
@@ -197,17 +200,17 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	exact := added > 0 && b.near(added)
 	err = func() error {
 		if exact {
-			if err := q.send(&st.s[uAdmit], b.fp, added, int64(b.bound.Max()), now, b.boundLock); err != nil {
+			if err := q.send(uAdmit, b.fp, int32(added), int64(b.bound.Max()), now, b.boundLock); err != nil {
 				return err
 			}
 		}
-		if err := q.sendWrite(st, uWrite1, uWrite, hashes, entries, up, b.fp); err != nil {
+		if err := q.sendWrite(uWrite1, uWrite, hashes, entries, up, b.fp); err != nil {
 			return err
 		}
-		if err := q.sendWrite(st, uInsert1, uInsert, hashes, entries, ins, b.fp); err != nil {
+		if err := q.sendWrite(uInsert1, uInsert, hashes, entries, ins, b.fp); err != nil {
 			return err
 		}
-		if err := q.sendDelete(st, hashes, del); err != nil {
+		if err := q.sendDelete(hashes, del); err != nil {
 			return err
 		}
 		return q.sync()
@@ -269,23 +272,21 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 
 // readLocked1 reads the result of uLockRead1 or uLockRead1Async: the clock,
 // then the key's row if it has one, live for this secret or not.
-func (b *Backend) readLocked1(q *pipe, now *time.Time, e *store.Entry, hasRow *bool) error {
-	return q.first(func(_ *preparedStmt, v [][]byte) error {
-		nowUs, err := wireMicros(v[0])
-		if err != nil {
+func (b *Backend) readLocked1(q *runner, now *time.Time, e *store.Entry, hasRow *bool) error {
+	return q.first(func(fields []pgconn.FieldDescription, vals [][]byte) error {
+		var fp *string
+		var val []byte
+		var exp *time.Time
+		if err := q.scan(fields[:4], vals[:4], now, &fp, &val, &exp); err != nil {
 			return err
 		}
-		*now = time.UnixMilli(floorDiv(nowUs, 1000))
-		if v[1] == nil {
+		*now = time.UnixMilli(now.UnixMilli())
+		if fp == nil {
 			return nil
 		}
 		*hasRow = true
-		expUs, err := wireMicros(v[3])
-		if err != nil {
-			return err
-		}
-		if string(v[1]) == b.fp && expUs > nowUs {
-			*e = store.Entry{Value: bytes.Clone(v[2]), ExpiresAt: time.UnixMilli(floorDiv(expUs, 1000))}
+		if *fp == b.fp && exp != nil && exp.After(*now) {
+			*e = store.Entry{Value: val, ExpiresAt: time.UnixMilli(exp.UnixMilli())}
 		}
 		return nil
 	})
@@ -295,14 +296,13 @@ func (b *Backend) readLocked1(q *pipe, now *time.Time, e *store.Entry, hasRow *b
 // entries are to be written: by the single-key statement one when there is
 // one key, by the array statement many when there are several, by none
 // when there are none.
-func (q *pipe) sendWrite(st *preparedStmts, one, many int, hashes [][]byte, entries []store.Entry, idx []int, fp string) error {
+func (q *runner) sendWrite(one, many int, hashes [][]byte, entries []store.Entry, idx []int, fp string) error {
 	switch len(idx) {
 	case 0:
 		return nil
 	case 1:
 		i := idx[0]
-		q.sendWire(&st.s[one], q.w.reset().bytes(hashes[i]).text(fp).bytes(entries[i].Value).time(entries[i].ExpiresAt))
-		return nil
+		return q.send(one, hashes[i], fp, string(entries[i].Value), entries[i].ExpiresAt)
 	}
 	keys := make([][]byte, len(idx))
 	vals := make([]string, len(idx))
@@ -310,24 +310,23 @@ func (q *pipe) sendWrite(st *preparedStmts, one, many int, hashes [][]byte, entr
 	for j, i := range idx {
 		keys[j], vals[j], exps[j] = hashes[i], string(entries[i].Value), entries[i].ExpiresAt
 	}
-	return q.send(&st.s[many], keys, fp, vals, exps)
+	return q.send(many, keys, fp, vals, exps)
 }
 
 // sendDelete sends the delete of the rows of the keys at indexes idx of
 // hashes, if any.
-func (q *pipe) sendDelete(st *preparedStmts, hashes [][]byte, idx []int) error {
+func (q *runner) sendDelete(hashes [][]byte, idx []int) error {
 	switch len(idx) {
 	case 0:
 		return nil
 	case 1:
-		q.sendWire(&st.s[uDelete1], q.w.reset().bytes(hashes[idx[0]]))
-		return nil
+		return q.send(uDelete1, hashes[idx[0]])
 	}
 	keys := make([][]byte, len(idx))
 	for j, i := range idx {
 		keys[j] = hashes[i]
 	}
-	return q.send(&st.s[uDelete], keys)
+	return q.send(uDelete, keys)
 }
 
 // keyTurnQueues is how many queues keyTurns spreads keys over.

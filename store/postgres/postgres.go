@@ -223,7 +223,7 @@ func (b *Backend) Backing() any { return b.pool }
 
 // Prompt reports true: pgx watches a call's context during its round trips
 // and ends the call, closing its connection, when the context ends (see
-// "Deadlines" in the package documentation).
+// "Deadlines" in DESIGN.md).
 func (b *Backend) Prompt() bool { return true }
 
 // Fingerprint names the store's secret, as recorded in each of its rows.
@@ -247,7 +247,7 @@ func (b *Backend) near(added int) bool {
 	return est+int64(added) > int64(b.bound.Max())-b.slack
 }
 
-// SQL of the store. See the package documentation.
+// SQL of the store. See DESIGN.md.
 const (
 	// sqlLock locks the rows of keys, in ascending keyhash order, and
 	// inserts a placeholder (expired, so never live) for each key without

@@ -12,7 +12,10 @@
 //	mux.Handle("GET /", gatecount.LimitByIP(100, time.Minute)(h)) // net/http
 //
 // With several instances, counts must be shared: FromEnv opens the store the
-// environment names and limits per caller, per address, on that store:
+// environment names and limits per caller, per address, on that store. The
+// program imports the store it uses, which links its driver:
+//
+//	import _ "github.com/gatecount/gatecount/store/postgres" // or store/sqlite, store/redis
 //
 //	limits, err := gatecount.FromEnv(ctx)
 //	if err != nil {

@@ -25,20 +25,9 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	var fresh uint8 // bit i: keys[i] has no entry in the store
 	err := l.h.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
-		*t, fresh = store.Tally{Now: now, Limiting: -1}, 0
-		for i := range es {
-			if !es[i].Live() {
-				fresh |= 1 << i
-				continue
-			}
-			n, err := store.ParseCount(es[i].Value)
-			if err != nil {
-				return err
-			}
-			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
-			if t.Limiting < 0 && n+1 > int64(cs[i].Limit) {
-				t.Limiting = i
-			}
+		var err error
+		if fresh, err = readCounts(now, es, cs, t); err != nil {
+			return err
 		}
 		if t.Limiting >= 0 || l.policy == Deny {
 			return nil // nothing changes
@@ -67,6 +56,12 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 		return nil
 	case l.policy == Deny:
 		l.refuse(cause, caps, d)
+		return nil
+	case fresh == 0: // every key was held by the time of the update
+		decide(t, keys, caps, false, d)
+		if l.memo {
+			l.remember(ctx, keys, caps, t)
+		}
 		return nil
 	}
 	l.full.Do(func() {

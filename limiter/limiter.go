@@ -603,24 +603,9 @@ func (l *Limiter) Peek(ctx context.Context, keys ...string) (Decision, error) {
 	}
 	caps := l.caps[:len(keys)]
 	var t store.Tally
-	t.Limiting = -1
 	err := l.h.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
-		t.Now = now
-		for i := range es {
-			if !es[i].Live() {
-				continue
-			}
-			n, err := store.ParseCount(es[i].Value)
-			if err != nil {
-				return err
-			}
-			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
-			if t.Limiting < 0 && n+1 > int64(caps[i].Limit) {
-				t.Limiting = i
-			}
-		}
-		t.Allowed = t.Limiting < 0
-		return nil
+		_, err := readCounts(now, es, caps, &t)
+		return err
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrUnavailable) {

@@ -49,21 +49,8 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 	copy(m.caps[:], caps)
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	err := l.local.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
-		*t = store.Tally{Now: now, Limiting: -1}
-		for i := range es {
-			if !es[i].Live() {
-				continue
-			}
-			n, err := store.ParseCount(es[i].Value)
-			if err != nil {
-				return err
-			}
-			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
-			if t.Limiting < 0 && n+1 > int64(cs[i].Limit) {
-				t.Limiting = i
-			}
-		}
-		return nil
+		_, err := readCounts(now, es, cs, t)
+		return err
 	})
 	if err != nil || t.Limiting < 0 {
 		return false
@@ -97,6 +84,30 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 			l.log.Warn("limiter memory full: refusals of new keys are asked of the store again", "kind", KindMemoryFull, "err", err)
 		})
 	}
+}
+
+// readCounts fills t from the live counters in es, as of now, without
+// changing them: each key's count and window end, and the first key without
+// room for one more attempt under its budget in caps. It returns the keys
+// with no live counter, bit i for es[i].
+func readCounts(now time.Time, es []store.Entry, caps []store.Budget, t *store.Tally) (fresh uint8, err error) {
+	*t = store.Tally{Now: now, Limiting: -1}
+	for i := range es {
+		if !es[i].Live() {
+			fresh |= 1 << i
+			continue
+		}
+		n, err := store.ParseCount(es[i].Value)
+		if err != nil {
+			return fresh, err
+		}
+		t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
+		if t.Limiting < 0 && n+1 > int64(caps[i].Limit) {
+			t.Limiting = i
+		}
+	}
+	t.Allowed = t.Limiting < 0
+	return fresh, nil
 }
 
 // memoCall holds what an apply needs, off the caller's stack: an apply

@@ -29,7 +29,7 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 		if fresh, err = readCounts(now, es, cs, t); err != nil {
 			return err
 		}
-		if t.Limiting >= 0 || l.policy == Deny {
+		if t.Limiting >= 0 || l.policy == Deny && fresh != 0 {
 			return nil // nothing changes
 		}
 		for i := range es {
@@ -54,14 +54,14 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 			l.remember(ctx, keys, caps, t)
 		}
 		return nil
-	case l.policy == Deny:
-		l.refuse(cause, caps, d)
-		return nil
 	case fresh == 0: // every key was held by the time of the update
 		decide(t, keys, caps, false, d)
 		if l.memo {
 			l.remember(ctx, keys, caps, t)
 		}
+		return nil
+	case l.policy == Deny:
+		l.refuse(cause, caps, d)
 		return nil
 	}
 	l.full.Do(func() {

@@ -1,15 +1,11 @@
 // Package config reads gatecount's settings from the environment, in one
-// place, and opens the limit store they choose.
+// place, and opens the limit store they choose. It is for any app: it reads
+// where counts live, the secret, the bound and the trusted proxies; the
+// budgets of an app's routes are the app's own (Vars reads them with the
+// same checks).
 //
 // The variables, with their defaults:
 //
-//	RATE_LIMIT_EXECUTE_PER_MINUTE       30    budget of POST /execute, per caller
-//	RATE_LIMIT_HEALTH_PER_MINUTE        300   budget of GET /health and /ready, per IP
-//	RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES 5    sign-in failures per account and IP, per 15 minutes
-//	RATE_LIMIT_LOGIN_ACCOUNT_FAILURES   20    sign-in failures per account, per hour
-//	RATE_LIMIT_LOGIN_IP_ATTEMPTS        100   sign-in attempts per IP, per hour
-//	RATE_LIMIT_RESET_PER_DESTINATION    3     password-reset requests per address, per hour
-//	RATE_LIMIT_RESET_PER_IP             20    password-reset requests per IP, per hour
 //	RATE_LIMIT_STORE                    (see below) memory, database or redis
 //	DATABASE_URL                        unset  postgres://…, sqlite:PATH or file:PATH
 //	RATE_LIMIT_STORE_URL                unset  redis://… or rediss://…, one server or any node of a Cluster
@@ -19,6 +15,19 @@
 //	TRUSTED_PROXIES                     unset  comma-separated CIDRs whose forwarding headers are believed
 //	TRUSTED_PROXY_HEADER                X-Forwarded-For  the one header they set: X-Forwarded-For or Forwarded
 //	GATECOUNT_SECRET                    unset  required by the shared stores; at least 32 bytes
+//
+// # Opening a store links only its driver
+//
+// Open opens a shared store through the driver its package registers
+// (store.RegisterURL), as database/sql drivers do, so that importing config
+// links neither pgx, nor go-redis, nor SQLite. Import the store you use:
+//
+//	import _ "github.com/gatecount/gatecount/store/postgres" // DATABASE_URL=postgres://…
+//	import _ "github.com/gatecount/gatecount/store/sqlite"   // DATABASE_URL=sqlite:PATH
+//	import _ "github.com/gatecount/gatecount/store/redis"    // RATE_LIMIT_STORE_URL=redis://…
+//
+// A store chosen whose package is not imported is an error that names the
+// import to add.
 //
 // The Redis store refuses to open on a server that may evict its keys (a
 // maxmemory with a maxmemory-policy other than noeviction): an evicted count
@@ -40,8 +49,9 @@
 // KindTrustsEveryone.
 //
 // A bad value stops start-up: FromEnv returns an error naming every variable
-// at fault and what it expects. A store that is chosen but cannot be opened
-// is an error too, never a silent fall back to memory.
+// at fault and what it expects, never echoing a password or a query string's
+// values. A store that is chosen but cannot be opened is an error too, never
+// a silent fall back to memory.
 package config
 
 import (
@@ -70,20 +80,13 @@ const (
 
 // Config is the configuration read from the environment.
 type Config struct {
-	Execute          limiter.Budget // per caller
-	Health           limiter.Budget // per IP
-	LoginAccountIP   limiter.Budget // failures per (account, IP)
-	LoginAccount     limiter.Budget // failures per account
-	LoginIP          limiter.Budget // attempts per IP
-	ResetDestination limiter.Budget // requests per destination
-	ResetIP          limiter.Budget // requests per IP
-	Store            Kind
-	DatabaseURL      string
-	StoreURL         string
-	SingleInstance   bool
-	MaxEntries       int // 0: the store's default
-	TrustedProxies   []netip.Prefix
-	Secret           []byte
+	Store          Kind   // RATE_LIMIT_STORE, or as the URLs imply
+	DatabaseURL    string // DATABASE_URL
+	StoreURL       string // RATE_LIMIT_STORE_URL
+	SingleInstance bool   // RATE_LIMIT_SINGLE_INSTANCE
+	MaxEntries     int    // RATE_LIMIT_MAX_ENTRIES; 0: the store's default
+	TrustedProxies []netip.Prefix
+	Secret         []byte // GATECOUNT_SECRET
 
 	// TrustedProxyHeader is the one forwarding header the trusted proxies
 	// set (TRUSTED_PROXY_HEADER); the other is ignored.
@@ -92,6 +95,12 @@ type Config struct {
 	// RedisAllowEviction accepts a Redis that may evict live counts
 	// (RATE_LIMIT_REDIS_ALLOW_EVICTION).
 	RedisAllowEviction bool
+}
+
+// IP returns the client-address settings of TRUSTED_PROXIES and
+// TRUSTED_PROXY_HEADER, for keyfunc.NewIP and every per-IP middleware.
+func (c Config) IP() keyfunc.IPOptions {
+	return keyfunc.IPOptions{TrustedProxies: c.TrustedProxies, Header: c.TrustedProxyHeader}
 }
 
 // ErrInvalid is matched by every error FromEnv returns for a bad value.
@@ -120,17 +129,10 @@ func (e *VarError) Is(target error) bool { return target == ErrInvalid }
 func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	r := reader{lookup: lookup}
 	c := Config{
-		Execute:          r.budget("RATE_LIMIT_EXECUTE_PER_MINUTE", 30, time.Minute),
-		Health:           r.budget("RATE_LIMIT_HEALTH_PER_MINUTE", 300, time.Minute),
-		LoginAccountIP:   r.budget("RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", 5, 15*time.Minute),
-		LoginAccount:     r.budget("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", 20, time.Hour),
-		LoginIP:          r.budget("RATE_LIMIT_LOGIN_IP_ATTEMPTS", 100, time.Hour),
-		ResetDestination: r.budget("RATE_LIMIT_RESET_PER_DESTINATION", 3, time.Hour),
-		ResetIP:          r.budget("RATE_LIMIT_RESET_PER_IP", 20, time.Hour),
-		DatabaseURL:      r.str("DATABASE_URL"),
-		StoreURL:         r.str("RATE_LIMIT_STORE_URL"),
-		SingleInstance:   r.boolean("RATE_LIMIT_SINGLE_INSTANCE"),
-		MaxEntries:       r.count("RATE_LIMIT_MAX_ENTRIES", 100_000_000),
+		DatabaseURL:    r.str("DATABASE_URL"),
+		StoreURL:       r.str("RATE_LIMIT_STORE_URL"),
+		SingleInstance: r.boolean("RATE_LIMIT_SINGLE_INSTANCE"),
+		MaxEntries:     r.count("RATE_LIMIT_MAX_ENTRIES", 100_000_000),
 	}
 	if s := r.str("TRUSTED_PROXIES"); s != "" {
 		p, err := keyfunc.ParseTrustedProxies(s)
@@ -158,6 +160,32 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	return c, errors.Join(r.errs...)
 }
+
+// Vars reads an app's own variables, such as the budgets of its routes,
+// with FromEnv's checks: a bad value is a *VarError matching ErrInvalid,
+// and Err returns every one at once.
+//
+//	v := config.NewVars(os.LookupEnv)
+//	api := v.Budget("API_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute})
+//	if err := v.Err(); err != nil {
+//		log.Fatal(err)
+//	}
+type Vars struct{ r reader }
+
+// NewVars returns a Vars reading through lookup (os.LookupEnv, say).
+func NewVars(lookup func(string) (string, bool)) *Vars {
+	return &Vars{r: reader{lookup: lookup}}
+}
+
+// Budget returns the budget of def's window whose limit is the variable
+// name, a whole number from 1 to limiter.MaxLimit; def when it is unset.
+func (v *Vars) Budget(name string, def limiter.Budget) limiter.Budget {
+	return v.r.budget(name, def.Limit, def.Window)
+}
+
+// Err returns every bad value read so far, joined, each a *VarError; nil
+// when there is none.
+func (v *Vars) Err() error { return errors.Join(v.r.errs...) }
 
 type reader struct {
 	lookup func(string) (string, bool)
@@ -249,8 +277,18 @@ func (r *reader) kind(dbURL, storeURL string) Kind {
 	}
 }
 
-// redact hides a URL's password.
+// redact hides what in a URL could be a secret: the password of its user
+// information and the values of its query string (?password=…), so that a
+// URL can be quoted in an error.
 func redact(s string) string {
+	if q := strings.IndexAny(s, "?"); q >= 0 {
+		var kept []string
+		for _, kv := range strings.Split(s[q+1:], "&") {
+			k, _, _ := strings.Cut(kv, "=")
+			kept = append(kept, k+"=xxxxx")
+		}
+		s = s[:q] + "?" + strings.Join(kept, "&")
+	}
 	at := strings.LastIndex(s, "@")
 	scheme := strings.Index(s, "://")
 	if at < 0 || scheme < 0 || at < scheme {

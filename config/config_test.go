@@ -10,7 +10,10 @@ import (
 
 	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/store"
+	_ "github.com/gatecount/gatecount/store/postgres"
 	redisstore "github.com/gatecount/gatecount/store/redis"
+	_ "github.com/gatecount/gatecount/store/sqlite"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -28,26 +31,45 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]limiter.Budget{
-		"execute":   {Limit: 30, Window: time.Minute},
-		"health":    {Limit: 300, Window: time.Minute},
-		"accountIP": {Limit: 5, Window: 15 * time.Minute},
-		"account":   {Limit: 20, Window: time.Hour},
-		"loginIP":   {Limit: 100, Window: time.Hour},
-		"resetDest": {Limit: 3, Window: time.Hour},
-		"resetIP":   {Limit: 20, Window: time.Hour},
+	if c.Store != Memory || c.SingleInstance || c.MaxEntries != 0 || c.TrustedProxies != nil || c.Secret != nil || c.RedisAllowEviction {
+		t.Errorf("defaults: %+v", c)
 	}
-	got := map[string]limiter.Budget{
-		"execute": c.Execute, "health": c.Health, "accountIP": c.LoginAccountIP, "account": c.LoginAccount,
-		"loginIP": c.LoginIP, "resetDest": c.ResetDestination, "resetIP": c.ResetIP,
+	if ip := c.IP(); ip.TrustedProxies != nil || ip.Header.String() != "X-Forwarded-For" {
+		t.Errorf("IP(): %+v", ip)
 	}
-	for k, w := range want {
-		if got[k] != w {
-			t.Errorf("%s: %v, want %v", k, got[k], w)
+}
+
+// Vars reads an app's own budgets with FromEnv's checks, every bad value
+// at once.
+func TestVars(t *testing.T) {
+	def := limiter.Budget{Limit: 30, Window: time.Minute}
+	for _, tc := range []struct {
+		value string
+		want  limiter.Budget
+		bad   bool
+	}{
+		{"", def, false},
+		{"45", limiter.Budget{Limit: 45, Window: time.Minute}, false},
+		{" 7 ", limiter.Budget{Limit: 7, Window: time.Minute}, false},
+		{"0", def, true},
+		{"-5", def, true},
+		{"lots", def, true},
+		{"99999999999999999999", def, true},
+		{"1e6", def, true},
+	} {
+		v := NewVars(env("API_PER_MINUTE", tc.value))
+		got := v.Budget("API_PER_MINUTE", def)
+		err := v.Err()
+		var ve *VarError
+		if got != tc.want || (err != nil) != tc.bad || tc.bad && (!errors.Is(err, ErrInvalid) || !errors.As(err, &ve) || ve.Var != "API_PER_MINUTE") {
+			t.Errorf("API_PER_MINUTE=%q: %v, %v; want %v, bad %v", tc.value, got, err, tc.want, tc.bad)
 		}
 	}
-	if c.Store != Memory || c.SingleInstance || c.MaxEntries != 0 || c.TrustedProxies != nil {
-		t.Errorf("defaults: %+v", c)
+	v := NewVars(env("A", "x", "B", "y"))
+	v.Budget("A", def)
+	v.Budget("B", def)
+	if err := v.Err(); err == nil || !strings.Contains(err.Error(), "A=") || !strings.Contains(err.Error(), "B=") {
+		t.Errorf("two bad values: %v", err)
 	}
 }
 
@@ -79,10 +101,6 @@ func TestBadValues(t *testing.T) {
 		env     []string
 		varName string
 	}{
-		{[]string{"RATE_LIMIT_EXECUTE_PER_MINUTE", "0"}, "RATE_LIMIT_EXECUTE_PER_MINUTE"},
-		{[]string{"RATE_LIMIT_EXECUTE_PER_MINUTE", "-5"}, "RATE_LIMIT_EXECUTE_PER_MINUTE"},
-		{[]string{"RATE_LIMIT_HEALTH_PER_MINUTE", "lots"}, "RATE_LIMIT_HEALTH_PER_MINUTE"},
-		{[]string{"RATE_LIMIT_LOGIN_IP_ATTEMPTS", "99999999999999999999"}, "RATE_LIMIT_LOGIN_IP_ATTEMPTS"},
 		{[]string{"RATE_LIMIT_SINGLE_INSTANCE", "yes please"}, "RATE_LIMIT_SINGLE_INSTANCE"},
 		{[]string{"RATE_LIMIT_REDIS_ALLOW_EVICTION", "if you must"}, "RATE_LIMIT_REDIS_ALLOW_EVICTION"},
 		{[]string{"RATE_LIMIT_MAX_ENTRIES", "1e6"}, "RATE_LIMIT_MAX_ENTRIES"},
@@ -104,9 +122,9 @@ func TestBadValues(t *testing.T) {
 }
 
 func TestErrorsJoinedAndSecretHidden(t *testing.T) {
-	_, err := FromEnv(env("RATE_LIMIT_EXECUTE_PER_MINUTE", "x", "RATE_LIMIT_HEALTH_PER_MINUTE", "y", "GATECOUNT_SECRET", "hunter2"))
+	_, err := FromEnv(env("RATE_LIMIT_MAX_ENTRIES", "x", "RATE_LIMIT_SINGLE_INSTANCE", "y", "GATECOUNT_SECRET", "hunter2"))
 	msg := err.Error()
-	for _, want := range []string{"RATE_LIMIT_EXECUTE_PER_MINUTE", "RATE_LIMIT_HEALTH_PER_MINUTE", "GATECOUNT_SECRET", "openssl rand"} {
+	for _, want := range []string{"RATE_LIMIT_MAX_ENTRIES", "RATE_LIMIT_SINGLE_INSTANCE", "GATECOUNT_SECRET", "openssl rand"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q does not name %s", msg, want)
 		}
@@ -114,9 +132,38 @@ func TestErrorsJoinedAndSecretHidden(t *testing.T) {
 	if strings.Contains(msg, "hunter2") {
 		t.Error("error shows the secret")
 	}
-	_, err = FromEnv(env("DATABASE_URL", "mysql://user:pa55word@h/db", "GATECOUNT_SECRET", secret))
-	if err == nil || strings.Contains(err.Error(), "pa55word") {
-		t.Errorf("error shows the database password: %v", err)
+	for _, kv := range [][]string{
+		{"DATABASE_URL", "mysql://user:pa55word@h/db"},
+		{"DATABASE_URL", "mysql://h/db?password=pa55word"},
+		{"DATABASE_URL", "mysql://h/db?sslmode=disable&password=pa55word&x"},
+		{"RATE_LIMIT_STORE_URL", "http://h/?password=pa55word"},
+		{"RATE_LIMIT_STORE_URL", "memcached://u:pa55word@h/?token=pa55word"},
+	} {
+		_, err = FromEnv(env(kv[0], kv[1], "GATECOUNT_SECRET", secret))
+		if err == nil || strings.Contains(err.Error(), "pa55word") || !strings.Contains(err.Error(), kv[0]) {
+			t.Errorf("%s=%s: error shows the password: %v", kv[0], kv[1], err)
+		}
+	}
+}
+
+// Open's errors never show a password either, in the user information or
+// in the query string, whichever store refuses the URL.
+func TestOpenErrorsHidePasswords(t *testing.T) {
+	for _, kv := range [][]string{
+		{"DATABASE_URL", "postgres://u:pa55word@127.0.0.1:1/db?sslmode=bogus"},
+		{"DATABASE_URL", "postgres://u@127.0.0.1:1/db?password=pa55word&sslmode=bogus"},
+		{"DATABASE_URL", "sqlite:./x.db?password=pa55word"},
+		{"RATE_LIMIT_STORE_URL", "redis://u:pa55word@127.0.0.1:1/0?dial_timeout=bogus"},
+		{"RATE_LIMIT_STORE_URL", "redis://127.0.0.1:1/0?password=pa55word&dial_timeout=bogus"},
+	} {
+		c, err := FromEnv(env(kv[0], kv[1], "GATECOUNT_SECRET", secret))
+		if err != nil {
+			t.Fatalf("%s=%s: %v", kv[0], kv[1], err)
+		}
+		_, err = Open(t.Context(), c, store.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err == nil || strings.Contains(err.Error(), "pa55word") || !strings.Contains(err.Error(), kv[0]) {
+			t.Errorf("%s=%s: Open: %v", kv[0], kv[1], err)
+		}
 	}
 }
 
@@ -126,7 +173,7 @@ func TestOpenMemoryWarns(t *testing.T) {
 		log := slog.New(slog.NewTextHandler(&buf, nil))
 		c, _ := FromEnv(env())
 		c.SingleInstance = single
-		o, err := Open(context.Background(), c, log)
+		o, err := Open(context.Background(), c, store.Options{Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,15 +192,19 @@ func FuzzFromEnv(f *testing.F) {
 	f.Add("30", "memory", "postgres://h/db", "10.0.0.0/8", "true")
 	f.Add("-1", "database", "sqlite:x.db", "::1,banana", "maybe")
 	f.Fuzz(func(t *testing.T, perMinute, kind, dbURL, proxies, single string) {
-		c, err := FromEnv(env("RATE_LIMIT_EXECUTE_PER_MINUTE", perMinute, "RATE_LIMIT_STORE", kind,
-			"DATABASE_URL", dbURL, "TRUSTED_PROXIES", proxies, "RATE_LIMIT_SINGLE_INSTANCE", single, "GATECOUNT_SECRET", secret))
+		lookup := env("RATE_LIMIT_EXECUTE_PER_MINUTE", perMinute, "RATE_LIMIT_STORE", kind,
+			"DATABASE_URL", dbURL, "TRUSTED_PROXIES", proxies, "RATE_LIMIT_SINGLE_INSTANCE", single, "GATECOUNT_SECRET", secret)
+		c, err := FromEnv(lookup)
+		vars := NewVars(lookup)
+		execute := vars.Budget("RATE_LIMIT_EXECUTE_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute})
+		err = errors.Join(err, vars.Err())
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error %v does not match ErrInvalid", err)
 			}
 			return
 		}
-		if err := c.Execute.Validate(); err != nil {
+		if err := execute.Validate(); err != nil {
 			t.Fatalf("accepted an invalid budget: %v", err)
 		}
 		switch c.Store {
@@ -178,7 +229,7 @@ func TestRedisEviction(t *testing.T) {
 			t.Fatalf("RATE_LIMIT_REDIS_ALLOW_EVICTION=%q read as %v", allow, c.RedisAllowEviction)
 		}
 		var buf strings.Builder
-		o, err := Open(t.Context(), c, slog.New(slog.NewTextHandler(&buf, nil)))
+		o, err := Open(t.Context(), c, store.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 		if allow == "" {
 			if !errors.Is(err, redisstore.ErrEvicting) {
 				t.Fatalf("Open on allkeys-lru: %v, want %v", err, redisstore.ErrEvicting)

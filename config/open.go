@@ -5,19 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-
-	"github.com/jackc/pgx/v5/pgxpool"
+	"strings"
 
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
-	"github.com/gatecount/gatecount/store/postgres"
-	redisstore "github.com/gatecount/gatecount/store/redis"
-	"github.com/gatecount/gatecount/store/sqlite"
 )
 
 // KindMemoryNotShared is the "kind" of the warning Open logs when it opens
 // the memory store for an app that has not said it runs one instance.
 const KindMemoryNotShared = "limit-store-not-shared"
+
+// ErrNoDriver is matched by the error Open returns for a store whose
+// package the program does not import (see the package doc).
+var ErrNoDriver = store.ErrNoDriver
 
 // Opened is a store opened by Open, with what it was opened over.
 type Opened struct {
@@ -25,95 +25,84 @@ type Opened struct {
 	Store *store.Store
 	// Kind is the store's kind.
 	Kind Kind
-	// closers release what Open opened beneath the store, such as a
+	// release frees what Open opened beneath the store, such as a
 	// connection pool, after the store is closed.
-	closers []func() error
+	release func() error
 }
 
 // Close closes the store and then what Open opened beneath it.
 func (o *Opened) Close() error {
-	errs := []error{o.Store.Close()}
-	for i := len(o.closers) - 1; i >= 0; i-- {
-		errs = append(errs, o.closers[i]())
+	err := o.Store.Close()
+	if o.release != nil {
+		err = errors.Join(err, o.release())
 	}
-	return errors.Join(errs...)
+	return err
 }
 
-// Open opens the store c chooses, logging which to log (nil means
-// slog.Default()). Opening the memory store for an app that has not said it
-// runs one instance logs a warning of kind KindMemoryNotShared; a
+// drivers names, for each kind of shared store, the variable whose URL
+// chooses it and the package that registers its URL schemes.
+var drivers = map[Kind]struct{ variable, pkg string }{
+	Postgres: {"DATABASE_URL", "github.com/gatecount/gatecount/store/postgres"},
+	SQLite:   {"DATABASE_URL", "github.com/gatecount/gatecount/store/sqlite"},
+	Redis:    {"RATE_LIMIT_STORE_URL", "github.com/gatecount/gatecount/store/redis"},
+}
+
+// Open opens the store c chooses, its guard configured by o: o.Logger
+// receives its logs (nil means slog.Default()) and o.Observer, when set,
+// hears of its calls. Opening the memory store for an app that has not said
+// it runs one instance logs a warning of kind KindMemoryNotShared; a
 // TRUSTED_PROXIES that trusts every address logs one of kind
-// KindTrustsEveryone.
-func Open(ctx context.Context, c Config, log *slog.Logger) (*Opened, error) {
-	if log == nil {
-		log = slog.Default()
+// KindTrustsEveryone. A shared store opens through the driver its package
+// registered: one the program does not import is an error matching
+// ErrNoDriver that names the import to add.
+func Open(ctx context.Context, c Config, o store.Options) (*Opened, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
+	log := o.Logger
 	warnTrustsEveryone(c, log)
-	so := store.Options{Logger: log}
-	var (
-		o   *Opened
-		err error
-	)
+	var opened *Opened
 	switch c.Store {
 	case Memory:
-		o = &Opened{Store: memory.New(memory.Options{Store: so, MaxEntries: c.MaxEntries}), Kind: Memory}
+		opened = &Opened{Store: memory.New(memory.Options{Store: o, MaxEntries: c.MaxEntries}), Kind: Memory}
 		if !c.SingleInstance {
 			log.Warn("rate limits count in this process's memory: on N instances every budget is multiplied by N. "+
 				"Set DATABASE_URL or RATE_LIMIT_STORE_URL to share counts, or RATE_LIMIT_SINGLE_INSTANCE=true if the app runs one instance.",
 				"kind", KindMemoryNotShared)
 		}
+	case Postgres, SQLite, Redis:
+		var err error
+		if opened, err = openShared(ctx, c, o); err != nil {
+			return nil, err
+		}
 	default:
-		o, err = openShared(ctx, c, so)
+		return nil, fmt.Errorf("%w: unknown store %q", ErrInvalid, c.Store)
 	}
-	if err != nil {
-		return nil, err
-	}
-	log.Info("rate limit store opened", "kind", "limit-store-opened", "store", string(o.Kind), "shared", o.Store.Shared(), "instance", o.Store.InstanceID().String())
-	return o, nil
+	log.Info("rate limit store opened", "kind", "limit-store-opened", "store", string(opened.Kind), "shared", opened.Store.Shared(), "instance", opened.Store.InstanceID().String())
+	return opened, nil
 }
 
-func openShared(ctx context.Context, c Config, so store.Options) (*Opened, error) {
-	switch c.Store {
-	case Postgres:
-		return openPostgres(ctx, c, so)
-	case SQLite:
-		path, err := sqlite.ParseURL(c.DatabaseURL)
-		if err != nil {
-			return nil, fmt.Errorf("config: DATABASE_URL: %w", err)
-		}
-		// The file is the app's own: its table is created when it opens.
-		s, err := sqlite.Open(ctx, path, sqlite.Options{Secret: c.Secret, MaxEntries: c.MaxEntries, AutoMigrate: true, Store: so})
-		if err != nil {
-			return nil, fmt.Errorf("config: SQLite store: %w", err)
-		}
-		return &Opened{Store: s, Kind: SQLite}, nil
-	case Redis:
-		s, err := redisstore.OpenURL(ctx, c.StoreURL, redisstore.Options{Secret: c.Secret, MaxEntries: c.MaxEntries, AllowEviction: c.RedisAllowEviction, Store: so})
-		if errors.Is(err, redisstore.ErrEvicting) {
-			return nil, fmt.Errorf("config: RATE_LIMIT_STORE_URL: %w (RATE_LIMIT_REDIS_ALLOW_EVICTION=true accepts it)", err)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("config: RATE_LIMIT_STORE_URL: %w", err)
-		}
-		return &Opened{Store: s, Kind: Redis}, nil
+func openShared(ctx context.Context, c Config, o store.Options) (*Opened, error) {
+	d := drivers[c.Store]
+	url := c.DatabaseURL
+	if d.variable == "RATE_LIMIT_STORE_URL" {
+		url = c.StoreURL
 	}
-	return nil, fmt.Errorf("%w: unknown store %q", ErrInvalid, c.Store)
-}
-
-// openPostgres opens a pool on DATABASE_URL and the store over it. The
-// database must have been migrated (go run ./cmd/gatecount migrate).
-func openPostgres(ctx context.Context, c Config, so store.Options) (*Opened, error) {
-	pool, err := pgxpool.New(ctx, c.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("config: DATABASE_URL: %w", err)
+	s, release, err := store.OpenURL(ctx, url, store.URLOptions{
+		Secret:        c.Secret,
+		MaxEntries:    c.MaxEntries,
+		AllowEviction: c.RedisAllowEviction,
+		Store:         o,
+	})
+	switch {
+	case errors.Is(err, store.ErrNoDriver):
+		scheme, _, _ := strings.Cut(url, ":")
+		return nil, fmt.Errorf("config: %s names a %s store (scheme %q), and this program does not link its driver: add import _ %q: %w",
+			d.variable, c.Store, scheme, d.pkg, store.ErrNoDriver)
+	case errors.Is(err, store.ErrMayEvict):
+		return nil, fmt.Errorf("config: %s: %w (RATE_LIMIT_REDIS_ALLOW_EVICTION=true accepts it)", d.variable, err)
+	case err != nil:
+		return nil, fmt.Errorf("config: %s: %w", d.variable, err)
 	}
-	s, err := postgres.New(ctx, pool, postgres.Options{Secret: c.Secret, MaxEntries: c.MaxEntries, Store: so})
-	if err != nil {
-		pool.Close()
-		if errors.Is(err, postgres.ErrNotMigrated) {
-			return nil, fmt.Errorf("config: %w (run: go run ./cmd/gatecount migrate)", err)
-		}
-		return nil, fmt.Errorf("config: PostgreSQL store: %w", err)
-	}
-	return &Opened{Store: s, Kind: Postgres, closers: []func() error{func() error { pool.Close(); return nil }}}, nil
+	return &Opened{Store: s, Kind: c.Store, release: release}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/store"
 )
 
 func TestTrustedProxyHeader(t *testing.T) {
@@ -54,7 +55,7 @@ func TestOpenWarnsWhenTrustingEveryone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o, err := Open(context.Background(), c, slog.New(slog.NewTextHandler(&buf, nil)))
+		o, err := Open(context.Background(), c, store.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}

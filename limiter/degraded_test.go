@@ -27,12 +27,12 @@ func (c *counting) Update(ctx context.Context, p string, k []string, a store.App
 	return c.flaky.Update(ctx, p, k, a)
 }
 
-func (c *counting) Count(ctx context.Context, p string, k []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (c *counting) Count(ctx context.Context, p string, k []string, caps []store.Budget, n int64, t *store.Tally) error {
 	c.calls.Add(1)
 	return c.flaky.Count(ctx, p, k, caps, n, t)
 }
 
-func newCounting(t *testing.T, policy limiter.Unavailable, budget limiter.Budget, maxEntries int) (*counting, *limiter.Limiter) {
+func newCounting(t *testing.T, policy limiter.Policy, budget limiter.Budget, maxEntries int) (*counting, *limiter.Limiter) {
 	t.Helper()
 	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
 	c := &counting{flaky: flaky{Backend: memory.NewBackend(memory.Options{Store: o, MaxEntries: maxEntries})}}
@@ -50,7 +50,7 @@ func newCounting(t *testing.T, policy limiter.Unavailable, budget limiter.Budget
 // A key the store refused is refused from memory, with no store call, until
 // a refund through this instance; every policy alike.
 func TestRefusedFromMemory(t *testing.T) {
-	for _, policy := range []limiter.Unavailable{limiter.Deny, limiter.Allow, limiter.Local} {
+	for _, policy := range []limiter.Policy{limiter.Deny, limiter.Allow, limiter.Local} {
 		t.Run(policy.String(), func(t *testing.T) {
 			ctx := context.Background()
 			c, l := newCounting(t, policy, limiter.Budget{Limit: 3, Window: time.Minute}, 0)
@@ -111,7 +111,7 @@ func TestMemoryKeepsAdmissionExact(t *testing.T) {
 // An outage after a key was refused never hands it a fresh budget, and a
 // key seen counted goes on from its count.
 func TestOutageKeepsCounts(t *testing.T) {
-	for _, policy := range []limiter.Unavailable{limiter.Local, limiter.Allow} {
+	for _, policy := range []limiter.Policy{limiter.Local, limiter.Allow} {
 		t.Run(policy.String(), func(t *testing.T) {
 			ctx := context.Background()
 			c, l := newCounting(t, policy, limiter.Budget{Limit: 5, Window: time.Minute}, 0)
@@ -159,7 +159,7 @@ func TestOutageKeepsCounts(t *testing.T) {
 func TestFullStoreCountsHeldKeys(t *testing.T) {
 	ctx := context.Background()
 	budget := limiter.Budget{Limit: 5, Window: time.Minute}
-	setup := func(t *testing.T, policy limiter.Unavailable) (*counting, *limiter.Limiter) {
+	setup := func(t *testing.T, policy limiter.Policy) (*counting, *limiter.Limiter) {
 		c, l := newCounting(t, policy, budget, 10)
 		for range 3 {
 			if d, _ := l.Attempt(ctx, "account"); !d.Allowed {

@@ -18,29 +18,18 @@ const KindStoreFull = "limiter-store-full"
 // the store has no room for fall to the policy: under Deny the attempt is
 // refused; otherwise they are counted in process memory, and when memory
 // refuses them the store's keys are given back.
-func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Cap, cause error, d *Decision) error {
+func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Budget, cause error, d *Decision) error {
 	m := &memoCall{n: len(keys)} // what the apply holds, off the caller's stack
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	var fresh uint8 // bit i: keys[i] has no entry in the store
 	err := l.h.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
-		*t, fresh = store.Tally{Now: now, Limiting: -1}, 0
-		for i := range es {
-			if !es[i].Live() {
-				fresh |= 1 << i
-				continue
-			}
-			n, err := store.ParseCount(es[i].Value)
-			if err != nil {
-				return err
-			}
-			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
-			if t.Limiting < 0 && n+1 > cs[i].Max {
-				t.Limiting = i
-			}
+		var err error
+		if fresh, err = readCounts(now, es, cs, t); err != nil {
+			return err
 		}
-		if t.Limiting >= 0 || l.policy == Deny {
+		if t.Limiting >= 0 || l.policy == Deny && fresh != 0 {
 			return nil // nothing changes
 		}
 		for i := range es {
@@ -65,6 +54,12 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Cap
 			l.remember(ctx, keys, caps, t)
 		}
 		return nil
+	case fresh == 0: // every key was held by the time of the update
+		decide(t, keys, caps, false, d)
+		if l.memo {
+			l.remember(ctx, keys, caps, t)
+		}
+		return nil
 	case l.policy == Deny:
 		l.refuse(cause, caps, d)
 		return nil
@@ -77,9 +72,9 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Cap
 
 // countFresh counts in process memory the keys marked in fresh, which the
 // store had no room for, after the store counted the others into t.
-func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Cap, cause error, t *store.Tally, fresh uint8, d *Decision) error {
+func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Budget, cause error, t *store.Tally, fresh uint8, d *Decision) error {
 	var sub [MaxKeys]string
-	var subCaps [MaxKeys]store.Cap
+	var subCaps [MaxKeys]store.Budget
 	var at [MaxKeys]int
 	n := 0
 	for i := range keys {

@@ -29,7 +29,7 @@
 // Nothing is ever admitted from memory.
 //
 // What a store that cannot answer means is each limiter's choice (see
-// Unavailable): refuse, allow, or count in process memory until the store
+// Policy): refuse, allow, or count in process memory until the store
 // recovers. Whatever the choice, an overloaded or full store never lets an
 // attempt through uncounted, and a full store still counts the keys it
 // holds.
@@ -50,13 +50,13 @@ import (
 
 // Bounds of a Budget.
 const (
-	MinWindow = time.Second
-	MaxWindow = 366 * 24 * time.Hour
-	MaxLimit  = 1 << 30
+	MinWindow = store.MinWindow
+	MaxWindow = store.MaxWindow
+	MaxLimit  = store.MaxLimit
 )
 
-// ErrInvalidBudget is returned for a budget out of range.
-var ErrInvalidBudget = errors.New("limiter: invalid budget")
+// ErrInvalidBudget is matched by the error of a budget out of range.
+var ErrInvalidBudget = store.ErrInvalidBudget
 
 // ErrInvalidKeys is returned for an attempt with no keys, more than
 // MaxKeys, or keys the store refuses.
@@ -65,40 +65,27 @@ var ErrInvalidKeys = errors.New("limiter: invalid keys")
 // MaxKeys is the most keys one attempt may count against.
 const MaxKeys = store.MaxCountKeys
 
-// Budget is Limit attempts per Window.
-type Budget struct {
-	Limit  int
-	Window time.Duration
-}
+// Budget is Limit attempts per Window: the one type for a budget, that
+// limiters and stores share (Validate reports whether a limiter can use
+// it).
+type Budget = store.Budget
 
-// Validate reports whether the budget is usable: Limit from 1 to MaxLimit,
-// Window from MinWindow to MaxWindow, in whole milliseconds.
-func (b Budget) Validate() error {
-	switch {
-	case b.Limit < 1 || b.Limit > MaxLimit:
-		return fmt.Errorf("%w: limit %d, want 1 to %d", ErrInvalidBudget, b.Limit, MaxLimit)
-	case b.Window < MinWindow || b.Window > MaxWindow:
-		return fmt.Errorf("%w: window %v, want %v to %v", ErrInvalidBudget, b.Window, MinWindow, MaxWindow)
-	case b.Window%time.Millisecond != 0:
-		return fmt.Errorf("%w: window %v is not whole milliseconds", ErrInvalidBudget, b.Window)
-	}
-	return nil
-}
-
-// String formats the budget as "5 per 15m0s".
-func (b Budget) String() string { return fmt.Sprintf("%d per %v", b.Limit, b.Window) }
-
-func (b Budget) cap() store.Cap { return store.Cap{Max: int64(b.Limit), Window: b.Window} }
-
-// Unavailable is what a limiter answers when its store cannot.
-type Unavailable int
+// Policy is what a limiter answers when its store cannot: the one type for
+// that choice, in limiter.Options and in every middleware's Options. The zero
+// value, Default, leaves it to the constructor: Deny for New and
+// middleware.New, Allow for middleware.PerIP, Local for middleware.PerCaller,
+// SignIn and Send.
+type Policy int
 
 const (
+	// Default is the constructor's choice (see Policy).
+	Default Policy = iota
 	// Deny refuses the attempt: fail closed. Nothing can get through while
 	// the store cannot answer, which also stops legitimate users. A full
 	// store still counts the keys it holds; an attempt with a key it has no
-	// room for is refused.
-	Deny Unavailable = iota
+	// room for is refused. A middleware answers it 503 with Retry-After,
+	// never 429.
+	Deny
 	// Allow admits the attempt uncounted and logs it, but only while the
 	// store is down (its calls fail or time out, or its breaker is open):
 	// fail open. An overloaded store (a call that waited out its deadline
@@ -118,8 +105,10 @@ const (
 )
 
 // String names the policy.
-func (u Unavailable) String() string {
-	switch u {
+func (p Policy) String() string {
+	switch p {
+	case Default:
+		return "default"
 	case Deny:
 		return "deny"
 	case Allow:
@@ -127,7 +116,16 @@ func (u Unavailable) String() string {
 	case Local:
 		return "local"
 	}
-	return fmt.Sprintf("Unavailable(%d)", int(u))
+	return fmt.Sprintf("Policy(%d)", int(p))
+}
+
+// Or returns p, or def when p is Default. It is how a constructor applies
+// its own default.
+func (p Policy) Or(def Policy) Policy {
+	if p == Default {
+		return def
+	}
+	return p
 }
 
 // Log kinds of the limiter.
@@ -148,8 +146,8 @@ type Options struct {
 	// Budget applies to every key of Attempt.
 	Budget Budget
 	// Unavailable is what an attempt answers when the store cannot; the
-	// zero value is Deny.
-	Unavailable Unavailable
+	// zero value, Default, is Deny.
+	Unavailable Policy
 	// Logger receives the limiter's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// LocalMaxEntries bounds the limiter's process memory: the keys it
@@ -239,8 +237,8 @@ type Limiter struct {
 	h      *store.Handle
 	name   string
 	budget Budget
-	caps   [MaxKeys]store.Cap
-	policy Unavailable
+	caps   [MaxKeys]store.Budget
+	policy Policy
 	log    *slog.Logger
 	local  *store.Handle   // process memory, when the limiter has any
 	localB *memory.Backend // local's backend
@@ -265,6 +263,7 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 	if err := o.Budget.Validate(); err != nil {
 		return nil, fmt.Errorf("limiter %q: %w", o.Name, err)
 	}
+	o.Unavailable = o.Unavailable.Or(Deny)
 	if o.Unavailable < Deny || o.Unavailable > Local {
 		return nil, fmt.Errorf("limiter %q: unknown Unavailable policy %d", o.Name, int(o.Unavailable))
 	}
@@ -288,7 +287,7 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 		memoFull: rate.Sometimes{Interval: time.Minute},
 	}
 	for i := range l.caps {
-		l.caps[i] = o.Budget.cap()
+		l.caps[i] = o.Budget
 	}
 	if l.memo || o.Unavailable != Deny {
 		max := o.LocalMaxEntries
@@ -330,7 +329,7 @@ type Decision struct {
 	// Allowed reports whether the attempt may go ahead.
 	Allowed bool
 	// Unavailable reports that the store could not answer, so the limiter's
-	// Unavailable policy decided; Cause says why.
+	// Policy decided; Cause says why.
 	Unavailable bool
 	Cause       error
 	// Local reports that the attempt was counted in process memory, in
@@ -360,9 +359,10 @@ type Decision struct {
 	Limiting int
 	// Window is the budget window of the key that decided.
 	Window time.Duration
-	// Key is the index, among the attempt's keys, of the key that decided:
-	// Limiting when refused, the key with the least room left when allowed.
-	Key int
+	// KeyIndex is the index, among the attempt's keys, of the key that
+	// decided: Limiting when refused, the key with the least room left when
+	// allowed. Keys()[KeyIndex] is that key.
+	KeyIndex int
 
 	n         int
 	keys      [MaxKeys]string
@@ -404,7 +404,7 @@ func (d Decision) Only(indexes ...int) Decision {
 // budget, in one atomic store update, all or nothing. It returns an error
 // only for invalid keys, or when ctx ends before the store answers; a store
 // that cannot answer is reported in the Decision, decided by the limiter's
-// Unavailable policy.
+// Policy.
 func (l *Limiter) Attempt(ctx context.Context, keys ...string) (d Decision, err error) {
 	if len(keys) == 0 || len(keys) > MaxKeys {
 		return Decision{}, fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(keys), MaxKeys)
@@ -427,12 +427,12 @@ func (l *Limiter) AttemptEach(ctx context.Context, charges ...Charge) (Decision,
 		return Decision{}, fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(charges), MaxKeys)
 	}
 	var keys [MaxKeys]string
-	var caps [MaxKeys]store.Cap
+	var caps [MaxKeys]store.Budget
 	for i, c := range charges {
 		if err := c.Budget.Validate(); err != nil {
 			return Decision{}, fmt.Errorf("limiter %q: key %d: %w", l.name, i, err)
 		}
-		keys[i], caps[i] = c.Key, c.Budget.cap()
+		keys[i], caps[i] = c.Key, c.Budget
 	}
 	n := len(charges)
 	var d Decision
@@ -442,7 +442,7 @@ func (l *Limiter) AttemptEach(ctx context.Context, charges ...Charge) (Decision,
 
 // count decides an attempt into d, which the caller holds, so that the
 // decision is not copied on its way out.
-func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Cap, d *Decision) error {
+func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Budget, d *Decision) error {
 	err := l.decide(ctx, keys, caps, d)
 	if l.obs != nil && err == nil {
 		l.obs.ObserveDecision(l.name, OutcomeOf(d))
@@ -450,7 +450,7 @@ func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Cap, d 
 	return err
 }
 
-func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Cap, d *Decision) error {
+func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget, d *Decision) error {
 	if l.memo && l.recall(ctx, keys, caps, d) {
 		return nil
 	}
@@ -473,7 +473,7 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Cap, d
 
 // degraded decides an attempt the store could not count, by the policy and
 // the reason.
-func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Cap, cause error, d *Decision) error {
+func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budget, cause error, d *Decision) error {
 	reason := store.ReasonOf(cause)
 	switch {
 	case reason == store.ReasonFull:
@@ -498,7 +498,7 @@ func down(r store.Reason) bool {
 }
 
 // refuse decides an attempt refused because the store could not answer.
-func (l *Limiter) refuse(cause error, caps []store.Cap, d *Decision) {
+func (l *Limiter) refuse(cause error, caps []store.Budget, d *Decision) {
 	l.warn.Do(func() {
 		l.log.Warn("store unavailable: attempt refused", "kind", KindDenied, "err", cause)
 	})
@@ -507,7 +507,7 @@ func (l *Limiter) refuse(cause error, caps []store.Cap, d *Decision) {
 
 // countLocal counts the attempt in process memory, from what this instance
 // last knew of its keys.
-func (l *Limiter) countLocal(ctx context.Context, keys []string, caps []store.Cap, cause error, d *Decision) {
+func (l *Limiter) countLocal(ctx context.Context, keys []string, caps []store.Budget, cause error, d *Decision) {
 	t, err := l.local.Count(ctx, keys, caps, 1)
 	if err != nil {
 		l.refuse(errors.Join(cause, err), caps, d)
@@ -523,12 +523,12 @@ func (l *Limiter) countLocal(ctx context.Context, keys []string, caps []store.Ca
 
 // unavailable is the decision of a store that could not answer, under the
 // Allow or Deny policy.
-func (l *Limiter) unavailable(allowed bool, cause error, caps []store.Cap) Decision {
+func (l *Limiter) unavailable(allowed bool, cause error, caps []store.Budget) Decision {
 	return Decision{
 		Allowed:     allowed,
 		Unavailable: true,
 		Cause:       cause,
-		Limit:       int(caps[0].Max),
+		Limit:       int(int64(caps[0].Limit)),
 		Window:      caps[0].Window,
 		Limiting:    -1,
 	}
@@ -565,7 +565,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 }
 
 // decide fills d from the tally of a count on keys.
-func decide(t *store.Tally, keys []string, caps []store.Cap, local bool, d *Decision) {
+func decide(t *store.Tally, keys []string, caps []store.Budget, local bool, d *Decision) {
 	// Zeroed, then filled field by field: a Decision built whole on the
 	// stack and copied in stalls store forwarding.
 	*d = Decision{}
@@ -573,7 +573,7 @@ func decide(t *store.Tally, keys []string, caps []store.Cap, local bool, d *Deci
 	copy(d.keys[:], keys)
 	for i := range keys {
 		d.expires[i] = t.ExpiresAt[i].UnixMilli()
-		d.remaining[i] = int(max(caps[i].Max-t.Counts[i], 0))
+		d.remaining[i] = int(max(int64(caps[i].Limit)-t.Counts[i], 0))
 	}
 	at := t.Limiting
 	if at < 0 { // the key with the least room left decides
@@ -584,10 +584,10 @@ func decide(t *store.Tally, keys []string, caps []store.Cap, local bool, d *Deci
 			}
 		}
 	}
-	d.Key = at
-	d.Limit = int(caps[at].Max)
+	d.KeyIndex = at
+	d.Limit = int(int64(caps[at].Limit))
 	d.Window = caps[at].Window
-	d.Remaining = int(max(caps[at].Max-t.Counts[at], 0))
+	d.Remaining = int(max(int64(caps[at].Limit)-t.Counts[at], 0))
 	d.Reset = t.ExpiresAt[at]
 	if !t.Allowed {
 		d.Remaining = 0
@@ -603,24 +603,9 @@ func (l *Limiter) Peek(ctx context.Context, keys ...string) (Decision, error) {
 	}
 	caps := l.caps[:len(keys)]
 	var t store.Tally
-	t.Limiting = -1
 	err := l.h.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
-		t.Now = now
-		for i := range es {
-			if !es[i].Live() {
-				continue
-			}
-			n, err := store.ParseCount(es[i].Value)
-			if err != nil {
-				return err
-			}
-			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
-			if t.Limiting < 0 && n+1 > caps[i].Max {
-				t.Limiting = i
-			}
-		}
-		t.Allowed = t.Limiting < 0
-		return nil
+		_, err := readCounts(now, es, caps, &t)
+		return err
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrUnavailable) {

@@ -298,7 +298,7 @@ func (f *flaky) Update(ctx context.Context, p string, k []string, a store.ApplyF
 	return f.Backend.Update(ctx, p, k, a)
 }
 
-func (f *flaky) Count(ctx context.Context, p string, k []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (f *flaky) Count(ctx context.Context, p string, k []string, caps []store.Budget, n int64, t *store.Tally) error {
 	if f.down.Load() {
 		return errDown
 	}
@@ -312,7 +312,7 @@ func (f *flaky) Read(ctx context.Context, p string, k []string) ([]store.Entry, 
 	return f.Backend.Read(ctx, p, k)
 }
 
-func newFlaky(t *testing.T, policy limiter.Unavailable) (*flaky, *limiter.Limiter) {
+func newFlaky(t *testing.T, policy limiter.Policy) (*flaky, *limiter.Limiter) {
 	t.Helper()
 	o := store.Options{Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
 	f := &flaky{Backend: memory.NewBackend(memory.Options{Store: o})}
@@ -430,7 +430,7 @@ func (s *stuck) Update(ctx context.Context, p string, k []string, a store.ApplyF
 	return s.Backend.Update(ctx, p, k, a)
 }
 
-func (s *stuck) Count(ctx context.Context, p string, k []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (s *stuck) Count(ctx context.Context, p string, k []string, caps []store.Budget, n int64, t *store.Tally) error {
 	s.entered <- struct{}{}
 	<-s.release
 	return s.Backend.Count(ctx, p, k, caps, n, t)
@@ -440,7 +440,7 @@ func (s *stuck) Count(ctx context.Context, p string, k []string, caps []store.Ca
 // is counted in memory, from the store's last count, never let through
 // uncounted.
 func TestOverloadedCountsInMemory(t *testing.T) {
-	for _, policy := range []limiter.Unavailable{limiter.Local, limiter.Allow} {
+	for _, policy := range []limiter.Policy{limiter.Local, limiter.Allow} {
 		t.Run(policy.String(), func(t *testing.T) {
 			o := store.Options{MaxInFlight: 1, Deadline: 200 * time.Millisecond, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
 			b := &stuck{Backend: memory.NewBackend(memory.Options{Store: o}), entered: make(chan struct{}, 1), release: make(chan struct{})}

@@ -43,27 +43,14 @@ func newLocal(prefix string, max int, o store.Options) (*store.Handle, *memory.B
 
 // recall fills d and reports true when memory shows a key of the attempt
 // without room for one more, so that the store need not be asked.
-func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Cap, d *Decision) bool {
+func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget, d *Decision) bool {
 	m := &memoCall{n: len(keys)}
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	err := l.local.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
-		*t = store.Tally{Now: now, Limiting: -1}
-		for i := range es {
-			if !es[i].Live() {
-				continue
-			}
-			n, err := store.ParseCount(es[i].Value)
-			if err != nil {
-				return err
-			}
-			t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
-			if t.Limiting < 0 && n+1 > cs[i].Max {
-				t.Limiting = i
-			}
-		}
-		return nil
+		_, err := readCounts(now, es, cs, t)
+		return err
 	})
 	if err != nil || t.Limiting < 0 {
 		return false
@@ -74,7 +61,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Cap, d
 }
 
 // remember records what a store's tally t said of keys.
-func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Cap, tally *store.Tally) {
+func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budget, tally *store.Tally) {
 	m := &memoCall{n: len(keys), t: *tally}
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
@@ -85,7 +72,7 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Cap,
 			if t.ExpiresAt[i].IsZero() {
 				continue
 			}
-			if !es[i].Live() && !roomy && t.Counts[i] < cs[i].Max {
+			if !es[i].Live() && !roomy && t.Counts[i] < int64(cs[i].Limit) {
 				continue
 			}
 			setLastKnown(&es[i], now, t.Counts[i], now.Add(t.ExpiresAt[i].Sub(t.Now)))
@@ -99,12 +86,36 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Cap,
 	}
 }
 
+// readCounts fills t from the live counters in es, as of now, without
+// changing them: each key's count and window end, and the first key without
+// room for one more attempt under its budget in caps. It returns the keys
+// with no live counter, bit i for es[i].
+func readCounts(now time.Time, es []store.Entry, caps []store.Budget, t *store.Tally) (fresh uint8, err error) {
+	*t = store.Tally{Now: now, Limiting: -1}
+	for i := range es {
+		if !es[i].Live() {
+			fresh |= 1 << i
+			continue
+		}
+		n, err := store.ParseCount(es[i].Value)
+		if err != nil {
+			return fresh, err
+		}
+		t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
+		if t.Limiting < 0 && n+1 > int64(caps[i].Limit) {
+			t.Limiting = i
+		}
+	}
+	t.Allowed = t.Limiting < 0
+	return fresh, nil
+}
+
 // memoCall holds what an apply needs, off the caller's stack: an apply
 // escapes, and with it everything it holds.
 type memoCall struct {
 	n    int
 	keys [MaxKeys]string
-	caps [MaxKeys]store.Cap
+	caps [MaxKeys]store.Budget
 	t    store.Tally
 }
 

@@ -10,38 +10,26 @@
 //	m.Watch("memory", s)
 //	mw, _ := middleware.PerIP(h, budget, middleware.Options{Observer: m})
 //
-// and /debug/vars (expvar.Handler) then shows, under "gatecount":
+// and /debug/vars (expvar.Handler) then shows, under "gatecount", names in
+// lower case with underscores throughout:
 //
 //	decisions.<limiter>.<outcome>   decisions by outcome (limiter.Outcome)
 //	calls.<op>                      store calls by kind
 //	unavailable.<reason>            calls answered unavailable, by reason
-//	latency_us.le_<bound>           store calls by answer time, cumulative buckets
-//	stores.<name>                   each watched store's Stats
+//	latency_us.le_<bound>           store calls by answer time, cumulative
+//	                                buckets; bounds in microseconds, seven
+//	                                digits (le_0000100 … le_2000000, le_inf),
+//	                                so that they sort as numbers do
+//	stores.<name>.<stat>            each watched store's Stats: in_flight,
+//	                                queued, waited, max_in_flight,
+//	                                breaker_open, entries, max_entries
 //
 // # Prometheus
 //
-// The core takes no dependency on Prometheus. An adapter is a few lines in
-// the app, implementing the same two interfaces:
-//
-//	type promObserver struct {
-//		decisions *prometheus.CounterVec   // labels: limiter, outcome
-//		calls     *prometheus.HistogramVec // labels: op, reason
-//	}
-//
-//	func (p promObserver) ObserveDecision(limiter string, o limiter.Outcome) {
-//		p.decisions.WithLabelValues(limiter, o.String()).Inc()
-//	}
-//
-//	func (p promObserver) ObserveCall(e store.CallEvent) {
-//		reason := "ok"
-//		if e.Reason != 0 {
-//			reason = e.Reason.String()
-//		}
-//		p.calls.WithLabelValues(e.Op.String(), reason).Observe(e.Duration.Seconds())
-//	}
-//
-// with a prometheus.GaugeFunc per store reading Store.Stats for in-flight
-// calls and entries against the bound.
+// The core takes no dependency on Prometheus. Module
+// github.com/gatecount/gatecount/metrics/prometheus, of its own, has a
+// Collector that is a limiter.Observer, a store.Observer and a
+// prometheus.Collector.
 package metrics
 
 import (
@@ -57,6 +45,17 @@ import (
 // LatencyBounds are the upper bounds, in microseconds, of the latency
 // buckets.
 var LatencyBounds = []int64{100, 500, 1_000, 5_000, 10_000, 50_000, 100_000, 500_000, 1_000_000, 2_000_000}
+
+// BucketName is the name of the latency bucket of bound us (microseconds):
+// "le_" and the bound in seven digits, so that the buckets sort as their
+// bounds do; "le_inf" sorts last.
+func BucketName(us int64) string {
+	d := strconv.FormatInt(us, 10)
+	for len(d) < 7 {
+		d = "0" + d
+	}
+	return "le_" + d
+}
 
 // Expvar publishes counts under one expvar.Map. It is safe for concurrent
 // use.
@@ -98,7 +97,7 @@ func newMaps() *Expvar {
 	m.root.Set("latency_us", m.latency)
 	m.root.Set("stores", m.stores)
 	for _, b := range LatencyBounds {
-		m.buckets = append(m.buckets, "le_"+strconv.FormatInt(b, 10))
+		m.buckets = append(m.buckets, BucketName(b))
 	}
 	m.buckets = append(m.buckets, "le_inf")
 	return m
@@ -134,9 +133,22 @@ func (m *Expvar) ObserveCall(e store.CallEvent) {
 }
 
 // Watch publishes s's Stats under stores.<name>, read when the variables
-// are.
+// are, each under its name in lower case with underscores.
 func (m *Expvar) Watch(name string, s *store.Store) {
-	m.stores.Set(name, expvar.Func(func() any { return s.Stats() }))
+	m.stores.Set(name, expvar.Func(func() any { return StatsMap(s.Stats()) }))
+}
+
+// StatsMap returns st by the names Watch publishes it under.
+func StatsMap(st store.Stats) map[string]any {
+	return map[string]any{
+		"in_flight":     st.InFlight,
+		"queued":        st.Queued,
+		"waited":        st.Waited,
+		"max_in_flight": st.MaxInFlight,
+		"breaker_open":  st.BreakerOpen,
+		"entries":       st.Entries,
+		"max_entries":   st.MaxEntries,
+	}
 }
 
 // Map returns the expvar.Map the counts are published under.

@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -62,7 +63,7 @@ func ExampleSignIn() {
 	s := memory.New(memory.Options{})
 	defer s.Close()
 	h, _ := s.Handle("login:")
-	g, err := middleware.SignIn(h, middleware.SignInOptions{Name: "login"})
+	g, err := middleware.SignIn(h, middleware.SignInOptions{}) // its budgets are named login-…
 	if err != nil {
 		panic(err)
 	}
@@ -92,8 +93,85 @@ func ExampleSignIn() {
 			device = device || c.Name == middleware.DefaultDeviceCookie
 		}
 		fmt.Printf("%d %q device cookie: %v\n", w.Code, strings.TrimSpace(w.Body.String()), device)
+		fmt.Println("  RateLimit-Policy:", w.Header().Get("RateLimit-Policy"))
 	}
 	// Output:
 	// 200 "signed in alice" device cookie: true
+	//   RateLimit-Policy: "login-account-ip";q=5;w=900, "login-account";q=20;w=3600, "login-device";q=5;w=900, "login-ip";q=100;w=3600
 	// 401 "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401}" device cookie: false
+	//   RateLimit-Policy: "login-account-ip";q=5;w=900, "login-account";q=20;w=3600, "login-device";q=5;w=900, "login-ip";q=100;w=3600
+}
+
+// Send guards a route that sends something (a reset mail, a sign-in code)
+// per destination and per client address. Over budget, the client gets the
+// same answer as an accepted request, and nothing is sent.
+func ExampleSend() {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	h, _ := s.Handle("reset:")
+	g, err := middleware.Send(h, middleware.SendOptions{
+		Name:           "reset",
+		PerDestination: limiter.Budget{Limit: 2, Window: time.Hour},
+		Logger:         slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	sent := 0
+	reset := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		to, _ := middleware.Account(r) // the destination the guard counted, normalised
+		sent++
+		fmt.Println("  mail sent to", to)
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintln(w, `{"status":"accepted"}`)
+	}))
+
+	for range 3 {
+		r := httptest.NewRequest("POST", "/password-reset", strings.NewReader("email=Alice@Example.com"))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		reset.ServeHTTP(w, r)
+		fmt.Println(w.Code, strings.TrimSpace(w.Body.String()))
+	}
+	fmt.Println("sent:", sent)
+	// Output:
+	//   mail sent to alice@example.com
+	// 202 {"status":"accepted"}
+	//   mail sent to alice@example.com
+	// 202 {"status":"accepted"}
+	// 202 {"status":"accepted"}
+	// sent: 2
+}
+
+// New limits by any key: here an API key header, refusing requests
+// without one.
+func ExampleNew() {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	h, _ := s.Handle("export:")
+	m, err := middleware.New(h, limiter.Budget{Limit: 1, Window: time.Hour}, middleware.Options{
+		Name:   "export",
+		Key:    keyfunc.Header("X-API-Key"),
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	export := m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "exported") }))
+	for _, key := range []string{"k1", "k1", "k2", ""} {
+		r := httptest.NewRequest("GET", "/export", nil)
+		if key != "" {
+			r.Header.Set("X-API-Key", key)
+		}
+		w := httptest.NewRecorder()
+		export.ServeHTTP(w, r)
+		fmt.Printf("%q %d\n", key, w.Code)
+	}
+	// Output:
+	// "k1" 200
+	// "k1" 429
+	// "k2" 200
+	// "" 400
 }

@@ -25,6 +25,7 @@ type guard struct {
 	retry503 []string
 	log      *slog.Logger
 	warn     rate.Sometimes
+	fwd      *forwardedWarning
 }
 
 // guardOptions are the settings a guard is built from.
@@ -32,7 +33,7 @@ type guardOptions struct {
 	name          string
 	names         []string         // of each budget, for the RateLimit fields
 	budgets       []limiter.Budget // the last is the limiter's own
-	unavailable   Policy
+	unavailable   limiter.Policy
 	ip            keyfunc.IPOptions
 	hideRemaining bool
 	legacy        bool
@@ -50,10 +51,7 @@ func newGuard(h *store.Handle, o guardOptions) (*guard, error) {
 			return nil, fmt.Errorf("middleware %q: %s: %w", o.name, o.names[i], err)
 		}
 	}
-	policy, err := o.unavailable.limiter(limiter.Local)
-	if err != nil {
-		return nil, err
-	}
+	policy := o.unavailable.Or(limiter.Local)
 	ip, err := keyfunc.NewIP(o.ip)
 	if err != nil {
 		return nil, fmt.Errorf("middleware %q: %w", o.name, err)
@@ -81,12 +79,14 @@ func newGuard(h *store.Handle, o guardOptions) (*guard, error) {
 		retry503: []string{strconv.FormatInt(ceilSeconds(o.retryAfter), 10)},
 		log:      o.logger.With("limiter", o.name),
 		warn:     rate.Sometimes{Interval: time.Second},
+		fwd:      newForwardedWarning(o.ip, o.logger.With("limiter", o.name)),
 	}, nil
 }
 
 // clientIP returns the key of r's client address, or answers 400 and
 // reports false.
 func (g *guard) clientIP(w http.ResponseWriter, r *http.Request) (string, bool) {
+	g.fwd.check(r)
 	ip, err := g.ip.Key(r)
 	if err != nil {
 		g.warn.Do(func() { g.log.Warn("request refused: no client address", "kind", KindNoKey, "err", err) })

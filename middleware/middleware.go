@@ -1,18 +1,44 @@
 // Package middleware limits HTTP handlers: func(http.Handler) http.Handler
 // wrappers, usable with http.ServeMux, chi and gorilla/mux, that count each
-// request against a limiter and refuse the ones over budget.
+// request against a limiter and refuse the ones over budget. (For one line
+// per route, see the module root: gatecount.LimitByIP and gatecount.Limits.)
+//
+// The constructors, each counting in a store handle of its own:
+//
+//   - PerIP limits each client address (keyfunc.IP, forwarding headers only
+//     from trusted proxies). Default name "ip"; when the store is down,
+//     requests go through (limiter.Allow).
+//   - PerCaller limits each authenticated caller, by the ID the app's
+//     authentication put in the context (keyfunc.WithCallerID); a request
+//     without one is answered 401. Default name "caller"; when the store
+//     is down, it counts in process memory (limiter.Local).
+//   - New limits by any key function (Options.Key). Default name "limit";
+//     when the store is down, requests are refused 503 (limiter.Deny).
+//   - SignIn guards a sign-in form: failures per account and address,
+//     failures per account, attempts per address, and known devices, in one
+//     atomic store update per attempt; the handler reads the counted
+//     account with Account and tells the outcome with ReportSuccess or
+//     ReportFailure. Default name "login" (budgets login-account-ip,
+//     login-account, login-device, login-ip).
+//   - Send guards a route that sends mail or codes: per destination and per
+//     address, answering a throttled request like an accepted one unless
+//     SendOptions.Reveal. Default name "send" (budgets send-destination,
+//     send-ip).
 //
 // Each Middleware owns its limiter, which claims its own store handle:
 // building two middlewares on one handle is refused with an error matching
-// store.ErrStoreReuse, since both would count each other's requests.
+// store.ErrStoreReuse, since both would count each other's requests, and two
+// limiters of one store with the same name are refused with an error
+// matching store.ErrDuplicateName.
 //
 //	s := memory.New(memory.Options{})
-//	execH, _ := s.Handle("execute:")
-//	healthH, _ := s.Handle("health:")
-//	perCaller, err := middleware.PerCaller(execH, limiter.Budget{Limit: 30, Window: time.Minute}, middleware.Options{})
-//	perIP, err := middleware.PerIP(healthH, limiter.Budget{Limit: 300, Window: time.Minute}, middleware.Options{})
+//	execH, err := s.Handle("execute:")
+//	…
+//	perCaller, err := middleware.PerCaller(execH, limiter.Budget{Limit: 30, Window: time.Minute}, middleware.Options{Name: "execute"})
+//	if err != nil {
+//		return err
+//	}
 //	mux.Handle("POST /execute", auth(perCaller.Wrap(execute)))
-//	mux.Handle("GET /health", perIP.Wrap(health))
 //
 // # Responses
 //
@@ -33,8 +59,14 @@
 // than t. Options.LegacyHeaders adds X-RateLimit-Limit, -Remaining and
 // -Reset; Options.HideRemaining leaves out r and X-RateLimit-Remaining.
 //
-// A store that cannot answer is handled by the limiter's Unavailable policy.
-// Under limiter.Deny the request is answered 503 Service Unavailable with
+// Limiters stacked on one route (10 a minute and 100 a day, say) each add
+// their members to the two lists, so that a client sees every budget:
+//
+//	RateLimit-Policy: "minute";q=10;w=60, "day";q=100;w=86400
+//	RateLimit: "minute";r=9;t=60, "day";r=99;t=86400
+//
+// A store that cannot answer is handled by the limiter's limiter.Policy
+// (Options.Unavailable). Under limiter.Deny the request is answered 503 Service Unavailable with
 // Retry-After, never 429, so that a client can tell an outage from its own
 // excess.
 //
@@ -75,44 +107,16 @@ const (
 // store is unavailable.
 const DefaultUnavailableRetryAfter = 5 * time.Second
 
-// Policy is what a Middleware answers when its store is unavailable. The zero
-// value, Default, lets the constructor choose.
-type Policy int
-
-const (
-	// Default: the constructor's choice (see PerCaller, PerIP, New).
-	Default Policy = iota
-	// Deny answers 503 (limiter.Deny).
-	Deny
-	// Allow lets the request through uncounted (limiter.Allow).
-	Allow
-	// Local counts in process memory until the store recovers
-	// (limiter.Local).
-	Local
-)
-
-func (p Policy) limiter(def limiter.Unavailable) (limiter.Unavailable, error) {
-	switch p {
-	case Default:
-		return def, nil
-	case Deny:
-		return limiter.Deny, nil
-	case Allow:
-		return limiter.Allow, nil
-	case Local:
-		return limiter.Local, nil
-	}
-	return 0, fmt.Errorf("middleware: unknown Policy %d", int(p))
-}
-
 // Options configure a Middleware. The zero value gives the defaults.
 type Options struct {
 	// Name names the limiter in logs and in the RateLimit fields; the
 	// constructor gives a default. It must be a token: letters, digits and
 	// "-_.".
 	Name string
-	// Unavailable is what to answer when the store is unavailable.
-	Unavailable Policy
+	// Unavailable is what to answer when the store is unavailable; the zero
+	// value, limiter.Default, is the constructor's choice: Local for
+	// PerCaller, Allow for PerIP, Deny for New.
+	Unavailable limiter.Policy
 	// Key replaces the constructor's key function.
 	Key keyfunc.Func
 	// IP configures the client address of PerIP (trusted proxies, IPv6
@@ -162,6 +166,7 @@ type Middleware struct {
 	retry503 []string
 	log      *slog.Logger
 	noKeyLog rate.Sometimes
+	fwd      *forwardedWarning // PerIP's own key only
 }
 
 // PerCaller returns a Middleware that limits each authenticated caller to
@@ -170,7 +175,7 @@ type Middleware struct {
 // answered 401 and never reaches the handler. When the store is unavailable
 // it counts in process memory by default (Local): the endpoint it guards
 // does real work, so it should stay limited, but an outage of the store
-// should not stop every caller.
+// should not stop every caller. Its default name is "caller".
 func PerCaller(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
 	if o.Name == "" {
 		o.Name = "caller"
@@ -188,24 +193,35 @@ func PerCaller(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, 
 // keyed by keyfunc.IP under o.IP (forwarding headers only from trusted
 // proxies). When the store is unavailable it lets requests through by
 // default (Allow): the cheap routes it is meant for, such as health checks
-// polled by a platform, must keep answering.
+// polled by a platform, must keep answering. Its default name is "ip".
+//
+// With no trusted proxies, the first request carrying X-Forwarded-For or
+// Forwarded logs a warning of kind KindForwardedUntrusted: behind a proxy
+// that nobody told it of, the limiter keys every client by the proxy's
+// address.
 func PerIP(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
 	if o.Name == "" {
 		o.Name = "ip"
 	}
-	if o.Key == nil {
+	own := o.Key == nil
+	if own {
 		k, err := keyfunc.NewIP(o.IP)
 		if err != nil {
 			return nil, fmt.Errorf("middleware %q: %w", o.Name, err)
 		}
 		o.Key = k.Key
 	}
-	return build(h, budget, o, limiter.Allow)
+	m, err := build(h, budget, o, limiter.Allow)
+	if err == nil && own {
+		m.fwd = newForwardedWarning(o.IP, m.log)
+	}
+	return m, err
 }
 
 // New returns a Middleware that limits each key o.Key finds to budget. When
 // the store is unavailable it refuses requests by default (Deny), the safe
-// choice when nothing is known of the endpoint.
+// choice when nothing is known of the endpoint. Its default name is
+// "limit".
 func New(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
 	if o.Key == nil {
 		return nil, errors.New("middleware: Options.Key is required")
@@ -216,14 +232,11 @@ func New(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error)
 	return build(h, budget, o, limiter.Deny)
 }
 
-func build(h *store.Handle, budget limiter.Budget, o Options, def limiter.Unavailable) (*Middleware, error) {
+func build(h *store.Handle, budget limiter.Budget, o Options, def limiter.Policy) (*Middleware, error) {
 	if !isToken(o.Name) {
 		return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
 	}
-	policy, err := o.Unavailable.limiter(def)
-	if err != nil {
-		return nil, err
-	}
+	policy := o.Unavailable.Or(def)
 	if o.KeyErrorStatus == 0 {
 		o.KeyErrorStatus = http.StatusBadRequest
 	}
@@ -286,6 +299,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.o.Skip != nil && m.o.Skip(r) {
 		next.ServeHTTP(w, r)
 		return
+	}
+	if m.fwd != nil {
+		m.fwd.check(r)
 	}
 	key, err := m.key(r)
 	if err != nil {
@@ -364,7 +380,7 @@ func newFields(names []string, budgets []limiter.Budget, hideRemaining, legacy b
 
 // set writes the fields of d, naming the key that decided it.
 func (f *fields) set(h http.Header, d *limiter.Decision) {
-	f.write(h, d.Key, d.Remaining, d.Reset, d.Now, d.Allowed)
+	f.write(h, d.KeyIndex, d.Remaining, d.Reset, d.Now, d.Allowed)
 }
 
 // write writes the fields of budget at (an index of the names newFields
@@ -376,7 +392,12 @@ func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, a
 		t = 0
 	}
 	at = min(max(at, 0), len(f.names)-1)
-	h["Ratelimit-Policy"] = f.policy
+	stacked := len(h["Ratelimit-Policy"]) > 0 || len(h["Ratelimit"]) > 0
+	if stacked {
+		h["Ratelimit-Policy"] = []string{f.merge(h["Ratelimit-Policy"], f.policy[0])}
+	} else {
+		h["Ratelimit-Policy"] = f.policy
+	}
 	var buf [128]byte
 	b := append(buf[:0], f.names[at]...)
 	if !f.hideRemaining {
@@ -386,7 +407,11 @@ func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, a
 	}
 	b = append(b, "t="...)
 	b = strconv.AppendInt(b, t, 10)
-	h["Ratelimit"] = field(b)
+	if stacked {
+		h["Ratelimit"] = []string{f.merge(h["Ratelimit"], string(b))}
+	} else {
+		h["Ratelimit"] = field(b)
+	}
 	if f.legacy {
 		h["X-Ratelimit-Limit"] = f.limits[at]
 		if !f.hideRemaining {
@@ -397,6 +422,36 @@ func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, a
 	if !allowed {
 		h["Retry-After"] = []string{strconv.FormatInt(max(t, 1), 10)}
 	}
+}
+
+// merge returns the list members of field values vals, less those naming
+// one of f's budgets, followed by mine: the value of a field that an outer
+// limiter of the same request has already set, so that stacked limiters
+// each keep their members (the draft's fields are lists).
+func (f *fields) merge(vals []string, mine string) string {
+	var b strings.Builder
+	for _, v := range vals {
+		for m := range strings.SplitSeq(v, ",") {
+			m = strings.TrimSpace(m)
+			if m == "" || f.ownMember(m) {
+				continue
+			}
+			b.WriteString(m)
+			b.WriteString(", ")
+		}
+	}
+	b.WriteString(mine)
+	return b.String()
+}
+
+// ownMember reports whether list member m names one of f's budgets.
+func (f *fields) ownMember(m string) bool {
+	for _, n := range f.names { // each is `"name";`
+		if strings.HasPrefix(m, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // oneField holds a header field's value and the one-element slice a Header

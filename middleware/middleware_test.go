@@ -256,13 +256,13 @@ func (down) Update(context.Context, string, []string, store.ApplyFunc) error {
 
 func TestStoreUnavailable(t *testing.T) {
 	for _, tc := range []struct {
-		policy middleware.Policy
+		policy limiter.Policy
 		want   int
 		runs   int64
 	}{
-		{middleware.Deny, 503, 0},
-		{middleware.Allow, 200, 3},
-		{middleware.Local, 200, 2}, // counted in memory: the third is over
+		{limiter.Deny, 503, 0},
+		{limiter.Allow, 200, 3},
+		{limiter.Local, 200, 2}, // counted in memory: the third is over
 	} {
 		o := store.Options{Logger: quiet}.WithDefaults()
 		s := store.New(down{memory.NewBackend(memory.Options{Store: o})}, o)
@@ -278,10 +278,10 @@ func TestStoreUnavailable(t *testing.T) {
 			last = httptest.NewRecorder()
 			m.Wrap(next).ServeHTTP(last, asCaller("a"))
 		}
-		if tc.policy == middleware.Deny && (last.Code != 503 || last.Header().Get("Retry-After") != "5") {
+		if tc.policy == limiter.Deny && (last.Code != 503 || last.Header().Get("Retry-After") != "5") {
 			t.Errorf("deny: %d, Retry-After %q", last.Code, last.Header().Get("Retry-After"))
 		}
-		if tc.policy == middleware.Local && last.Code != 429 {
+		if tc.policy == limiter.Local && last.Code != 429 {
 			t.Errorf("local: third request %d", last.Code)
 		}
 		if next.runs.Load() != tc.runs {

@@ -51,9 +51,9 @@ type SendOptions struct {
 	// It must answer exactly as the handler answers a request it accepts;
 	// nil means 202 Accepted with DefaultAcceptedBody as application/json.
 	Accepted http.Handler
-	// Unavailable is what to answer when the store is unavailable; Default
-	// means Local: sending stays limited per instance.
-	Unavailable Policy
+	// Unavailable is what to answer when the store is unavailable; the zero
+	// value, limiter.Default, means Local: sending stays limited per instance.
+	Unavailable limiter.Policy
 	// Observer, when set, is told of every decision (see limiter.Observer).
 	Observer limiter.Observer
 	// Logger receives the guard's logs; nil means slog.Default().

@@ -22,7 +22,7 @@ func shownKey(d *limiter.Decision, own []int) int {
 			}
 		}
 		if at < 0 && n > 0 {
-			at = min(max(d.Key, 0), n-1)
+			at = min(max(d.KeyIndex, 0), n-1)
 		}
 		return at
 	}

@@ -43,7 +43,7 @@ type Backoff struct {
 type SignInOptions struct {
 	// Name prefixes the names of the three budgets in logs and RateLimit
 	// fields: NAME-account-ip, NAME-account and NAME-ip; "" means
-	// "signin".
+	// "login".
 	Name string
 	// AccountIPFailures bounds the failures of one account from one client
 	// IP; zero means DefaultAccountIPFailures (5 per 15 minutes).
@@ -96,10 +96,10 @@ type SignInOptions struct {
 	// are already set when it runs, from the refusing budget whose window
 	// ends last (d.RetryAfter is the first refusing budget's).
 	OnLimit func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
-	// Unavailable is what to answer when the store is unavailable; Default
-	// means Local: guessing stays limited per instance, and users can still
+	// Unavailable is what to answer when the store is unavailable; the zero
+	// value, limiter.Default, means Local: guessing stays limited per instance, and users can still
 	// sign in.
-	Unavailable Policy
+	Unavailable limiter.Policy
 	// UnavailableRetryAfter is the Retry-After of a 503; 0 means
 	// DefaultUnavailableRetryAfter.
 	UnavailableRetryAfter time.Duration
@@ -164,7 +164,7 @@ var ownKeys = []int{keyAccountIP, keyIP}
 // window ends last, so that Retry-After is never early.
 func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	if o.Name == "" {
-		o.Name = "signin"
+		o.Name = "login"
 	}
 	if o.AccountIPFailures == (limiter.Budget{}) {
 		o.AccountIPFailures = DefaultAccountIPFailures

@@ -126,7 +126,7 @@ func TestSignInDeviceBudget(t *testing.T) {
 	device := func(password string, want int) {
 		t.Helper()
 		w := post(h, "192.0.2.1", ctForm, form("alice", password), cookie)
-		if w.Code != want || !strings.Contains(w.Header().Get("RateLimit"), `"signin-device"`) {
+		if w.Code != want || !strings.Contains(w.Header().Get("RateLimit"), `"login-device"`) {
 			t.Fatalf("device attempt with %q: %d %q, want %d", password, w.Code, w.Header().Get("RateLimit"), want)
 		}
 		if want == 200 {
@@ -140,7 +140,7 @@ func TestSignInDeviceBudget(t *testing.T) {
 	device("typo", 401)
 	device("typo", 401)
 	w := post(h, "192.0.2.1", ctForm, form("alice", "right"), cookie)
-	if w.Code != 429 || !strings.Contains(w.Header().Get("RateLimit"), `"signin-device"`) || retryAfter(t, w) != 3600 {
+	if w.Code != 429 || !strings.Contains(w.Header().Get("RateLimit"), `"login-device"`) || retryAfter(t, w) != 3600 {
 		t.Fatalf("device over its budget: %d %q", w.Code, w.Header())
 	}
 	// The device's 7 attempts spent nothing of the address budget of 5 or
@@ -239,7 +239,7 @@ func TestSignInUnreadableNeverReachesHandler(t *testing.T) {
 	}
 	for i, b := range bodies {
 		w := post(h, "192.0.2.1", b.ct, b.body)
-		if w.Code != 401 || !strings.Contains(w.Header().Get("RateLimit"), `"signin-ip"`) {
+		if w.Code != 401 || !strings.Contains(w.Header().Get("RateLimit"), `"login-ip"`) {
 			t.Errorf("body %d %q: %d %q", i+1, b.body, w.Code, w.Header().Get("RateLimit"))
 		}
 	}
@@ -287,7 +287,7 @@ func TestSignInRetryAfterLatestReset(t *testing.T) {
 	// The account-and-address budget resets in 5 minutes, the address
 	// budget in 50.
 	w := login(h, "192.0.2.1", "alice", "right")
-	if w.Code != 429 || retryAfter(t, w) != 3000 || !strings.HasPrefix(w.Header().Get("RateLimit"), `"signin-ip";t=3000`) {
+	if w.Code != 429 || retryAfter(t, w) != 3000 || !strings.HasPrefix(w.Header().Get("RateLimit"), `"login-ip";t=3000`) {
 		t.Fatalf("alice: %d, Retry-After %q, RateLimit %q; want 429 after 3000 s, naming the address", w.Code, w.Header().Get("Retry-After"), w.Header().Get("RateLimit"))
 	}
 	clk.Advance(5 * time.Minute)
@@ -311,7 +311,7 @@ func TestSignInFieldsNoActivityLeak(t *testing.T) {
 	clk.Advance(time.Minute)
 	fresh := login(h, "203.0.113.1", "bob", "guess")
 	other := login(h, "203.0.113.2", "nobody", "guess")
-	if fresh.Code != 401 || fresh.Header().Get("RateLimit") != `"signin-account-ip";r=4;t=900` {
+	if fresh.Code != 401 || fresh.Header().Get("RateLimit") != `"login-account-ip";r=4;t=900` {
 		t.Fatalf("fresh address on bob: %d %q", fresh.Code, fresh.Header().Get("RateLimit"))
 	}
 	if !bytes.Equal(dump(fresh), dump(other)) {
@@ -320,7 +320,7 @@ func TestSignInFieldsNoActivityLeak(t *testing.T) {
 	// The address's own budget is named once it has the least room.
 	_, _, h2 := signIn(t, clk, middleware.SignInOptions{ShowRemaining: true, IPAttempts: limiter.Budget{Limit: 3, Window: time.Hour}})
 	login(h2, "192.0.2.5", "x", "y")
-	if w := login(h2, "192.0.2.5", "z", "y"); w.Header().Get("RateLimit") != `"signin-ip";r=1;t=3600` {
+	if w := login(h2, "192.0.2.5", "z", "y"); w.Header().Get("RateLimit") != `"login-ip";r=1;t=3600` {
 		t.Fatalf("address budget: %q", w.Header().Get("RateLimit"))
 	}
 }

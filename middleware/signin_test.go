@@ -175,7 +175,7 @@ func TestSignInHidesRemaining(t *testing.T) {
 	if rl := w.Header().Get("RateLimit"); strings.Contains(rl, "r=") || !strings.Contains(rl, "t=") {
 		t.Errorf("RateLimit %q", rl)
 	}
-	if p := w.Header().Get("RateLimit-Policy"); !strings.Contains(p, `"signin-account-ip";q=5;w=900`) {
+	if p := w.Header().Get("RateLimit-Policy"); !strings.Contains(p, `"login-account-ip";q=5;w=900`) {
 		t.Errorf("RateLimit-Policy %q", p)
 	}
 }
@@ -186,7 +186,7 @@ func TestSignInRejectedNameLikeWrongPassword(t *testing.T) {
 	_, p, h := signIn(t, nil, middleware.SignInOptions{IPAttempts: limiter.Budget{Limit: 8, Window: time.Hour}})
 	for i := range 6 {
 		w := login(h, "192.0.2.1", "bad\x00name", "x")
-		if w.Code != 401 || w.Header().Get("Content-Type") != "application/problem+json" || !strings.Contains(w.Header().Get("RateLimit"), `"signin-ip"`) {
+		if w.Code != 401 || w.Header().Get("Content-Type") != "application/problem+json" || !strings.Contains(w.Header().Get("RateLimit"), `"login-ip"`) {
 			t.Fatalf("attempt %d: %d %q", i+1, w.Code, w.Header())
 		}
 	}

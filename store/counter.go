@@ -12,14 +12,43 @@ import (
 // MaxCountKeys is the most keys one Count may name.
 const MaxCountKeys = 4
 
-// Cap is the bound and window of one key's counter in a Count.
-type Cap struct {
-	// Max is the highest count the key may reach, at least 1.
-	Max int64
+// Budget is Limit attempts per Window: the bound and window of one key's
+// counter in a Count, and a limiter's budget (limiter.Budget is this type).
+type Budget struct {
+	// Limit is the highest count the key may reach, at least 1.
+	Limit int
 	// Window is how long a counter lives from its first count, at least a
-	// millisecond; it is kept to the millisecond.
+	// millisecond in a Count (MinWindow for a limiter); it is kept to the
+	// millisecond.
 	Window time.Duration
 }
+
+// Bounds of a Budget a limiter accepts (see Validate).
+const (
+	MinWindow = time.Second
+	MaxWindow = 366 * 24 * time.Hour
+	MaxLimit  = 1 << 30
+)
+
+// ErrInvalidBudget is returned by Validate for a budget out of range.
+var ErrInvalidBudget = errors.New("invalid budget")
+
+// Validate reports whether the budget is one a limiter can use: Limit from
+// 1 to MaxLimit, Window from MinWindow to MaxWindow, in whole milliseconds.
+func (b Budget) Validate() error {
+	switch {
+	case b.Limit < 1 || b.Limit > MaxLimit:
+		return fmt.Errorf("%w: limit %d, want 1 to %d", ErrInvalidBudget, b.Limit, MaxLimit)
+	case b.Window < MinWindow || b.Window > MaxWindow:
+		return fmt.Errorf("%w: window %v, want %v to %v", ErrInvalidBudget, b.Window, MinWindow, MaxWindow)
+	case b.Window%time.Millisecond != 0:
+		return fmt.Errorf("%w: window %v is not whole milliseconds", ErrInvalidBudget, b.Window)
+	}
+	return nil
+}
+
+// String formats the budget as "5 per 15m0s".
+func (b Budget) String() string { return fmt.Sprintf("%d per %v", b.Limit, b.Window) }
 
 // Tally is the outcome of a Count.
 type Tally struct {
@@ -43,7 +72,7 @@ type Tally struct {
 // as the generic Count does: a JSON integer value expiring at the end of its
 // window. The contract suite checks both.
 type Counter interface {
-	Count(ctx context.Context, prefix string, keys []string, caps []Cap, n int64, t *Tally) error
+	Count(ctx context.Context, prefix string, keys []string, caps []Budget, n int64, t *Tally) error
 }
 
 // ErrInvalidCount is returned by Count for caps or an amount out of range.
@@ -58,7 +87,7 @@ var ErrNotCounter = errors.New("store: value is not a count")
 // now); otherwise none is, and the Tally says which key had no room. It is
 // the fixed-window counter limiters are built on, done by the store in one
 // step where it offers Counter, and through Update where it does not.
-func (h *Handle) Count(ctx context.Context, keys []string, caps []Cap, n int64) (t Tally, err error) {
+func (h *Handle) Count(ctx context.Context, keys []string, caps []Budget, n int64) (t Tally, err error) {
 	t.Limiting = -1
 	if err := checkCount(keys, caps, n); err != nil {
 		return t, err
@@ -74,7 +103,7 @@ func (h *Handle) Count(ctx context.Context, keys []string, caps []Cap, n int64) 
 }
 
 // count counts into out, which it leaves alone on error.
-func (h *Handle) count(ctx context.Context, keys []string, caps []Cap, n int64, out *Tally) error {
+func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int64, out *Tally) error {
 	s := h.s
 	c := countPool.Get().(*countCall)
 	c.caps, c.n = caps, n
@@ -121,7 +150,7 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Cap, n int64, 
 	return err
 }
 
-func checkCount(keys []string, caps []Cap, n int64) error {
+func checkCount(keys []string, caps []Budget, n int64) error {
 	if err := checkKeys(keys); err != nil {
 		return err
 	}
@@ -132,8 +161,8 @@ func checkCount(keys []string, caps []Cap, n int64) error {
 		return fmt.Errorf("%w: amount %d, want at least 1", ErrInvalidCount, n)
 	}
 	for i, c := range caps {
-		if c.Max < 1 || c.Window < time.Millisecond {
-			return fmt.Errorf("%w: cap %d is %d per %v, want at least 1 per millisecond", ErrInvalidCount, i, c.Max, c.Window)
+		if int64(c.Limit) < 1 || c.Window < time.Millisecond {
+			return fmt.Errorf("%w: budget %d is %d per %v, want at least 1 per millisecond", ErrInvalidCount, i, c.Limit, c.Window)
 		}
 	}
 	return nil
@@ -142,7 +171,7 @@ func checkCount(keys []string, caps []Cap, n int64) error {
 type countCall struct {
 	fn   ApplyFunc
 	keys [MaxCountKeys]string
-	caps []Cap
+	caps []Budget
 	n    int64
 	t    Tally
 }
@@ -162,7 +191,7 @@ func (c *countCall) apply(now time.Time, es []Entry) error {
 // for n more, adds n to each, starting the window of a key that had none.
 // A backend that offers Counter but cannot count some values in one step
 // runs ApplyCount through its own Update for them, so that both paths agree.
-func ApplyCount(now time.Time, es []Entry, caps []Cap, n int64, t *Tally) error {
+func ApplyCount(now time.Time, es []Entry, caps []Budget, n int64, t *Tally) error {
 	*t = Tally{} // then field by field, which spares a copy through the stack
 	t.Now, t.Limiting = now, -1
 	for i := range es {
@@ -175,7 +204,7 @@ func ApplyCount(now time.Time, es []Entry, caps []Cap, n int64, t *Tally) error 
 			t.ExpiresAt[i] = es[i].ExpiresAt
 		}
 		t.Counts[i] = v
-		if t.Limiting < 0 && v > caps[i].Max-n {
+		if t.Limiting < 0 && v > int64(caps[i].Limit)-n {
 			t.Limiting = i
 		}
 	}

@@ -31,6 +31,10 @@ var ErrInvalidPrefix = errors.New("store: invalid prefix")
 // returns: one handle must back exactly one limiter.
 var ErrStoreReuse = errors.New("store: handle already claimed by another limiter")
 
+// ErrDuplicateName is matched by the *NameError a Claim returns when
+// another handle of the same store is claimed by a limiter of that name.
+var ErrDuplicateName = errors.New("store: limiter name already used on this store")
+
 // ErrDuplicatePrefix is returned when a second handle with the same prefix
 // is asked for on one backing. Two limiters counting under one prefix would
 // each count every attempt of the other: the double-count mistake.
@@ -97,8 +101,9 @@ func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailab
 // Unwrap returns the underlying failure.
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
-// Unavailable returns an *UnavailableError with the reason and cause.
-func Unavailable(r Reason, err error) error { return &UnavailableError{Reason: r, Err: err} }
+// NewUnavailableError returns an *UnavailableError with the reason and
+// cause: what a Backend returns to say it could not answer.
+func NewUnavailableError(r Reason, err error) error { return &UnavailableError{Reason: r, Err: err} }
 
 // ReasonOf returns the reason err says the store was unavailable, or 0 when
 // err is not an unavailable error.
@@ -140,3 +145,19 @@ func (e *ReuseError) Error() string {
 
 // Is reports whether target is ErrStoreReuse.
 func (e *ReuseError) Is(target error) bool { return target == ErrStoreReuse }
+
+// NameError is returned by Handle.Claim when another handle of the store
+// serves a limiter of the same name. It names the name and both prefixes.
+type NameError struct {
+	Name   string
+	First  string // prefix of the handle that has the name
+	Second string // prefix of the handle refused it
+}
+
+// Error names the limiter name and both handles.
+func (e *NameError) Error() string {
+	return fmt.Sprintf("store: limiter name %q is taken on this store by the handle %q, so the handle %q cannot use it: give each limiter its own name", e.Name, e.First, e.Second)
+}
+
+// Is reports whether target is ErrDuplicateName.
+func (e *NameError) Is(target error) bool { return target == ErrDuplicateName }

@@ -29,7 +29,7 @@ func Example() {
 	fmt.Println(signIn.Claim("password-reset limiter") != nil)
 
 	ctx := context.Background()
-	budget := []store.Cap{{Max: 3, Window: time.Minute}}
+	budget := []store.Budget{{Limit: 3, Window: time.Minute}}
 	for range 4 {
 		t, err := signIn.Count(ctx, []string{"alice@example.com"}, budget, 1)
 		if err != nil {
@@ -92,7 +92,7 @@ func ExampleReasonOf() {
 	defer s.Close()
 	h, _ := s.Handle("tiny:")
 	ctx := context.Background()
-	budget := []store.Cap{{Max: 10, Window: time.Minute}}
+	budget := []store.Budget{{Limit: 10, Window: time.Minute}}
 	for _, key := range []string{"a", "b", "a"} {
 		_, err := h.Count(ctx, []string{key}, budget, 1)
 		if err != nil {

@@ -95,6 +95,7 @@ type Store struct {
 	mu       sync.Mutex
 	prefixes []string
 	handles  []*Handle
+	names    map[string]string // limiter name → prefix of the handle it claimed
 }
 
 // New wraps b in the guard. opts should be the ones b was built with, after
@@ -271,7 +272,7 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 		s.slots.release()
 		var own callerError
 		if err != nil && dctx.Err() != nil && ctx.Err() == nil && !errors.As(err, &own) {
-			err = Unavailable(ReasonDeadline, err)
+			err = NewUnavailableError(ReasonDeadline, err)
 		}
 		err = s.classify(ctx, err)
 		l.breaker.record(err, waited)
@@ -301,7 +302,7 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		err := Unavailable(ReasonDeadline, fmt.Errorf("no answer within %v", s.opts.Deadline))
+		err := NewUnavailableError(ReasonDeadline, fmt.Errorf("no answer within %v", s.opts.Deadline))
 		l.breaker.record(err, waited)
 		return err
 	}
@@ -327,9 +328,9 @@ func (s *Store) classify(ctx context.Context, err error) error {
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return err
 	case errors.Is(err, context.DeadlineExceeded):
-		return Unavailable(ReasonDeadline, err)
+		return NewUnavailableError(ReasonDeadline, err)
 	}
-	return Unavailable(ReasonDown, err)
+	return NewUnavailableError(ReasonDown, err)
 }
 
 // Handle is a prefixed view of a Store, claimed by one limiter. Its keys
@@ -354,7 +355,10 @@ func (h *Handle) Shared() bool { return h.s.b.Shared() }
 
 // Claim records that owner, a limiter's name, counts through this handle. A
 // handle can be claimed once: a second claim returns a *ReuseError matching
-// ErrStoreReuse that names both claimants.
+// ErrStoreReuse that names both claimants. A name can be claimed once per
+// store: a second limiter of the store with the same name is refused with a
+// *NameError matching ErrDuplicateName, since its RateLimit fields, logs and
+// metrics could not be told from the first's.
 func (h *Handle) Claim(owner string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -364,6 +368,16 @@ func (h *Handle) Claim(owner string) error {
 	if owner == "" {
 		owner = "(unnamed)"
 	}
+	s := h.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prefix, dup := s.names[owner]; dup {
+		return &NameError{Name: owner, First: prefix, Second: h.prefix}
+	}
+	if s.names == nil {
+		s.names = map[string]string{}
+	}
+	s.names[owner] = h.prefix
 	h.owner = owner
 	return nil
 }
@@ -495,7 +509,7 @@ func checkKeys(keys []string) error {
 }
 
 // errAbandoned aborts an apply that runs after its caller was answered.
-var errAbandoned = Unavailable(ReasonDeadline, errors.New("apply ran after the caller was answered"))
+var errAbandoned = NewUnavailableError(ReasonDeadline, errors.New("apply ran after the caller was answered"))
 
 // applyCall wraps a caller's apply: it checks and normalises what apply
 // leaves, and remembers apply's own error so that the guard can tell it from

@@ -223,7 +223,7 @@ func TestBackendFails(t *testing.T) {
 				{"Update", func() error { return h.Update(t.Context(), []string{"k"}, nop) }},
 				{"Read", func() error { _, err := h.Read(t.Context(), []string{"k"}); return err }},
 				{"Count", func() error {
-					_, err := h.Count(t.Context(), []string{"k"}, []Cap{{Max: 1, Window: time.Second}}, 1)
+					_, err := h.Count(t.Context(), []string{"k"}, []Budget{{Limit: 1, Window: time.Second}}, 1)
 					return err
 				}},
 				{"Sweep", func() error { _, err := s.Sweep(t.Context()); return err }},

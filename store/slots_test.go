@@ -39,7 +39,7 @@ func TestPastMaxInFlightWaits(t *testing.T) {
 	var failed atomic.Int64
 	for range burst {
 		wg.Go(func() {
-			if _, err := h.Count(context.Background(), []string{"k"}, []Cap{{Max: 1 << 20, Window: time.Minute}}, 1); err != nil {
+			if _, err := h.Count(context.Background(), []string{"k"}, []Budget{{Limit: 1 << 20, Window: time.Minute}}, 1); err != nil {
 				failed.Add(1)
 				t.Errorf("call past MaxInFlight: %v, want it to wait", err)
 			}
@@ -80,7 +80,7 @@ func TestWaitedOut(t *testing.T) {
 		{"Update", func(ctx context.Context) error { return h.Update(ctx, []string{"k"}, nop) }},
 		{"Read", func(ctx context.Context) error { _, err := h.Read(ctx, []string{"k"}); return err }},
 		{"Count", func(ctx context.Context) error {
-			_, err := h.Count(ctx, []string{"k"}, []Cap{{Max: 1, Window: time.Second}}, 1)
+			_, err := h.Count(ctx, []string{"k"}, []Budget{{Limit: 1, Window: time.Second}}, 1)
 			return err
 		}},
 		{"Sweep", func(ctx context.Context) error { _, err := s.Sweep(ctx); return err }},

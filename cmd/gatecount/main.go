@@ -2,7 +2,7 @@
 //
 // Usage:
 //
-//	DATABASE_URL=postgres://user@host/db go run ./cmd/gatecount migrate
+//	DATABASE_URL=postgres://user@host/db go run github.com/gatecount/gatecount/cmd/gatecount migrate
 //
 // The migrate command creates or upgrades the store's tables in the database
 // DATABASE_URL names. It is idempotent and safe to run from several
@@ -27,9 +27,10 @@ import (
 	"time"
 )
 
-// migrators migrate the store of a database URL scheme. Each store's file
-// registers its schemes in an init function.
-var migrators = map[string]func(ctx context.Context, url string) error{}
+// migrators migrate the store of a database URL scheme and return the
+// schema version it had before and has after. Each store's file registers
+// its schemes in an init function.
+var migrators = map[string]func(ctx context.Context, url string) (from, to int, err error){}
 
 // migrateTimeout bounds one migrate command.
 const migrateTimeout = 5 * time.Minute
@@ -91,10 +92,22 @@ func migrate(ctx context.Context, url string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
-	if err := m(ctx, url); err != nil {
+	from, to, err := m(ctx, url)
+	if err != nil {
 		fmt.Fprintf(stderr, "gatecount: migrate: %v\n", err)
 		return 1
 	}
-	fmt.Fprintln(stdout, "gatecount: migrate: the limit store is up to date")
+	fmt.Fprintln(stdout, "gatecount: migrate: "+migrated(from, to))
 	return 0
+}
+
+// migrated says what a migration from schema version from to to did.
+func migrated(from, to int) string {
+	switch {
+	case from >= to:
+		return fmt.Sprintf("the limit store was already at schema version %d: nothing to do", from)
+	case from == 0:
+		return fmt.Sprintf("created the limit store's tables (schema version %d)", to)
+	}
+	return fmt.Sprintf("upgraded the limit store from schema version %d to %d", from, to)
 }

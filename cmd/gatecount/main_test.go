@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 )
 
@@ -59,7 +63,7 @@ func TestRun(t *testing.T) {
 // migrated already).
 func TestMigratePostgres(t *testing.T) {
 	url := testURL()
-	if err := migratePostgres(context.Background(), url); err != nil {
+	if _, _, err := migratePostgres(context.Background(), url); err != nil {
 		if os.Getenv("CI") != "true" && strings.Contains(err.Error(), "connect") {
 			t.Skipf("PostgreSQL at %s is unreachable: %v", url, err)
 		}
@@ -75,6 +79,25 @@ func TestMigratePostgres(t *testing.T) {
 	if code := run(context.Background(), []string{"migrate"}, getenv, &out, &errOut); code != 0 {
 		t.Fatalf("migrate: exit %d: %s", code, errOut.String())
 	}
+	if want := "already at schema version"; !strings.Contains(out.String(), want) {
+		t.Fatalf("migrate of a migrated database said %q, want %q", out.String(), want)
+	}
+}
+
+// What migrate says depends on what it did: created, upgraded, nothing.
+func TestMigratedMessage(t *testing.T) {
+	for _, tc := range []struct {
+		from, to int
+		want     string
+	}{
+		{0, 2, "created the limit store's tables (schema version 2)"},
+		{1, 2, "upgraded the limit store from schema version 1 to 2"},
+		{2, 2, "the limit store was already at schema version 2: nothing to do"},
+	} {
+		if got := migrated(tc.from, tc.to); got != tc.want {
+			t.Errorf("migrated(%d, %d) = %q, want %q", tc.from, tc.to, got, tc.want)
+		}
+	}
 }
 
 // TestMigrateSQLite creates the table in a new file, twice over.
@@ -86,10 +109,52 @@ func TestMigrateSQLite(t *testing.T) {
 		}
 		return ""
 	}
-	for range 2 {
+	for _, want := range []string{"created the limit store's tables", "already at schema version"} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), []string{"migrate"}, getenv, &out, &errOut); code != 0 {
 			t.Fatalf("migrate: %d %s", code, errOut.String())
+		}
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("migrate said %q, want %q", out.String(), want)
+		}
+	}
+}
+
+// On a new database, migrate says it created the tables; run again, that
+// there was nothing to do.
+func TestMigrateNewPostgresDatabase(t *testing.T) {
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		if os.Getenv("CI") != "true" {
+			t.Skipf("PostgreSQL is unreachable: %v", err)
+		}
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	name := fmt.Sprintf("gatecount_fresh_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE "+name+" WITH (FORCE)")
+	u, err := url.Parse(testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	getenv := func(k string) string {
+		if k == "DATABASE_URL" {
+			return u.String()
+		}
+		return ""
+	}
+	for _, want := range []string{"created the limit store's tables", "already at schema version"} {
+		var out, errOut bytes.Buffer
+		if code := run(ctx, []string{"migrate"}, getenv, &out, &errOut); code != 0 {
+			t.Fatalf("migrate: exit %d: %s", code, errOut.String())
+		}
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("migrate said %q, want %q", out.String(), want)
 		}
 	}
 }
@@ -99,7 +164,7 @@ func TestMigrateSQLite(t *testing.T) {
 // mode and with exec: all succeed. Under CI=true a missing PgBouncer fails
 // the test; otherwise it is skipped.
 func TestMigratePostgresPooler(t *testing.T) {
-	if err := migratePostgres(context.Background(), testURL()); err != nil {
+	if _, _, err := migratePostgres(context.Background(), testURL()); err != nil {
 		if os.Getenv("CI") != "true" && strings.Contains(err.Error(), "connect") {
 			t.Skipf("PostgreSQL at %s is unreachable: %v", testURL(), err)
 		}

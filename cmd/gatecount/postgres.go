@@ -14,20 +14,24 @@ func init() {
 	migrators["postgresql"] = migratePostgres
 }
 
-// migratePostgres runs postgres.Migrate on the database url names.
-func migratePostgres(ctx context.Context, url string) error {
+// migratePostgres runs postgres.Migrate on the database url names and
+// returns the schema version it had before and has after.
+func migratePostgres(ctx context.Context, url string) (from, to int, err error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return fmt.Errorf("parse DATABASE_URL: %w", err)
+		return 0, 0, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
 	cfg.MaxConns = 1
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return 0, 0, fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool); err != nil {
-		return err
+	if from, err = postgres.Version(ctx, pool); err != nil {
+		return 0, 0, err
 	}
-	return nil
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		return 0, 0, err
+	}
+	return from, postgres.SchemaVersion(), nil
 }

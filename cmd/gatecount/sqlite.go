@@ -11,11 +11,15 @@ func init() {
 	migrators["file"] = migrateSQLite
 }
 
-// migrateSQLite runs sqlite.MigrateFile on the file url names.
-func migrateSQLite(ctx context.Context, url string) error {
+// migrateSQLite runs sqlite.MigrateFile on the file url names and returns
+// the schema version it had before and has after.
+func migrateSQLite(ctx context.Context, url string) (from, to int, err error) {
 	path, err := sqlite.ParseURL(url)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
-	return sqlite.MigrateFile(ctx, path)
+	if from, err = sqlite.MigrateFile(ctx, path); err != nil {
+		return 0, 0, err
+	}
+	return from, sqlite.SchemaVersion, nil
 }

@@ -232,7 +232,7 @@ func (b *runningBackend) Read(ctx context.Context, prefix string, keys []string)
 	return b.Backend.Read(ctx, prefix, keys)
 }
 
-func (b *runningBackend) Count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (b *runningBackend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	b.enter()
 	defer b.now.Add(-1)
 	return b.Backend.Count(ctx, prefix, keys, caps, n, t)

@@ -30,7 +30,7 @@ func ExampleNew() {
 	// Count: at most 2 attempts a minute per account and 5 per address,
 	// charged together or not at all.
 	keys := []string{"account:alice", "ip:192.0.2.7"}
-	caps := []store.Cap{{Max: 2, Window: time.Minute}, {Max: 5, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 2, Window: time.Minute}, {Limit: 5, Window: time.Minute}}
 	for range 3 {
 		t, err := h.Count(ctx, keys, caps, 1)
 		if err != nil {

@@ -323,7 +323,7 @@ func (b *Backend) reserve(prefix string, added int, swept bool) (full bool, err 
 // Count implements store.Counter: the generic Count's step (see
 // store.ApplyCount) done on the held items in place, with no copy of them
 // for an apply and no check of what it wrote, since it writes only counts.
-func (b *Backend) Count(_ context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (b *Backend) Count(_ context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	full, err := b.count(prefix, keys, caps, n, t, false)
 	if !full {
 		return err
@@ -333,7 +333,7 @@ func (b *Backend) Count(_ context.Context, prefix string, keys []string, caps []
 	return err
 }
 
-func (b *Backend) count(prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally, swept bool) (full bool, err error) {
+func (b *Backend) count(prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally, swept bool) (full bool, err error) {
 	var ls lockSet
 	b.lock(&ls, prefix, keys)
 	defer b.unlock(&ls)
@@ -355,7 +355,7 @@ func (b *Backend) count(prefix string, keys []string, caps []store.Cap, n int64,
 			t.ExpiresAt[i] = time.UnixMilli(it.exp)
 		}
 		t.Counts[i] = v
-		if t.Limiting < 0 && v > caps[i].Max-n {
+		if t.Limiting < 0 && v > int64(caps[i].Limit)-n {
 			t.Limiting = i
 		}
 	}

@@ -343,7 +343,7 @@ func TestClosedStore(t *testing.T) {
 		{"Update", func() error { return put(ctx, h, "k", time.Hour) }},
 		{"Read", func() error { _, err := h.Read(ctx, keys); return err }},
 		{"Count", func() error {
-			_, err := h.Count(ctx, keys, []store.Cap{{Max: 1, Window: time.Minute}}, 1)
+			_, err := h.Count(ctx, keys, []store.Budget{{Limit: 1, Window: time.Minute}}, 1)
 			return err
 		}},
 		{"Sweep", func() error { _, err := s.Sweep(ctx); return err }},
@@ -411,7 +411,7 @@ func TestCountFullStore(t *testing.T) {
 	}
 	ctx := t.Context()
 	count := func(key string, window time.Duration) (store.Tally, error) {
-		return h.Count(ctx, []string{key}, []store.Cap{{Max: 10, Window: window}}, 1)
+		return h.Count(ctx, []string{key}, []store.Budget{{Limit: 10, Window: window}}, 1)
 	}
 	for _, k := range []string{"a", "b"} {
 		if _, err := count(k, time.Minute); err != nil {

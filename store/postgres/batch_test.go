@@ -202,7 +202,7 @@ func TestExactBudgetManyKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps := []store.Cap{{Max: budget, Window: time.Minute}}
+	caps := []store.Budget{{Limit: budget, Window: time.Minute}}
 	for round := range rounds {
 		run := randomPrefix("r")
 		var admitted [keys]atomic.Int64
@@ -287,7 +287,7 @@ func TestRunCountsMany(t *testing.T) {
 		t.Fatalf("refused keys changed: %q, %q", es[0].Value, es[1].Value)
 	}
 	var tl store.Tally
-	if err := b.Count(ctx, prefix, []string{"json"}, []store.Cap{{Max: 10, Window: time.Minute}}, 1, &tl); !errors.Is(err, store.ErrNotCounter) {
+	if err := b.Count(ctx, prefix, []string{"json"}, []store.Budget{{Limit: 10, Window: time.Minute}}, 1, &tl); !errors.Is(err, store.ErrNotCounter) {
 		t.Fatalf("Count of a value that is not a count: %v, want ErrNotCounter", err)
 	}
 }

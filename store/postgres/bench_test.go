@@ -340,7 +340,7 @@ func BenchmarkCount(b *testing.B) { benchCount(b, Options{}) }
 func BenchmarkCountSyncCommit(b *testing.B) { benchCount(b, Options{SyncCommit: true}) }
 
 func benchCount(b *testing.B, o Options) {
-	caps := []store.Cap{{Max: 1 << 40, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 1 << 40, Window: time.Minute}}
 	forPaths(b, o.SyncCommit, func(b *testing.B, path benchPath, schema string, hot bool, conc int) {
 		h := benchHandle(b, path, schema, conc, o)
 		key := keySource(hot)

@@ -12,8 +12,9 @@ import (
 	"github.com/gatecount/gatecount/store/postgres"
 )
 
-// The app opens its pool, migrates once (or runs `go run ./cmd/gatecount
-// migrate`), and opens the store over the same pool with its secret. The
+// The app opens its pool, migrates once (or runs
+// `go run github.com/gatecount/gatecount/cmd/gatecount migrate`), and opens
+// the store over the same pool with its secret. The
 // store reads no environment: the app passes what it read (package config
 // reads GATECOUNT_SECRET and DATABASE_URL and does all of this).
 func Example() {
@@ -35,7 +36,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	t, err := signIn.Count(ctx, []string{"alice@example.com"}, []store.Cap{{Max: 5, Window: 15 * time.Minute}}, 1)
+	t, err := signIn.Count(ctx, []string{"alice@example.com"}, []store.Budget{{Limit: 5, Window: 15 * time.Minute}}, 1)
 	if err != nil {
 		log.Printf("limit store unavailable: %v", err)
 		return

@@ -43,7 +43,7 @@ func faultStore(t *testing.T, o Options) (*faultproxy.Proxy, *store.Handle) {
 	return p, newHandle(t, newStore(t, pool, o), "fault")
 }
 
-var faultCaps = []store.Cap{{Max: 1000, Window: time.Minute}}
+var faultCaps = []store.Budget{{Limit: 1000, Window: time.Minute}}
 
 func count(h *store.Handle) error {
 	_, err := h.Count(context.Background(), []string{"k"}, faultCaps, 1)

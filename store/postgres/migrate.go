@@ -16,7 +16,8 @@ import (
 
 // ErrNotMigrated is matched by the error New returns when the database lacks
 // the store's table, or has an older version of it: run Migrate, or
-// `go run ./cmd/gatecount migrate` with DATABASE_URL set, first.
+// `go run github.com/gatecount/gatecount/cmd/gatecount migrate` with
+// DATABASE_URL set, first.
 var ErrNotMigrated = errors.New("postgres: database not migrated for gatecount")
 
 //go:embed migrations/*.sql
@@ -160,7 +161,7 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("postgres: check the schema version: %w", err)
 	}
 	if have < SchemaVersion() {
-		return fmt.Errorf("%w: schema version %d, need %d: run `go run ./cmd/gatecount migrate` with DATABASE_URL set, or call postgres.Migrate", ErrNotMigrated, have, SchemaVersion())
+		return fmt.Errorf("%w: schema version %d, need %d: run `go run github.com/gatecount/gatecount/cmd/gatecount migrate` with DATABASE_URL set, or call postgres.Migrate", ErrNotMigrated, have, SchemaVersion())
 	}
 	return nil
 }

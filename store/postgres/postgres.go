@@ -223,7 +223,7 @@ func (b *Backend) Backing() any { return b.pool }
 
 // Prompt reports true: pgx watches a call's context during its round trips
 // and ends the call, closing its connection, when the context ends (see
-// "Deadlines" in the package documentation).
+// "Deadlines" in DESIGN.md).
 func (b *Backend) Prompt() bool { return true }
 
 // Fingerprint names the store's secret, as recorded in each of its rows.
@@ -247,7 +247,7 @@ func (b *Backend) near(added int) bool {
 	return est+int64(added) > int64(b.bound.Max())-b.slack
 }
 
-// SQL of the store. See the package documentation.
+// SQL of the store. See DESIGN.md.
 const (
 	// sqlLock locks the rows of keys, in ascending keyhash order, and
 	// inserts a placeholder (expired, so never live) for each key without
@@ -450,8 +450,8 @@ func (b *Backend) runOne(ctx context.Context, i int, each func(r *runner, fields
 // by one call of the function gatecount_count. Either is one round trip
 // and one implicit transaction; a refused single-key count takes a second
 // round trip to read the count it was refused at.
-func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
-	if len(keys) == 1 && n <= caps[0].Max && !b.near(1) {
+func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
+	if len(keys) == 1 && n <= int64(caps[0].Limit) && !b.near(1) {
 		h := b.hasher.Sum(prefix, keys[0])
 		done, err := b.countOne(ctx, h[:], caps[0], n, t)
 		if done || err != nil {
@@ -464,7 +464,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	for i, k := range keys {
 		h := b.hasher.Sum(prefix, k)
 		hashes[i] = h[:]
-		maxes[i] = caps[i].Max
+		maxes[i] = int64(caps[i].Limit)
 		windows[i] = caps[i].Window.Milliseconds()
 	}
 	exact := b.near(len(keys))
@@ -518,8 +518,8 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 // count is ErrNotCounter. Otherwise the key changed since, or holds a count
 // the statement's pattern does not take, and countOne reports false, having
 // written nothing, for gatecount_count to decide.
-func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Cap, n int64, t *store.Tally) (done bool, err error) {
-	r := &oneCount{hash: hash, n: n, max: c.Max, window: c.Window.Milliseconds()}
+func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Budget, n int64, t *store.Tally) (done bool, err error) {
+	r := &oneCount{hash: hash, n: n, max: int64(c.Limit), window: c.Window.Milliseconds()}
 	err = b.batcher.do(ctx, r)
 	if errors.Is(err, errSameKey) {
 		err = b.runCounts(ctx, []*oneCount{r})
@@ -587,7 +587,7 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) error {
 // room for n is the answer, as of the read; a live value that is not a
 // count is ErrNotCounter; otherwise it reports false, for gatecount_count
 // to decide.
-func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Cap, n int64, t *store.Tally) (done bool, err error) {
+func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Budget, n int64, t *store.Tally) (done bool, err error) {
 	val, now, exp, err := b.read1(ctx, hash)
 	if err != nil {
 		return false, fmt.Errorf("postgres: count: read the refused key: %w", err)
@@ -599,7 +599,7 @@ func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Cap, n i
 	if err != nil {
 		return true, fmt.Errorf("postgres: count: %w", err)
 	}
-	if cur <= c.Max-n {
+	if cur <= int64(c.Limit)-n {
 		return false, nil
 	}
 	*t = store.Tally{Now: now, Limiting: 0}

@@ -17,7 +17,7 @@ import (
 func BenchmarkRefused(b *testing.B) {
 	const conc, keys = 8, 1000
 	ctx := context.Background()
-	caps := []store.Cap{{Max: 1, Window: time.Hour}}
+	caps := []store.Budget{{Limit: 1, Window: time.Hour}}
 	path := benchPaths[0] // direct
 	h := benchHandle(b, path, path.schema(b), conc, Options{})
 	l, err := limiter.New(h, limiter.Options{Name: "bench", Budget: limiter.Budget{Limit: 1, Window: time.Hour}})

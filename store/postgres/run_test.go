@@ -180,7 +180,7 @@ func TestModes(t *testing.T) {
 			pool := modePool(t, mode) // one connection: the store's and the check's
 			h := newHandle(t, newStore(t, pool, Options{Secret: randomSecret()}), "modes")
 			ctx := context.Background()
-			caps := []store.Cap{{Max: 3, Window: time.Minute}, {Max: 3, Window: time.Minute}}
+			caps := []store.Budget{{Limit: 3, Window: time.Minute}, {Limit: 3, Window: time.Minute}}
 			for i := range 4 {
 				tl, err := h.Count(ctx, []string{"one"}, caps[:1], 1)
 				if err != nil || tl.Allowed != (i < 3) {

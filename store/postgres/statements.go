@@ -19,7 +19,7 @@ import (
 var ErrPoolSetting = errors.New("postgres: a setting of the pool cannot work")
 
 // execMode is how the store runs its statements, chosen by the pool's own
-// pgx DefaultQueryExecMode (see "Statements" in the package documentation).
+// pgx DefaultQueryExecMode (see "Statements" in DESIGN.md).
 type execMode int
 
 const (

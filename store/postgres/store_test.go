@@ -84,9 +84,9 @@ func exactBudget(t *testing.T, poolA, poolB *pgxpool.Pool, rounds int, between f
 				if err != nil {
 					t.Fatal(err)
 				}
-				caps := make([]store.Cap, nkeys)
+				caps := make([]store.Budget, nkeys)
 				for i := range caps {
-					caps[i] = store.Cap{Max: budget, Window: time.Minute}
+					caps[i] = store.Budget{Limit: budget, Window: time.Minute}
 				}
 				for round := range rounds {
 					if round > 0 && between != nil {
@@ -219,7 +219,7 @@ func TestSkewedProcessClocks(t *testing.T) {
 				t.Fatal(err)
 			}
 			const window = 400 * time.Millisecond
-			caps := []store.Cap{{Max: 3, Window: window}}
+			caps := []store.Budget{{Limit: 3, Window: window}}
 			key := []string{"k"}
 			var exp time.Time
 			for i, want := range []bool{true, true, true, false, false, false} {
@@ -267,7 +267,7 @@ func TestPrivacy(t *testing.T) {
 	gh := newHandle(t, gs, "privacy-generic")
 	const key = "alice@example.com"
 	ctx := context.Background()
-	caps := []store.Cap{{Max: 5, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 5, Window: time.Minute}}
 	for _, hh := range []*store.Handle{h, gh} {
 		if _, err := hh.Count(ctx, []string{key}, caps, 1); err != nil {
 			t.Fatal(err)
@@ -304,8 +304,8 @@ func TestSecretRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps := []store.Cap{{Max: 5, Window: time.Minute}}
-	short := []store.Cap{{Max: 5, Window: 300 * time.Millisecond}}
+	caps := []store.Budget{{Limit: 5, Window: time.Minute}}
+	short := []store.Budget{{Limit: 5, Window: 300 * time.Millisecond}}
 	for _, k := range []string{"a", "b", "c"} {
 		if _, err := old.Count(ctx, []string{k}, caps, 1); err != nil {
 			t.Fatal(err)
@@ -467,7 +467,7 @@ func TestMixedPaths(t *testing.T) {
 		hs[i] = h
 	}
 	const budget, attempts = 40, 150
-	caps := []store.Cap{{Max: budget, Window: time.Minute}}
+	caps := []store.Budget{{Limit: budget, Window: time.Minute}}
 	for round := range 5 {
 		key := []string{"k" + randomPrefix("r")}
 		var admitted, failed atomic.Int64
@@ -517,7 +517,7 @@ func TestNoPlaceholdersLeft(t *testing.T) {
 	if n := rowCount(t, pool, h, "a", "b"); n != 0 {
 		t.Fatalf("a read-only Update of two new keys left %d rows", n)
 	}
-	full := []store.Cap{{Max: 1, Window: time.Minute}}
+	full := []store.Budget{{Limit: 1, Window: time.Minute}}
 	if _, err := h.Count(ctx, []string{"held"}, full, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -557,7 +557,7 @@ func TestNoPlaceholdersLeft(t *testing.T) {
 	if n := rowCount(t, pool, h, "new2"); n != 0 {
 		t.Fatalf("an Update whose apply failed left %d rows for its new key", n)
 	}
-	tl, err := h.Count(ctx, []string{"fresh", "held"}, []store.Cap{full[0], full[0]}, 1)
+	tl, err := h.Count(ctx, []string{"fresh", "held"}, []store.Budget{full[0], full[0]}, 1)
 	if err != nil || tl.Allowed || tl.Limiting != 1 {
 		t.Fatalf("Count over a full key: %+v, %v; want refused by key 1", tl, err)
 	}
@@ -576,7 +576,7 @@ func TestOddRows(t *testing.T) {
 	s := newStore(t, pool, Options{})
 	h := newHandle(t, s, "odd")
 	fp := s.Backend().(*Backend).Fingerprint()
-	caps := []store.Cap{{Max: 5, Window: time.Minute}, {Max: 5, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 5, Window: time.Minute}, {Limit: 5, Window: time.Minute}}
 	for _, tc := range []struct {
 		name, value, expires string
 		want                 int64 // count after a Count of 1; -1 for ErrNotCounter

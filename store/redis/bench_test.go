@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"context"
@@ -78,7 +78,7 @@ func BenchmarkUpdate(b *testing.B) {
 
 func BenchmarkCount(b *testing.B) {
 	ctx := context.Background()
-	caps := []store.Cap{{Max: 1 << 40, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 1 << 40, Window: time.Minute}}
 	for _, keys := range []string{"hot", "random"} {
 		for _, conc := range concurrencies {
 			b.Run(keys+"/c"+strconv.Itoa(conc), func(b *testing.B) {

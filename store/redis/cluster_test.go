@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"context"
@@ -159,7 +159,7 @@ func TestClusterOpenURL(t *testing.T) {
 			t.Fatalf("OpenURL(%q): %v", u, err)
 		}
 		b := s.Backend().(*redisstore.Backend)
-		caps := []store.Cap{{Max: 2, Window: time.Minute}, {Max: 2, Window: time.Minute}}
+		caps := []store.Budget{{Limit: 2, Window: time.Minute}, {Limit: 2, Window: time.Minute}}
 		for i := range 12 {
 			h := handle(t, s, "limiter-"+strconv.Itoa(i))
 			for range 3 {
@@ -272,7 +272,7 @@ func TestClusterFailover(t *testing.T) {
 	// Find a limiter on a master that does not hold the list of tags (the
 	// victim), and one on another master: each new limiter's live index is
 	// the one that was not there before its first count.
-	caps := []store.Cap{{Max: 1000, Window: time.Hour}}
+	caps := []store.Budget{{Limit: 1000, Window: time.Hour}}
 	var victim string
 	var healthy, victims [2]*store.Handle
 	known := liveIndexes(t, c, fp)
@@ -308,7 +308,7 @@ func TestClusterFailover(t *testing.T) {
 	// unavailable.
 	burst := func(hs [2]*store.Handle, k string) (allowed, refused, unavailable int64, reasons map[store.Reason]int) {
 		key := []string{k}
-		budget := []store.Cap{{Max: 30, Window: time.Hour}}
+		budget := []store.Budget{{Limit: 30, Window: time.Hour}}
 		var a, r, u atomic.Int64
 		var mu sync.Mutex
 		reasons = map[store.Reason]int{}
@@ -376,7 +376,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	defer s3.Close()
 	key := []string{"during-0"} // its budget is spent
-	if tl, err := handle(t, s3, healthy[0].Prefix()).Count(ctx, key, []store.Cap{{Max: 30, Window: time.Hour}}, 1); err != nil || tl.Allowed || tl.Counts[0] != 30 {
+	if tl, err := handle(t, s3, healthy[0].Prefix()).Count(ctx, key, []store.Budget{{Limit: 30, Window: time.Hour}}, 1); err != nil || tl.Allowed || tl.Counts[0] != 30 {
 		t.Errorf("a new instance, on the healthy master's spent key: %+v, %v; want refused at 30", tl, err)
 	}
 	if _, err := handle(t, s3, victims[0].Prefix()).Count(ctx, key, caps, 1); !errors.Is(err, store.ErrUnavailable) {

@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"context"
@@ -7,10 +7,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/gatecount/gatecount/store"
-	redisstore "github.com/gatecount/gatecount/store/redis"
+	"github.com/gatecount/gatecount/store/redis"
 )
 
 // A store opened from RATE_LIMIT_STORE_URL counts sign-in attempts for
@@ -21,7 +21,7 @@ func ExampleOpenURL() {
 	// keeps this example's keys apart from any earlier run's.
 	secret := make([]byte, 32)
 	rand.Read(secret)
-	s, err := redisstore.OpenURL(ctx, "redis://127.0.0.1:6379/0", redisstore.Options{Secret: secret})
+	s, err := redis.OpenURL(ctx, "redis://127.0.0.1:6379/0", redis.Options{Secret: secret})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -32,7 +32,7 @@ func ExampleOpenURL() {
 		fmt.Println(err)
 		return
 	}
-	caps := []store.Cap{{Max: 2, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 2, Window: time.Minute}}
 	for range 3 {
 		t, err := signIn.Count(ctx, []string{"alice@example.com"}, caps, 1)
 		if err != nil {
@@ -51,7 +51,7 @@ func ExampleOpenURL() {
 // through New: give the client ContextTimeoutEnabled and MaxRetries -1.
 func ExampleNew_sentinel() {
 	ctx := context.Background()
-	client := redis.NewFailoverClient(&redis.FailoverOptions{
+	client := goredis.NewFailoverClient(&goredis.FailoverOptions{
 		MasterName:            "mymaster",
 		SentinelAddrs:         []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
 		ContextTimeoutEnabled: true,
@@ -59,7 +59,7 @@ func ExampleNew_sentinel() {
 	})
 	defer client.Close()
 	secret := []byte(os.Getenv("GATECOUNT_SECRET"))
-	s, err := redisstore.New(ctx, client, redisstore.Options{Secret: secret})
+	s, err := redis.New(ctx, client, redis.Options{Secret: secret})
 	if err != nil {
 		fmt.Println(err)
 		return

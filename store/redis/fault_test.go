@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"bytes"
@@ -61,7 +61,7 @@ func TestFaults(t *testing.T) {
 			defer s.Close()
 			h := handle(t, s, randomName("fault"))
 			key := []string{"k"}
-			caps := []store.Cap{{Max: 1000, Window: time.Hour}}
+			caps := []store.Budget{{Limit: 1000, Window: time.Hour}}
 			if _, err := h.Count(t.Context(), key, caps, 1); err != nil {
 				t.Fatalf("before the fault: %v", err)
 			}
@@ -134,7 +134,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 	c := newClient(t)
 	s := open(t, c, redisstore.Options{Secret: newSecret()})
 	h := handle(t, s, randomName("flush"))
-	caps := []store.Cap{{Max: 10, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 10, Window: time.Minute}}
 	for i := range 2 {
 		if err := c.ScriptFlush(t.Context()).Err(); err != nil {
 			t.Fatal(err)
@@ -161,7 +161,7 @@ func TestOpenURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := handle(t, s, randomName("url"))
-	if _, err := h.Count(t.Context(), []string{"k"}, []store.Cap{{Max: 1, Window: time.Minute}}, 1); err != nil {
+	if _, err := h.Count(t.Context(), []string{"k"}, []store.Budget{{Limit: 1, Window: time.Minute}}, 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -250,7 +250,7 @@ func TestNoRetryAfterLostAnswer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := open(t, mk(t), redisstore.Options{Secret: newSecret()})
 			h := handle(t, s, randomName("lost"))
-			caps := []store.Cap{{Max: 10, Window: time.Minute}}
+			caps := []store.Budget{{Limit: 10, Window: time.Minute}}
 			key := []string{"k"}
 			if _, err := h.Count(t.Context(), key, caps, 1); err != nil {
 				t.Fatal(err)

@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"testing"
@@ -61,7 +61,7 @@ func TestGuess(t *testing.T) {
 			return h1.Update(ctx, []string{"k"}, incr)
 		}, "k", "1", 0},
 		{"a counter of Count", func() error {
-			if _, err := h1.Count(ctx, []string{"c"}, []store.Cap{{Max: 10, Window: time.Minute}}, 1); err != nil {
+			if _, err := h1.Count(ctx, []string{"c"}, []store.Budget{{Limit: 10, Window: time.Minute}}, 1); err != nil {
 				return err
 			}
 			return h1.Update(ctx, []string{"c"}, incr)

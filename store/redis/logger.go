@@ -1,4 +1,4 @@
-package redisstore
+package redis
 
 import (
 	"context"
@@ -17,9 +17,9 @@ const KindClient = "limit-store-redis-client"
 // RedisLogger passes go-redis's own log lines to a slog.Logger, as warnings
 // of kind KindClient, so that they come out with the app's other records
 // instead of as bare lines on stderr. go-redis logs through one logger for
-// the whole process, set with redis.SetLogger:
+// the whole process, set with go-redis's SetLogger:
 //
-//	redis.SetLogger(redisstore.NewRedisLogger(logger))
+//	goredis.SetLogger(redis.NewRedisLogger(logger))
 //
 // OpenURL does so with the store's logger, which then also carries the
 // lines of any other go-redis client in the process; New leaves go-redis's

@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"strconv"
@@ -34,7 +34,7 @@ func TestMemoryPerEntry(t *testing.T) {
 	}
 	s := open(t, c, redisstore.Options{Secret: newSecret()})
 	h := handle(t, s, "signin:")
-	caps := []store.Cap{{Max: 5, Window: time.Hour}}
+	caps := []store.Budget{{Limit: 5, Window: time.Hour}}
 	// One counter first, so that the live index and the list of tags exist.
 	if _, err := h.Count(ctx, []string{"first"}, caps, 1); err != nil {
 		t.Fatal(err)

@@ -1,10 +1,12 @@
-// Package redisstore is the Redis limit store: entries in a Redis shared by
+// Package redis is the Redis limit store: entries in a Redis shared by
 // every instance of an app, on the Redis server's clock. It works over any
-// go-redis v9 redis.UniversalClient: a single node, Sentinel (a failover
-// client) or Cluster.
+// go-redis v9 UniversalClient: a single node, Sentinel (a failover client)
+// or Cluster. The examples import go-redis as goredis:
 //
-//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
-//	s, err := redisstore.New(ctx, client, redisstore.Options{Secret: secret})
+//	import goredis "github.com/redis/go-redis/v9"
+//
+//	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+//	s, err := redis.New(ctx, client, redis.Options{Secret: secret})
 //	...
 //	signIn, err := s.Handle("signin:")
 //
@@ -21,75 +23,16 @@
 //
 // # Keys
 //
-// No key is kept in clear. An entry lives under
-//
-//	gatecount:{<tag>}:<fingerprint>:<hex HMAC-SHA-256 of prefix and key>
-//
-// where the fingerprint names the secret (see package keyhash) and the tag,
-// sixteen hex digits, is derived from the handle's prefix under the secret.
-// The braces make the tag Redis Cluster's hash tag: every key of one handle,
-// and its live index, lands on one hash slot, so that a multi-key Update or
-// Count runs as one script on one node. The cost is twofold. A limiter's
-// keys cannot be spread over the Cluster: all the traffic of one limiter (of
-// sign-in, say) goes to one node, which bounds that limiter's throughput by
-// one node's, though different limiters land on different nodes. And no
-// single call can update keys of two handles atomically: a limit that must
-// count two things together names both keys through one handle.
-//
-// After the secret is rotated, keys carry the new fingerprint (and new
-// HMACs and tags): entries written under the old secret are neither read nor
-// counted against the bound; Redis removes them when they expire.
-//
-// The value of an entry is the string "<expiry in Unix ms>:<value JSON>",
-// set with PXAT at its expiry, so Redis itself expires it.
-//
-// # Exact updates
-//
-// Update is optimistic and exact: one script reads the entries and the
-// server's TIME in one step, apply runs in this process, and a second script
-// writes apply's result only if every key still holds exactly what was read
-// and every entry read as live is still live; otherwise nothing is written
-// and the update starts over, with a short random backoff. Since that check
-// and the write are one atomic step, an update that is written acts as if it
-// had read, applied and written at that step, with a clock reading taken a
-// moment before; concurrent updates of one key, from any number of
-// instances, count one at a time. Updates of one key within one process
-// take turns under a local lock, so only other processes' updates conflict
-// with them. An update that leaves its entries as they were writes nothing.
-// An Update still conflicting after Options.MaxRetries retries is answered
-// unavailable (overloaded, ErrContention); Backend.Retries counts the
-// retries.
-//
-// When none of its keys is known in this process to hold an entry, Update
-// saves the read: it guesses that none does, runs apply on no entries at an
-// estimate of the server's time that is never after it (from the times
-// earlier answers carried), and the write script checks the guess as it
-// checks a read, rejecting it too if the estimate is after the server's
-// time. A wrong guess (Backend.Misses) is answered with what the keys hold,
-// read in the same atomic step, and the Update goes on from that read.
-// Count, the fixed-window counter limiters use, needs neither: it is one
-// script, one round trip, doing what the generic Count does.
-//
-// # The bound
-//
-// Live entries are counted without scanning. Each (tag, fingerprint) keeps a
-// sorted set, its live index, gatecount:{<tag>}:<fingerprint>:live, of
-// entry -> expiry, updated by the same script that writes the entries; an
-// entry's member is the last eight bytes of its HMAC, raw (an index written
-// by an older version, with the 64 hex digits as members, keeps those until
-// they expire: meanwhile an entry rewritten since may be counted twice,
-// never less than once). Its ZCARD counts the live entries under the tag,
-// and expired ones not yet removed: when that count says the bound is
-// reached, the script removes the expired members (ZREMRANGEBYSCORE) and
-// counts again before it refuses a new key. The tags of a fingerprint are
-// listed in a set, gatecount:{<fingerprint>}:tags. A script that adds
-// entries checks, atomically, its own tag's count plus the live entries
-// under the other tags, as this process last counted them, against
-// MaxEntries. The count of other tags is refreshed by every Sweep, which the
-// store runs every SweepInterval and whenever the bound seems reached,
-// before a new key is refused. The bound is therefore exact for one handle;
-// across handles it can be passed by the entries other processes add under
-// other handles between two sweeps.
+// No key is kept in clear: an entry lives under an HMAC-SHA-256 of its
+// prefix and key under the secret, and Redis expires it itself. After the
+// secret is rotated, entries written under the old one are neither read nor
+// counted; Redis removes them when they expire. All keys of one handle share
+// a Redis Cluster hash tag, so that one attempt's keys are counted in one
+// script on one node: one limiter's traffic goes to one master, while
+// different limiters spread over the masters, and one call cannot count keys
+// of two handles together. Counting is exact across any number of
+// instances, and the bound (Options.MaxEntries) is kept without scanning;
+// DESIGN.md says how.
 //
 // # Redis settings
 //
@@ -120,7 +63,7 @@
 //
 // # Cluster
 //
-// Over a *redis.ClusterClient (OpenURL makes one for a URL naming a Cluster
+// Over a *goredis.ClusterClient (OpenURL makes one for a URL naming a Cluster
 // node) each script runs on the master of its hash tag's slot; the list of
 // tags lives on the slot of the fingerprint's tag. Scripts are sent so that
 // the client never runs them a second time after a lost answer (a retried
@@ -139,11 +82,11 @@
 // calls in flight and opens its breaker when Redis keeps failing; the store
 // recovers by itself when Redis answers again. Give a client of your own
 // ContextTimeoutEnabled, so that a call abandoned at its deadline does not
-// hold its connection until the read timeout (a *redis.Client with it is
+// hold its connection until the read timeout (a *goredis.Client with it is
 // also called on the caller's goroutine, see Backend.Prompt), and
 // MaxRetries -1: a command retried after a lost reply may count an attempt
 // twice.
-package redisstore
+package redis
 
 import (
 	"cmp"
@@ -160,7 +103,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
 	"github.com/gatecount/gatecount/internal/lockorder"
@@ -195,11 +138,11 @@ const (
 // ErrContention is the cause of the unavailable error (ReasonOverloaded) an
 // Update returns when it conflicted with concurrent updates of its keys
 // Options.MaxRetries times in a row.
-var ErrContention = errors.New("redisstore: update kept conflicting with concurrent updates")
+var ErrContention = errors.New("redis: update kept conflicting with concurrent updates")
 
 // ErrCorrupt is returned for a key that holds something other than an entry
 // in this store's encoding.
-var ErrCorrupt = errors.New("redisstore: value not in the store's encoding")
+var ErrCorrupt = errors.New("redis: value not in the store's encoding")
 
 // Options configure a Redis store.
 type Options struct {
@@ -232,7 +175,7 @@ type Options struct {
 // live entries (ErrEvicting, unless o.AllowEviction), loads its scripts and
 // starts a background sweep, which runs until the store is closed. Closing
 // the store does not close c.
-func New(ctx context.Context, c redis.UniversalClient, o Options) (*store.Store, error) {
+func New(ctx context.Context, c goredis.UniversalClient, o Options) (*store.Store, error) {
 	o.Store = o.Store.WithDefaults()
 	b, err := NewBackend(ctx, c, o)
 	if err != nil {
@@ -244,7 +187,7 @@ func New(ctx context.Context, c redis.UniversalClient, o Options) (*store.Store,
 // Backend is the Redis store's store.Backend and store.Counter. Most code
 // wants New, which wraps it in the guard; Store.Backend returns it.
 type Backend struct {
-	c          redis.UniversalClient
+	c          goredis.UniversalClient
 	ownsClient bool
 	prompt     bool // the client honours call deadlines (OpenURL's does)
 	hasher     *keyhash.Hasher
@@ -291,10 +234,10 @@ type space struct {
 
 // NewBackend returns the backend New wraps, and starts its background sweep.
 // o.Store should already have its defaults (see store.Options.WithDefaults).
-func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backend, error) {
+func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Backend, error) {
 	h, err := keyhash.New(o.Secret)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w", err)
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = store.DefaultMaxEntriesDatabase
@@ -340,10 +283,10 @@ func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backe
 	}
 	// A Cluster with a master down starts, and its limiters on the other
 	// masters count: what the master serves is checked once it answers.
-	_, cluster := c.(*redis.ClusterClient)
+	_, cluster := c.(*goredis.ClusterClient)
 	if !cluster {
 		if err := c.Ping(ctx).Err(); err != nil {
-			return nil, fmt.Errorf("redisstore: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
+			return nil, fmt.Errorf("redis: redis does not answer: %w", store.NewUnavailableError(store.ReasonDown, err))
 		}
 	}
 	if err := b.checkServers(ctx); err != nil {
@@ -351,7 +294,7 @@ func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backe
 	}
 	for _, s := range []*script{readScript, writeScript, countScript, tidyScript} {
 		if err := s.load(ctx, c); err != nil && !cluster { // a node without the script is sent it (EVAL)
-			return nil, fmt.Errorf("redisstore: loading a script: %w", store.Unavailable(store.ReasonDown, err))
+			return nil, fmt.Errorf("redis: loading a script: %w", store.NewUnavailableError(store.ReasonDown, err))
 		}
 	}
 	if _, err := b.Sweep(ctx); err != nil {
@@ -369,7 +312,7 @@ func NewBackend(ctx context.Context, c redis.UniversalClient, o Options) (*Backe
 func (b *Backend) Shared() bool { return true }
 
 type backing struct {
-	c  redis.UniversalClient
+	c  goredis.UniversalClient
 	fp string
 }
 
@@ -378,7 +321,7 @@ type backing struct {
 func (b *Backend) Backing() any { return backing{b.c, b.fp} }
 
 // Prompt reports whether calls return once their context is done: true for
-// a *redis.Client with ContextTimeoutEnabled (the client OpenURL makes has
+// a *goredis.Client with ContextTimeoutEnabled (the client OpenURL makes has
 // it), which bounds every wait for a connection, dial, write and read by
 // the call's deadline. The guard then runs calls on the caller's goroutine;
 // with any other client it runs them on goroutines of its own, and answers
@@ -387,8 +330,8 @@ func (b *Backend) Prompt() bool { return b.prompt }
 
 // honoursDeadlines reports whether c's calls return once their context's
 // deadline passes.
-func honoursDeadlines(c redis.UniversalClient) bool {
-	rc, ok := c.(*redis.Client)
+func honoursDeadlines(c goredis.UniversalClient) bool {
+	rc, ok := c.(*goredis.Client)
 	return ok && rc.Options().ContextTimeoutEnabled
 }
 
@@ -579,7 +522,7 @@ func (b *Backend) read(ctx context.Context, names []string, raws []string, prese
 		return 0, err
 	}
 	if len(res) != len(names)+2 {
-		return 0, fmt.Errorf("redisstore: read answered %d values for %d keys", len(res)-2, len(names))
+		return 0, fmt.Errorf("redis: read answered %d values for %d keys", len(res)-2, len(names))
 	}
 	now, err := serverTime(res[0], res[1])
 	if err != nil {
@@ -602,7 +545,7 @@ func serverTime(sec, usec any) (int64, error) {
 	si, err1 := strconv.ParseInt(s, 10, 64)
 	ui, err2 := strconv.ParseInt(u, 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("redisstore: TIME answered %v %v", sec, usec)
+		return 0, fmt.Errorf("redis: TIME answered %v %v", sec, usec)
 	}
 	return si*1000 + ui/1000, nil
 }
@@ -749,7 +692,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 		default:
 			conflicts++
 			if conflicts > b.maxRetries {
-				return store.Unavailable(store.ReasonOverloaded, fmt.Errorf("%w: %d attempts", ErrContention, conflicts))
+				return store.NewUnavailableError(store.ReasonOverloaded, fmt.Errorf("%w: %d attempts", ErrContention, conflicts))
 			}
 			b.retries.Add(1)
 			if err := backoff(ctx, conflicts); err != nil {
@@ -875,7 +818,7 @@ func (b *Backend) write(ctx context.Context, ks *keySet, args []any, raws []stri
 		res[i], ok = ans[i].(int64)
 	}
 	if !ok || len(ans) > 3 && res[0] != 0 {
-		return res, false, fmt.Errorf("redisstore: write answered %v", ans)
+		return res, false, fmt.Errorf("redis: write answered %v", ans)
 	}
 	b.clock.observe(res[2])
 	if len(ans) == 3 || raws == nil {
@@ -967,12 +910,12 @@ func backoff(ctx context.Context, conflicts int) error {
 const maxExact = 1 << 52
 
 // Count implements store.Counter: one script, one round trip.
-func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	if n > maxExact {
 		return b.countByUpdate(ctx, prefix, keys, caps, n, t)
 	}
 	for _, c := range caps {
-		if c.Max > maxExact {
+		if int64(c.Limit) > maxExact {
 			return b.countByUpdate(ctx, prefix, keys, caps, n, t)
 		}
 	}
@@ -983,7 +926,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	args[0], args[1] = n, b.max
 	for i := range keys {
 		o := 3 + 3*i
-		args[o], args[o+1], args[o+2] = members[i], caps[i].Max, caps[i].Window.Milliseconds()
+		args[o], args[o+1], args[o+2] = members[i], int64(caps[i].Limit), caps[i].Window.Milliseconds()
 	}
 	for swept := false; ; {
 		others := b.elsewhere(sp)
@@ -1004,7 +947,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 			swept = true
 			continue
 		case len(res) != 4+2*len(keys):
-			return fmt.Errorf("redisstore: count answered %v", res)
+			return fmt.Errorf("redis: count answered %v", res)
 		}
 		*t = store.Tally{Allowed: res[0] == 1, Now: time.UnixMilli(res[1]), Limiting: int(res[2]) - 1}
 		for i := range keys {
@@ -1023,7 +966,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 
 // countByUpdate is the generic Count, through Update, for what countScript
 // cannot count exactly.
-func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	return b.Update(ctx, prefix, keys, func(now time.Time, es []store.Entry) error {
 		return store.ApplyCount(now, es, caps, n, t)
 	})
@@ -1061,7 +1004,7 @@ func (b *Backend) Sweep(ctx context.Context) (int, error) {
 		idx := "gatecount:{" + tag + "}:" + b.fp + ":live"
 		res, err := b.eval(ctx, tidyScript, []string{idx}).Int64Slice()
 		if err == nil && len(res) != 2 {
-			err = fmt.Errorf("redisstore: tidy answered %v", res)
+			err = fmt.Errorf("redis: tidy answered %v", res)
 		}
 		if err != nil {
 			first = cmp.Or(first, err)

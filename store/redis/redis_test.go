@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"context"
@@ -105,7 +105,7 @@ func exactness(t *testing.T, newClient func(testing.TB) redis.UniversalClient) {
 			if _, native := hs[0].Store().Backend().(store.Counter); native != (path != "update") {
 				t.Fatalf("Counter offered: %v on the %s path", native, path)
 			}
-			caps := []store.Cap{{Max: budget, Window: time.Hour}}
+			caps := []store.Budget{{Limit: budget, Window: time.Hour}}
 			if path == "three-keys" {
 				caps = append(caps, caps[0], caps[0])
 			}
@@ -161,7 +161,7 @@ func TestKeyNames(t *testing.T) {
 	s := open(t, c, redisstore.Options{Secret: secret})
 	prefix := randomName("names")
 	h := handle(t, s, prefix)
-	if _, err := h.Count(t.Context(), []string{"alice@example.com", "10.0.0.1"}, []store.Cap{{Max: 5, Window: time.Minute}, {Max: 5, Window: time.Minute}}, 1); err != nil {
+	if _, err := h.Count(t.Context(), []string{"alice@example.com", "10.0.0.1"}, []store.Budget{{Limit: 5, Window: time.Minute}, {Limit: 5, Window: time.Minute}}, 1); err != nil {
 		t.Fatal(err)
 	}
 	hs, err := keyhash.New(secret)
@@ -256,7 +256,7 @@ func TestBoundAcrossHandles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	caps := []store.Cap{{Max: 3, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 3, Window: time.Minute}}
 	if _, err := a.Count(t.Context(), []string{"new"}, caps, 1); store.ReasonOf(err) != store.ReasonFull {
 		t.Fatalf("Count of a fifth key over two handles, bound 4: %v, want full", err)
 	}

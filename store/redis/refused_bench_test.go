@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 func BenchmarkRefused(b *testing.B) {
 	const conc, keys = 8, 1000
 	ctx := context.Background()
-	caps := []store.Cap{{Max: 1, Window: time.Hour}}
+	caps := []store.Budget{{Limit: 1, Window: time.Hour}}
 	h, _ := benchHandle(b)
 	l, err := limiter.New(h, limiter.Options{Name: "bench", Budget: limiter.Budget{Limit: 1, Window: time.Hour}})
 	if err != nil {

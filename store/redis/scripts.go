@@ -1,22 +1,22 @@
-package redisstore
+package redis
 
 import (
 	"context"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // script is a Lua script the store runs by its SHA-1 (EVALSHA), loading it
 // again (EVAL) on a server that lost it.
 type script struct {
 	src string
-	rs  *redis.Script
+	rs  *goredis.Script
 }
 
-func newScript(src string) *script { return &script{src: src, rs: redis.NewScript(src)} }
+func newScript(src string) *script { return &script{src: src, rs: goredis.NewScript(src)} }
 
 // load loads the script on the server, or on every master of a Cluster.
-func (s *script) load(ctx context.Context, c redis.UniversalClient) error {
+func (s *script) load(ctx context.Context, c goredis.UniversalClient) error {
 	return s.rs.Load(ctx, c).Err()
 }
 
@@ -24,17 +24,17 @@ func (s *script) load(ctx context.Context, c redis.UniversalClient) error {
 // answer was lost may have run, and running a write again can count an
 // attempt twice. Clients still follow MOVED and ASK redirects for it, which
 // Redis answers without running the command.
-type noRetry struct{ *redis.Cmd }
+type noRetry struct{ *goredis.Cmd }
 
 // NoRetry reports true.
 func (noRetry) NoRetry() bool { return true }
 
 // eval runs s on keys with args, on the server or Cluster node that holds
 // the keys. An OOM answer is the store being full (see storeErr).
-func (b *Backend) eval(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
+func (b *Backend) eval(ctx context.Context, s *script, keys []string, args ...any) *goredis.Cmd {
 	cmd := evalCmd(ctx, "evalsha", s.rs.Hash(), keys, args)
 	_ = b.c.Process(ctx, noRetry{cmd})
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmd = evalCmd(ctx, "eval", s.src, keys, args)
 		_ = b.c.Process(ctx, noRetry{cmd})
 	}
@@ -46,14 +46,14 @@ func (b *Backend) eval(ctx context.Context, s *script, keys []string, args ...an
 
 // evalCmd returns the command EVAL or EVALSHA (name) of payload on keys
 // with args.
-func evalCmd(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
+func evalCmd(ctx context.Context, name, payload string, keys []string, args []any) *goredis.Cmd {
 	a := make([]any, 0, 3+len(keys)+len(args))
 	a = append(a, name, payload, len(keys))
 	for _, k := range keys {
 		a = append(a, k)
 	}
 	a = append(a, args...)
-	cmd := redis.NewCmd(ctx, a...)
+	cmd := goredis.NewCmd(ctx, a...)
 	cmd.SetFirstKeyPos(3)
 	return cmd
 }

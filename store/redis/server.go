@@ -1,4 +1,4 @@
-package redisstore
+package redis
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/gatecount/gatecount/store"
 )
@@ -20,7 +20,7 @@ import (
 // the volatile-* policies evict them, and an evicted count frees the budget
 // of whoever it counted. The error names the server, its settings and the
 // fix; Options.AllowEviction accepts such a server instead.
-var ErrEvicting = errors.New("redisstore: Redis may evict live counts")
+var ErrEvicting = errors.New("redis: Redis may evict live counts")
 
 // serverFacts is what the store reads of one Redis server's settings.
 type serverFacts struct {
@@ -42,7 +42,7 @@ func (f serverFacts) evicting() bool {
 // INFO does not tell or where INFO is not allowed; its persistence too when
 // persist is set. An error is that of a server that does not answer;
 // settings that could not be read leave known false and err set.
-func readFacts(ctx context.Context, c *redis.Client, persist bool) (serverFacts, error) {
+func readFacts(ctx context.Context, c *goredis.Client, persist bool) (serverFacts, error) {
 	f := serverFacts{addr: c.Options().Addr, evicted: -1}
 	info, err := c.Info(ctx).Result()
 	switch {
@@ -96,7 +96,7 @@ func readFacts(ctx context.Context, c *redis.Client, persist bool) (serverFacts,
 // did not answer; err is set when no server answered.
 func (b *Backend) servers(ctx context.Context, persist bool) (out []serverFacts, down []string, err error) {
 	var mu sync.Mutex
-	each := func(ctx context.Context, c *redis.Client) error {
+	each := func(ctx context.Context, c *goredis.Client) error {
 		f, err := readFacts(ctx, c, persist)
 		mu.Lock()
 		defer mu.Unlock()
@@ -108,12 +108,12 @@ func (b *Backend) servers(ctx context.Context, persist bool) (out []serverFacts,
 		return nil
 	}
 	switch c := b.c.(type) {
-	case *redis.ClusterClient:
+	case *goredis.ClusterClient:
 		err = c.ForEachMaster(ctx, each)
 		if len(out) > 0 {
 			err = nil // the others are read when they answer
 		}
-	case *redis.Client:
+	case *goredis.Client:
 		err = each(ctx, c)
 	default:
 		return nil, nil, nil // a client of another kind: nothing to read
@@ -130,7 +130,7 @@ func (b *Backend) servers(ctx context.Context, persist bool) (out []serverFacts,
 func (b *Backend) checkServers(ctx context.Context) error {
 	fs, down, err := b.servers(ctx, true)
 	if err != nil {
-		return fmt.Errorf("redisstore: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
+		return fmt.Errorf("redis: redis does not answer: %w", store.NewUnavailableError(store.ReasonDown, err))
 	}
 	if down != nil {
 		b.log.Warn("Redis Cluster masters did not answer at start: their limiters are answered unavailable, and their settings are checked once they answer",
@@ -201,12 +201,12 @@ func (b *Backend) recheckServers(ctx context.Context) {
 // the limiters answer as they answer a full bound, not as a store that is
 // down.
 func (b *Backend) storeErr(err error) error {
-	if err == nil || !redis.IsOOMError(err) {
+	if err == nil || !goredis.IsOOMError(err) {
 		return err
 	}
 	b.oomLog.Do(func() {
 		b.log.Error("Redis is at its maxmemory and refuses writes: new counts are answered full until memory is freed; raise maxmemory, or lower RATE_LIMIT_MAX_ENTRIES below what it holds",
 			"kind", KindOOM, "err", err)
 	})
-	return fmt.Errorf("redisstore: %v: %w", err, store.ErrFull)
+	return fmt.Errorf("redis: %v: %w", err, store.ErrFull)
 }

@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"context"
@@ -238,7 +238,7 @@ func TestOOMIsFull(t *testing.T) {
 		Breaker: store.BreakerOptions{Failures: 2, Cooldown: time.Hour},
 	}})
 	h := handle(t, s, "signin:")
-	caps := []store.Cap{{Max: 5, Window: time.Hour}}
+	caps := []store.Budget{{Limit: 5, Window: time.Hour}}
 	if _, err := h.Count(t.Context(), []string{"held"}, caps, 1); err != nil {
 		t.Fatal(err)
 	}

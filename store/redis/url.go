@@ -1,4 +1,4 @@
-package redisstore
+package redis
 
 import (
 	"context"
@@ -10,14 +10,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/gatecount/gatecount/store"
 )
 
 // ErrURL is matched by the error OpenURL returns for a URL it cannot use.
 // The error never repeats the URL's password.
-var ErrURL = errors.New("redisstore: invalid Redis URL")
+var ErrURL = errors.New("redis: invalid Redis URL")
 
 // OpenURL returns a Redis store over a client of its own for rawURL, the
 // value of RATE_LIMIT_STORE_URL:
@@ -55,7 +55,7 @@ func OpenURL(ctx context.Context, rawURL string, o Options) (*store.Store, error
 	if log == nil {
 		log = slog.Default()
 	}
-	redis.SetLogger(NewRedisLogger(log.With("store", "redis")))
+	goredis.SetLogger(NewRedisLogger(log.With("store", "redis")))
 	c, err := openClient(ctx, rawURL, o.Store)
 	if err != nil {
 		return nil, err
@@ -72,21 +72,21 @@ func OpenURL(ctx context.Context, rawURL string, o Options) (*store.Store, error
 // openClient returns a client for rawURL with the settings OpenURL picks:
 // a cluster client when the URL names more than one node, or a node of a
 // Cluster.
-func openClient(ctx context.Context, rawURL string, so store.Options) (redis.UniversalClient, error) {
+func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.UniversalClient, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: it does not parse as a URL", ErrURL)
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("%w: %s: want a redis:// or rediss:// URL", ErrURL, u.Redacted())
+		return nil, fmt.Errorf("%w: %s: want a redis:// or rediss:// URL", ErrURL, redactURL(u))
 	}
 	q := u.Query()
 	if q.Has("addr") {
 		return clusterClient(u, q, so)
 	}
-	ro, err := redis.ParseURL(rawURL)
+	ro, err := goredis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrURL, u.Redacted(), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrURL, redactURL(u), err)
 	}
 	set := q.Has
 	d := so.Deadline
@@ -109,35 +109,35 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (redis.Uni
 	if !set("pool_size") {
 		ro.PoolSize = poolSize(so)
 	}
-	c := redis.NewClient(ro)
+	c := goredis.NewClient(ro)
 	cluster, err := isCluster(ctx, c, d)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("redisstore: redis does not answer: %w", store.Unavailable(store.ReasonDown, err))
+		return nil, fmt.Errorf("redis: redis does not answer: %w", store.NewUnavailableError(store.ReasonDown, err))
 	}
 	if !cluster {
 		return c, nil
 	}
 	c.Close()
 	if ro.DB != 0 {
-		return nil, fmt.Errorf("%w: %s: the server is a Redis Cluster node, and a Cluster has only database 0", ErrURL, u.Redacted())
+		return nil, fmt.Errorf("%w: %s: the server is a Redis Cluster node, and a Cluster has only database 0", ErrURL, redactURL(u))
 	}
 	return clusterClient(u, q, so)
 }
 
 // clusterClient returns a cluster client for u, whose query is q.
-func clusterClient(u *url.URL, q url.Values, so store.Options) (redis.UniversalClient, error) {
+func clusterClient(u *url.URL, q url.Values, so store.Options) (goredis.UniversalClient, error) {
 	if p := strings.Trim(u.Path, "/"); p != "" && p != "0" {
-		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0", ErrURL, u.Redacted())
+		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0", ErrURL, redactURL(u))
 	}
 	if q.Has("db") {
-		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0 (no db option)", ErrURL, u.Redacted())
+		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0 (no db option)", ErrURL, redactURL(u))
 	}
 	cu := *u
 	cu.Path = ""
-	co, err := redis.ParseClusterURL(cu.String())
+	co, err := goredis.ParseClusterURL(cu.String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrURL, u.Redacted(), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrURL, redactURL(u), err)
 	}
 	set := q.Has
 	d := so.Deadline
@@ -160,7 +160,7 @@ func clusterClient(u *url.URL, q url.Values, so store.Options) (redis.UniversalC
 	if !set("pool_size") {
 		co.PoolSize = poolSize(so)
 	}
-	return redis.NewClusterClient(co), nil
+	return goredis.NewClusterClient(co), nil
 }
 
 // poolSize is the pool OpenURL gives a client (per node, on a Cluster).
@@ -172,7 +172,7 @@ func poolSize(so store.Options) int {
 // Cluster, from INFO cluster, or CLUSTER INFO where INFO is not allowed. A
 // server that answers neither is taken for a single server. The error is
 // that of a server that does not answer.
-func isCluster(ctx context.Context, c *redis.Client, d time.Duration) (bool, error) {
+func isCluster(ctx context.Context, c *goredis.Client, d time.Duration) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	info, err := c.Info(ctx, "cluster").Result()
@@ -196,8 +196,8 @@ func isCluster(ctx context.Context, c *redis.Client, d time.Duration) (bool, err
 // isRedisError reports whether err is an error answer of the server (as
 // opposed to one of the network or the client).
 func isRedisError(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, redis.ErrClosed)
+	var re goredis.Error
+	return errors.As(err, &re) && !errors.Is(err, goredis.ErrClosed)
 }
 
 // infoField returns the value of field in an INFO answer, or "".
@@ -208,4 +208,18 @@ func infoField(info, field string) string {
 		}
 	}
 	return ""
+}
+
+// redactURL is u as an error may quote it: without the password of its user
+// information, and with the values of its query hidden, since go-redis reads
+// a password from the query too (?password=…).
+func redactURL(u *url.URL) string {
+	c := *u
+	if q := c.Query(); len(q) > 0 {
+		for k := range q {
+			q[k] = []string{"xxxxx"}
+		}
+		c.RawQuery = q.Encode()
+	}
+	return c.Redacted()
 }

@@ -84,7 +84,7 @@ func BenchmarkCount(b *testing.B) {
 	benchEach(b, func(b *testing.B, conc int, hot bool) {
 		h := benchHandle(b)
 		ctx := context.Background()
-		caps := []store.Cap{{Max: 1 << 40, Window: time.Hour}}
+		caps := []store.Budget{{Limit: 1 << 40, Window: time.Hour}}
 		benchload.Run(b, conc, func(r *rand.Rand) error {
 			_, err := h.Count(ctx, []string{keyOf(hot, r)}, caps, 1)
 			return err
@@ -127,7 +127,7 @@ func BenchmarkCountFullSync(b *testing.B) {
 		b.Run("conc="+strconv.Itoa(conc)+"/hot", func(b *testing.B) {
 			h := handle(b, open(b, tempFile(b), sqlite.Options{FullSync: true}), "bench:")
 			ctx := context.Background()
-			caps := []store.Cap{{Max: 1 << 40, Window: time.Hour}}
+			caps := []store.Budget{{Limit: 1 << 40, Window: time.Hour}}
 			benchload.Run(b, conc, func(*rand.Rand) error {
 				_, err := h.Count(ctx, []string{"hot"}, caps, 1)
 				return err

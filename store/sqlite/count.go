@@ -16,13 +16,13 @@ import (
 // write lock when it starts, as BEGIN IMMEDIATE does. Otherwise it runs in
 // the writer's BEGIN IMMEDIATE transaction, shared with the calls that
 // waited with it.
-func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	// The writer fills its own Tally: it may still run once ctx is done
 	// and Count has returned.
 	wt := new(store.Tally)
 	*wt = *t
 	var solo func(context.Context) (bool, error)
-	if len(keys) == 1 && n <= caps[0].Max {
+	if len(keys) == 1 && n <= int64(caps[0].Limit) {
 		solo = func(ctx context.Context) (bool, error) {
 			return b.countOne(ctx, prefix, keys[0], caps[0], n, wt)
 		}
@@ -42,14 +42,14 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 }
 
 // countOne counts n on key in one statement, and reports whether it did.
-func (b *Backend) countOne(ctx context.Context, prefix, key string, c store.Cap, n int64, t *store.Tally) (bool, error) {
+func (b *Backend) countOne(ctx context.Context, prefix, key string, c store.Budget, n int64, t *store.Tally) (bool, error) {
 	nowMs := b.now().UnixMilli()
 	now := time.UnixMilli(nowMs)
 	name := b.nameOf(prefix, key)
 	expMs := now.Add(c.Window).Truncate(time.Millisecond).UnixMilli()
 	warnAt := b.bound.Max() - b.bound.Max()/5
 	var v, exp int64
-	err := b.st.fastCount.QueryRowContext(ctx, name[:], b.fp, n, expMs, warnAt-1, nowMs, c.Max-n).Scan(&v, &exp)
+	err := b.st.fastCount.QueryRowContext(ctx, name[:], b.fp, n, expMs, warnAt-1, nowMs, int64(c.Limit)-n).Scan(&v, &exp)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return false, nil
@@ -62,7 +62,7 @@ func (b *Backend) countOne(ctx context.Context, prefix, key string, c store.Cap,
 	return true, nil
 }
 
-func (b *Backend) count(ctx context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (b *Backend) count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	nowMs := b.now().UnixMilli()
 	now := time.UnixMilli(nowMs)
 	names := make([][32]byte, len(keys))
@@ -84,7 +84,7 @@ func (b *Backend) count(ctx context.Context, prefix string, keys []string, caps 
 			t.ExpiresAt[i] = e.ExpiresAt
 		}
 		t.Counts[i] = v
-		if t.Limiting < 0 && v > caps[i].Max-n {
+		if t.Limiting < 0 && v > int64(caps[i].Limit)-n {
 			t.Limiting = i
 		}
 	}

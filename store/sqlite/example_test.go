@@ -45,7 +45,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	budget := []store.Cap{{Max: 3, Window: 15 * time.Minute}}
+	budget := []store.Budget{{Limit: 3, Window: 15 * time.Minute}}
 	for range 4 {
 		t, err := signIn.Count(ctx, []string{"alice@example.com"}, budget, 1)
 		if err != nil {

@@ -51,13 +51,19 @@ const schemaTable = `CREATE TABLE IF NOT EXISTS gatecount_limit_schema (
 //
 // db must use the driver of modernc.org/sqlite (driver name "sqlite").
 func Migrate(ctx context.Context, db *sql.DB) error {
+	_, err := migrate(ctx, db)
+	return err
+}
+
+// migrate is Migrate, returning the version the database had before.
+func migrate(ctx context.Context, db *sql.DB) (from int, err error) {
 	ms, err := migrations()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("sqlite: migrate: %w", err)
+		return 0, fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	defer conn.Close()
 	for _, p := range []string{
@@ -65,11 +71,11 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		"PRAGMA journal_mode = WAL",
 	} {
 		if _, err := conn.ExecContext(ctx, p); err != nil {
-			return fmt.Errorf("sqlite: migrate: %s: %w", p, err)
+			return 0, fmt.Errorf("sqlite: migrate: %s: %w", p, err)
 		}
 	}
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("sqlite: migrate: begin: %w", err)
+		return 0, fmt.Errorf("sqlite: migrate: begin: %w", err)
 	}
 	committed := false
 	defer func() {
@@ -78,42 +84,47 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		}
 	}()
 	if _, err := conn.ExecContext(ctx, schemaTable); err != nil {
-		return fmt.Errorf("sqlite: migrate: %w", err)
+		return 0, fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	var have int
 	if err := conn.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM gatecount_limit_schema").Scan(&have); err != nil {
-		return fmt.Errorf("sqlite: migrate: %w", err)
+		return 0, fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	for _, m := range ms {
 		if m.Version <= have {
 			continue
 		}
 		if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
-			return fmt.Errorf("sqlite: migrate: %s: %w", m.Name, err)
+			return 0, fmt.Errorf("sqlite: migrate: %s: %w", m.Name, err)
 		}
 		if _, err := conn.ExecContext(ctx, "INSERT INTO gatecount_limit_schema (version, applied_at) VALUES (?, unixepoch())", m.Version); err != nil {
-			return fmt.Errorf("sqlite: migrate: %s: %w", m.Name, err)
+			return 0, fmt.Errorf("sqlite: migrate: %s: %w", m.Name, err)
 		}
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return fmt.Errorf("sqlite: migrate: commit: %w", err)
+		return 0, fmt.Errorf("sqlite: migrate: commit: %w", err)
 	}
 	committed = true
-	return nil
+	return have, nil
 }
 
 // MigrateFile runs Migrate on the SQLite file at path, creating it if need
-// be: what a migrate command calls with the path ParseURL returns.
-func MigrateFile(ctx context.Context, path string) error {
+// be: what a migrate command calls with the path ParseURL returns. It
+// returns the schema version the file had before: 0 for a new file,
+// SchemaVersion when there was nothing to do.
+func MigrateFile(ctx context.Context, path string) (from int, err error) {
 	if path == "" {
-		return errors.New("sqlite: empty path")
+		return 0, errors.New("sqlite: empty path")
 	}
 	db, err := sql.Open("sqlite", fileURI(path))
 	if err != nil {
-		return fmt.Errorf("sqlite: open %q: %w", path, err)
+		return 0, fmt.Errorf("sqlite: open %q: %w", path, err)
 	}
 	defer db.Close()
-	return Migrate(ctx, db)
+	if from, err = migrate(ctx, db); err != nil {
+		return 0, pathError(path, err)
+	}
+	return from, nil
 }
 
 // schemaVersion returns the version the database was migrated to, 0 when

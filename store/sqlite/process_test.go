@@ -73,7 +73,7 @@ func helperRace(ctx context.Context, h *store.Handle) int {
 		var wg sync.WaitGroup
 		for range raceGoroutines {
 			wg.Go(func() {
-				tl, err := h.Count(ctx, []string{key}, []store.Cap{{Max: raceBudget, Window: time.Hour}}, 1)
+				tl, err := h.Count(ctx, []string{key}, []store.Budget{{Limit: raceBudget, Window: time.Hour}}, 1)
 				switch {
 				case err != nil:
 					failed.Add(1)
@@ -100,7 +100,7 @@ func helperKill(ctx context.Context, h *store.Handle) int {
 		key := "kill-" + strconv.Itoa(g)
 		wg.Go(func() {
 			for time.Now().Before(stop) {
-				tl, err := h.Count(ctx, []string{key}, []store.Cap{{Max: 1 << 40, Window: time.Hour}}, 1)
+				tl, err := h.Count(ctx, []string{key}, []store.Budget{{Limit: 1 << 40, Window: time.Hour}}, 1)
 				if err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					continue
@@ -231,7 +231,7 @@ func TestKilledProcessLosesNoCommittedCount(t *testing.T) {
 		if stored < reported[key] || stored > reported[key]+1 {
 			t.Errorf("%s: %d in the file, %d reported: a committed count was lost", key, stored, reported[key])
 		}
-		tl, err := hd.Count(ctx, []string{key}, []store.Cap{{Max: 1 << 40, Window: time.Hour}}, 1)
+		tl, err := hd.Count(ctx, []string{key}, []store.Budget{{Limit: 1 << 40, Window: time.Hour}}, 1)
 		if err != nil || tl.Counts[0] != stored+1 {
 			t.Errorf("%s: counting after the kill: %+v, %v; want %d", key, tl, err, stored+1)
 		}

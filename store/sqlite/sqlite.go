@@ -86,7 +86,10 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -208,10 +211,23 @@ func OpenBackend(ctx context.Context, path string, o Options) (*Backend, error) 
 	b, err := newBackend(ctx, db, o)
 	if err != nil {
 		db.Close()
-		return nil, err
+		return nil, pathError(path, err)
 	}
 	b.ownDB = true
 	return b, nil
+}
+
+// pathError names the file of a failure to open or migrate it, and the
+// likely cause when its directory is missing: SQLite's own error, "unable
+// to open database file (14)", names neither.
+func pathError(path string, err error) error {
+	dir := filepath.Dir(path)
+	if _, serr := os.Stat(dir); errors.Is(serr, fs.ErrNotExist) {
+		return fmt.Errorf("sqlite: file %q: its directory %q does not exist: %w", path, dir, err)
+	} else if serr != nil {
+		return fmt.Errorf("sqlite: file %q: its directory %q cannot be used (%v): %w", path, dir, serr, err)
+	}
+	return fmt.Errorf("sqlite: file %q: %w", path, err)
 }
 
 // fileURI turns a path into an SQLite URI, so that no character of the path

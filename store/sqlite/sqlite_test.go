@@ -210,7 +210,7 @@ func TestBound(t *testing.T) {
 	path := tempFile(t)
 	clk := clock.NewFake(time.Now())
 	h := handle(t, open(t, path, sqlite.Options{MaxEntries: 3, Now: clk.Now}), "p:")
-	caps := []store.Cap{{Max: 100, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 100, Window: time.Minute}}
 	for i := range 3 {
 		if _, err := h.Count(ctx, []string{"k" + strconv.Itoa(i)}, caps, 1); err != nil {
 			t.Fatal(err)
@@ -294,28 +294,28 @@ func TestCountMatchesGeneric(t *testing.T) {
 		name    string
 		before  func()
 		keys    []string
-		caps    []store.Cap
+		caps    []store.Budget
 		n       int64
 		advance time.Duration
 	}{
-		{name: "new key", keys: []string{"a"}, caps: []store.Cap{capOf(3, hour)}, n: 1},
-		{name: "live key", keys: []string{"a"}, caps: []store.Cap{capOf(3, hour)}, n: 2},
-		{name: "no room", keys: []string{"a"}, caps: []store.Cap{capOf(3, hour)}, n: 1},
-		{name: "n above cap", keys: []string{"b"}, caps: []store.Cap{capOf(3, hour)}, n: 4},
-		{name: "odd window", keys: []string{"c"}, caps: []store.Cap{capOf(3, 1500*time.Microsecond+7)}, n: 1},
-		{name: "expired", keys: []string{"c"}, caps: []store.Cap{capOf(3, hour)}, n: 1, advance: 2 * time.Millisecond},
-		{name: "multi", keys: []string{"a", "d"}, caps: []store.Cap{capOf(10, hour), capOf(1, hour)}, n: 1},
-		{name: "multi limited", keys: []string{"d", "e", "a"}, caps: []store.Cap{capOf(5, hour), capOf(5, hour), capOf(5, hour)}, n: 2},
-		{name: "not a count", before: func() { set("f", `"x"`) }, keys: []string{"f"}, caps: []store.Cap{capOf(3, hour)}, n: 1},
-		{name: "negative", before: func() { set("g", `-1`) }, keys: []string{"g"}, caps: []store.Cap{capOf(3, hour)}, n: 1},
-		{name: "minus zero", before: func() { set("h", `-0`) }, keys: []string{"h"}, caps: []store.Cap{capOf(3, hour)}, n: 1},
-		{name: "float", before: func() { set("i", `1.0`) }, keys: []string{"i"}, caps: []store.Cap{capOf(3, hour)}, n: 1},
-		{name: "written by Update", before: func() { set("j", `2`) }, keys: []string{"j"}, caps: []store.Cap{capOf(3, hour)}, n: 1},
-		{name: "huge", before: func() { set("k", `9223372036854775807`) }, keys: []string{"k"}, caps: []store.Cap{capOf(1<<62, hour)}, n: 1},
-		{name: "at cap", keys: []string{"l"}, caps: []store.Cap{capOf(1, hour)}, n: 1},
-		{name: "full", keys: []string{"m1", "m2", "m3", "m4"}, caps: []store.Cap{capOf(1, hour), capOf(1, hour), capOf(1, hour), capOf(1, hour)}, n: 1},
-		{name: "full, one key", keys: []string{"m5"}, caps: []store.Cap{capOf(1, hour)}, n: 1},
-		{name: "full, held key", keys: []string{"a"}, caps: []store.Cap{capOf(10, hour)}, n: 1},
+		{name: "new key", keys: []string{"a"}, caps: []store.Budget{capOf(3, hour)}, n: 1},
+		{name: "live key", keys: []string{"a"}, caps: []store.Budget{capOf(3, hour)}, n: 2},
+		{name: "no room", keys: []string{"a"}, caps: []store.Budget{capOf(3, hour)}, n: 1},
+		{name: "n above cap", keys: []string{"b"}, caps: []store.Budget{capOf(3, hour)}, n: 4},
+		{name: "odd window", keys: []string{"c"}, caps: []store.Budget{capOf(3, 1500*time.Microsecond+7)}, n: 1},
+		{name: "expired", keys: []string{"c"}, caps: []store.Budget{capOf(3, hour)}, n: 1, advance: 2 * time.Millisecond},
+		{name: "multi", keys: []string{"a", "d"}, caps: []store.Budget{capOf(10, hour), capOf(1, hour)}, n: 1},
+		{name: "multi limited", keys: []string{"d", "e", "a"}, caps: []store.Budget{capOf(5, hour), capOf(5, hour), capOf(5, hour)}, n: 2},
+		{name: "not a count", before: func() { set("f", `"x"`) }, keys: []string{"f"}, caps: []store.Budget{capOf(3, hour)}, n: 1},
+		{name: "negative", before: func() { set("g", `-1`) }, keys: []string{"g"}, caps: []store.Budget{capOf(3, hour)}, n: 1},
+		{name: "minus zero", before: func() { set("h", `-0`) }, keys: []string{"h"}, caps: []store.Budget{capOf(3, hour)}, n: 1},
+		{name: "float", before: func() { set("i", `1.0`) }, keys: []string{"i"}, caps: []store.Budget{capOf(3, hour)}, n: 1},
+		{name: "written by Update", before: func() { set("j", `2`) }, keys: []string{"j"}, caps: []store.Budget{capOf(3, hour)}, n: 1},
+		{name: "huge", before: func() { set("k", `9223372036854775807`) }, keys: []string{"k"}, caps: []store.Budget{capOf(1<<62, hour)}, n: 1},
+		{name: "at cap", keys: []string{"l"}, caps: []store.Budget{capOf(1, hour)}, n: 1},
+		{name: "full", keys: []string{"m1", "m2", "m3", "m4"}, caps: []store.Budget{capOf(1, hour), capOf(1, hour), capOf(1, hour), capOf(1, hour)}, n: 1},
+		{name: "full, one key", keys: []string{"m5"}, caps: []store.Budget{capOf(1, hour)}, n: 1},
+		{name: "full, held key", keys: []string{"a"}, caps: []store.Budget{capOf(10, hour)}, n: 1},
 	}
 	for _, st := range steps {
 		if st.before != nil {
@@ -342,8 +342,8 @@ func TestCountMatchesGeneric(t *testing.T) {
 	}
 }
 
-func capOf(max int64, window time.Duration) store.Cap {
-	return store.Cap{Max: max, Window: window}
+func capOf(max int, window time.Duration) store.Budget {
+	return store.Budget{Limit: max, Window: window}
 }
 
 func sameTally(a, b store.Tally) bool {
@@ -369,7 +369,7 @@ func TestCountWhileAppHoldsWriteLock(t *testing.T) {
 	// the breaker has tests of its own.
 	s := open(t, path, sqlite.Options{Store: store.Options{Deadline: 200 * time.Millisecond, Breaker: store.BreakerOptions{Failures: -1}}})
 	h := handle(t, s, "p:")
-	caps := []store.Cap{{Max: 30, Window: time.Hour}}
+	caps := []store.Budget{{Limit: 30, Window: time.Hour}}
 	if _, err := h.Count(ctx, []string{"k"}, caps, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -452,9 +452,10 @@ func TestNotMigrated(t *testing.T) {
 func TestMigrateFile(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "odd ?#% name.db")
-	for range 2 {
-		if err := sqlite.MigrateFile(ctx, path); err != nil {
-			t.Fatal(err)
+	for i, want := range []int{0, sqlite.SchemaVersion} { // a new file, then nothing to do
+		from, err := sqlite.MigrateFile(ctx, path)
+		if err != nil || from != want {
+			t.Fatalf("MigrateFile %d: from version %d, %v; want %d", i+1, from, err, want)
 		}
 	}
 	if _, err := os.Stat(path); err != nil {
@@ -463,6 +464,20 @@ func TestMigrateFile(t *testing.T) {
 	s := open(t, path, sqlite.Options{})
 	if err := handle(t, s, "p:").Update(ctx, []string{"k"}, add(time.Hour)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A file that cannot be opened is named in the error, with its directory
+// when that is what is missing: SQLite's own message names neither.
+func TestBadPathNamed(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "no", "such", "dir", "limits.db")
+	_, err := sqlite.Open(ctx, path, sqlite.Options{Secret: []byte(strings.Repeat("s", 32)), AutoMigrate: true})
+	if err == nil || !strings.Contains(err.Error(), strconv.Quote(path)) || !strings.Contains(err.Error(), strconv.Quote(filepath.Dir(path))) {
+		t.Fatalf("Open of a file in a missing directory: %v", err)
+	}
+	if _, err := sqlite.MigrateFile(ctx, path); err == nil || !strings.Contains(err.Error(), strconv.Quote(path)) {
+		t.Fatalf("MigrateFile of a file in a missing directory: %v", err)
 	}
 }
 

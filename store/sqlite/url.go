@@ -31,7 +31,7 @@ func ParseURL(s string) (path string, err error) {
 		return "", fmt.Errorf("%w: %q", ErrNotSQLiteURL, redact(s))
 	}
 	if strings.ContainsAny(rest, "?#") {
-		return "", fmt.Errorf("sqlite: URL %q: query strings and fragments are not supported", s)
+		return "", fmt.Errorf("sqlite: URL %q: query strings and fragments are not supported", redact(s))
 	}
 	if strings.HasPrefix(rest, "//") {
 		host, p, _ := strings.Cut(rest[2:], "/")
@@ -54,8 +54,12 @@ func ParseURL(s string) (path string, err error) {
 }
 
 // redact drops what could be a password from a URL before it is quoted in
-// an error.
+// an error: its user information's, and its query string and fragment
+// (?password=…).
 func redact(s string) string {
+	if i := strings.IndexAny(s, "?#"); i >= 0 {
+		s = s[:i] + s[i:i+1] + "…"
+	}
 	u, err := url.Parse(s)
 	if err != nil || u.User == nil {
 		if i := strings.Index(s, "@"); i >= 0 {

@@ -57,7 +57,7 @@ func (b *Backend) do(ctx context.Context, run func(ctx context.Context) error, s
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	closed := store.Unavailable(store.ReasonClosed, nil)
+	closed := store.NewUnavailableError(store.ReasonClosed, nil)
 	select {
 	case <-b.stop:
 		return true, closed
@@ -125,7 +125,7 @@ func (b *Backend) drain() {
 	for {
 		select {
 		case o := <-b.queue:
-			o.res <- store.Unavailable(store.ReasonClosed, nil)
+			o.res <- store.NewUnavailableError(store.ReasonClosed, nil)
 		default:
 			return
 		}

@@ -112,9 +112,9 @@ func (r *runner) full(h *store.Handle, max int, what string, count bool, keys ..
 	call := "Update"
 	if count {
 		call = "Count"
-		caps := make([]store.Cap, len(keys))
+		caps := make([]store.Budget, len(keys))
 		for i := range caps {
-			caps[i] = store.Cap{Max: 100, Window: longTTL}
+			caps[i] = store.Budget{Limit: 100, Window: longTTL}
 		}
 		_, err = r.count(h, keys, caps, 1)
 	} else {
@@ -140,9 +140,9 @@ func (r *runner) full(h *store.Handle, max int, what string, count bool, keys ..
 func (r *runner) countEach(h *store.Handle, what string, keys ...string) error {
 	for len(keys) > 0 {
 		n := min(len(keys), store.MaxCountKeys)
-		caps := make([]store.Cap, n)
+		caps := make([]store.Budget, n)
 		for i := range caps {
-			caps[i] = store.Cap{Max: 100, Window: longTTL}
+			caps[i] = store.Budget{Limit: 100, Window: longTTL}
 		}
 		t, err := r.count(h, keys[:n], caps, 1)
 		if err != nil || !t.Allowed {
@@ -264,9 +264,9 @@ func boundRewrite(r *runner) error {
 	if err != nil {
 		return err
 	}
-	caps := make([]store.Cap, len(old))
+	caps := make([]store.Budget, len(old))
 	for i := range caps {
-		caps[i] = store.Cap{Max: 100, Window: shortTTL}
+		caps[i] = store.Budget{Limit: 100, Window: shortTTL}
 	}
 	t, err := r.count(hc, old, caps, 1)
 	if err != nil || !t.Allowed {

@@ -533,7 +533,7 @@ func (b *mapBackend) sweepLocked(judge time.Time, commit bool) int {
 // counterBackend is a mapBackend with a Count of its own.
 type counterBackend struct{ *mapBackend }
 
-func (b counterBackend) Count(_ context.Context, prefix string, keys []string, caps []store.Cap, n int64, t *store.Tally) error {
+func (b counterBackend) Count(_ context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	w := b.w
 	b.trip()
 	w.mu.Lock()
@@ -549,7 +549,7 @@ func (b counterBackend) Count(_ context.Context, prefix string, keys []string, c
 			}
 			t.Counts[i], t.ExpiresAt[i] = v, r.exp
 		}
-		if t.Limiting < 0 && t.Counts[i] > caps[i].Max-n {
+		if t.Limiting < 0 && t.Counts[i] > int64(caps[i].Limit)-n {
 			t.Limiting = i
 		}
 	}
@@ -566,7 +566,7 @@ func (b counterBackend) Count(_ context.Context, prefix string, keys []string, c
 	var counts [store.MaxCountKeys]int64
 	var ends [store.MaxCountKeys]time.Time
 	for i := range keys {
-		if t.Counts[i] > caps[i].Max-n {
+		if t.Counts[i] > int64(caps[i].Limit)-n {
 			skip[i] = true // only with countNotAtomic
 			continue
 		}

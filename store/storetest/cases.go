@@ -396,9 +396,9 @@ func invalidKeys(r *runner) error {
 			return r.failf("Read naming %s returned %v, want %v", tc.what, err, store.ErrInvalidKey)
 		}
 		if len(tc.keys) <= store.MaxCountKeys {
-			caps := make([]store.Cap, len(tc.keys))
+			caps := make([]store.Budget, len(tc.keys))
 			for i := range caps {
-				caps[i] = store.Cap{Max: 5, Window: time.Minute}
+				caps[i] = store.Budget{Limit: 5, Window: time.Minute}
 			}
 			if _, err := r.p.First.Count(r.ctx, tc.keys, caps, 1); !errors.Is(err, store.ErrInvalidKey) {
 				return r.failf("Count naming %s returned %v, want %v", tc.what, err, store.ErrInvalidKey)
@@ -409,17 +409,17 @@ func invalidKeys(r *runner) error {
 	if _, _, err := r.put(r.p.First, `1`, longTTL, long[:store.MaxKeyLen]); err != nil {
 		return r.failf("a key of exactly MaxKeyLen bytes: %v", err)
 	}
-	minute := store.Cap{Max: 5, Window: time.Minute}
+	minute := store.Budget{Limit: 5, Window: time.Minute}
 	counts := []struct {
 		what string
 		keys []string
-		caps []store.Cap
+		caps []store.Budget
 		n    int64
 	}{
-		{"fewer caps than keys", []string{k, r.key("c2")}, []store.Cap{minute}, 1},
-		{"an amount of 0", []string{k}, []store.Cap{minute}, 0},
-		{"a cap of 0", []string{k}, []store.Cap{{Max: 0, Window: time.Minute}}, 1},
-		{"a window under a millisecond", []string{k}, []store.Cap{{Max: 5, Window: time.Microsecond}}, 1},
+		{"fewer caps than keys", []string{k, r.key("c2")}, []store.Budget{minute}, 1},
+		{"an amount of 0", []string{k}, []store.Budget{minute}, 0},
+		{"a cap of 0", []string{k}, []store.Budget{{Limit: 0, Window: time.Minute}}, 1},
+		{"a window under a millisecond", []string{k}, []store.Budget{{Limit: 5, Window: time.Microsecond}}, 1},
 	}
 	for _, tc := range counts {
 		if _, err := r.p.First.Count(r.ctx, tc.keys, tc.caps, tc.n); !errors.Is(err, store.ErrInvalidCount) {

@@ -27,7 +27,7 @@ func countExactBudget(r *runner) error {
 func (r *runner) exactBudget(round int) error {
 	const capMax, calls = 30, 100
 	k := r.key("budget-" + strconv.Itoa(round))
-	caps := []store.Cap{{Max: capMax, Window: time.Minute}}
+	caps := []store.Budget{{Limit: capMax, Window: time.Minute}}
 	tallies := make([]store.Tally, calls)
 	err := r.together(calls, 1, func(i, _ int, h *store.Handle) error {
 		t, err := r.count(h, []string{k}, caps, 1)
@@ -80,9 +80,9 @@ func (r *runner) exactBudget(round int) error {
 // another key has none, or starts counters for a refused Count.
 func countAllOrNothing(r *runner) error {
 	a, b, c := r.key("aon-a"), r.key("aon-b"), r.key("aon-c")
-	minute := func(max int64) store.Cap { return store.Cap{Max: max, Window: time.Minute} }
+	minute := func(max int) store.Budget { return store.Budget{Limit: max, Window: time.Minute} }
 	keys := []string{a, b, c}
-	caps := []store.Cap{minute(10), minute(2), minute(10)}
+	caps := []store.Budget{minute(10), minute(2), minute(10)}
 	for i := range 2 {
 		t, err := r.count(r.p.First, keys, caps, 1)
 		if err != nil {
@@ -111,7 +111,7 @@ func countAllOrNothing(r *runner) error {
 		}
 	}
 	// The first key with no room is named.
-	t, err = r.count(r.p.First, []string{c, b, a}, []store.Cap{minute(2), minute(2), minute(2)}, 1)
+	t, err = r.count(r.p.First, []string{c, b, a}, []store.Budget{minute(2), minute(2), minute(2)}, 1)
 	if err != nil {
 		return r.failf("Count of three keys, all at their caps: %v", err)
 	}
@@ -120,7 +120,7 @@ func countAllOrNothing(r *runner) error {
 	}
 	// An amount beyond a fresh key's cap starts nothing.
 	d, e := r.key("aon-d"), r.key("aon-e")
-	t, err = r.count(r.p.First, []string{e, d}, []store.Cap{minute(10), minute(4)}, 5)
+	t, err = r.count(r.p.First, []string{e, d}, []store.Budget{minute(10), minute(4)}, 5)
 	if err != nil {
 		return r.failf("Count of 5 against a cap of 4: %v", err)
 	}
@@ -146,7 +146,7 @@ func countAllOrNothing(r *runner) error {
 func countValues(r *runner) error {
 	a, b := r.key("val-a"), r.key("val-b")
 	keys := []string{a, b}
-	caps := []store.Cap{{Max: 5, Window: time.Minute}, {Max: 5, Window: 90*time.Second + 7*time.Millisecond}}
+	caps := []store.Budget{{Limit: 5, Window: time.Minute}, {Limit: 5, Window: 90*time.Second + 7*time.Millisecond}}
 	var first store.Tally
 	for i, h := range []*store.Handle{r.p.First, r.p.Second} {
 		before, err := r.now(h)
@@ -197,7 +197,7 @@ func countValues(r *runner) error {
 // window that has ended.
 func countWindow(r *runner) error {
 	k := r.key("window")
-	caps := []store.Cap{{Max: 2, Window: shortTTL}}
+	caps := []store.Budget{{Limit: 2, Window: shortTTL}}
 	var first, t store.Tally
 	for i := range 3 {
 		var err error
@@ -234,7 +234,7 @@ func countWindow(r *runner) error {
 
 // refCount is the generic Count, done here through Update, as the
 // reference a store's own Count must match.
-func (r *runner) refCount(h *store.Handle, keys []string, caps []store.Cap, n int64) (store.Tally, error) {
+func (r *runner) refCount(h *store.Handle, keys []string, caps []store.Budget, n int64) (store.Tally, error) {
 	var t store.Tally
 	err := r.update(h, keys, func(now time.Time, es []store.Entry) error {
 		t = store.Tally{Now: now, Limiting: -1}
@@ -248,7 +248,7 @@ func (r *runner) refCount(h *store.Handle, keys []string, caps []store.Cap, n in
 				t.ExpiresAt[i] = es[i].ExpiresAt
 			}
 			t.Counts[i] = v
-			if t.Limiting < 0 && v > caps[i].Max-n {
+			if t.Limiting < 0 && v > int64(caps[i].Limit)-n {
 				t.Limiting = i
 			}
 		}
@@ -280,7 +280,7 @@ func countMatchesGeneric(r *runner) error {
 	if native {
 		path = "the store's own Count (store.Counter)"
 	}
-	capOf := []store.Cap{{Max: 3, Window: time.Minute}, {Max: 5, Window: 2 * time.Minute}}
+	capOf := []store.Budget{{Limit: 3, Window: time.Minute}, {Limit: 5, Window: 2 * time.Minute}}
 	steps := []struct {
 		keys []int
 		n    int64
@@ -293,9 +293,9 @@ func countMatchesGeneric(r *runner) error {
 		{[]int{0, 1}, 1},
 		{[]int{1, 0}, 6},
 	}
-	names := func(set string, idx []int) ([]string, []store.Cap) {
+	names := func(set string, idx []int) ([]string, []store.Budget) {
 		var ks []string
-		var cs []store.Cap
+		var cs []store.Budget
 		for _, i := range idx {
 			ks = append(ks, r.key(fmt.Sprintf("gen-%s-%d", set, i)))
 			cs = append(cs, capOf[i])
@@ -353,7 +353,7 @@ func countMatchesGeneric(r *runner) error {
 		if _, _, err := r.put(r.p.First, v, longTTL, k); err != nil {
 			return err
 		}
-		_, err := r.count(r.p.First, []string{k}, []store.Cap{{Max: 10, Window: time.Minute}}, 1)
+		_, err := r.count(r.p.First, []string{k}, []store.Budget{{Limit: 10, Window: time.Minute}}, 1)
 		if !errors.Is(err, store.ErrNotCounter) {
 			return r.failf("%s of a key holding %s returned %v, want %v", path, v, err, store.ErrNotCounter)
 		}

@@ -230,7 +230,7 @@ func expiryNotLate(r *runner) error {
 func rewriteAfterExpiry(r *runner) error {
 	const capMax = 3
 	k, gk, nk := r.key("rw"), r.key("rw-generic"), r.key("rw-native")
-	window := []store.Cap{{Max: capMax, Window: shortTTL}}
+	window := []store.Budget{{Limit: capMax, Window: shortTTL}}
 	_, exp, err := r.put(r.p.First, `1`, shortTTL, k)
 	if err != nil {
 		return err
@@ -271,11 +271,11 @@ func rewriteAfterExpiry(r *runner) error {
 			}
 		}
 	}
-	hour := []store.Cap{{Max: capMax, Window: longTTL}}
+	hour := []store.Budget{{Limit: capMax, Window: longTTL}}
 	paths := []struct {
 		name  string
 		key   string
-		count func(h *store.Handle, keys []string, caps []store.Cap, n int64) (store.Tally, error)
+		count func(h *store.Handle, keys []string, caps []store.Budget, n int64) (store.Tally, error)
 	}{
 		{"the generic Count through Update", gk, r.refCount},
 		{"Count", nk, r.count},

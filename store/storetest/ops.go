@@ -101,7 +101,7 @@ func (r *runner) read(h *store.Handle, keys ...string) ([]store.Entry, error) {
 }
 
 // count is h.Count, retried while the guard answers overloaded.
-func (r *runner) count(h *store.Handle, keys []string, caps []store.Cap, n int64) (store.Tally, error) {
+func (r *runner) count(h *store.Handle, keys []string, caps []store.Budget, n int64) (store.Tally, error) {
 	for i := 0; ; i++ {
 		t, err := h.Count(r.ctx, keys, caps, n)
 		if !r.overloaded(err, i) {

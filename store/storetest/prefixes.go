@@ -50,7 +50,7 @@ func prefixIsolation(r *runner) error {
 		return err
 	}
 	c := r.key("iso-count")
-	caps := []store.Cap{{Max: 1, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 1, Window: time.Minute}}
 	if _, err := r.count(r.p.First, []string{c}, caps, 1); err != nil {
 		return r.failf("Count on First: %v", err)
 	}
@@ -82,7 +82,7 @@ func nestedPrefixes(r *runner) error {
 	if err != nil {
 		return err
 	}
-	caps := []store.Cap{{Max: 1, Window: time.Minute}}
+	caps := []store.Budget{{Limit: 1, Window: time.Minute}}
 	for i, sep := range separators {
 		q := "q"
 		if sep == "" {

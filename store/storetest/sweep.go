@@ -210,7 +210,7 @@ func (r *runner) useAndClose() error {
 	if _, err := r.mustRead(h, a, b); err != nil {
 		return err
 	}
-	if _, err := r.count(h, []string{r.key("close-c")}, []store.Cap{{Max: 5, Window: time.Minute}}, 1); err != nil {
+	if _, err := r.count(h, []string{r.key("close-c")}, []store.Budget{{Limit: 5, Window: time.Minute}}, 1); err != nil {
 		return r.failf("Count: %v", err)
 	}
 	if _, err := s.Sweep(r.ctx); err != nil {

@@ -8,6 +8,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"expvar"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,8 +22,16 @@ import (
 
 	"github.com/gatecount/gatecount/config"
 	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/metrics"
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store"
+
+	// The stores the environment may choose, each registering its URL
+	// schemes with config.
+	_ "github.com/gatecount/gatecount/store/postgres"
+	_ "github.com/gatecount/gatecount/store/redis"
+	_ "github.com/gatecount/gatecount/store/sqlite"
 )
 
 // DefaultAddr is where the examples listen when ADDR is unset.
@@ -31,10 +40,41 @@ const DefaultAddr = "127.0.0.1:8080"
 // DefaultAPIKeys are the demo callers when API_KEYS is unset.
 const DefaultAPIKeys = "alice:alice-token,bob:bob-token"
 
+// Budgets are the budgets of the demo's routes, each read from its own
+// variable (the window is fixed).
+type Budgets struct {
+	Execute          limiter.Budget // RATE_LIMIT_EXECUTE_PER_MINUTE, per caller
+	Health           limiter.Budget // RATE_LIMIT_HEALTH_PER_MINUTE, per IP
+	LoginAccountIP   limiter.Budget // RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES, per 15 minutes
+	LoginAccount     limiter.Budget // RATE_LIMIT_LOGIN_ACCOUNT_FAILURES, per hour
+	LoginIP          limiter.Budget // RATE_LIMIT_LOGIN_IP_ATTEMPTS, per hour
+	ResetDestination limiter.Budget // RATE_LIMIT_RESET_PER_DESTINATION, per hour
+	ResetIP          limiter.Budget // RATE_LIMIT_RESET_PER_IP, per hour
+}
+
+// ReadBudgets reads the demo's budgets through v, defaults where unset.
+func ReadBudgets(v *config.Vars) Budgets {
+	return Budgets{
+		Execute:          v.Budget("RATE_LIMIT_EXECUTE_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute}),
+		Health:           v.Budget("RATE_LIMIT_HEALTH_PER_MINUTE", limiter.Budget{Limit: 300, Window: time.Minute}),
+		LoginAccountIP:   v.Budget("RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", middleware.DefaultAccountIPFailures),
+		LoginAccount:     v.Budget("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", middleware.DefaultAccountFailures),
+		LoginIP:          v.Budget("RATE_LIMIT_LOGIN_IP_ATTEMPTS", middleware.DefaultIPAttempts),
+		ResetDestination: v.Budget("RATE_LIMIT_RESET_PER_DESTINATION", middleware.DefaultPerDestination),
+		ResetIP:          v.Budget("RATE_LIMIT_RESET_PER_IP", middleware.DefaultSendPerIP),
+	}
+}
+
 // App is the demo application.
 type App struct {
 	Config  config.Config
+	Budgets Budgets
 	Addr    string
+	// DebugAddr, from DEBUG_ADDR, is where /debug/vars is served; "" when
+	// it is not.
+	DebugAddr string
+	// Metrics hears the store's calls and the limiters' decisions.
+	Metrics *metrics.Expvar
 	Store   *config.Opened
 	Execute *middleware.Middleware  // POST /execute, per caller
 	Health  *middleware.Middleware  // GET /health and /ready, per IP
@@ -57,12 +97,18 @@ type App struct {
 // settings of package config, plus ADDR and API_KEYS.
 func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger) (*App, error) {
 	c, err := config.FromEnv(lookup)
-	if err != nil {
+	vars := config.NewVars(lookup)
+	budgets := ReadBudgets(vars)
+	if err = errors.Join(err, vars.Err()); err != nil {
 		return nil, err
 	}
-	a := &App{Config: c, Addr: DefaultAddr, Log: log, executions: map[string]int64{}, signIns: map[string]int{}, codesSent: map[string]int{}}
+	a := &App{Config: c, Budgets: budgets, Addr: DefaultAddr, Metrics: sharedMetrics(), Log: log,
+		executions: map[string]int64{}, signIns: map[string]int{}, codesSent: map[string]int{}}
 	if v, ok := lookup("ADDR"); ok && v != "" {
 		a.Addr = v
+	}
+	if v, ok := lookup("DEBUG_ADDR"); ok && v != "" {
+		a.DebugAddr = v
 	}
 	keys := DefaultAPIKeys
 	if v, ok := lookup("API_KEYS"); ok && v != "" {
@@ -78,9 +124,10 @@ func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 	if a.users, err = parseUsers(users); err != nil {
 		return nil, err
 	}
-	if a.Store, err = config.Open(ctx, c, log); err != nil {
+	if a.Store, err = config.Open(ctx, c, store.Options{Logger: log, Observer: a.Metrics}); err != nil {
 		return nil, err
 	}
+	a.Metrics.Watch("limits", a.Store.Store)
 	if err := a.limiters(); err != nil {
 		a.Store.Close()
 		return nil, err
@@ -98,20 +145,23 @@ func (a *App) limiters() error {
 			return err
 		}
 	}
-	ip := keyfunc.IPOptions{TrustedProxies: a.Config.TrustedProxies, Header: a.Config.TrustedProxyHeader}
+	ip := a.Config.IP()
+	b := a.Budgets
 	var err error
-	if a.Execute, err = middleware.PerCaller(h[0], a.Config.Execute, middleware.Options{Name: "execute", Logger: a.Log}); err != nil {
+	if a.Execute, err = middleware.PerCaller(h[0], b.Execute, middleware.Options{Name: "execute", Logger: a.Log, Observer: a.Metrics}); err != nil {
 		return err
 	}
-	if a.Health, err = middleware.PerIP(h[1], a.Config.Health, middleware.Options{Name: "health", IP: ip, Logger: a.Log}); err != nil {
+	if a.Health, err = middleware.PerIP(h[1], b.Health, middleware.Options{Name: "health", IP: ip, Logger: a.Log, Observer: a.Metrics}); err != nil {
 		return err
 	}
 	if a.Login, err = middleware.SignIn(h[2], middleware.SignInOptions{
-		Name:              "login",
-		AccountIPFailures: a.Config.LoginAccountIP,
-		AccountFailures:   a.Config.LoginAccount,
-		IPAttempts:        a.Config.LoginIP,
+		// Named login, the default: budgets login-account-ip, login-account,
+		// login-device and login-ip.
+		AccountIPFailures: b.LoginAccountIP,
+		AccountFailures:   b.LoginAccount,
+		IPAttempts:        b.LoginIP,
 		IP:                ip,
+		Observer:          a.Metrics,
 		// Signed with GATECOUNT_SECRET when set; else with a key of this
 		// process, so that device cookies stop working at a restart.
 		Device: middleware.DeviceOptions{Secret: a.Config.Secret},
@@ -122,9 +172,10 @@ func (a *App) limiters() error {
 	}
 	a.Reset, err = middleware.Send(h[3], middleware.SendOptions{
 		Name:           "reset",
-		PerDestination: a.Config.ResetDestination,
-		PerIP:          a.Config.ResetIP,
+		PerDestination: b.ResetDestination,
+		PerIP:          b.ResetIP,
 		IP:             ip,
+		Observer:       a.Metrics,
 		Logger:         a.Log,
 	})
 	return err
@@ -253,11 +304,50 @@ func Run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 		return err
 	}
 	defer app.Close()
-	return Serve(ctx, app.Addr, routes(app), log, func(addr string) {
+	if app.DebugAddr == "" {
+		return Serve(ctx, app.Addr, routes(app), log, func(addr string) {
+			if ready != nil {
+				ready(app, addr)
+			}
+		})
+	}
+	// /debug/vars on its own address, which only operators should reach;
+	// the app's listener never serves it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	debug := http.NewServeMux()
+	debug.Handle("GET /debug/vars", expvar.Handler())
+	debugReady := make(chan string, 1)
+	debugDone := make(chan error, 1)
+	go func() {
+		debugDone <- Serve(ctx, app.DebugAddr, debug, log.With("server", "debug"), func(addr string) { debugReady <- addr })
+	}()
+	var debugAddr string
+	select {
+	case debugAddr = <-debugReady:
+	case err := <-debugDone:
+		return fmt.Errorf("DEBUG_ADDR: %w", err)
+	}
+	app.DebugAddr = debugAddr
+	err = Serve(ctx, app.Addr, routes(app), log, func(addr string) {
 		if ready != nil {
 			ready(app, addr)
 		}
 	})
+	cancel()
+	return errors.Join(err, <-debugDone)
+}
+
+var (
+	metricsOnce sync.Once
+	metricsVar  *metrics.Expvar
+)
+
+// sharedMetrics returns the process's metrics, published once under
+// "gatecount" (a process serves one /debug/vars).
+func sharedMetrics() *metrics.Expvar {
+	metricsOnce.Do(func() { metricsVar = metrics.NewExpvar("gatecount") })
+	return metricsVar
 }
 
 // Serve serves h on addr until ctx ends, then shuts down gracefully. ready,

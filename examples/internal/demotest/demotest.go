@@ -4,6 +4,7 @@ package demotest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -192,4 +193,39 @@ func CheckExample(t *testing.T, routes Routes) {
 	t.Run("reset logs", func(t *testing.T) {
 		CheckResetLogs(t, routes)
 	})
+	t.Run("debug vars", func(t *testing.T) {
+		CheckDebugVars(t, routes)
+	})
+}
+
+// CheckDebugVars checks that with DEBUG_ADDR set the example serves
+// /debug/vars there, with the limiters' decisions and the store's stats,
+// and never on its own address; without it, nowhere.
+func CheckDebugVars(t *testing.T, routes Routes) {
+	s := Start(t, routes, map[string]string{"DEBUG_ADDR": "127.0.0.1:0", "RATE_LIMIT_HEALTH_PER_MINUTE": "1"})
+	Do(t, "GET", s.URL+"/health", "")
+	Do(t, "GET", s.URL+"/health", "")
+	res, body := Do(t, "GET", "http://"+s.App.DebugAddr+"/debug/vars", "")
+	var vars struct {
+		Gatecount struct {
+			Decisions map[string]map[string]int
+			Stores    map[string]map[string]any
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &vars); res.StatusCode != 200 || err != nil {
+		t.Fatalf("GET /debug/vars on DEBUG_ADDR: %d %v\n%s", res.StatusCode, err, body)
+	}
+	if d := vars.Gatecount.Decisions["health"]; d["allowed"] < 1 || d["denied"] < 1 {
+		t.Errorf("decisions of health: %v", vars.Gatecount.Decisions)
+	}
+	if _, ok := vars.Gatecount.Stores["limits"]["max_entries"]; !ok {
+		t.Errorf("the store's stats are not published: %v", vars.Gatecount.Stores)
+	}
+	if res, _ := Do(t, "GET", s.URL+"/debug/vars", ""); res.StatusCode != 404 {
+		t.Errorf("/debug/vars on the app's own address: %d, want 404", res.StatusCode)
+	}
+	plain := Start(t, routes, nil)
+	if plain.App.DebugAddr != "" {
+		t.Errorf("DebugAddr %q without DEBUG_ADDR", plain.App.DebugAddr)
+	}
 }

@@ -1,0 +1,58 @@
+// Package gatecount is rate-limiting middleware for net/http: it throttles
+// sign-ins, password resets, codes sent and any route, counting attempts
+// exactly, in memory on one instance or in a shared store (PostgreSQL,
+// SQLite, Redis) when several instances must agree.
+//
+// # The short form
+//
+// One line limits a route, or a chi or gorilla/mux route group, per client
+// address, counting in this process's memory:
+//
+//	r.Use(gatecount.LimitByIP(100, time.Minute))                  // chi, gorilla/mux
+//	mux.Handle("GET /", gatecount.LimitByIP(100, time.Minute)(h)) // net/http
+//
+// With several instances, counts must be shared: FromEnv opens the store the
+// environment names and limits per caller, per address, on that store. The
+// program imports the store it uses, which links its driver:
+//
+//	import _ "github.com/gatecount/gatecount/store/postgres" // or store/sqlite, store/redis
+//
+//	limits, err := gatecount.FromEnv(ctx)
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	r.With(authenticate, limits.PerCaller("api", 30, time.Minute)).Post("/api", api)
+//
+// A limiter that cannot be built (a budget out of range, a name taken) never
+// lets requests through unlimited: its routes answer 500 and Limits.Err
+// returns why.
+//
+// # Which package for what
+//
+//   - middleware: the full form. PerIP, PerCaller and New limit a route by
+//     one key; SignIn guards a sign-in form (failures per account and
+//     address, per account, attempts per address, known devices); Send
+//     guards a route that sends mail or codes (per destination and address,
+//     silently by default).
+//   - limiter: budgets counted on a store, for code that is not HTTP.
+//   - keyfunc: what a request is counted by: client address behind trusted
+//     proxies, caller ID, form and JSON fields, account normalisation.
+//   - config: the environment (store selection, GATECOUNT_SECRET, bound,
+//     trusted proxies) read in one place, and the store it chooses opened.
+//   - store: the contract every store honours, and the guard (deadline,
+//     in-flight bound, breaker) every store gets. The stores:
+//     store/memory, store/postgres, store/sqlite, store/redis;
+//     store/storetest proves your own.
+//   - metrics: decisions and store calls published through expvar;
+//     metrics/prometheus (a module of its own) for Prometheus.
+//   - cmd/gatecount: migrate a PostgreSQL database
+//     (go run github.com/gatecount/gatecount/cmd/gatecount migrate).
+//
+// # Examples
+//
+// examples/stdlib, examples/chi and examples/gorilla serve the same demo
+// (per-caller and per-IP routes, a sign-in form, password resets) on three
+// routers; examples/outside is an app of its own module using the short
+// forms. README.md walks through each, and RELIABILITY.md lists every promise
+// with the test that proves it.
+package gatecount

@@ -1,0 +1,224 @@
+package gatecount
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/memory"
+)
+
+// KindInvalidLimit is the "kind" of the error a Limits logs when it is asked
+// for a limiter it cannot build: a budget out of range, a name taken.
+const KindInvalidLimit = "ratelimit-invalid-limit"
+
+// Options configure a Limits. The zero value trusts no proxy and logs to
+// slog.Default().
+type Options struct {
+	// IP configures the client address of PerIP: the networks of trusted
+	// proxies and the header they set.
+	IP keyfunc.IPOptions
+	// Logger receives the limiters' logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Observer, when set, is told of every decision (metrics.Expvar, say).
+	Observer limiter.Observer
+}
+
+// Limits makes limiters that count in one store, each on a store handle of
+// its own, as one-line middlewares: func(http.Handler) http.Handler. It is
+// safe for concurrent use.
+//
+// A limiter it cannot build (a budget out of range, a name already taken)
+// is never a way round the limit: its middleware answers every request 500
+// and runs no handler, the error is logged at once (kind KindInvalidLimit),
+// and Err returns it, so that a program can refuse to start:
+//
+//	api := limits.PerCaller("api", 30, time.Minute)
+//	if err := limits.Err(); err != nil {
+//		log.Fatal(err)
+//	}
+type Limits struct {
+	s   *store.Store
+	o   Options
+	own []func() error // closed by Close, last first
+
+	mu    sync.Mutex
+	errs  []error
+	names map[string]int // automatic names given, for the next suffix
+}
+
+// New returns a Limits counting in s. Closing the Limits closes its
+// limiters, not s.
+func New(s *store.Store, o Options) *Limits {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Limits{s: s, o: o, names: map[string]int{}}
+}
+
+var (
+	defaultOnce   sync.Once
+	defaultLimits *Limits
+)
+
+// Default returns the Limits that LimitByIP uses: one store in this
+// process's memory, for an app that runs one instance, that lives as long as
+// the process. Its Err reports LimitByIP's configuration errors.
+func Default() *Limits {
+	defaultOnce.Do(func() {
+		defaultLimits = New(memory.New(memory.Options{}), Options{})
+	})
+	return defaultLimits
+}
+
+// LimitByIP limits each client address to limit requests per window,
+// counting in this process's memory: the one-line form for an app that runs
+// one instance.
+//
+//	r.Use(gatecount.LimitByIP(100, time.Minute))
+//
+// It is Default().PerIP("", limit, window): a request over budget is
+// answered 429 with Retry-After, and every answer carries the RateLimit
+// fields. It trusts no proxy: behind one, build a Limits with
+// Options.IP.TrustedProxies (or take one from the environment with
+// FromEnv). A budget out of range is reported as New describes: every
+// request answered 500, the error logged and returned by Default().Err().
+func LimitByIP(limit int, window time.Duration) func(http.Handler) http.Handler {
+	return Default().PerIP("", limit, window)
+}
+
+// PerIP returns a middleware that limits each client address to limit
+// requests per window (middleware.PerIP), named name in the RateLimit
+// fields, logs and metrics, with the handle prefix name + ":". An empty
+// name is made from the budget: "ip-100-per-1m". When the store cannot
+// answer, requests go through (limiter.Allow), counted in memory when the
+// store is busy or full.
+func (l *Limits) PerIP(name string, limit int, window time.Duration) func(http.Handler) http.Handler {
+	return l.build("ip", name, limit, window, func(h *store.Handle, b limiter.Budget, o middleware.Options) (*middleware.Middleware, error) {
+		o.IP = l.o.IP
+		return middleware.PerIP(h, b, o)
+	})
+}
+
+// PerCaller returns a middleware that limits each authenticated caller to
+// limit requests per window (middleware.PerCaller), keyed by the caller ID
+// the app's authentication middleware put in the request context with
+// keyfunc.WithCallerID; a request without one is answered 401. Names are as
+// PerIP's, made "caller-30-per-1m" when empty. When the store cannot answer
+// it counts in process memory (limiter.Local).
+func (l *Limits) PerCaller(name string, limit int, window time.Duration) func(http.Handler) http.Handler {
+	return l.build("caller", name, limit, window, middleware.PerCaller)
+}
+
+type constructor func(*store.Handle, limiter.Budget, middleware.Options) (*middleware.Middleware, error)
+
+func (l *Limits) build(kind, name string, limit int, window time.Duration, make constructor) func(http.Handler) http.Handler {
+	budget := limiter.Budget{Limit: limit, Window: window}
+	m, err := l.limiter(kind, name, budget, make)
+	if err != nil {
+		l.mu.Lock()
+		l.errs = append(l.errs, err)
+		l.mu.Unlock()
+		l.o.Logger.Error("rate limiter not built: every request it guards is answered 500", "kind", KindInvalidLimit, "err", err)
+		return refuseAll
+	}
+	return m.Wrap
+}
+
+func (l *Limits) limiter(kind, name string, budget limiter.Budget, make constructor) (*middleware.Middleware, error) {
+	if err := budget.Validate(); err != nil {
+		if name == "" {
+			name = kind
+		}
+		return nil, fmt.Errorf("gatecount: limiter %q: %w", name, err)
+	}
+	if name == "" {
+		name = l.autoName(kind + "-" + strconv.Itoa(budget.Limit) + "-per-" + shortDuration(budget.Window))
+	}
+	h, err := l.s.Handle(name + ":")
+	if err != nil {
+		return nil, fmt.Errorf("gatecount: limiter %q: %w", name, err)
+	}
+	m, err := make(h, budget, middleware.Options{Name: name, Logger: l.o.Logger, Observer: l.o.Observer})
+	if err != nil {
+		return nil, fmt.Errorf("gatecount: %w", err)
+	}
+	l.mu.Lock()
+	l.own = append(l.own, m.Close)
+	l.mu.Unlock()
+	return m, nil
+}
+
+// autoName returns base, or base-2, base-3… when base was given before.
+func (l *Limits) autoName(base string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.names[base]++
+	if n := l.names[base]; n > 1 {
+		return base + "-" + strconv.Itoa(n)
+	}
+	return base
+}
+
+// shortDuration formats d in its largest whole unit: 1m, 15m, 1h, 1d, 90s.
+func shortDuration(d time.Duration) string {
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if d%u.d == 0 {
+			return strconv.FormatInt(int64(d/u.d), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+}
+
+var problem500 = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter of this route is misconfigured."}` + "\n")
+
+// refuseAll is the middleware of a limiter that could not be built.
+func refuseAll(http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "application/problem+json")
+		h.Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusInternalServerError)
+		w.Write(problem500)
+	})
+}
+
+// Err returns every error of the limiters l could not build, joined, or nil.
+func (l *Limits) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return errors.Join(l.errs...)
+}
+
+// Store returns the store l counts in, for limiters built with package
+// middleware (SignIn, Send) on handles of their own.
+func (l *Limits) Store() *store.Store { return l.s }
+
+// IP returns the client-address settings l's per-IP limiters use, for the
+// limiters built with package middleware.
+func (l *Limits) IP() keyfunc.IPOptions { return l.o.IP }
+
+// Close closes l's limiters, then what l opened (the store, when FromEnv
+// opened it). The middlewares must not be used after.
+func (l *Limits) Close() error {
+	l.mu.Lock()
+	own := l.own
+	l.own = nil
+	l.mu.Unlock()
+	var errs []error
+	for i := len(own) - 1; i >= 0; i-- {
+		errs = append(errs, own[i]())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,34 @@
+package redis
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gatecount/gatecount/store"
+)
+
+// Importing the package registers the schemes redis: and rediss: with
+// store.OpenURL (and so with package config's RATE_LIMIT_STORE_URL): the
+// store OpenURL opens.
+func init() {
+	store.RegisterURL("redis", openURL)
+	store.RegisterURL("rediss", openURL)
+}
+
+func openURL(ctx context.Context, url string, o store.URLOptions) (*store.Store, func() error, error) {
+	s, err := OpenURL(ctx, url, Options{Secret: o.Secret, MaxEntries: o.MaxEntries, AllowEviction: o.AllowEviction, Store: o.Store})
+	if errors.Is(err, ErrEvicting) {
+		err = mayEvict{err}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, nil, nil
+}
+
+// mayEvict is an ErrEvicting error that matches store.ErrMayEvict too, so
+// that a caller that does not link this package can tell it.
+type mayEvict struct{ error }
+
+func (e mayEvict) Unwrap() error        { return e.error }
+func (e mayEvict) Is(target error) bool { return target == store.ErrMayEvict }

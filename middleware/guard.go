@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -178,18 +179,13 @@ func (g *guard) serve(w http.ResponseWriter, d *limiter.Decision, p *pass) {
 	}
 }
 
+// isToken reports whether s is a name the RateLimit fields can carry: 1 to
+// 64 letters, digits, '-', '_' and '.'.
 func isToken(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
+	return s != "" && len(s) <= 64 && strings.Trim(s, tokenChars) == ""
 }
+
+const tokenChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
 
 var (
 	problem400 = []byte(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")

@@ -1,35 +1,27 @@
 // Package middleware limits HTTP handlers: func(http.Handler) http.Handler
 // wrappers, usable with http.ServeMux, chi and gorilla/mux, that count each
-// request against a limiter and refuse the ones over budget. (For one line
-// per route, see the module root: gatecount.LimitByIP and gatecount.Limits.)
+// request and refuse the ones over budget. (For one line per route, see the
+// module root: gatecount.LimitByIP and gatecount.Limits.)
 //
-// The constructors, each counting in a store handle of its own:
-//
-//   - PerIP limits each client address (keyfunc.IP, forwarding headers only
-//     from trusted proxies). Default name "ip"; when the store is down,
+//   - PerIP limits each client address (forwarding headers only from
+//     trusted proxies). Default name "ip"; store down:
 //     requests go through (limiter.Allow).
-//   - PerCaller limits each authenticated caller, by the ID the app's
-//     authentication put in the context (keyfunc.WithCallerID); a request
-//     without one is answered 401. Default name "caller"; when the store
-//     is down, it counts in process memory (limiter.Local).
+//   - PerCaller limits each authenticated caller (keyfunc.WithCallerID); a
+//     request without one is answered 401. Default name "caller"; store
+//     down: it counts in process memory (limiter.Local).
 //   - New limits by any key function (Options.Key). Default name "limit";
-//     when the store is down, requests are refused 503 (limiter.Deny).
-//   - SignIn guards a sign-in form: failures per account and address,
-//     failures per account, attempts per address, and known devices, in one
-//     atomic store update per attempt; the handler reads the counted
-//     account with Account and tells the outcome with ReportSuccess or
-//     ReportFailure. Default name "login" (budgets login-account-ip,
-//     login-account, login-device, login-ip).
-//   - Send guards a route that sends mail or codes: per destination and per
-//     address, answering a throttled request like an accepted one unless
-//     SendOptions.Reveal. Default name "send" (budgets send-destination,
-//     send-ip).
+//     store down: requests are answered 503 (limiter.Deny).
+//   - SignIn guards a sign-in form: failures per account and address, per
+//     account, attempts per address, and known devices. The handler reads
+//     the account with Account and tells the outcome with ReportSuccess or
+//     ReportFailure. Default name "login".
+//   - Send guards a route that sends mail or codes, per destination and per
+//     address; a throttled request gets the same answer as an accepted one
+//     unless SendOptions.Reveal. Default name "send".
 //
-// Each Middleware owns its limiter, which claims its own store handle:
-// building two middlewares on one handle is refused with an error matching
-// store.ErrStoreReuse, since both would count each other's requests, and two
-// limiters of one store with the same name are refused with an error
-// matching store.ErrDuplicateName.
+// Each one claims its own store handle: a second one on the same handle is
+// refused (store.ErrStoreReuse), and so are two of one store with the same
+// name (store.ErrDuplicateName).
 //
 //	s := memory.New(memory.Options{})
 //	execH, err := s.Handle("execute:")
@@ -42,41 +34,27 @@
 //
 // # Responses
 //
-// A request over budget is answered 429 Too Many Requests, and never reaches
-// the wrapped handler. The answer carries Retry-After, in whole seconds
-// rounded up from the end of the limiting window on the store's clock (at
-// least 1), and an application/problem+json body (RFC 9457); Options.OnLimit
-// replaces it.
+// A request over budget never reaches the handler. It is answered 429 with
+// Retry-After (whole seconds until the window ends, at least 1) and an
+// application/problem+json body; Options.OnLimit replaces that answer.
+// When the store is down and the policy (Options.Unavailable) refuses, the
+// answer is 503 with Retry-After, never 429.
 //
-// Every counted response carries the fields of the IETF RateLimit header
-// draft (draft-ietf-httpapi-ratelimit-headers):
+// Every counted response carries the RateLimit fields of the IETF draft
+// (q: budget, w: window, r: requests left, t: seconds to reset):
 //
 //	RateLimit-Policy: "execute";q=30;w=60
 //	RateLimit: "execute";r=12;t=42
 //
-// q is the budget, w its window in seconds, r the requests left and t the
-// seconds until the window resets; on a 429, Retry-After is never earlier
-// than t. Options.LegacyHeaders adds X-RateLimit-Limit, -Remaining and
-// -Reset; Options.HideRemaining leaves out r and X-RateLimit-Remaining.
-//
-// Limiters stacked on one route (10 a minute and 100 a day, say) each add
-// their members to the two lists, so that a client sees every budget:
-//
-//	RateLimit-Policy: "minute";q=10;w=60, "day";q=100;w=86400
-//	RateLimit: "minute";r=9;t=60, "day";r=99;t=86400
-//
-// A store that cannot answer is handled by the limiter's limiter.Policy
-// (Options.Unavailable). Under limiter.Deny the request is answered 503 Service Unavailable with
-// Retry-After, never 429, so that a client can tell an outage from its own
-// excess.
+// Limiters stacked on one route each add their members to both fields.
+// Options.LegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset;
+// Options.HideRemaining leaves out r.
 //
 // # Counting only failures
 //
-// For sign-in and similar forms, Options.CountFailures counts the attempt
-// before the handler runs, so that concurrent attempts cannot all slip
-// through, and refunds it when the handler succeeds: by the status it writes
-// (Options.Success, by default a status below 400), or as it says with
-// ReportSuccess and ReportFailure.
+// With Options.CountFailures, an attempt is counted before the handler runs
+// and refunded when it succeeds: by its status (Options.Success, by default
+// below 400), or as the handler says with ReportSuccess and ReportFailure.
 package middleware
 
 import (

@@ -47,7 +47,7 @@ func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, a
 		t = 0
 	}
 	at = min(max(at, 0), len(f.names)-1)
-	stacked := len(h["Ratelimit-Policy"]) > 0 || len(h["Ratelimit"]) > 0
+	stacked := len(h) > 0 && (len(h["Ratelimit-Policy"]) > 0 || len(h["Ratelimit"]) > 0)
 	if stacked {
 		h["Ratelimit-Policy"] = []string{f.merge(h["Ratelimit-Policy"], f.policy[0])}
 	} else {

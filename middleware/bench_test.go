@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -69,4 +70,23 @@ func BenchmarkPerIPAllowed(b *testing.B) {
 	}
 	defer m.Close()
 	benchServe(b, m.Wrap(ok))
+}
+
+// BenchmarkLimiterAttempt is the limiter's share of PerIPAllowed: the same
+// attempt on the same store, without HTTP. PerIPAllowed less BareHandler
+// less this is the middleware's own cost.
+func BenchmarkLimiterAttempt(b *testing.B) {
+	s := memStore(b, nil)
+	l, err := limiter.New(handle(b, s, "health:"), limiter.Options{Name: "ip", Budget: limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour}, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, err := l.Attempt(ctx, "192.0.2.7"); err != nil || !d.Allowed {
+			b.Fatalf("%v %v", d.Allowed, err)
+		}
+	}
 }

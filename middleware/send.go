@@ -147,20 +147,24 @@ func (g *SendGuard) count(w http.ResponseWriter, r *http.Request, next http.Hand
 		return
 	}
 	if !d.Allowed && (!d.Unavailable || d.Local) {
-		// One line, naming the budget and never the client or the
-		// destination, so that an operator can tell a throttled request
-		// from one the handler found nothing to send for.
-		budget := ""
-		if k := shownKey(&d, nil); k >= 0 && k < len(g.names) {
-			budget = g.names[k]
-		}
-		g.log.Info("request throttled: nothing sent", "kind", KindLimited, "budget", budget)
+		g.throttled(&d)
 	}
 	p := pass{r: r.WithContext(context.WithValue(r.Context(), outcomeKey{}, &outcome{account: dest})), next: next, entries: sendEntries}
 	if !g.o.Reveal {
 		p.hide, p.refuse = true, g.o.Accepted
 	}
 	g.serve(w, &d, &p)
+}
+
+// throttled logs one line of a counted refusal, naming the budget and never
+// the client or the destination, so that an operator can tell a throttled
+// request from one the handler found nothing to send for.
+func (g *SendGuard) throttled(d *limiter.Decision) {
+	budget := ""
+	if k := shownKey(d, nil); k >= 0 && k < len(g.names) {
+		budget = g.names[k]
+	}
+	g.log.Info("request throttled: nothing sent", "kind", KindLimited, "budget", budget)
 }
 
 // sendEntries maps the keys of a send attempt to the budgets of its fields.

@@ -52,10 +52,8 @@ func newGuard(h *store.Handle, o guardOptions) (*guard, error) {
 		if !isToken(name) {
 			return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.name)
 		}
-		if i < len(o.names)-1 { // the limiter checks its own
-			if err := o.budgets[i].Validate(); err != nil {
-				return nil, fmt.Errorf("middleware %q: %s: %w", o.name, name, err)
-			}
+		if err := o.budgets[i].Validate(); err != nil {
+			return nil, fmt.Errorf("middleware %q: %s: %w", o.name, name, err)
 		}
 	}
 	if o.logger == nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -15,17 +16,19 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// guard is what the guards of several budgets (SignIn, Send) share: one
-// limiter counting every budget in one store update, the client address,
-// and the RateLimit fields naming each budget.
+// guard is what every limiter of this package is built on (Middleware,
+// SignInGuard, SendGuard): one limiter counting every budget of a request
+// in one store update, the RateLimit fields naming each budget, and serve,
+// the one path that answers a request by its decision.
 type guard struct {
 	l        *limiter.Limiter
-	ip       *keyfunc.IPKeyer
+	ip       *keyfunc.IPKeyer  // nil when the key is not the client address
+	fwd      *forwardedWarning // nil with ip
 	fields   *fields
 	retry503 []string
+	onLimit  func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
 	log      *slog.Logger
 	warn     rate.Sometimes
-	fwd      *forwardedWarning
 }
 
 // guardOptions are the settings a guard is built from.
@@ -34,27 +37,24 @@ type guardOptions struct {
 	names         []string         // of each budget, for the RateLimit fields
 	budgets       []limiter.Budget // the last is the limiter's own
 	unavailable   limiter.Policy
-	ip            keyfunc.IPOptions
+	policy        limiter.Policy     // the default of unavailable
+	ip            *keyfunc.IPOptions // nil: no client address keyer
 	hideRemaining bool
 	legacy        bool
 	retryAfter    time.Duration // of a 503; 0 means DefaultUnavailableRetryAfter
+	onLimit       func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
 	logger        *slog.Logger
 	observer      limiter.Observer
 }
 
 func newGuard(h *store.Handle, o guardOptions) (*guard, error) {
-	for i, b := range o.budgets {
-		if !isToken(o.names[i]) {
+	for i, name := range o.names {
+		if !isToken(name) {
 			return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.name)
 		}
-		if err := b.Validate(); err != nil {
-			return nil, fmt.Errorf("middleware %q: %s: %w", o.name, o.names[i], err)
+		if err := o.budgets[i].Validate(); err != nil {
+			return nil, fmt.Errorf("middleware %q: %s: %w", o.name, name, err)
 		}
-	}
-	policy := o.unavailable.Or(limiter.Local)
-	ip, err := keyfunc.NewIP(o.ip)
-	if err != nil {
-		return nil, fmt.Errorf("middleware %q: %w", o.name, err)
 	}
 	if o.logger == nil {
 		o.logger = slog.Default()
@@ -62,26 +62,40 @@ func newGuard(h *store.Handle, o guardOptions) (*guard, error) {
 	if o.retryAfter <= 0 {
 		o.retryAfter = DefaultUnavailableRetryAfter
 	}
+	g := &guard{
+		fields:   newFields(o.names, o.budgets, o.hideRemaining, o.legacy),
+		retry503: []string{strconv.FormatInt(ceilSeconds(o.retryAfter), 10)},
+		onLimit:  o.onLimit,
+		log:      o.logger.With("limiter", o.name),
+		warn:     rate.Sometimes{Interval: time.Second},
+	}
+	if o.ip != nil {
+		ip, err := keyfunc.NewIP(*o.ip)
+		if err != nil {
+			return nil, fmt.Errorf("middleware %q: %w", o.name, err)
+		}
+		g.ip, g.fwd = ip, newForwardedWarning(*o.ip, g.log)
+	}
 	l, err := limiter.New(h, limiter.Options{
 		Name:        o.name,
 		Budget:      o.budgets[len(o.budgets)-1],
-		Unavailable: policy,
+		Unavailable: o.unavailable.Or(o.policy),
 		Logger:      o.logger,
 		Observer:    o.observer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
-	return &guard{
-		l:        l,
-		ip:       ip,
-		fields:   newFields(o.names, o.budgets, o.hideRemaining, o.legacy),
-		retry503: []string{strconv.FormatInt(ceilSeconds(o.retryAfter), 10)},
-		log:      o.logger.With("limiter", o.name),
-		warn:     rate.Sometimes{Interval: time.Second},
-		fwd:      newForwardedWarning(o.ip, o.logger.With("limiter", o.name)),
-	}, nil
+	g.l = l
+	return g, nil
 }
+
+// Limiter returns the limiter that counts every budget.
+func (g *guard) Limiter() *limiter.Limiter { return g.l }
+
+// Close releases what the limiter holds of its own (see
+// limiter.Limiter.Close). The store is the caller's to close.
+func (g *guard) Close() error { return g.l.Close() }
 
 // clientIP returns the key of r's client address, or answers 400 and
 // reports false.
@@ -97,10 +111,8 @@ func (g *guard) clientIP(w http.ResponseWriter, r *http.Request) (string, bool) 
 }
 
 // attempt counts one attempt against every charge, even if the client hangs
-// up right after sending. It answers the request and reports false when it
-// could not be counted, or when the store was unavailable and the policy
-// refused it (503). When the store was unavailable and the policy let the
-// request through uncounted, it reports true with d.Unavailable set.
+// up right after sending. It answers 400 and reports false when the attempt
+// could not be counted.
 func (g *guard) attempt(w http.ResponseWriter, r *http.Request, charges ...limiter.Charge) (limiter.Decision, bool) {
 	d, err := g.l.AttemptEach(context.WithoutCancel(r.Context()), charges...)
 	if err != nil {
@@ -108,18 +120,83 @@ func (g *guard) attempt(w http.ResponseWriter, r *http.Request, charges ...limit
 		writeProblem(w, http.StatusBadRequest, problem400)
 		return d, false
 	}
-	if d.Unavailable && !d.Local && !d.Allowed {
-		w.Header()["Retry-After"] = g.retry503
-		writeProblem(w, http.StatusServiceUnavailable, problem503)
-		return d, false
-	}
 	return d, true
 }
 
-// Limiter returns the guard's limiter.
-func (g *guard) Limiter() *limiter.Limiter { return g.l }
+// A pass is how serve answers one counted request.
+type pass struct {
+	r    *http.Request // as the handler gets it
+	next http.Handler  // the handler
+	// run runs next for an allowed request and does what follows; nil
+	// runs next alone. When the store failed open, next runs alone.
+	run runner
+	// refuse answers a refusal, after the fields; nil means the guard's
+	// OnLimit, or 429.
+	refuse http.Handler
+	// entries maps each key of the attempt to its budget among the
+	// guard's fields, and own are the keys an allowed attempt's fields
+	// may name (nil: every key); nil entries name the deciding key.
+	entries, own []int
+	hide         bool // no RateLimit fields at all
+}
 
-// Close releases what the guard's limiter holds of its own.
-func (g *guard) Close() error { return g.l.Close() }
+// A runner runs the handler of an allowed request, and does what follows
+// it: a refund, a device cookie.
+type runner interface {
+	run(w http.ResponseWriter, r *http.Request, next http.Handler, d limiter.Decision)
+}
 
-var problem400 = []byte(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")
+// serve answers a request by its decision d: 503 when the store is
+// unavailable and the policy refuses, the handler uncounted when the policy
+// lets it through, and otherwise the RateLimit fields then the handler or,
+// over budget, a refusal that never reaches it.
+func (g *guard) serve(w http.ResponseWriter, d *limiter.Decision, p *pass) {
+	if d.Unavailable && !d.Local {
+		if !d.Allowed {
+			w.Header()["Retry-After"] = g.retry503
+			writeProblem(w, http.StatusServiceUnavailable, problem503)
+			return
+		}
+		p.next.ServeHTTP(w, p.r) // fail open: nothing was counted
+		return
+	}
+	if !p.hide {
+		g.show(w.Header(), d, p.entries, p.own)
+	}
+	switch {
+	case !d.Allowed && p.refuse != nil:
+		p.refuse.ServeHTTP(w, p.r)
+	case !d.Allowed && g.onLimit != nil:
+		g.onLimit(w, p.r, *d)
+	case !d.Allowed:
+		writeProblem(w, http.StatusTooManyRequests, problem429)
+	case p.run != nil:
+		p.run.run(w, p.r, p.next, *d)
+	default:
+		p.next.ServeHTTP(w, p.r)
+	}
+}
+
+// isToken reports whether s is a name the RateLimit fields can carry: 1 to
+// 64 letters, digits, '-', '_' and '.'.
+func isToken(s string) bool {
+	return s != "" && len(s) <= 64 && strings.Trim(s, tokenChars) == ""
+}
+
+const tokenChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
+
+var (
+	problem400 = []byte(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")
+	problem401 = []byte(`{"type":"about:blank","title":"Unauthorized","status":401}` + "\n")
+	problem429 = []byte(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Too many requests: retry after the time in the Retry-After header."}` + "\n")
+	problem503 = []byte(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limit store is unavailable: retry after the time in the Retry-After header."}` + "\n")
+)
+
+func writeProblem(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h["Content-Type"] = []string{"application/problem+json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	h["Cache-Control"] = []string{"no-store"}
+	w.WriteHeader(status)
+	w.Write(body)
+}

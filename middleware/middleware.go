@@ -1,35 +1,27 @@
 // Package middleware limits HTTP handlers: func(http.Handler) http.Handler
 // wrappers, usable with http.ServeMux, chi and gorilla/mux, that count each
-// request against a limiter and refuse the ones over budget. (For one line
-// per route, see the module root: gatecount.LimitByIP and gatecount.Limits.)
+// request and refuse the ones over budget. (For one line per route, see the
+// module root: gatecount.LimitByIP and gatecount.Limits.)
 //
-// The constructors, each counting in a store handle of its own:
-//
-//   - PerIP limits each client address (keyfunc.IP, forwarding headers only
-//     from trusted proxies). Default name "ip"; when the store is down,
+//   - PerIP limits each client address (forwarding headers only from
+//     trusted proxies). Default name "ip"; store down:
 //     requests go through (limiter.Allow).
-//   - PerCaller limits each authenticated caller, by the ID the app's
-//     authentication put in the context (keyfunc.WithCallerID); a request
-//     without one is answered 401. Default name "caller"; when the store
-//     is down, it counts in process memory (limiter.Local).
+//   - PerCaller limits each authenticated caller (keyfunc.WithCallerID); a
+//     request without one is answered 401. Default name "caller"; store
+//     down: it counts in process memory (limiter.Local).
 //   - New limits by any key function (Options.Key). Default name "limit";
-//     when the store is down, requests are refused 503 (limiter.Deny).
-//   - SignIn guards a sign-in form: failures per account and address,
-//     failures per account, attempts per address, and known devices, in one
-//     atomic store update per attempt; the handler reads the counted
-//     account with Account and tells the outcome with ReportSuccess or
-//     ReportFailure. Default name "login" (budgets login-account-ip,
-//     login-account, login-device, login-ip).
-//   - Send guards a route that sends mail or codes: per destination and per
-//     address, answering a throttled request like an accepted one unless
-//     SendOptions.Reveal. Default name "send" (budgets send-destination,
-//     send-ip).
+//     store down: requests are answered 503 (limiter.Deny).
+//   - SignIn guards a sign-in form: failures per account and address, per
+//     account, attempts per address, and known devices. The handler reads
+//     the account with Account and tells the outcome with ReportSuccess or
+//     ReportFailure. Default name "login".
+//   - Send guards a route that sends mail or codes, per destination and per
+//     address; a throttled request gets the same answer as an accepted one
+//     unless SendOptions.Reveal. Default name "send".
 //
-// Each Middleware owns its limiter, which claims its own store handle:
-// building two middlewares on one handle is refused with an error matching
-// store.ErrStoreReuse, since both would count each other's requests, and two
-// limiters of one store with the same name are refused with an error
-// matching store.ErrDuplicateName.
+// Each one claims its own store handle: a second one on the same handle is
+// refused (store.ErrStoreReuse), and so are two of one store with the same
+// name (store.ErrDuplicateName).
 //
 //	s := memory.New(memory.Options{})
 //	execH, err := s.Handle("execute:")
@@ -42,55 +34,37 @@
 //
 // # Responses
 //
-// A request over budget is answered 429 Too Many Requests, and never reaches
-// the wrapped handler. The answer carries Retry-After, in whole seconds
-// rounded up from the end of the limiting window on the store's clock (at
-// least 1), and an application/problem+json body (RFC 9457); Options.OnLimit
-// replaces it.
+// A request over budget never reaches the handler. It is answered 429 with
+// Retry-After (whole seconds until the window ends, at least 1) and an
+// application/problem+json body; Options.OnLimit replaces that answer.
+// When the store is down and the policy (Options.Unavailable) refuses, the
+// answer is 503 with Retry-After, never 429.
 //
-// Every counted response carries the fields of the IETF RateLimit header
-// draft (draft-ietf-httpapi-ratelimit-headers):
+// Every counted response carries the RateLimit fields of the IETF draft
+// (q: budget, w: window, r: requests left, t: seconds to reset):
 //
 //	RateLimit-Policy: "execute";q=30;w=60
 //	RateLimit: "execute";r=12;t=42
 //
-// q is the budget, w its window in seconds, r the requests left and t the
-// seconds until the window resets; on a 429, Retry-After is never earlier
-// than t. Options.LegacyHeaders adds X-RateLimit-Limit, -Remaining and
-// -Reset; Options.HideRemaining leaves out r and X-RateLimit-Remaining.
-//
-// Limiters stacked on one route (10 a minute and 100 a day, say) each add
-// their members to the two lists, so that a client sees every budget:
-//
-//	RateLimit-Policy: "minute";q=10;w=60, "day";q=100;w=86400
-//	RateLimit: "minute";r=9;t=60, "day";r=99;t=86400
-//
-// A store that cannot answer is handled by the limiter's limiter.Policy
-// (Options.Unavailable). Under limiter.Deny the request is answered 503 Service Unavailable with
-// Retry-After, never 429, so that a client can tell an outage from its own
-// excess.
+// Limiters stacked on one route each add their members to both fields.
+// Options.LegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset;
+// Options.HideRemaining leaves out r.
 //
 // # Counting only failures
 //
-// For sign-in and similar forms, Options.CountFailures counts the attempt
-// before the handler runs, so that concurrent attempts cannot all slip
-// through, and refunds it when the handler succeeds: by the status it writes
-// (Options.Success, by default a status below 400), or as it says with
-// ReportSuccess and ReportFailure.
+// With Options.CountFailures, an attempt is counted before the handler runs
+// and refunded when it succeeds: by its status (Options.Success, by default
+// below 400), or as the handler says with ReportSuccess and ReportFailure.
 package middleware
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
-	"unsafe"
-
-	"golang.org/x/time/rate"
 
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
@@ -159,14 +133,9 @@ type Options struct {
 // Middleware limits the handlers it wraps with one limiter. It is safe for
 // concurrent use.
 type Middleware struct {
-	l        *limiter.Limiter
-	key      keyfunc.Func
-	o        Options
-	fields   *fields
-	retry503 []string
-	log      *slog.Logger
-	noKeyLog rate.Sometimes
-	fwd      *forwardedWarning // PerIP's own key only
+	*guard
+	key keyfunc.Func
+	o   Options
 }
 
 // PerCaller returns a Middleware that limits each authenticated caller to
@@ -177,16 +146,12 @@ type Middleware struct {
 // does real work, so it should stay limited, but an outage of the store
 // should not stop every caller. Its default name is "caller".
 func PerCaller(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
-	if o.Name == "" {
-		o.Name = "caller"
-	}
-	if o.KeyErrorStatus == 0 {
-		o.KeyErrorStatus = http.StatusUnauthorized
-	}
+	o.Name = cmp.Or(o.Name, "caller")
+	o.KeyErrorStatus = cmp.Or(o.KeyErrorStatus, http.StatusUnauthorized)
 	if o.Key == nil {
 		o.Key = keyfunc.CallerID
 	}
-	return build(h, budget, o, limiter.Local)
+	return build(h, budget, o, limiter.Local, nil)
 }
 
 // PerIP returns a Middleware that limits each client address to budget,
@@ -200,22 +165,12 @@ func PerCaller(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, 
 // that nobody told it of, the limiter keys every client by the proxy's
 // address.
 func PerIP(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
-	if o.Name == "" {
-		o.Name = "ip"
+	o.Name = cmp.Or(o.Name, "ip")
+	var ip *keyfunc.IPOptions
+	if o.Key == nil {
+		ip = &o.IP
 	}
-	own := o.Key == nil
-	if own {
-		k, err := keyfunc.NewIP(o.IP)
-		if err != nil {
-			return nil, fmt.Errorf("middleware %q: %w", o.Name, err)
-		}
-		o.Key = k.Key
-	}
-	m, err := build(h, budget, o, limiter.Allow)
-	if err == nil && own {
-		m.fwd = newForwardedWarning(o.IP, m.log)
-	}
-	return m, err
+	return build(h, budget, o, limiter.Allow, ip)
 }
 
 // New returns a Middleware that limits each key o.Key finds to budget. When
@@ -226,76 +181,52 @@ func New(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error)
 	if o.Key == nil {
 		return nil, errors.New("middleware: Options.Key is required")
 	}
-	if o.Name == "" {
-		o.Name = "limit"
-	}
-	return build(h, budget, o, limiter.Deny)
+	o.Name = cmp.Or(o.Name, "limit")
+	return build(h, budget, o, limiter.Deny, nil)
 }
 
-func build(h *store.Handle, budget limiter.Budget, o Options, def limiter.Policy) (*Middleware, error) {
-	if !isToken(o.Name) {
-		return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
-	}
-	policy := o.Unavailable.Or(def)
-	if o.KeyErrorStatus == 0 {
-		o.KeyErrorStatus = http.StatusBadRequest
-	}
+// build builds a Middleware of one budget; with ip, it keys each request by
+// its client address.
+func build(h *store.Handle, budget limiter.Budget, o Options, policy limiter.Policy, ip *keyfunc.IPOptions) (*Middleware, error) {
+	o.KeyErrorStatus = cmp.Or(o.KeyErrorStatus, http.StatusBadRequest)
 	if o.KeyErrorStatus < 400 || o.KeyErrorStatus > 599 {
 		return nil, fmt.Errorf("middleware %q: KeyErrorStatus %d is not an error status", o.Name, o.KeyErrorStatus)
 	}
 	if o.Success == nil {
 		o.Success = defaultSuccess
 	}
-	if o.UnavailableRetryAfter <= 0 {
-		o.UnavailableRetryAfter = DefaultUnavailableRetryAfter
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	l, err := limiter.New(h, limiter.Options{Name: o.Name, Budget: budget, Unavailable: policy, Logger: o.Logger, Observer: o.Observer})
+	g, err := newGuard(h, guardOptions{
+		name:          o.Name,
+		names:         []string{o.Name},
+		budgets:       []limiter.Budget{budget},
+		unavailable:   o.Unavailable,
+		policy:        policy,
+		ip:            ip,
+		hideRemaining: o.HideRemaining,
+		legacy:        o.LegacyHeaders,
+		retryAfter:    o.UnavailableRetryAfter,
+		onLimit:       o.OnLimit,
+		logger:        o.Logger,
+		observer:      o.Observer,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("middleware: %w", err)
+		return nil, err
 	}
-	m := &Middleware{
-		l:        l,
-		key:      o.Key,
-		o:        o,
-		fields:   newFields([]string{o.Name}, []limiter.Budget{budget}, o.HideRemaining, o.LegacyHeaders),
-		retry503: []string{strconv.FormatInt(ceilSeconds(o.UnavailableRetryAfter), 10)},
-		log:      o.Logger.With("limiter", o.Name),
-		noKeyLog: rate.Sometimes{Interval: time.Second},
+	m := &Middleware{guard: g, key: o.Key, o: o}
+	if ip != nil {
+		m.key = g.ip.Key
 	}
 	return m, nil
 }
 
-func isToken(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
-// Limiter returns the middleware's limiter.
-func (m *Middleware) Limiter() *limiter.Limiter { return m.l }
-
-// Close releases what the middleware's limiter holds of its own (see
-// limiter.Limiter.Close). The store is the caller's to close.
-func (m *Middleware) Close() error { return m.l.Close() }
-
 // Wrap returns next limited by m.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m.serve(w, r, next)
+		m.count(w, r, next)
 	})
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (m *Middleware) count(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if m.o.Skip != nil && m.o.Skip(r) {
 		next.ServeHTTP(w, r)
 		return
@@ -309,9 +240,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	ctx := r.Context()
+	p := pass{r: r, next: next}
 	if m.o.CountFailures {
 		// A client that hangs up after sending is still counted.
 		ctx = context.WithoutCancel(ctx)
+		p.run = m
 	}
 	d, err := m.l.Attempt(ctx, key)
 	if err != nil {
@@ -321,28 +254,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.noKey(w, r, err)
 		return
 	}
-	if d.Unavailable && !d.Local {
-		if !d.Allowed {
-			m.unavailable(w, r)
-			return
-		}
-		next.ServeHTTP(w, r) // fail open: nothing was counted
-		return
-	}
-	m.fields.set(w.Header(), &d)
-	if !d.Allowed {
-		m.limited(w, r, d)
-		return
-	}
-	if !m.o.CountFailures {
-		next.ServeHTTP(w, r)
-		return
-	}
-	m.serveCounted(w, r, next, d)
+	m.serve(w, &d, &p)
 }
 
-// serveCounted runs next and refunds the attempt if it succeeded.
-func (m *Middleware) serveCounted(w http.ResponseWriter, r *http.Request, next http.Handler, d limiter.Decision) {
+// run runs next and refunds the attempt if it succeeded (CountFailures).
+func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, d limiter.Decision) {
 	out := &outcome{}
 	rw := &responseWriter{ResponseWriter: w}
 	next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), outcomeKey{}, out)))
@@ -355,162 +271,8 @@ func (m *Middleware) serveCounted(w http.ResponseWriter, r *http.Request, next h
 	}
 }
 
-// fields writes the RateLimit header fields of decisions on one or more
-// budgets, each named.
-type fields struct {
-	policy        []string // RateLimit-Policy, shared by every response
-	names         []string // `"name";` of each key of an attempt
-	limits        [][]string
-	hideRemaining bool
-	legacy        bool
-}
-
-func newFields(names []string, budgets []limiter.Budget, hideRemaining, legacy bool) *fields {
-	f := &fields{hideRemaining: hideRemaining, legacy: legacy}
-	var policy []string
-	for i, name := range names {
-		w := max(int64(budgets[i].Window/time.Second), 1)
-		policy = append(policy, fmt.Sprintf("%q;q=%d;w=%d", name, budgets[i].Limit, w))
-		f.names = append(f.names, strconv.Quote(name)+";")
-		f.limits = append(f.limits, []string{strconv.Itoa(budgets[i].Limit)})
-	}
-	f.policy = []string{strings.Join(policy, ", ")}
-	return f
-}
-
-// set writes the fields of d, naming the key that decided it.
-func (f *fields) set(h http.Header, d *limiter.Decision) {
-	f.write(h, d.KeyIndex, d.Remaining, d.Reset, d.Now, d.Allowed)
-}
-
-// write writes the fields of budget at (an index of the names newFields
-// was given) with remaining attempts left until reset, as of now, and
-// Retry-After when the attempt was refused.
-func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, allowed bool) {
-	t := ceilSeconds(reset.Sub(now))
-	if reset.IsZero() {
-		t = 0
-	}
-	at = min(max(at, 0), len(f.names)-1)
-	stacked := len(h["Ratelimit-Policy"]) > 0 || len(h["Ratelimit"]) > 0
-	if stacked {
-		h["Ratelimit-Policy"] = []string{f.merge(h["Ratelimit-Policy"], f.policy[0])}
-	} else {
-		h["Ratelimit-Policy"] = f.policy
-	}
-	var buf [128]byte
-	b := append(buf[:0], f.names[at]...)
-	if !f.hideRemaining {
-		b = append(b, "r="...)
-		b = strconv.AppendInt(b, int64(remaining), 10)
-		b = append(b, ';')
-	}
-	b = append(b, "t="...)
-	b = strconv.AppendInt(b, t, 10)
-	if stacked {
-		h["Ratelimit"] = []string{f.merge(h["Ratelimit"], string(b))}
-	} else {
-		h["Ratelimit"] = field(b)
-	}
-	if f.legacy {
-		h["X-Ratelimit-Limit"] = f.limits[at]
-		if !f.hideRemaining {
-			h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(remaining)}
-		}
-		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
-	}
-	if !allowed {
-		h["Retry-After"] = []string{strconv.FormatInt(max(t, 1), 10)}
-	}
-}
-
-// merge returns the list members of field values vals, less those naming
-// one of f's budgets, followed by mine: the value of a field that an outer
-// limiter of the same request has already set, so that stacked limiters
-// each keep their members (the draft's fields are lists).
-func (f *fields) merge(vals []string, mine string) string {
-	var b strings.Builder
-	for _, v := range vals {
-		for m := range strings.SplitSeq(v, ",") {
-			m = strings.TrimSpace(m)
-			if m == "" || f.ownMember(m) {
-				continue
-			}
-			b.WriteString(m)
-			b.WriteString(", ")
-		}
-	}
-	b.WriteString(mine)
-	return b.String()
-}
-
-// ownMember reports whether list member m names one of f's budgets.
-func (f *fields) ownMember(m string) bool {
-	for _, n := range f.names { // each is `"name";`
-		if strings.HasPrefix(m, n) {
-			return true
-		}
-	}
-	return false
-}
-
-// oneField holds a header field's value and the one-element slice a Header
-// keeps it in, so that both cost one allocation. shortField is the same for
-// the common short value, in a smaller allocation.
-type (
-	oneField struct {
-		vals [1]string
-		buf  [128]byte
-	}
-	shortField struct {
-		vals [1]string
-		buf  [48]byte
-	}
-)
-
-// field returns b as a header field's values in one allocation. b must be
-// at most 128 bytes, as a name of at most 64 bytes and two numbers keep it.
-func field(b []byte) []string {
-	if len(b) <= len(shortField{}.buf) {
-		f := new(shortField)
-		n := copy(f.buf[:], b)
-		f.vals[0] = unsafe.String(&f.buf[0], n) // f.buf is never written again
-		return f.vals[:]
-	}
-	f := new(oneField)
-	n := copy(f.buf[:], b)
-	f.vals[0] = unsafe.String(&f.buf[0], n)
-	return f.vals[:]
-}
-
-// ceilSeconds rounds d up to whole seconds.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
-var (
-	problem429 = []byte(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Too many requests: retry after the time in the Retry-After header."}` + "\n")
-	problem503 = []byte(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limit store is unavailable: retry after the time in the Retry-After header."}` + "\n")
-)
-
-func (m *Middleware) limited(w http.ResponseWriter, r *http.Request, d limiter.Decision) {
-	if m.o.OnLimit != nil {
-		m.o.OnLimit(w, r, d)
-		return
-	}
-	writeProblem(w, http.StatusTooManyRequests, problem429)
-}
-
-func (m *Middleware) unavailable(w http.ResponseWriter, _ *http.Request) {
-	w.Header()["Retry-After"] = m.retry503
-	writeProblem(w, http.StatusServiceUnavailable, problem503)
-}
-
 func (m *Middleware) noKey(w http.ResponseWriter, r *http.Request, err error) {
-	m.noKeyLog.Do(func() {
+	m.warn.Do(func() {
 		m.log.Warn("request refused: no rate-limit key", "kind", KindNoKey, "err", err)
 	})
 	if m.o.OnNoKey != nil {
@@ -520,13 +282,4 @@ func (m *Middleware) noKey(w http.ResponseWriter, r *http.Request, err error) {
 	status := m.o.KeyErrorStatus
 	body := fmt.Appendf(nil, `{"type":"about:blank","title":%q,"status":%d}`+"\n", http.StatusText(status), status)
 	writeProblem(w, status, body)
-}
-
-func writeProblem(w http.ResponseWriter, status int, body []byte) {
-	h := w.Header()
-	h["Content-Type"] = []string{"application/problem+json"}
-	h["Content-Length"] = []string{strconv.Itoa(len(body))}
-	h["Cache-Control"] = []string{"no-store"}
-	w.WriteHeader(status)
-	w.Write(body)
 }

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
@@ -77,18 +78,10 @@ type SendGuard struct {
 // handler reads the destination the guard counted with Account. The body
 // may be a form, multipart/form-data or JSON (see keyfunc.BodyField).
 func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
-	if o.Name == "" {
-		o.Name = "send"
-	}
-	if o.PerDestination == (limiter.Budget{}) {
-		o.PerDestination = DefaultPerDestination
-	}
-	if o.PerIP == (limiter.Budget{}) {
-		o.PerIP = DefaultSendPerIP
-	}
-	if o.Field == "" {
-		o.Field = "email"
-	}
+	o.Name = cmp.Or(o.Name, "send")
+	o.PerDestination = cmp.Or(o.PerDestination, DefaultPerDestination)
+	o.PerIP = cmp.Or(o.PerIP, DefaultSendPerIP)
+	o.Field = cmp.Or(o.Field, "email")
 	if o.Normalize == nil {
 		o.Normalize = keyfunc.NormalizeEmail
 	}
@@ -105,7 +98,8 @@ func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 		names:       names,
 		budgets:     []limiter.Budget{o.PerDestination, o.PerIP},
 		unavailable: o.Unavailable,
-		ip:          o.IP,
+		policy:      limiter.Local,
+		ip:          &o.IP,
 		logger:      o.Logger,
 		observer:    o.Observer,
 	})
@@ -117,10 +111,10 @@ func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 
 // Wrap returns next guarded by g.
 func (g *SendGuard) Wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, next) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.count(w, r, next) })
 }
 
-func (g *SendGuard) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (g *SendGuard) count(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	ip, ok := g.clientIP(w, r)
 	if !ok {
 		return
@@ -152,35 +146,25 @@ func (g *SendGuard) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 	if !ok {
 		return
 	}
-	r = r.WithContext(context.WithValue(r.Context(), outcomeKey{}, &outcome{account: dest}))
-	if d.Unavailable && !d.Local {
-		next.ServeHTTP(w, r) // fail open: nothing was counted
-		return
+	if !d.Allowed && (!d.Unavailable || d.Local) {
+		g.throttled(&d)
 	}
-	if !d.Allowed {
-		// One line, naming the budget and never the client or the
-		// destination, so that an operator can tell a throttled request
-		// from one the handler found nothing to send for.
-		budget := ""
-		if k := shownKey(&d, nil); k >= 0 && k < len(g.names) {
-			budget = g.names[k]
-		}
-		g.log.Info("request throttled: nothing sent", "kind", KindLimited, "budget", budget)
-	}
+	p := pass{r: r.WithContext(context.WithValue(r.Context(), outcomeKey{}, &outcome{account: dest})), next: next, entries: sendEntries}
 	if !g.o.Reveal {
-		if !d.Allowed {
-			g.o.Accepted.ServeHTTP(w, r)
-			return
-		}
-		next.ServeHTTP(w, r)
-		return
+		p.hide, p.refuse = true, g.o.Accepted
 	}
-	g.show(w.Header(), &d, sendEntries, nil)
-	if !d.Allowed {
-		writeProblem(w, http.StatusTooManyRequests, problem429)
-		return
+	g.serve(w, &d, &p)
+}
+
+// throttled logs one line of a counted refusal, naming the budget and never
+// the client or the destination, so that an operator can tell a throttled
+// request from one the handler found nothing to send for.
+func (g *SendGuard) throttled(d *limiter.Decision) {
+	budget := ""
+	if k := shownKey(d, nil); k >= 0 && k < len(g.names) {
+		budget = g.names[k]
 	}
-	next.ServeHTTP(w, r)
+	g.log.Info("request throttled: nothing sent", "kind", KindLimited, "budget", budget)
 }
 
 // sendEntries maps the keys of a send attempt to the budgets of its fields.

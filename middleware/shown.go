@@ -45,9 +45,12 @@ func shownKey(d *limiter.Decision, own []int) int {
 
 // show writes the RateLimit fields of d, and Retry-After when it refused,
 // for the key shownKey picks; entries maps each key of the attempt to its
-// budget among the guard's fields.
+// budget among the guard's fields, and nil entries name the deciding key.
 func (g *guard) show(h http.Header, d *limiter.Decision, entries, own []int) {
-	k := shownKey(d, own)
+	k := -1
+	if entries != nil {
+		k = shownKey(d, own)
+	}
 	if k < 0 || k >= len(entries) {
 		g.fields.set(h, d)
 		return

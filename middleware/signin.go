@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -163,21 +164,11 @@ var ownKeys = []int{keyAccountIP, keyIP}
 // have used the account; those of a refusal name the refusing budget whose
 // window ends last, so that Retry-After is never early.
 func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
-	if o.Name == "" {
-		o.Name = "login"
-	}
-	if o.AccountIPFailures == (limiter.Budget{}) {
-		o.AccountIPFailures = DefaultAccountIPFailures
-	}
-	if o.AccountFailures == (limiter.Budget{}) {
-		o.AccountFailures = DefaultAccountFailures
-	}
-	if o.IPAttempts == (limiter.Budget{}) {
-		o.IPAttempts = DefaultIPAttempts
-	}
-	if o.Field == "" {
-		o.Field = "username"
-	}
+	o.Name = cmp.Or(o.Name, "login")
+	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, DefaultAccountIPFailures)
+	o.AccountFailures = cmp.Or(o.AccountFailures, DefaultAccountFailures)
+	o.IPAttempts = cmp.Or(o.IPAttempts, DefaultIPAttempts)
+	o.Field = cmp.Or(o.Field, "username")
 	if o.Normalize == nil {
 		o.Normalize = keyfunc.NormalizeUsername
 	}
@@ -185,9 +176,7 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 		o.Success = defaultSuccess
 	}
 	if o.Backoff.Max != 0 {
-		if o.Backoff.History == 0 {
-			o.Backoff.History = DefaultBackoffHistory
-		}
+		o.Backoff.History = cmp.Or(o.Backoff.History, DefaultBackoffHistory)
 		if o.Backoff.Max < o.AccountIPFailures.Window || o.Backoff.Max > limiter.MaxWindow || o.Backoff.History < time.Minute || o.Backoff.History > limiter.MaxWindow {
 			return nil, fmt.Errorf("middleware %q: Backoff max %v must be from the account-IP window %v to %v, and history %v from 1m to %v",
 				o.Name, o.Backoff.Max, o.AccountIPFailures.Window, limiter.MaxWindow, o.Backoff.History, limiter.MaxWindow)
@@ -218,10 +207,12 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 		names:         names,
 		budgets:       budgets,
 		unavailable:   o.Unavailable,
-		ip:            o.IP,
+		policy:        limiter.Local,
+		ip:            &o.IP,
 		hideRemaining: !o.ShowRemaining,
 		legacy:        o.LegacyHeaders,
 		retryAfter:    o.UnavailableRetryAfter,
+		onLimit:       o.OnLimit,
 		logger:        o.Logger,
 		observer:      o.Observer,
 	})
@@ -259,10 +250,10 @@ func (g *SignInGuard) ReadAccount(r *http.Request) (string, error) {
 
 // Wrap returns next guarded by g.
 func (g *SignInGuard) Wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, next) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.count(w, r, next) })
 }
 
-func (g *SignInGuard) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	ip, ok := g.clientIP(w, r)
 	if !ok {
 		return
@@ -272,68 +263,69 @@ func (g *SignInGuard) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		g.unreadable(w, r, ip, err)
 		return
 	}
-	device, known := "", false
+	a := &signInAttempt{g: g, out: outcome{account: account}, ip: ip}
 	if g.devices != nil {
-		device, known = g.devices.known(r, account)
+		a.device, a.known = g.devices.known(r, account)
 	}
+	a.accountIP = keyfunc.JoinKeys("account-ip", account, ip)
+	p := pass{r: r.WithContext(context.WithValue(r.Context(), outcomeKey{}, &a.out)), next: next, run: a}
 	var d limiter.Decision
-	accountIP := keyfunc.JoinKeys("account-ip", account, ip)
-	if known {
-		device = keyfunc.JoinKeys("device", account, device)
-		d, ok = g.attempt(w, r, limiter.Charge{Key: device, Budget: g.o.Device.Failures})
+	if a.known {
+		a.device = keyfunc.JoinKeys("device", account, a.device)
+		d, ok = g.attempt(w, r, limiter.Charge{Key: a.device, Budget: g.o.Device.Failures})
+		p.entries = g.devEntry[:]
 	} else {
 		d, ok = g.attempt(w, r,
-			limiter.Charge{Key: accountIP, Budget: g.o.AccountIPFailures},
+			limiter.Charge{Key: a.accountIP, Budget: g.o.AccountIPFailures},
 			limiter.Charge{Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
 			limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts},
 		)
+		p.entries, p.own = g.entries[:], ownKeys
 	}
-	if !ok {
-		return
+	if ok {
+		g.serve(w, &d, &p)
 	}
-	out := &outcome{account: account}
-	if d.Unavailable && !d.Local {
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), outcomeKey{}, out))) // fail open: nothing was counted
-		return
-	}
-	ctx := context.WithoutCancel(r.Context())
-	if known {
-		g.show(w.Header(), &d, g.devEntry[:], nil)
-	} else {
-		g.show(w.Header(), &d, g.entries[:], ownKeys)
-	}
-	if !d.Allowed {
-		if g.o.OnLimit != nil {
-			g.o.OnLimit(w, r, d)
-			return
-		}
-		writeProblem(w, http.StatusTooManyRequests, problem429)
-		return
-	}
+}
+
+// signInAttempt is one counted sign-in attempt: what the handler is told,
+// and what crediting its outcome needs.
+type signInAttempt struct {
+	g             *SignInGuard
+	out           outcome
+	ip, accountIP string
+	device        string // the device key, when known
+	known         bool
+}
+
+// run runs the handler of an allowed attempt, issues a device cookie with
+// a successful answer, and credits or backs off by the outcome.
+func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Handler, d limiter.Decision) {
+	g := a.g
 	success := func(status int) bool {
-		return out.said == saidSuccess || (out.said == saidNothing && g.o.Success(status))
+		return a.out.said == saidSuccess || (a.out.said == saidNothing && g.o.Success(status))
 	}
 	rw := &responseWriter{ResponseWriter: w}
 	if g.devices != nil {
 		rw.header = func(status int) {
 			if success(status) {
-				g.devices.issue(w.Header(), account)
+				g.devices.issue(w.Header(), a.out.account)
 			}
 		}
 	}
-	next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), outcomeKey{}, out)))
+	next.ServeHTTP(rw, r)
 	if rw.status == 0 {
 		rw.final(http.StatusOK) // nothing written: net/http answers 200 with the header as it stands
 	}
+	ctx := context.WithoutCancel(r.Context())
 	switch {
-	case success(rw.status) && known:
-		if err := g.l.Reset(ctx, device); err != nil {
+	case success(rw.status) && a.known:
+		if err := g.l.Reset(ctx, a.device); err != nil {
 			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
 		}
 	case success(rw.status):
-		g.succeeded(ctx, d, account, ip)
-	case !known && g.o.Backoff.Max > 0 && d.RemainingOf(keyAccountIP) == 0:
-		g.lockOut(ctx, accountIP, account, ip)
+		g.succeeded(ctx, &d, a.out.account, a.ip)
+	case !a.known && g.o.Backoff.Max > 0 && d.RemainingOf(keyAccountIP) == 0:
+		g.lockOut(ctx, a.accountIP, a.out.account, a.ip)
 	}
 }
 
@@ -343,26 +335,14 @@ func (g *SignInGuard) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 func (g *SignInGuard) unreadable(w http.ResponseWriter, r *http.Request, ip string, err error) {
 	g.warn.Do(func() { g.log.Info("sign-in attempt without a readable account", "kind", KindNoKey, "err", err) })
 	d, ok := g.attempt(w, r, limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts})
-	if !ok {
-		return
+	if ok {
+		g.serve(w, &d, &pass{r: r, next: g.o.Failed, entries: g.ipEntry[:]})
 	}
-	if !d.Unavailable || d.Local {
-		g.show(w.Header(), &d, g.ipEntry[:], nil)
-		if !d.Allowed {
-			if g.o.OnLimit != nil {
-				g.o.OnLimit(w, r, d)
-				return
-			}
-			writeProblem(w, http.StatusTooManyRequests, problem429)
-			return
-		}
-	}
-	g.o.Failed.ServeHTTP(w, r)
 }
 
 // succeeded refunds the account's failure and clears the (account, IP)
 // failures and lock-outs.
-func (g *SignInGuard) succeeded(ctx context.Context, d limiter.Decision, account, ip string) {
+func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, account, ip string) {
 	err := g.l.Refund(ctx, d.Only(keyAccount))
 	for _, k := range []string{d.Keys()[keyAccountIP], keyfunc.JoinKeys("lockouts", account, ip)} {
 		if err == nil {
@@ -395,5 +375,3 @@ func (g *SignInGuard) lockOut(ctx context.Context, accountIP, account, ip string
 		g.log.Warn("lock-out not lengthened", "kind", "signin-backoff-failed", "err", err)
 	}
 }
-
-var problem401 = []byte(`{"type":"about:blank","title":"Unauthorized","status":401}` + "\n")

@@ -1,0 +1,118 @@
+package middleware
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gatecount/gatecount/limiter"
+)
+
+// fields writes the RateLimit header fields of decisions on one or more
+// budgets, each named.
+type fields struct {
+	policy        []string // RateLimit-Policy, shared by every response
+	names         []string // `"name";` of each key of an attempt
+	limits        [][]string
+	hideRemaining bool
+	legacy        bool
+}
+
+func newFields(names []string, budgets []limiter.Budget, hideRemaining, legacy bool) *fields {
+	f := &fields{hideRemaining: hideRemaining, legacy: legacy}
+	var policy []string
+	for i, name := range names {
+		w := max(int64(budgets[i].Window/time.Second), 1)
+		policy = append(policy, fmt.Sprintf("%q;q=%d;w=%d", name, budgets[i].Limit, w))
+		f.names = append(f.names, strconv.Quote(name)+";")
+		f.limits = append(f.limits, []string{strconv.Itoa(budgets[i].Limit)})
+	}
+	f.policy = []string{strings.Join(policy, ", ")}
+	return f
+}
+
+// set writes the fields of d, naming the key that decided it.
+func (f *fields) set(h http.Header, d *limiter.Decision) {
+	f.write(h, d.KeyIndex, d.Remaining, d.Reset, d.Now, d.Allowed)
+}
+
+// write writes the fields of budget at (an index of the names newFields
+// was given) with remaining attempts left until reset, as of now, and
+// Retry-After when the attempt was refused.
+func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, allowed bool) {
+	t := ceilSeconds(reset.Sub(now))
+	if reset.IsZero() {
+		t = 0
+	}
+	at = min(max(at, 0), len(f.names)-1)
+	stacked := len(h) > 0 && (len(h["Ratelimit-Policy"]) > 0 || len(h["Ratelimit"]) > 0)
+	if stacked {
+		h["Ratelimit-Policy"] = []string{f.merge(h["Ratelimit-Policy"], f.policy[0])}
+	} else {
+		h["Ratelimit-Policy"] = f.policy
+	}
+	var buf [128]byte
+	b := append(buf[:0], f.names[at]...)
+	if !f.hideRemaining {
+		b = append(b, "r="...)
+		b = strconv.AppendInt(b, int64(remaining), 10)
+		b = append(b, ';')
+	}
+	b = append(b, "t="...)
+	b = strconv.AppendInt(b, t, 10)
+	if stacked {
+		h["Ratelimit"] = []string{f.merge(h["Ratelimit"], string(b))}
+	} else {
+		h["Ratelimit"] = []string{string(b)}
+	}
+	if f.legacy {
+		h["X-Ratelimit-Limit"] = f.limits[at]
+		if !f.hideRemaining {
+			h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(remaining)}
+		}
+		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
+	}
+	if !allowed {
+		h["Retry-After"] = []string{strconv.FormatInt(max(t, 1), 10)}
+	}
+}
+
+// merge returns the list members of field values vals, less those naming
+// one of f's budgets, followed by mine: the value of a field that an outer
+// limiter of the same request has already set, so that stacked limiters
+// each keep their members (the draft's fields are lists).
+func (f *fields) merge(vals []string, mine string) string {
+	var b strings.Builder
+	for _, v := range vals {
+		for m := range strings.SplitSeq(v, ",") {
+			m = strings.TrimSpace(m)
+			if m == "" || f.ownMember(m) {
+				continue
+			}
+			b.WriteString(m)
+			b.WriteString(", ")
+		}
+	}
+	b.WriteString(mine)
+	return b.String()
+}
+
+// ownMember reports whether list member m names one of f's budgets.
+func (f *fields) ownMember(m string) bool {
+	for _, n := range f.names { // each is `"name";`
+		if strings.HasPrefix(m, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}

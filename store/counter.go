@@ -114,7 +114,7 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int6
 	if ct := s.counter; ct != nil {
 		c.t = Tally{}
 		c.t.Limiting = -1
-		if s.inline {
+		if s.inline != nil {
 			if err = s.enter(); err == nil {
 				err = ct.Count(ctx, h.prefix, own, caps, n, &c.t)
 				err = s.classify(ctx, err)
@@ -141,7 +141,7 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int6
 	if err == nil {
 		*out = c.t
 	}
-	if s.inline || s.prompt || err == nil {
+	if s.inline != nil || s.prompt || err == nil {
 		// The Tally holds no pointer worth dropping; the keys do.
 		c.caps = nil
 		clear(own)

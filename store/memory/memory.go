@@ -209,9 +209,6 @@ func NewBackend(o Options) *Backend {
 // Shared reports false: the entries are this process's alone.
 func (b *Backend) Shared() bool { return false }
 
-// Inline reports true: calls never block on I/O.
-func (b *Backend) Inline() bool { return true }
-
 // hash returns the hash of prefix and key, which picks the key's shard
 // (its top bits) and its place in the shard's map.
 func (b *Backend) hash(prefix, key string) uint64 {
@@ -268,8 +265,8 @@ func (b *Backend) Update(_ context.Context, prefix string, keys []string, apply 
 	return err
 }
 
-// UpdateInline implements store.InlineUpdater: Update, with check run after
-// apply (when not nil) in the same step.
+// UpdateInline implements store.Inline: Update, with check run after apply
+// (when not nil) in the same step.
 func (b *Backend) UpdateInline(prefix string, keys []string, apply, check store.ApplyFunc) (ofCaller bool, err error) {
 	full, ofCaller, err := b.update(prefix, keys, apply, check, false)
 	if !full {

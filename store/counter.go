@@ -71,6 +71,11 @@ type Tally struct {
 // results of the generic Count, which runs on Update, and keep each counter
 // as the generic Count does: a JSON integer value expiring at the end of its
 // window. The contract suite checks both.
+//
+// What it saves (BenchmarkGuardCount, the memory backend on the prompt
+// path): about 2.0 µs a one-key Count against about 3.0 µs through Update;
+// a store that does I/O saves round trips besides (PostgreSQL's Count is
+// one statement, Redis's one script: see BENCHMARKS.md).
 type Counter interface {
 	Count(ctx context.Context, prefix string, keys []string, caps []Budget, n int64, t *Tally) error
 }

@@ -83,3 +83,79 @@ func BenchmarkAttemptParallel(b *testing.B) {
 		}
 	})
 }
+
+// block is how many calls of each kind BenchmarkAttemptVsAllow and
+// BenchmarkAttemptVsAllowParallel time in turn.
+const block = 256
+
+// BenchmarkAttemptVsAllow alternates blocks of one-key Attempts on a held
+// key with blocks of rate.Limiter.Allow, and reports the ratio of their
+// times (attempt/allow) and each one's time a call. Alternating in short
+// blocks keeps the ratio steady on a machine whose load changes from one
+// second to the next. An op is one block of each.
+func BenchmarkAttemptVsAllow(b *testing.B) {
+	l := benchLimiter(b)
+	r := rate.NewLimiter(1e9, 1e9)
+	ctx := context.Background()
+	var ta, tr time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		t0 := time.Now()
+		for range block {
+			r.Allow()
+		}
+		t1 := time.Now()
+		for range block {
+			l.Attempt(ctx, "hot")
+		}
+		ta += time.Since(t1)
+		tr += t1.Sub(t0)
+	}
+	reportRatio(b, ta, tr)
+}
+
+// BenchmarkAttemptVsAllowParallel is BenchmarkAttemptVsAllow from
+// b.RunParallel's goroutines, the Attempts on 100,000 held keys, each
+// goroutine starting at its own place, the Allows on one rate.Limiter.
+func BenchmarkAttemptVsAllowParallel(b *testing.B) {
+	l := benchLimiter(b)
+	r := rate.NewLimiter(1e9, 1e9)
+	keys := make([]string, 100_000)
+	ctx := context.Background()
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+		if _, err := l.Attempt(ctx, keys[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next, ta, tr atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(7919))
+		var a, w time.Duration
+		for pb.Next() {
+			t0 := time.Now()
+			for range block {
+				r.Allow()
+			}
+			t1 := time.Now()
+			for range block {
+				l.Attempt(ctx, keys[i%len(keys)])
+				i++
+			}
+			a += time.Since(t1)
+			w += t1.Sub(t0)
+		}
+		ta.Add(int64(a))
+		tr.Add(int64(w))
+	})
+	reportRatio(b, time.Duration(ta.Load()), time.Duration(tr.Load()))
+}
+
+func reportRatio(b *testing.B, attempt, allow time.Duration) {
+	calls := float64(b.N) * block
+	b.ReportMetric(float64(attempt)/float64(allow), "attempt/allow")
+	b.ReportMetric(float64(attempt.Nanoseconds())/calls, "attempt-ns")
+	b.ReportMetric(float64(allow.Nanoseconds())/calls, "allow-ns")
+}

@@ -297,7 +297,6 @@ type flaky struct {
 
 var errDown = errors.New("connection refused")
 
-
 func (f *flaky) Update(ctx context.Context, p string, k []string, a store.ApplyFunc) error {
 	if f.down.Load() {
 		return errDown
@@ -428,7 +427,6 @@ type stuck struct {
 	entered chan struct{}
 	release chan struct{}
 }
-
 
 func (s *stuck) Update(ctx context.Context, p string, k []string, a store.ApplyFunc) error {
 	s.entered <- struct{}{}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store/memory"
 )
@@ -22,6 +24,30 @@ func benchLimiter(b *testing.B) *limiter.Limiter {
 	return l
 }
 
+// BenchmarkYardstickAllow is rate.Limiter.Allow, the yardstick a one-key
+// Attempt on the memory store is measured against in the same run.
+func BenchmarkYardstickAllow(b *testing.B) {
+	l := rate.NewLimiter(1e9, 1e9)
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Allow()
+	}
+}
+
+// BenchmarkYardstickAllowParallel is Allow from b.RunParallel's
+// goroutines, the yardstick of BenchmarkAttemptParallel.
+func BenchmarkYardstickAllowParallel(b *testing.B) {
+	l := rate.NewLimiter(1e9, 1e9)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l.Allow()
+		}
+	})
+}
+
+// BenchmarkAttemptHotKey is a one-key Attempt on a key the memory store
+// holds.
 func BenchmarkAttemptHotKey(b *testing.B) {
 	l := benchLimiter(b)
 	ctx := context.Background()
@@ -33,15 +59,22 @@ func BenchmarkAttemptHotKey(b *testing.B) {
 	}
 }
 
+// BenchmarkAttemptParallel is a one-key Attempt from b.RunParallel's
+// goroutines on 100,000 keys the memory store holds, each goroutine
+// starting at its own place.
 func BenchmarkAttemptParallel(b *testing.B) {
 	l := benchLimiter(b)
 	keys := make([]string, 100_000)
+	ctx := context.Background()
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
+		if _, err := l.Attempt(ctx, keys[i]); err != nil { // held: the steady state
+			b.Fatal(err)
+		}
 	}
 	var next atomic.Int64
-	ctx := context.Background()
 	b.ReportAllocs()
+	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		i := int(next.Add(7919))
 		for pb.Next() {
@@ -49,4 +82,80 @@ func BenchmarkAttemptParallel(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// block is how many calls of each kind BenchmarkAttemptVsAllow and
+// BenchmarkAttemptVsAllowParallel time in turn.
+const block = 256
+
+// BenchmarkAttemptVsAllow alternates blocks of one-key Attempts on a held
+// key with blocks of rate.Limiter.Allow, and reports the ratio of their
+// times (attempt/allow) and each one's time a call. Alternating in short
+// blocks keeps the ratio steady on a machine whose load changes from one
+// second to the next. An op is one block of each.
+func BenchmarkAttemptVsAllow(b *testing.B) {
+	l := benchLimiter(b)
+	r := rate.NewLimiter(1e9, 1e9)
+	ctx := context.Background()
+	var ta, tr time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		t0 := time.Now()
+		for range block {
+			r.Allow()
+		}
+		t1 := time.Now()
+		for range block {
+			l.Attempt(ctx, "hot")
+		}
+		ta += time.Since(t1)
+		tr += t1.Sub(t0)
+	}
+	reportRatio(b, ta, tr)
+}
+
+// BenchmarkAttemptVsAllowParallel is BenchmarkAttemptVsAllow from
+// b.RunParallel's goroutines, the Attempts on 100,000 held keys, each
+// goroutine starting at its own place, the Allows on one rate.Limiter.
+func BenchmarkAttemptVsAllowParallel(b *testing.B) {
+	l := benchLimiter(b)
+	r := rate.NewLimiter(1e9, 1e9)
+	keys := make([]string, 100_000)
+	ctx := context.Background()
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+		if _, err := l.Attempt(ctx, keys[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next, ta, tr atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(7919))
+		var a, w time.Duration
+		for pb.Next() {
+			t0 := time.Now()
+			for range block {
+				r.Allow()
+			}
+			t1 := time.Now()
+			for range block {
+				l.Attempt(ctx, keys[i%len(keys)])
+				i++
+			}
+			a += time.Since(t1)
+			w += t1.Sub(t0)
+		}
+		ta.Add(int64(a))
+		tr.Add(int64(w))
+	})
+	reportRatio(b, time.Duration(ta.Load()), time.Duration(tr.Load()))
+}
+
+func reportRatio(b *testing.B, attempt, allow time.Duration) {
+	calls := float64(b.N) * block
+	b.ReportMetric(float64(attempt)/float64(allow), "attempt/allow")
+	b.ReportMetric(float64(attempt.Nanoseconds())/calls, "attempt-ns")
+	b.ReportMetric(float64(allow.Nanoseconds())/calls, "allow-ns")
 }

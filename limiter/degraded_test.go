@@ -35,7 +35,7 @@ func (c *counting) Count(ctx context.Context, p string, k []string, caps []store
 func newCounting(t *testing.T, policy limiter.Policy, budget limiter.Budget, maxEntries int) (*counting, *limiter.Limiter) {
 	t.Helper()
 	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
-	c := &counting{flaky: flaky{Backend: memory.NewBackend(memory.Options{Store: o, MaxEntries: maxEntries})}}
+	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o, MaxEntries: maxEntries})}}
 	s := store.New(c, o)
 	t.Cleanup(func() { s.Close() })
 	h, _ := s.Handle("c:")
@@ -188,7 +188,7 @@ func TestFullStoreCountsHeldKeys(t *testing.T) {
 		if admitted != 2 {
 			t.Fatalf("held key at 3 of 5 admitted %d attempts with new keys, want 2", admitted)
 		}
-		e, _ := c.Backend.Read(ctx, "c:", []string{"account"})
+		e, _ := c.remote.Read(ctx, "c:", []string{"account"})
 		if string(e[0].Value) != "5" {
 			t.Errorf("held key's count in the store is %s, want 5", e[0].Value)
 		}
@@ -200,7 +200,7 @@ func TestFullStoreCountsHeldKeys(t *testing.T) {
 		if d, _ := l2.Attempt(ctx, "new-z", "account"); d.Allowed || d.Limiting != 0 {
 			t.Fatalf("new key spent in memory: %+v", d)
 		}
-		if e, _ := c2.Backend.Read(ctx, "c:", []string{"account"}); string(e[0].Value) != "3" {
+		if e, _ := c2.remote.Read(ctx, "c:", []string{"account"}); string(e[0].Value) != "3" {
 			t.Errorf("held key's count after a refusal is %s, want 3", e[0].Value)
 		}
 	})

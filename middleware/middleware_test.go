@@ -249,7 +249,6 @@ func TestLegacyAndHiddenRemaining(t *testing.T) {
 // down is a backend that cannot be reached.
 type down struct{ store.Backend }
 
-func (down) Inline() bool { return false }
 func (down) Update(context.Context, string, []string, store.ApplyFunc) error {
 	return errors.New("connection refused")
 }

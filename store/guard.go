@@ -79,9 +79,8 @@ func (o Options) WithDefaults() Options {
 // hands out. It is safe for concurrent use.
 type Store struct {
 	b       Backend
-	inline  bool
-	updater InlineUpdater // when b is inline and offers it
-	counter Counter       // when b offers it
+	inline  Inline  // when b is in process memory
+	counter Counter // when b offers it
 	opts    Options
 	backing any
 	slots   slots
@@ -103,10 +102,7 @@ type Store struct {
 func New(b Backend, opts Options) *Store {
 	opts = opts.WithDefaults()
 	s := &Store{b: b, opts: opts, backing: any(b), obs: opts.Observer}
-	if in, ok := b.(Inline); ok && in.Inline() {
-		s.inline = true
-		s.updater, _ = b.(InlineUpdater)
-	}
+	s.inline, _ = b.(Inline)
 	s.counter, _ = b.(Counter)
 	if bk, ok := b.(Backing); ok {
 		s.backing = bk.Backing()
@@ -136,7 +132,7 @@ func (s *Store) Queued() int { return int(s.slots.queuedNow()) }
 
 // Inline reports whether the backend's calls run inline (see Inline): in
 // process memory, with no I/O.
-func (s *Store) Inline() bool { return s.inline }
+func (s *Store) Inline() bool { return s.inline != nil }
 
 // Backend returns the backend the store guards.
 func (s *Store) Backend() Backend { return s.b }
@@ -252,7 +248,7 @@ func (s *Store) acquire(ctx context.Context, l *lane) (waited bool, err error) {
 // (under a deadline context), on a goroutine of its own otherwise. The wait
 // for a slot counts against the deadline.
 func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) error) error {
-	if s.inline {
+	if s.inline != nil {
 		if err := s.enter(); err != nil {
 			return err
 		}
@@ -409,13 +405,16 @@ func (h *Handle) Update(ctx context.Context, keys []string, apply ApplyFunc) err
 	return err
 }
 
+// update runs apply on one of the guard's two paths: on the caller's
+// goroutine for a backend in process memory, under call for one that does
+// I/O.
 func (h *Handle) update(ctx context.Context, keys []string, apply ApplyFunc) error {
 	s := h.s
-	if s.updater != nil {
+	if s.inline != nil {
 		if err := s.enter(); err != nil {
 			return err
 		}
-		ofCaller, err := s.updater.UpdateInline(h.prefix, keys, apply, checkApplied)
+		ofCaller, err := s.inline.UpdateInline(h.prefix, keys, apply, checkApplied)
 		if err != nil && !ofCaller {
 			err = s.classify(ctx, err)
 		}
@@ -423,24 +422,8 @@ func (h *Handle) update(ctx context.Context, keys []string, apply ApplyFunc) err
 	}
 	c := applyPool.Get().(*applyCall)
 	c.user = apply
-	if s.inline {
-		if err := s.enter(); err != nil {
-			c.release()
-			return err
-		}
-		err := s.b.Update(ctx, h.prefix, keys, c.fnInline)
-		if err != nil {
-			if own := c.own(err); own != nil {
-				err = own
-			} else {
-				err = s.classify(ctx, err)
-			}
-		}
-		c.release()
-		return err
-	}
-	// Remote: the call may outlive its deadline, so apply must not run once
-	// the caller has been answered.
+	// The call may outlive its deadline, so apply must not run once the
+	// caller has been answered.
 	err := s.call(ctx, &h.lane, func(ctx context.Context) error {
 		err := s.b.Update(ctx, h.prefix, keys, c.fn)
 		if err == nil {
@@ -515,8 +498,7 @@ var errAbandoned = NewUnavailableError(ReasonDeadline, errors.New("apply ran aft
 // leaves, and remembers apply's own error so that the guard can tell it from
 // a store failure. fn is bound once, so a call allocates nothing.
 type applyCall struct {
-	fn        ApplyFunc // for backends that are not inline: checks abandoned
-	fnInline  ApplyFunc // for inline backends, whose apply runs on the caller's goroutine
+	fn        ApplyFunc // checks abandoned, then runs
 	user      ApplyFunc
 	userErr   error // the last error apply itself returned
 	checkErr  error // the last error the checks returned
@@ -527,7 +509,6 @@ type applyCall struct {
 var applyPool = sync.Pool{New: func() any {
 	c := new(applyCall)
 	c.fn = c.apply
-	c.fnInline = c.run
 	return c
 }}
 

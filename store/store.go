@@ -100,25 +100,24 @@ type Backend interface {
 	Close() error
 }
 
-// Inline is implemented by backends whose calls never block on I/O or on
-// anything but short critical sections, such as an in-process map. The guard
-// calls them on the caller's goroutine, with no deadline timer and outside
-// the in-flight bound, which keeps the cost of a call to tens of
-// nanoseconds. Close does not wait for an inline backend's calls: a call
-// that began before Close may still be running as the backend's Close runs,
-// and must come to no harm.
+// Inline is implemented by backends in process memory, whose calls never
+// block on I/O or on anything but short critical sections. It is the guard's
+// path for them: calls run on the caller's goroutine, with no deadline
+// timer, outside the in-flight bound and the breaker. UpdateInline is
+// Update, except that the backend runs check on the entries right after
+// apply, within the same atomic step, and writes nothing when either fails.
+// It passes apply a time truncated to the millisecond. It returns apply's or
+// check's error unchanged with ofCaller true, and an error of its own (such
+// as ErrFull) with ofCaller false. Close does not wait for an inline
+// backend's calls: a call that began before Close may still be running as
+// the backend's Close runs, and must come to no harm.
+//
+// What it saves (BenchmarkGuardUpdate, the memory backend on each path, on
+// 2 shared cores): a one-key Update through the guard costs about 0.3 to
+// 0.5 µs inline, 0 allocations, against about 2.3 µs and 6 allocations on
+// the prompt path (a deadline timer, a slot of the in-flight bound).
 type Inline interface {
-	Inline() bool
-}
-
-// InlineUpdater is an optional capability of an Inline backend that spares
-// the guard its per-call wrapper of apply. UpdateInline is Update, except
-// that the backend runs check on the entries right after apply, within the
-// same atomic step, and writes nothing when either fails. It passes apply a
-// time truncated to the millisecond. It returns apply's or check's error
-// unchanged with ofCaller true, and an error of its own (such as ErrFull)
-// with ofCaller false.
-type InlineUpdater interface {
+	Backend
 	UpdateInline(prefix string, keys []string, apply, check ApplyFunc) (ofCaller bool, err error)
 }
 

@@ -156,3 +156,46 @@ func BenchmarkUpdateConc8(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCountHotKey is a one-key Count on a key the store holds, next to
+// BenchmarkYardstickAllow.
+func BenchmarkCountHotKey(b *testing.B) {
+	h := benchHandle(b)
+	keys := []string{"hot"}
+	caps := []store.Budget{{Limit: 1 << 30, Window: time.Hour}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if t, err := h.Count(ctx, keys, caps, 1); err != nil || !t.Allowed {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCountParallel is a one-key Count from b.RunParallel's goroutines
+// on 100,000 held keys, next to BenchmarkYardstickAllowParallel.
+func BenchmarkCountParallel(b *testing.B) {
+	h := benchHandle(b)
+	keys := manyKeys()
+	n := len(keys)
+	caps := []store.Budget{{Limit: 1 << 30, Window: time.Hour}}
+	ctx := context.Background()
+	for _, k := range keys {
+		if _, err := h.Count(ctx, k, caps, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(7919))
+		for pb.Next() {
+			if _, err := h.Count(ctx, keys[i%n], caps, 1); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}

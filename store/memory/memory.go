@@ -21,6 +21,7 @@ package memory
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -87,12 +88,33 @@ type Backend struct {
 	done      chan struct{}
 }
 
-// item is one entry. Items whose keys hash alike are chained through next.
+// item is one entry. A value that is a count (store.ParseCount) is kept as
+// the number n, with value nil, so that counting formats and parses
+// nothing; any other value is kept as its bytes. Items whose keys hash
+// alike are chained through next.
 type item struct {
 	prefix, key string
-	value       []byte
+	value       []byte // nil when the value is the count n
+	n           int64
 	exp         int64 // unix milliseconds
 	next        *item
+}
+
+// appendValue appends the item's value, as JSON, to dst.
+func (it *item) appendValue(dst []byte) []byte {
+	if it.value == nil {
+		return store.AppendCount(dst, it.n)
+	}
+	return append(dst, it.value...)
+}
+
+// setValue keeps v as the item's value: as a number when it is a count.
+func (it *item) setValue(v []byte) {
+	if n, err := store.ParseCount(v); err == nil {
+		it.value, it.n = nil, n
+		return
+	}
+	it.value = append(it.value[:0], v...)
 }
 
 // shard holds the entries whose key hashes pick it, by hash.
@@ -187,9 +209,6 @@ func NewBackend(o Options) *Backend {
 // Shared reports false: the entries are this process's alone.
 func (b *Backend) Shared() bool { return false }
 
-// Inline reports true: calls never block on I/O.
-func (b *Backend) Inline() bool { return true }
-
 // hash returns the hash of prefix and key, which picks the key's shard
 // (its top bits) and its place in the shard's map.
 func (b *Backend) hash(prefix, key string) uint64 {
@@ -246,8 +265,8 @@ func (b *Backend) Update(_ context.Context, prefix string, keys []string, apply 
 	return err
 }
 
-// UpdateInline implements store.InlineUpdater: Update, with check run after
-// apply (when not nil) in the same step.
+// UpdateInline implements store.Inline: Update, with check run after apply
+// (when not nil) in the same step.
 func (b *Backend) UpdateInline(prefix string, keys []string, apply, check store.ApplyFunc) (ofCaller bool, err error) {
 	full, ofCaller, err := b.update(prefix, keys, apply, check, false)
 	if !full {
@@ -320,9 +339,9 @@ func (b *Backend) reserve(prefix string, added int, swept bool) (full bool, err 
 	return false, nil
 }
 
-// Count implements store.Counter: the generic Count's step (see
-// store.ApplyCount) done on the held items in place, with no copy of them
-// for an apply and no check of what it wrote, since it writes only counts.
+// Count implements store.Counter: the fixed-window rule (store.Tally.Charge)
+// applied to the held counts in place, with no copy of them for an apply and
+// no check of what it wrote, since it writes only counts.
 func (b *Backend) Count(_ context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	full, err := b.count(prefix, keys, caps, n, t, false)
 	if !full {
@@ -342,44 +361,31 @@ func (b *Backend) count(prefix string, keys []string, caps []store.Budget, n int
 	var items [store.MaxKeys]*item
 	b.held(&ls, prefix, keys, nowMs, &items)
 	*t = store.Tally{} // then field by field, which spares a copy through the stack
-	t.Now, t.Limiting = time.UnixMilli(nowMs), -1
+	t.Now = time.UnixMilli(nowMs)
 	added := 0
 	for i, it := range items[:len(keys)] {
-		var v int64
-		if it == nil {
+		switch {
+		case it == nil:
 			added++
-		} else {
-			if v, err = store.ParseCount(it.value); err != nil {
-				return false, err
-			}
-			t.ExpiresAt[i] = time.UnixMilli(it.exp)
-		}
-		t.Counts[i] = v
-		if t.Limiting < 0 && v > int64(caps[i].Limit)-n {
-			t.Limiting = i
+		case it.value != nil:
+			return false, fmt.Errorf("%w: %.40q", store.ErrNotCounter, it.value)
+		default:
+			t.Counts[i], t.ExpiresAt[i] = it.n, time.UnixMilli(it.exp)
 		}
 	}
-	if t.Limiting >= 0 {
+	if !t.Charge(caps, n) {
 		return false, nil // refused: nothing changes
 	}
 	if full, err := b.reserve(prefix, added, swept); full {
 		return true, err
 	}
-	t.Allowed = true
 	for i, it := range items[:len(keys)] {
-		t.Counts[i] += n
 		if it != nil {
-			it.value = store.AppendCount(it.value[:0], t.Counts[i])
+			it.n = t.Counts[i]
 			continue
 		}
-		exp := nowMs + caps[i].Window.Milliseconds()
-		t.ExpiresAt[i] = time.UnixMilli(exp)
-		b.shards[b.shardOf(ls.hash[i])].add(ls.hash[i], &item{
-			prefix: prefix,
-			key:    keys[i],
-			value:  store.AppendCount(nil, t.Counts[i]),
-			exp:    exp,
-		})
+		exp := t.ExpiresAt[i].UnixMilli()
+		b.shards[b.shardOf(ls.hash[i])].add(ls.hash[i], &item{prefix: prefix, key: keys[i], n: t.Counts[i], exp: exp})
 		b.lowerMinExp(exp)
 	}
 	return false, nil
@@ -404,7 +410,7 @@ func (b *Backend) update(prefix string, keys []string, apply, check store.ApplyF
 			entries[i] = store.Entry{}
 			continue
 		}
-		sc.bufs[i] = append(sc.bufs[i][:0], it.value...)
+		sc.bufs[i] = it.appendValue(sc.bufs[i][:0])
 		// Field by field: a whole Entry built on the stack and copied in
 		// costs a stalled store forwarding on every call.
 		e := &entries[i]
@@ -440,15 +446,12 @@ func (b *Backend) update(prefix string, keys []string, apply, check store.ApplyF
 			b.live.Add(-1)
 		case e.Value == nil:
 		case it == nil:
-			b.shards[b.shardOf(ls.hash[i])].add(ls.hash[i], &item{
-				prefix: prefix,
-				key:    k,
-				value:  append([]byte(nil), e.Value...),
-				exp:    e.ExpiresAt.UnixMilli(),
-			})
-			b.lowerMinExp(e.ExpiresAt.UnixMilli())
+			it = &item{prefix: prefix, key: k, exp: e.ExpiresAt.UnixMilli()}
+			it.setValue(e.Value)
+			b.shards[b.shardOf(ls.hash[i])].add(ls.hash[i], it)
+			b.lowerMinExp(it.exp)
 		default:
-			it.value = append(it.value[:0], e.Value...)
+			it.setValue(e.Value)
 			it.exp = e.ExpiresAt.UnixMilli()
 			b.lowerMinExp(it.exp)
 		}
@@ -468,7 +471,7 @@ func (b *Backend) Read(_ context.Context, prefix string, keys []string) ([]store
 		if it == nil || it.exp <= nowMs {
 			continue
 		}
-		out[i] = store.Entry{Value: append([]byte(nil), it.value...), ExpiresAt: time.UnixMilli(it.exp)}
+		out[i] = store.Entry{Value: it.appendValue(nil), ExpiresAt: time.UnixMilli(it.exp)}
 	}
 	return out, nil
 }

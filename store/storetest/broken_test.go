@@ -135,7 +135,6 @@ type cached struct {
 }
 
 func (b *mapBackend) Shared() bool { return b.shared }
-func (b *mapBackend) Inline() bool { return b.inline }
 
 // background stands for a store's background sweep: it runs until Close,
 // or until the test is over.
@@ -530,6 +529,32 @@ func (b *mapBackend) sweepLocked(judge time.Time, commit bool) int {
 	return n
 }
 
+// inlineMap is a mapBackend on the guard's path for stores in process
+// memory (store.Inline).
+type inlineMap struct{ *mapBackend }
+
+func (b inlineMap) UpdateInline(prefix string, keys []string, apply, check store.ApplyFunc) (ofCaller bool, err error) {
+	var mine error
+	err = b.Update(context.Background(), prefix, keys, func(now time.Time, es []store.Entry) error {
+		now = time.UnixMilli(now.UnixMilli())
+		if mine = apply(now, es); mine == nil {
+			mine = check(now, es)
+		}
+		return mine
+	})
+	if mine != nil && errors.Is(err, mine) {
+		return true, mine
+	}
+	return false, err
+}
+
+// inlineCounter is an inlineMap with a Count of its own.
+type inlineCounter struct{ inlineMap }
+
+func (b inlineCounter) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
+	return counterBackend{b.mapBackend}.Count(ctx, prefix, keys, caps, n, t)
+}
+
 // counterBackend is a mapBackend with a Count of its own.
 type counterBackend struct{ *mapBackend }
 
@@ -637,8 +662,13 @@ func (v variant) open(e *env, w *world, clock time.Duration) *store.Store {
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go b.background()
 	var be store.Backend = b
-	if v.counter {
+	switch {
+	case v.counter && v.inline:
+		be = inlineCounter{inlineMap{b}}
+	case v.counter:
 		be = counterBackend{b}
+	case v.inline:
+		be = inlineMap{b}
 	}
 	// TestBrokenStores runs many cases at once, on a machine perhaps slowed
 	// by the race detector: a deadline of the guard's default could answer

@@ -62,8 +62,8 @@ type Options struct {
 // New returns a memory store behind the guard. Its background sweep runs
 // until Close.
 func New(o Options) *store.Store {
-	o.Store = o.Store.WithDefaults()
-	return store.New(NewBackend(o), o.Store)
+	s, _ := store.Build(&o.Store, func() (*Backend, error) { return NewBackend(o), nil }) // NewBackend never fails
+	return s
 }
 
 // Backend is the memory store's store.Backend. Most code wants New, which
@@ -81,10 +81,8 @@ type Backend struct {
 	minExp atomic.Int64
 	bound  *store.Bound
 
-	sweepMu   sync.Mutex // one sweep at a time
-	closeOnce sync.Once
-	stop      chan struct{}
-	done      chan struct{}
+	sweepMu sync.Mutex // one sweep at a time
+	sweeper *store.Loop
 }
 
 // item is one entry. Items whose keys hash alike are chained through next.
@@ -166,8 +164,6 @@ func NewBackend(o Options) *Backend {
 		mask:   uint64(n - 1),
 		seed:   maphash.MakeSeed(),
 		bound:  store.NewBound(o.MaxEntries, log),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
 	}
 	for i := range b.shards {
 		b.shards[i].m = make(map[uint64]*item)
@@ -180,7 +176,9 @@ func NewBackend(o Options) *Backend {
 		b.now = func() int64 { return now().UnixMilli() }
 	}
 	b.minExp.Store(math.MaxInt64)
-	go b.sweepEvery(o.SweepInterval)
+	b.sweeper = store.Go(context.Background(), func(ctx context.Context) {
+		store.Every(ctx, o.SweepInterval, func(context.Context) { b.sweep() })
+	})
 	return b
 }
 
@@ -509,24 +507,9 @@ func (b *Backend) sweepLocked() int {
 	return n
 }
 
-func (b *Backend) sweepEvery(d time.Duration) {
-	defer close(b.done)
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-			b.sweep()
-		}
-	}
-}
-
 // Close stops the background sweep and waits for it. It is idempotent.
 func (b *Backend) Close() error {
-	b.closeOnce.Do(func() { close(b.stop) })
-	<-b.done
+	b.sweeper.Stop()
 	if b.coarse != nil {
 		b.coarse.Close()
 	}

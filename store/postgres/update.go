@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/gatecount/gatecount/internal/lockorder"
+	"github.com/gatecount/gatecount/internal/turns"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -19,17 +21,24 @@ import (
 // documentation.
 func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
 	hashes := make([][]byte, len(keys))
+	var queues lockorder.Set
 	for i, k := range keys {
 		h := b.hasher.Sum(prefix, k)
 		hashes[i] = h[:]
+		queues.Add(turns.Queue(binary.BigEndian.Uint64(h[:8])))
 	}
 	// Updates of a key from this instance take turns in the process, first
-	// come first served, before they take a connection (see keyTurns).
-	turns, err := b.turns.take(ctx, hashes)
-	if err != nil {
+	// come first served, before they take a connection. The database
+	// serialises them anyway, by the key's row lock; but waiters on a row
+	// lock each hold a pool connection while they wait, and when the row is
+	// released they race for its next version, so that an unlucky call can
+	// lose many times in a row. Waiting here holds no connection and hands
+	// the key to the next call in order. Calls from other instances, and
+	// Counts, still meet at the row.
+	if err := b.turns.Take(ctx, &queues); err != nil {
 		return fmt.Errorf("postgres: update: wait for the keys' turn: %w", err)
 	}
-	defer b.turns.give(turns)
+	defer b.turns.Give(&queues)
 	// The first try is optimistic: it locks the rows the keys have, and a
 	// key without one is inserted at the end. It gives up, having written
 	// nothing, when another transaction inserted that key first, or when
@@ -327,55 +336,4 @@ func (q *runner) sendDelete(hashes [][]byte, idx []int) error {
 		keys[j] = hashes[i]
 	}
 	return q.send(uDelete, keys)
-}
-
-// keyTurnQueues is how many queues keyTurns spreads keys over.
-const keyTurnQueues = 1024
-
-// keyTurns makes the Updates of one key from this instance take turns in
-// the process, first come first served, before they take a connection. The
-// database serialises them anyway, by the key's row lock; but waiters on a
-// row lock each hold a pool connection while they wait, and when the row is
-// released they race for its next version, so that an unlucky call can lose
-// many times in a row. Waiting here holds no connection, ends when the
-// call's context does, and hands the key to the next call in order. Keys
-// share the 1,024 queues by their keyhash, so two busy keys of one queue
-// wait for each other; a call with several keys queues for each of their
-// queues in ascending order, so calls never wait for each other in a
-// circle. Calls from other instances, and Counts, still meet at the row.
-type keyTurns [keyTurnQueues]chan struct{}
-
-func newKeyTurns() *keyTurns {
-	t := new(keyTurns)
-	for i := range t {
-		t[i] = make(chan struct{}, 1)
-	}
-	return t
-}
-
-// take waits for the turn of every key of hashes and returns their queues,
-// to give back; or returns ctx's error, having taken none.
-func (t *keyTurns) take(ctx context.Context, hashes [][]byte) ([]int, error) {
-	qs := make([]int, 0, len(hashes))
-	for _, h := range hashes {
-		qs = append(qs, int(binary.BigEndian.Uint64(h[:8])%keyTurnQueues))
-	}
-	slices.Sort(qs)
-	qs = slices.Compact(qs)
-	for i, q := range qs {
-		select {
-		case t[q] <- struct{}{}:
-		case <-ctx.Done():
-			t.give(qs[:i])
-			return nil, ctx.Err()
-		}
-	}
-	return qs, nil
-}
-
-// give ends the turns of queues qs.
-func (t *keyTurns) give(qs []int) {
-	for _, q := range qs {
-		<-t[q]
-	}
 }

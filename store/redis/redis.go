@@ -107,6 +107,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/gatecount/gatecount/internal/lockorder"
+	"github.com/gatecount/gatecount/internal/turns"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
 )
@@ -176,12 +177,7 @@ type Options struct {
 // starts a background sweep, which runs until the store is closed. Closing
 // the store does not close c.
 func New(ctx context.Context, c goredis.UniversalClient, o Options) (*store.Store, error) {
-	o.Store = o.Store.WithDefaults()
-	b, err := NewBackend(ctx, c, o)
-	if err != nil {
-		return nil, err
-	}
-	return store.New(b, o.Store), nil
+	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, c, o) })
 }
 
 // Backend is the Redis store's store.Backend and store.Counter. Most code
@@ -208,8 +204,8 @@ type Backend struct {
 
 	retries atomic.Uint64
 	misses  atomic.Uint64
-	spaces  sync.Map // prefix -> *space
-	stripes [stripes]chan struct{}
+	spaces  sync.Map     // prefix -> *space
+	turns   *turns.Turns // the keys' stripes: Updates of a key take turns
 	known   [knownSlots]knownLive
 	clock   serverClock
 
@@ -218,9 +214,9 @@ type Backend struct {
 	total atomic.Int64             // the sum of live
 
 	sweepMu   sync.Mutex
+	sweeper   *store.Loop
 	closeOnce sync.Once
-	stop      chan struct{}
-	done      chan struct{}
+	closeErr  error
 }
 
 // space is what the backend knows of one prefix.
@@ -273,13 +269,9 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 		allowEviction: o.AllowEviction,
 		facts:         make(map[string]serverFacts),
 		live:          make(map[string]*atomic.Int64),
-		stop:          make(chan struct{}),
-		done:          make(chan struct{}),
 		clock:         serverClock{base: time.Now()},
 		prompt:        honoursDeadlines(c),
-	}
-	for i := range b.stripes {
-		b.stripes[i] = make(chan struct{}, 1)
+		turns:         turns.New(),
 	}
 	// A Cluster with a master down starts, and its limiters on the other
 	// masters count: what the master serves is checked once it answers.
@@ -304,7 +296,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 		b.log.Warn("limit store sweep failed at start: the count of live entries under other limiters is taken at the next sweep",
 			"kind", KindSweepFailed, "err", err)
 	}
-	go b.sweepEvery(o.SweepInterval)
+	b.sweeper = store.Go(ctx, func(ctx context.Context) { store.Every(ctx, o.SweepInterval, b.sweepTick) })
 	return b, nil
 }
 
@@ -431,9 +423,9 @@ func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) 
 		ks.names[i] = both[:len(both)-memberLen]
 		ks.members[i] = both[len(both)-memberLen:]
 		x := int(binary.BigEndian.Uint16(sum[:2]))
-		ks.slots[i] = x % knownSlots // its stripe is x % stripes: the same lock guards it
+		ks.slots[i] = x % knownSlots // its stripe is turns.Queue(x): the same lock guards it
 		ks.tags[i] = binary.BigEndian.Uint64(sum[2:10]) | 1
-		ks.locks.Add(x % stripes)
+		ks.locks.Add(turns.Queue(uint64(x)))
 	}
 	ks.names[n] = sp.idx
 }
@@ -446,13 +438,9 @@ func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) 
 // count one entry fewer.
 const memberLen = 8
 
-// stripes is the number of local locks Update spreads keys over, and
-// knownSlots the size of the cache of keys known to be live, a multiple of
-// it.
-const (
-	stripes    = 1024
-	knownSlots = 8 * stripes
-)
+// knownSlots is the size of the cache of keys known to be live, a multiple
+// of the number of stripes (turns.Queues) Update spreads keys over.
+const knownSlots = 8 * turns.Queues
 
 // knownLive is a slot of the cache of keys this process saw live, which
 // tells Update when it is worth guessing that its keys are absent. A slot
@@ -460,35 +448,6 @@ const (
 type knownLive struct {
 	tag uint64 // 0: empty
 	exp int64  // Unix ms
-}
-
-// lock takes the stripes of l in ascending order, which keeps it free of
-// deadlock, or gives up when ctx ends.
-func (b *Backend) lock(ctx context.Context, l *lockorder.Set) error {
-	ord := l.Ascending()
-	for i, s := range ord {
-		select {
-		case b.stripes[s] <- struct{}{}:
-			continue // free: no need to watch ctx (which would make its Done channel)
-		default:
-		}
-		select {
-		case b.stripes[s] <- struct{}{}:
-		case <-ctx.Done():
-			for _, t := range ord[:i] {
-				<-b.stripes[t]
-			}
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-func (b *Backend) unlock(l *lockorder.Set) {
-	ord := l.Ascending()
-	for i := len(ord) - 1; i >= 0; i-- {
-		<-b.stripes[ord[i]]
-	}
 }
 
 // register lists sp's tag under the fingerprint, once.
@@ -594,10 +553,10 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	u := newUpdateCall(n)
 	ks := &u.ks
 	b.nameKeys(ks, sp, prefix, keys)
-	if err := b.lock(ctx, &ks.locks); err != nil {
+	if err := b.turns.Take(ctx, &ks.locks); err != nil {
 		return err
 	}
-	defer b.unlock(&ks.locks)
+	defer b.turns.Give(&ks.locks)
 	entries, args := u.entries, u.args
 	args[0], args[1], args[2] = &b.max, &u.others, &u.at
 	raws, present := u.raws, u.present
@@ -1024,40 +983,30 @@ func (b *Backend) Sweep(ctx context.Context) (int, error) {
 // answer fails that try.
 func (b *Backend) sweepFull(ctx context.Context) { _, _ = b.Sweep(ctx) }
 
-func (b *Backend) sweepEvery(d time.Duration) {
-	defer close(b.done)
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), b.deadline)
-			if _, err := b.Sweep(ctx); err != nil {
-				b.sweepLog.Do(func() {
-					b.log.Warn("limit store sweep failed: the count of live entries may be stale",
-						"kind", KindSweepFailed, "err", err)
-				})
-			}
-			b.recheckServers(ctx)
-			cancel()
-		}
+// sweepTick is the background sweep's work, every SweepInterval: a sweep
+// and a recheck of the servers, within the guard's deadline. Close ends it.
+func (b *Backend) sweepTick(loop context.Context) {
+	ctx, cancel := context.WithTimeout(loop, b.deadline)
+	defer cancel()
+	if _, err := b.Sweep(ctx); err != nil && loop.Err() == nil {
+		b.sweepLog.Do(func() {
+			b.log.Warn("limit store sweep failed: the count of live entries may be stale",
+				"kind", KindSweepFailed, "err", err)
+		})
 	}
+	b.recheckServers(ctx)
 }
 
 // Close stops the background sweep and waits for it; the client is closed
 // if the store opened it (OpenURL). Close is idempotent.
 func (b *Backend) Close() error {
-	var err error
 	b.closeOnce.Do(func() {
-		close(b.stop)
-		<-b.done
+		b.sweeper.Stop()
 		if b.ownsClient {
-			err = b.c.Close()
+			b.closeErr = b.c.Close()
 		}
 	})
-	return err
+	return b.closeErr
 }
 
 // serverClock estimates the server's time from the times it answers, so

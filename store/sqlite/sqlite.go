@@ -173,12 +173,7 @@ var ErrNotSQLite = errors.New("sqlite: database is not SQLite")
 // store over it behind the guard. The store owns the *sql.DB it opens and
 // closes it on Close; its background sweep runs until then.
 func Open(ctx context.Context, path string, o Options) (*store.Store, error) {
-	o.Store = o.Store.WithDefaults()
-	b, err := OpenBackend(ctx, path, o)
-	if err != nil {
-		return nil, err
-	}
-	return store.New(b, o.Store), nil
+	return store.Build(&o.Store, func() (*Backend, error) { return OpenBackend(ctx, path, o) })
 }
 
 // New returns a store behind the guard over db, a *sql.DB of the
@@ -187,12 +182,7 @@ func Open(ctx context.Context, path string, o Options) (*store.Store, error) {
 // connection than the app needs); Close closes it rather than returning it,
 // with the store's settings, to the pool. It does not close db.
 func New(ctx context.Context, db *sql.DB, o Options) (*store.Store, error) {
-	o.Store = o.Store.WithDefaults()
-	b, err := NewBackend(ctx, db, o)
-	if err != nil {
-		return nil, err
-	}
-	return store.New(b, o.Store), nil
+	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, db, o) })
 }
 
 // OpenBackend is Open without the guard. Most code wants Open.
@@ -261,7 +251,7 @@ type Backend struct {
 	stop        chan struct{}
 	closeCtx    context.Context // cancelled by Close
 	closeCancel context.CancelFunc
-	done        chan struct{} // closed when the background sweep has stopped
+	sweeper     *store.Loop
 	closeOnce   sync.Once
 	closeErr    error
 }
@@ -338,7 +328,6 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 		queue:      make(chan *op, maxBatch),
 		writerDone: make(chan struct{}),
 		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
 	}
 	b.entries.Store(-1)
 	if err := b.st.prepare(ctx, conn); err != nil {
@@ -347,7 +336,10 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 	}
 	b.closeCtx, b.closeCancel = context.WithCancel(context.Background())
 	go b.writeLoop()
-	go b.sweepEvery(o.SweepInterval)
+	b.sweeper = store.Go(ctx, func(ctx context.Context) {
+		b.sweepTick(ctx)
+		store.Every(ctx, o.SweepInterval, b.sweepTick)
+	})
 	return b, nil
 }
 
@@ -644,20 +636,12 @@ func (b *Backend) sweepBatch(ctx context.Context, count bool) (int, error) {
 	return int(n), nil
 }
 
-func (b *Backend) sweepEvery(d time.Duration) {
-	defer close(b.done)
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		if _, err := b.Sweep(b.closeCtx); err != nil && !b.closing() {
-			b.log.Warn("limit store sweep failed: expired rows stay until the next sweep",
-				"kind", KindSweepFailed, "err", err)
-		}
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-		}
+// sweepTick is the background sweep's work: at once, then every
+// SweepInterval until Close.
+func (b *Backend) sweepTick(ctx context.Context) {
+	if _, err := b.Sweep(ctx); err != nil && ctx.Err() == nil && !b.closing() {
+		b.log.Warn("limit store sweep failed: expired rows stay until the next sweep",
+			"kind", KindSweepFailed, "err", err)
 	}
 }
 
@@ -677,7 +661,7 @@ func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		close(b.stop)
 		b.closeCancel()
-		<-b.done
+		b.sweeper.Stop()
 		<-b.writerDone
 		err := b.st.close()
 		if cerr := discard(b.writer); err == nil {

@@ -557,11 +557,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 		return err
 	}
 	defer b.turns.Give(&ks.locks)
-	entries, args := u.entries, u.args
-	args[0], args[1], args[2] = &b.max, &u.others, &u.at
-	raws, present := u.raws, u.present
-	exps := u.exps     // expiry of each live entry read, else 0
-	bodies := u.bodies // value of each live entry read
+	u.setHead(&b.max)
 	var now int64
 	read := false // raws and present hold a read at now
 	if est, ok := b.clock.now(); ok && b.noneKnown(ks, est) {
@@ -575,71 +571,29 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	for conflicts := 0; ; {
 		if !read {
 			var err error
-			if now, err = b.read(ctx, ks.names[:n], raws, present); err != nil {
+			if now, err = b.read(ctx, ks.names[:n], u.raws, u.present); err != nil {
 				return err
 			}
 		}
 		read = false
-		for i := range entries {
-			exps[i], bodies[i], entries[i] = 0, "", store.Entry{}
-			if present[i] {
-				exp, v, err := decode(raws[i])
-				if err != nil {
-					return err
-				}
-				if exp > now {
-					exps[i], bodies[i] = exp, v
-					entries[i] = store.Entry{Value: []byte(v), ExpiresAt: time.UnixMilli(exp)}
-				}
-			}
-			b.know(ks, i, exps[i])
-		}
-		if err := apply(time.UnixMilli(now), entries); err != nil {
+		if err := b.entriesRead(u, now); err != nil {
 			return err
 		}
-		changed, fresh := false, int64(0)
-		for i := range entries {
-			o := 3 + 5*i
-			e := &entries[i]
-			args[o] = &ks.members[i]
-			switch {
-			case !present[i]:
-				args[o+1] = "a"
-			case exps[i] > 0:
-				args[o+1] = "l"
-			default:
-				args[o+1] = "d"
-			}
-			args[o+2] = &raws[i]
-			exp := e.ExpiresAt.UnixMilli()
-			live := e.Value != nil && exp > now
-			switch {
-			case !live && exps[i] == 0:
-				args[o+3], args[o+4] = "=", 0
-			case live && exps[i] == exp && string(e.Value) == bodies[i]:
-				args[o+3], args[o+4] = "=", 0
-			case live:
-				if exps[i] == 0 {
-					fresh++
-				}
-				u.setValue(i, exp, e.Value)
-				changed = true
-			default:
-				args[o+3], args[o+4] = "", 0
-				changed = true
-			}
+		if err := apply(time.UnixMilli(now), u.entries); err != nil {
+			return err
 		}
+		changed, fresh := u.plan(now)
 		if !changed {
 			return nil // a read: it happened at the read's instant
 		}
 		u.others, u.at = b.elsewhere(sp), now
-		res, _, err := b.write(ctx, ks, args, nil, nil)
+		res, _, err := b.write(ctx, ks, u.args, nil, nil)
 		if err != nil {
 			return err
 		}
 		switch res[0] {
 		case 1:
-			b.wrote(ctx, sp, prefix, ks, entries, res[1], res[2], u.others)
+			b.wrote(ctx, sp, prefix, ks, u.entries, res[1], res[2], u.others)
 			return nil
 		case 2:
 			b.setLive(sp.live, res[1])
@@ -680,7 +634,7 @@ type updateCall struct {
 	bodies  []string // the value of each key's live entry as read
 
 	entries1 [1]store.Entry
-	args1    [3 + 5]any
+	args1    [writeHead + writePer]any
 	values1  [1]string
 	expires1 [1]int64
 	raws1    [1]string
@@ -698,7 +652,7 @@ func newUpdateCall(n int) *updateCall {
 		return u
 	}
 	u.entries = make([]store.Entry, n)
-	u.args = make([]any, 3+5*n)
+	u.args = make([]any, writeHead+writePer*n)
 	u.values = make([]string, n)
 	u.expires = make([]int64, n)
 	u.raws = make([]string, n)
@@ -708,46 +662,33 @@ func newUpdateCall(n int) *updateCall {
 	return u
 }
 
-// setValue makes key i's new raw value "<exp>:<v>", expiring at exp, the
-// write script's new raw value and expiry.
-func (u *updateCall) setValue(i int, exp int64, v []byte) {
-	var buf [64]byte
-	raw := strconv.AppendInt(buf[:0], exp, 10)
-	raw = append(raw, ':')
-	u.values[i] = string(append(raw, v...))
-	u.expires[i] = exp
-	o := 3 + 5*i
-	u.args[o+3], u.args[o+4] = &u.values[i], &u.expires[i]
-}
-
 // guess runs apply on the guess that no key has an entry, at the estimated
 // server time est, and writes its result if the guess was right. It
 // reports done when the Update is answered; otherwise the Update goes on
 // from the read a wrong guess was answered with (read: u.raws and
 // u.present hold it, at the server's time now), or with a read of its own.
 func (b *Backend) guess(ctx context.Context, sp *space, prefix string, u *updateCall, est int64, apply store.ApplyFunc) (done, read bool, now int64, err error) {
-	ks, entries, args := &u.ks, u.entries, u.args
+	ks, entries := &u.ks, u.entries
 	clear(entries)
 	if apply(time.UnixMilli(est), entries) != nil {
 		return false, false, 0, nil // an error on a guess is not the Update's answer
 	}
 	writes := false
 	for i := range entries {
-		o := 3 + 5*i
 		e := &entries[i]
-		args[o], args[o+1], args[o+2] = &ks.members[i], "a", ""
+		u.setRead(i, modeAbsent, "")
 		if exp := e.ExpiresAt.UnixMilli(); e.Value != nil && exp > est {
 			u.setValue(i, exp, e.Value)
 			writes = true
 		} else {
-			args[o+3], args[o+4] = "=", 0
+			u.keep(i)
 		}
 	}
 	if !writes {
 		return false, false, 0, nil // a read must see the store to be right
 	}
 	u.others, u.at = b.elsewhere(sp), est
-	res, read, err := b.write(ctx, ks, args, u.raws, u.present)
+	res, read, err := b.write(ctx, ks, u.args, u.raws, u.present)
 	if err != nil {
 		return true, false, 0, err
 	}

@@ -821,17 +821,11 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	}
 	sp := b.space(prefix)
 	ks := b.keys(sp, prefix, keys)
-	names, members := ks.names, ks.members
-	args := make([]any, 3+3*len(keys))
-	args[0], args[1] = n, b.max
-	for i := range keys {
-		o := 3 + 3*i
-		args[o], args[o+1], args[o+2] = members[i], int64(caps[i].Limit), caps[i].Window.Milliseconds()
-	}
+	args := countArgs(n, b.max, ks.members, caps)
 	for swept := false; ; {
 		others := b.elsewhere(sp)
-		args[2] = others
-		res, err := b.eval(ctx, countScript, names, args...).Int64Slice()
+		args[countElsewhere] = others
+		res, err := b.eval(ctx, countScript, ks.names, args...).Int64Slice()
 		if err != nil {
 			return err
 		}

@@ -162,14 +162,15 @@ return {1, live, now}
 
 // countScript is the fixed-window count of store.Count in one step. KEYS
 // are the counters' keys, then the live index. ARGV: amount, max entries,
-// live entries elsewhere, then three per key: member, cap, window ms.
+// live entries elsewhere, then three per key: member, cap, window ms (the
+// layout is in args.go).
 //
 // It returns {-1} when a value is not a plain count it can do exact
 // arithmetic on (the caller then counts through Update); {-2, now, live}
 // when new counters find no room; otherwise {allowed (0 or 1), now,
 // limiting (1-based, 0 for none), live, count1, expiry1, count2, ...}, an
 // expiry of 0 meaning no counter.
-var countScript = newScript(`
+var countScript = newScript(countLayout.Replace(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = #KEYS - 1
@@ -178,7 +179,7 @@ local amt = tonumber(ARGV[1])
 local cnt, exp = {}, {}
 local limiting, fresh = 0, 0
 for i = 1, n do
-  local o = 3 + (i - 1) * 3
+  local o = $HEAD + (i - 1) * $PER
   local v = redis.call('GET', KEYS[i])
   local c, e = 0, 0
   if v then
@@ -207,7 +208,7 @@ if limiting == 0 then
   end
   local top = 0
   for i = 1, n do
-    local o = 3 + (i - 1) * 3
+    local o = $HEAD + (i - 1) * $PER
     local c, e = cnt[i] + amt, exp[i]
     if e == 0 then
       e = now + tonumber(ARGV[o + 3])
@@ -228,7 +229,7 @@ for i = 1, n do
   r[4 + 2 * i] = exp[i]
 end
 return r
-`)
+`))
 
 // tidyScript removes the expired members of the live index KEYS[1] and
 // returns {removed, live}.

@@ -8,13 +8,20 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// The write script's ARGV, the one place its layout is written (the script
-// gets it through writeLayout): writeHead values (max entries, live entries
+// The scripts' ARGV layouts, the one place they are written (the scripts
+// get them through writeLayout and countLayout).
+//
+// The write script's: writeHead values (max entries, live entries
 // elsewhere, the time apply was given), then writePer per key (member,
 // mode, raw value as read, new raw value, new expiry).
+//
+// The count script's: countHead values (amount, max entries, live entries
+// elsewhere), then countPer per key (member, cap, window ms).
 const (
 	writeHead = 3
 	writePer  = 5
+	countHead = 3
+	countPer  = 3
 )
 
 // A key's mode in the write script: what its read found.
@@ -38,6 +45,24 @@ var writeLayout = strings.NewReplacer(
 	"$LIVE", modeLive,
 	"$KEEP", rawKeep,
 )
+
+// countLayout puts the layout above into the count script's source.
+var countLayout = strings.NewReplacer("$HEAD", strconv.Itoa(countHead), "$PER", strconv.Itoa(countPer))
+
+// countArgs returns the count script's arguments but for the live entries
+// elsewhere (args[countElsewhere]), which the caller sets before each run.
+func countArgs(n int64, maxEntries int, members []string, caps []store.Budget) []any {
+	args := make([]any, countHead+countPer*len(members))
+	args[0], args[1] = n, maxEntries
+	for i := range members {
+		o := countHead + countPer*i
+		args[o], args[o+1], args[o+2] = members[i], int64(caps[i].Limit), caps[i].Window.Milliseconds()
+	}
+	return args
+}
+
+// countElsewhere is the index of the count script's live entries elsewhere.
+const countElsewhere = 2
 
 // setHead sets the arguments before the keys'; maxEntries is the backend's.
 func (u *updateCall) setHead(maxEntries *int) {

@@ -1,21 +1,3 @@
-// Package memory is the default limit store: entries in this process's
-// memory, on this process's clock.
-//
-// The store is not shared: on several instances of an app, each keeps its own
-// counts, so every budget is multiplied by the number of instances. Use a
-// shared store (PostgreSQL, SQLite on one host, Redis) when that matters.
-//
-// Entries live in maps split into shards, each behind its own mutex, so
-// that updates of different keys rarely wait for each other. A key is hashed
-// once per call, with a seed made when the store opens: the hash picks its
-// shard and its place in the shard's map, and keys whose hashes are equal
-// share a chain. A multi-key update locks its keys' shards in ascending
-// order, which keeps it atomic and free of deadlock. Expired entries are
-// removed lazily when their key is next touched, by a background sweep every
-// SweepInterval, and at once when a new key finds the store full.
-//
-// The store counts (store.Counter) in one step on the entries it holds, and
-// reads its clock from memory (see Options.Now).
 package memory
 
 import (

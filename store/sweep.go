@@ -34,17 +34,43 @@ func (l *Loop) Stop() {
 	<-l.done
 }
 
-// Every calls f every d until ctx ends, and returns then. It does not call f
-// at once.
-func Every(ctx context.Context, d time.Duration, f func(ctx context.Context)) {
-	t := time.NewTicker(d)
-	defer t.Stop()
+// Task is work a Loop does every Every.
+type Task struct {
+	Every time.Duration
+	Do    func(ctx context.Context)
+}
+
+// Every runs each task every task.Every, one at a time, until ctx ends, and
+// returns then. It runs none at once. A task that runs late skips the runs
+// it missed, as a time.Ticker does.
+func Every(ctx context.Context, tasks ...Task) {
+	if len(tasks) == 0 {
+		<-ctx.Done()
+		return
+	}
+	next := make([]time.Time, len(tasks))
+	start := time.Now()
+	for i, t := range tasks {
+		next[i] = start.Add(t.Every)
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for {
+		i := 0
+		for j := range next {
+			if next[j].Before(next[i]) {
+				i = j
+			}
+		}
+		timer.Reset(time.Until(next[i]))
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			f(ctx)
+		case <-timer.C:
+		}
+		tasks[i].Do(ctx)
+		for now := time.Now(); !next[i].After(now); {
+			next[i] = next[i].Add(tasks[i].Every)
 		}
 	}
 }

@@ -159,7 +159,7 @@ func NewBackend(o Options) *Backend {
 	}
 	b.minExp.Store(math.MaxInt64)
 	b.sweeper = store.Go(context.Background(), func(ctx context.Context) {
-		store.Every(ctx, o.SweepInterval, func(context.Context) { b.sweep() })
+		store.Every(ctx, store.Task{Every: o.SweepInterval, Do: func(context.Context) { b.sweep() }})
 	})
 	return b
 }

@@ -697,21 +697,9 @@ func (b *Backend) background(ctx context.Context, sweepEvery, countEvery time.Du
 	sweep()
 	recount()
 	close(b.started)
-	st := time.NewTicker(sweepEvery)
-	defer st.Stop()
-	ct := time.NewTicker(countEvery)
-	defer ct.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-st.C:
-			sweep()
-			recount()
-		case <-ct.C:
-			recount()
-		}
-	}
+	store.Every(ctx,
+		store.Task{Every: sweepEvery, Do: func(context.Context) { sweep(); recount() }},
+		store.Task{Every: countEvery, Do: func(context.Context) { recount() }})
 }
 
 // Close stops the background sweep and count and waits for them. It does

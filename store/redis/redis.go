@@ -201,7 +201,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 		b.log.Warn("limit store sweep failed at start: the count of live entries under other limiters is taken at the next sweep",
 			"kind", KindSweepFailed, "err", err)
 	}
-	b.sweeper = store.Go(ctx, func(ctx context.Context) { store.Every(ctx, o.SweepInterval, b.sweepTick) })
+	b.sweeper = store.Go(ctx, func(ctx context.Context) { store.Every(ctx, store.Task{Every: o.SweepInterval, Do: b.sweepTick}) })
 	return b, nil
 }
 

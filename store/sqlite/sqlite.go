@@ -258,7 +258,7 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 	go b.writeLoop()
 	b.sweeper = store.Go(ctx, func(ctx context.Context) {
 		b.sweepTick(ctx)
-		store.Every(ctx, o.SweepInterval, b.sweepTick)
+		store.Every(ctx, store.Task{Every: o.SweepInterval, Do: b.sweepTick})
 	})
 	return b, nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -85,4 +86,22 @@ func Build[B Backend](o *Options, newBackend func() (B, error)) (*Store, error) 
 		return nil, err
 	}
 	return New(b, *o), nil
+}
+
+// Default sets *v to def when *v is zero or less: the default of one option
+// of a store.
+func Default[T ~int | ~int64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// LoggerFor returns the logger of a store named name: o.Logger, or
+// slog.Default when nil, with the attribute store=name.
+func (o Options) LoggerFor(name string) *slog.Logger {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return log.With("store", name)
 }

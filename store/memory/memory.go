@@ -124,16 +124,10 @@ func (s *shard) remove(h uint64, it *item) {
 // NewBackend returns the memory backend and starts its background sweep.
 // o.Store should already have its defaults (see store.Options.WithDefaults).
 func NewBackend(o Options) *Backend {
-	if o.MaxEntries <= 0 {
-		o.MaxEntries = store.DefaultMaxEntriesMemory
-	}
-	if o.SweepInterval <= 0 {
-		o.SweepInterval = DefaultSweepInterval
-	}
+	store.Default(&o.MaxEntries, store.DefaultMaxEntriesMemory)
+	store.Default(&o.SweepInterval, DefaultSweepInterval)
 	n := 1
-	if o.Shards <= 0 {
-		o.Shards = DefaultShards
-	}
+	store.Default(&o.Shards, DefaultShards)
 	for n < o.Shards {
 		n <<= 1
 	}

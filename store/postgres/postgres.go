@@ -139,15 +139,9 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	if o.MaxEntries <= 0 {
-		o.MaxEntries = store.DefaultMaxEntriesDatabase
-	}
-	if o.SweepInterval <= 0 {
-		o.SweepInterval = DefaultSweepInterval
-	}
-	if o.CountInterval <= 0 {
-		o.CountInterval = DefaultCountInterval
-	}
+	store.Default(&o.MaxEntries, store.DefaultMaxEntriesDatabase)
+	store.Default(&o.SweepInterval, DefaultSweepInterval)
+	store.Default(&o.CountInterval, DefaultCountInterval)
 	if o.processNow == nil {
 		o.processNow = time.Now
 	}
@@ -163,11 +157,7 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 			return nil, err
 		}
 	}
-	log := o.Store.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("store", "postgres")
+	log := o.Store.LoggerFor("postgres")
 	b := &Backend{
 		pool:       pool,
 		hasher:     h,

@@ -140,23 +140,11 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	if o.MaxEntries <= 0 {
-		o.MaxEntries = store.DefaultMaxEntriesDatabase
-	}
-	if o.MaxRetries <= 0 {
-		o.MaxRetries = DefaultMaxRetries
-	}
-	if o.SweepInterval <= 0 {
-		o.SweepInterval = DefaultSweepInterval
-	}
-	if o.Store.Deadline <= 0 {
-		o.Store.Deadline = store.DefaultDeadline
-	}
-	log := o.Store.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("store", "redis")
+	store.Default(&o.MaxEntries, store.DefaultMaxEntriesDatabase)
+	store.Default(&o.MaxRetries, DefaultMaxRetries)
+	store.Default(&o.SweepInterval, DefaultSweepInterval)
+	store.Default(&o.Store.Deadline, store.DefaultDeadline)
+	log := o.Store.LoggerFor("redis")
 	b := &Backend{
 		c:          c,
 		hasher:     h,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"runtime"
 	"strings"
@@ -51,11 +50,7 @@ var ErrURL = errors.New("redis: invalid Redis URL")
 // gives an error matching ErrURL.
 func OpenURL(ctx context.Context, rawURL string, o Options) (*store.Store, error) {
 	return store.Build(&o.Store, func() (*Backend, error) {
-		log := o.Store.Logger
-		if log == nil {
-			log = slog.Default()
-		}
-		goredis.SetLogger(NewRedisLogger(log.With("store", "redis")))
+		goredis.SetLogger(NewRedisLogger(o.Store.LoggerFor("redis")))
 		c, err := openClient(ctx, rawURL, o.Store)
 		if err != nil {
 			return nil, err

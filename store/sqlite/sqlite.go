@@ -190,26 +190,14 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	if o.MaxEntries <= 0 {
-		o.MaxEntries = store.DefaultMaxEntriesDatabase
-	}
-	if o.SweepInterval <= 0 {
-		o.SweepInterval = DefaultSweepInterval
-	}
-	if o.SweepBatch <= 0 {
-		o.SweepBatch = DefaultSweepBatch
-	}
-	if o.BusyTimeout <= 0 {
-		o.BusyTimeout = DefaultBusyTimeout
-	}
+	store.Default(&o.MaxEntries, store.DefaultMaxEntriesDatabase)
+	store.Default(&o.SweepInterval, DefaultSweepInterval)
+	store.Default(&o.SweepBatch, DefaultSweepBatch)
+	store.Default(&o.BusyTimeout, DefaultBusyTimeout)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	log := o.Store.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("store", "sqlite")
+	log := o.Store.LoggerFor("sqlite")
 	if o.AutoMigrate {
 		if err := Migrate(ctx, db); err != nil {
 			return nil, err

@@ -77,15 +77,14 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 		_ = q.sync()
 		return false, fmt.Errorf("postgres: update: lock and read: %w", err)
 	}
-	before := make([]store.Entry, len(hashes))
 	for i, e := range t.entries {
-		before[i] = store.Entry{Value: bytes.Clone(e.Value), ExpiresAt: e.ExpiresAt}
+		t.before[i] = store.Entry{Value: bytes.Clone(e.Value), ExpiresAt: e.ExpiresAt}
 	}
 	if err := apply(t.now, t.entries); err != nil {
 		t.abandon(q)
 		return false, err
 	}
-	w := t.plan(before)
+	w := t.plan()
 	if len(w.ins) > 0 && (len(w.ins) > 1 || slices.Contains(t.hasRow, true)) {
 		// Nothing is written yet (a try with placeholders has a row for
 		// every key): the transaction commits empty.
@@ -103,19 +102,31 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 }
 
 // updateTry is what one try of Update knows of its keys: the entries apply
-// sees, which keys have a row, which rows are placeholders this try
-// inserted, and the database's time.
+// sees, copies of them as read, which keys have a row, which rows are
+// placeholders this try inserted, and the database's time. The arrays hold
+// a lone key, the common case, so that it takes one allocation.
 type updateTry struct {
 	hashes      [][]byte
 	entries     []store.Entry
+	before      []store.Entry
 	hasRow      []bool
 	placeholder []bool
 	now         time.Time
+
+	entries1 [2]store.Entry
+	flags1   [2]bool
 }
 
 func newUpdateTry(hashes [][]byte) *updateTry {
 	n := len(hashes)
-	return &updateTry{hashes: hashes, entries: make([]store.Entry, n), hasRow: make([]bool, n), placeholder: make([]bool, n)}
+	t := &updateTry{hashes: hashes}
+	entries, flags := t.entries1[:], t.flags1[:]
+	if n > 1 {
+		entries, flags = make([]store.Entry, 2*n), make([]bool, 2*n)
+	}
+	t.entries, t.before = entries[:n:n], entries[n:2*n:2*n]
+	t.hasRow, t.placeholder = flags[:n:n], flags[n:2*n:2*n]
+	return t
 }
 
 // index returns the index of the key whose keyhash is kh, or -1.
@@ -219,10 +230,10 @@ type writes struct {
 }
 
 // plan compares what apply left in t.entries with what it was given.
-func (t *updateTry) plan(before []store.Entry) writes {
+func (t *updateTry) plan() writes {
 	var w writes
 	for i, e := range t.entries {
-		old := before[i]
+		old := t.before[i]
 		switch {
 		case e.Value == nil && old.Value == nil:
 			if t.placeholder[i] {

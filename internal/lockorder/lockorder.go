@@ -3,12 +3,14 @@
 // locks then never wait for each other in a cycle.
 package lockorder
 
-import "github.com/gatecount/gatecount/store"
+// MaxLocks is how many indexes a Set holds: one per key of a call, so at
+// least store.MaxKeys (a test checks it).
+const MaxLocks = 16
 
 // Set is the distinct lock indexes of one call, ascending. Its zero value is
-// empty; it holds at most store.MaxKeys indexes, one per key of a call.
+// empty; it holds at most MaxLocks indexes.
 type Set struct {
-	ord [store.MaxKeys]int
+	ord [MaxLocks]int
 	n   int
 }
 

@@ -1,21 +1,3 @@
-// Package memory is the default limit store: entries in this process's
-// memory, on this process's clock.
-//
-// The store is not shared: on several instances of an app, each keeps its own
-// counts, so every budget is multiplied by the number of instances. Use a
-// shared store (PostgreSQL, SQLite on one host, Redis) when that matters.
-//
-// Entries live in maps split into shards, each behind its own mutex, so
-// that updates of different keys rarely wait for each other. A key is hashed
-// once per call, with a seed made when the store opens: the hash picks its
-// shard and its place in the shard's map, and keys whose hashes are equal
-// share a chain. A multi-key update locks its keys' shards in ascending
-// order, which keeps it atomic and free of deadlock. Expired entries are
-// removed lazily when their key is next touched, by a background sweep every
-// SweepInterval, and at once when a new key finds the store full.
-//
-// The store counts (store.Counter) in one step on the entries it holds, and
-// reads its clock from memory (see Options.Now).
 package memory
 
 import (
@@ -63,8 +45,8 @@ type Options struct {
 // New returns a memory store behind the guard. Its background sweep runs
 // until Close.
 func New(o Options) *store.Store {
-	o.Store = o.Store.WithDefaults()
-	return store.New(NewBackend(o), o.Store)
+	s, _ := store.Build(&o.Store, func() (*Backend, error) { return NewBackend(o), nil }) // NewBackend never fails
+	return s
 }
 
 // Backend is the memory store's store.Backend. Most code wants New, which
@@ -82,10 +64,8 @@ type Backend struct {
 	minExp atomic.Int64
 	bound  *store.Bound
 
-	sweepMu   sync.Mutex // one sweep at a time
-	closeOnce sync.Once
-	stop      chan struct{}
-	done      chan struct{}
+	sweepMu sync.Mutex // one sweep at a time
+	sweeper *store.Loop
 }
 
 // item is one entry. A value that is a count (store.ParseCount) is kept as
@@ -166,16 +146,10 @@ func (s *shard) remove(h uint64, it *item) {
 // NewBackend returns the memory backend and starts its background sweep.
 // o.Store should already have its defaults (see store.Options.WithDefaults).
 func NewBackend(o Options) *Backend {
-	if o.MaxEntries <= 0 {
-		o.MaxEntries = store.DefaultMaxEntriesMemory
-	}
-	if o.SweepInterval <= 0 {
-		o.SweepInterval = DefaultSweepInterval
-	}
+	store.Default(&o.MaxEntries, store.DefaultMaxEntriesMemory)
+	store.Default(&o.SweepInterval, DefaultSweepInterval)
 	n := 1
-	if o.Shards <= 0 {
-		o.Shards = DefaultShards
-	}
+	store.Default(&o.Shards, DefaultShards)
 	for n < o.Shards {
 		n <<= 1
 	}
@@ -188,8 +162,6 @@ func NewBackend(o Options) *Backend {
 		mask:   uint64(n - 1),
 		seed:   maphash.MakeSeed(),
 		bound:  store.NewBound(o.MaxEntries, log),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
 	}
 	for i := range b.shards {
 		b.shards[i].m = make(map[uint64]*item)
@@ -202,7 +174,9 @@ func NewBackend(o Options) *Backend {
 		b.now = func() int64 { return now().UnixMilli() }
 	}
 	b.minExp.Store(math.MaxInt64)
-	go b.sweepEvery(o.SweepInterval)
+	b.sweeper = store.Go(context.Background(), func(ctx context.Context) {
+		store.Every(ctx, store.Task{Every: o.SweepInterval, Do: func(context.Context) { b.sweep() }})
+	})
 	return b
 }
 
@@ -512,24 +486,9 @@ func (b *Backend) sweepLocked() int {
 	return n
 }
 
-func (b *Backend) sweepEvery(d time.Duration) {
-	defer close(b.done)
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-			b.sweep()
-		}
-	}
-}
-
 // Close stops the background sweep and waits for it. It is idempotent.
 func (b *Backend) Close() error {
-	b.closeOnce.Do(func() { close(b.stop) })
-	<-b.done
+	b.sweeper.Stop()
 	if b.coarse != nil {
 		b.coarse.Close()
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/gatecount/gatecount/internal/turns"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
 )
@@ -92,12 +93,7 @@ type Options struct {
 // connections of their own; a prefix can have one handle on a pool at a
 // time (store.ErrDuplicatePrefix).
 func New(ctx context.Context, pool *pgxpool.Pool, o Options) (*store.Store, error) {
-	o.Store = o.Store.WithDefaults()
-	b, err := NewBackend(ctx, pool, o)
-	if err != nil {
-		return nil, err
-	}
-	return store.New(b, o.Store), nil
+	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, pool, o) })
 }
 
 // Backend is the PostgreSQL store's store.Backend and store.Counter. Most
@@ -114,7 +110,7 @@ type Backend struct {
 	countEvery time.Duration
 	syncCommit bool
 	mode       execMode
-	turns      *keyTurns
+	turns      *turns.Turns
 	batcher    countBatcher
 
 	// estimate is the approximate number of live entries of this secret:
@@ -124,11 +120,9 @@ type Backend struct {
 	estimate  atomic.Int64
 	countedAt atomic.Int64
 
-	sweepMu sync.Mutex // one sweep at a time per instance
-	cancel  context.CancelFunc
+	sweepMu sync.Mutex    // one sweep at a time per instance
 	started chan struct{} // closed when the first sweep and count are done
-	done    chan struct{}
-	closeMu sync.Once
+	loop    *store.Loop
 }
 
 // NewBackend returns the PostgreSQL backend and starts its background
@@ -145,15 +139,9 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	if o.MaxEntries <= 0 {
-		o.MaxEntries = store.DefaultMaxEntriesDatabase
-	}
-	if o.SweepInterval <= 0 {
-		o.SweepInterval = DefaultSweepInterval
-	}
-	if o.CountInterval <= 0 {
-		o.CountInterval = DefaultCountInterval
-	}
+	store.Default(&o.MaxEntries, store.DefaultMaxEntriesDatabase)
+	store.Default(&o.SweepInterval, DefaultSweepInterval)
+	store.Default(&o.CountInterval, DefaultCountInterval)
 	if o.processNow == nil {
 		o.processNow = time.Now
 	}
@@ -169,11 +157,7 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 			return nil, err
 		}
 	}
-	log := o.Store.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("store", "postgres")
+	log := o.Store.LoggerFor("postgres")
 	b := &Backend{
 		pool:       pool,
 		hasher:     h,
@@ -186,15 +170,12 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 		countEvery: o.CountInterval,
 		syncCommit: o.SyncCommit,
 		mode:       mode,
-		turns:      newKeyTurns(),
+		turns:      turns.New(),
 		started:    make(chan struct{}),
-		done:       make(chan struct{}),
 	}
 	b.batcher = countBatcher{limit: countBatches(pool), run: b.runCounts}
 	b.estimate.Store(-1)
-	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	b.cancel = cancel
-	go b.background(bctx, o.SweepInterval, o.CountInterval)
+	b.loop = store.Go(ctx, func(ctx context.Context) { b.background(ctx, o.SweepInterval, o.CountInterval) })
 	return b, nil
 }
 
@@ -690,7 +671,6 @@ func (b *Backend) recount(ctx context.Context) error {
 // table with many expired rows: until the estimate is known, every new key
 // is admitted through the bound's lock, one at a time.
 func (b *Backend) background(ctx context.Context, sweepEvery, countEvery time.Duration) {
-	defer close(b.done)
 	sweep := func() {
 		if _, err := b.Sweep(ctx); err != nil && ctx.Err() == nil {
 			b.log.Warn("limit store sweep failed; expired entries stay until the next sweep",
@@ -707,27 +687,14 @@ func (b *Backend) background(ctx context.Context, sweepEvery, countEvery time.Du
 	sweep()
 	recount()
 	close(b.started)
-	st := time.NewTicker(sweepEvery)
-	defer st.Stop()
-	ct := time.NewTicker(countEvery)
-	defer ct.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-st.C:
-			sweep()
-			recount()
-		case <-ct.C:
-			recount()
-		}
-	}
+	store.Every(ctx,
+		store.Task{Every: sweepEvery, Do: func(context.Context) { sweep(); recount() }},
+		store.Task{Every: countEvery, Do: func(context.Context) { recount() }})
 }
 
 // Close stops the background sweep and count and waits for them. It does
 // not close the pool, which is the app's. It is idempotent.
 func (b *Backend) Close() error {
-	b.closeMu.Do(b.cancel)
-	<-b.done
+	b.loop.Stop()
 	return nil
 }

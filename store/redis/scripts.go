@@ -83,13 +83,9 @@ return r
 // writeScript is the compare-and-set step of an Update. KEYS are the entry
 // keys, then the live index. ARGV: max entries, live entries elsewhere, the
 // time apply was given (Unix ms), then five per key: member, mode, raw value
-// as read, new raw value, new expiry.
-//
-// Mode 'a': the key was absent and must still be. Mode 'l': the key held
-// the raw value, live; it must hold it still and still be live now. Mode
-// 'd': the key held the raw value, expired; it must hold it or nothing. A new
-// raw value of "=" leaves the key as it is; "" deletes it. The time apply
-// was given must not be after the server's.
+// as read, new raw value, new expiry (the layout, the modes and the special
+// raw values are in writeargs.go). The time apply was given must not be
+// after the server's.
 //
 // It returns {status, live, now}: status 0 on a conflict, 2 when new
 // entries find no room, 1 when written; live is the index's count (after
@@ -97,7 +93,7 @@ return r
 // conflict writes nothing and answers, after those three, the raw values of
 // the entry keys, false where there is none, as readScript would at now: a
 // read, which the Update that guessed wrong goes on from.
-var writeScript = newScript(`
+var writeScript = newScript(writeLayout.Replace(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = #KEYS - 1
@@ -112,18 +108,18 @@ if tonumber(ARGV[3]) > now then return conflict() end
 local idx = KEYS[n + 1]
 local fresh = 0
 for i = 1, n do
-  local o = 3 + (i - 1) * 5
+  local o = $HEAD + (i - 1) * $PER
   local mode, want, val = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
   local cur = redis.call('GET', KEYS[i])
-  if mode == 'a' then
+  if mode == '$ABSENT' then
     if cur then return conflict() end
-  elseif mode == 'l' then
+  elseif mode == '$LIVE' then
     if cur ~= want then return conflict() end
     if tonumber(string.match(want, '^(%d+):')) <= now then return conflict() end
   else
     if cur and cur ~= want then return conflict() end
   end
-  if mode ~= 'l' and val ~= '' and val ~= '=' and tonumber(ARGV[o + 5]) > now then
+  if mode ~= '$LIVE' and val ~= '' and val ~= '$KEEP' and tonumber(ARGV[o + 5]) > now then
     fresh = fresh + 1
   end
 end
@@ -139,19 +135,19 @@ if fresh > 0 then
 end
 local top = 0
 for i = 1, n do
-  local o = 3 + (i - 1) * 5
+  local o = $HEAD + (i - 1) * $PER
   local member, mode, want, val, es = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
-  if val ~= '=' then
+  if val ~= '$KEEP' then
     local e = tonumber(es)
     if val ~= '' and e > now then
       redis.call('SET', KEYS[i], val, 'PXAT', es)
-      if mode ~= 'l' or tonumber(string.match(want, '^(%d+):')) ~= e then
+      if mode ~= '$LIVE' or tonumber(string.match(want, '^(%d+):')) ~= e then
         redis.call('ZADD', idx, es, member)
       end
       if e > top then top = e end
-    elseif mode ~= 'a' then
+    elseif mode ~= '$ABSENT' then
       redis.call('DEL', KEYS[i])
-      if redis.call('ZREM', idx, member) == 1 and mode == 'l' and live >= 0 then
+      if redis.call('ZREM', idx, member) == 1 and mode == '$LIVE' and live >= 0 then
         live = live - 1
       end
     end
@@ -162,18 +158,19 @@ if top > 0 then
   if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, string.format('%d', top + 60000)) end
 end
 return {1, live, now}
-`)
+`))
 
 // countScript is the fixed-window count of store.Count in one step. KEYS
 // are the counters' keys, then the live index. ARGV: amount, max entries,
-// live entries elsewhere, then three per key: member, cap, window ms.
+// live entries elsewhere, then three per key: member, cap, window ms (the
+// layout is in args.go).
 //
 // It returns {-1} when a value is not a plain count it can do exact
 // arithmetic on (the caller then counts through Update); {-2, now, live}
 // when new counters find no room; otherwise {allowed (0 or 1), now,
 // limiting (1-based, 0 for none), live, count1, expiry1, count2, ...}, an
 // expiry of 0 meaning no counter.
-var countScript = newScript(`
+var countScript = newScript(countLayout.Replace(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = #KEYS - 1
@@ -182,7 +179,7 @@ local amt = tonumber(ARGV[1])
 local cnt, exp = {}, {}
 local limiting, fresh = 0, 0
 for i = 1, n do
-  local o = 3 + (i - 1) * 3
+  local o = $HEAD + (i - 1) * $PER
   local v = redis.call('GET', KEYS[i])
   local c, e = 0, 0
   if v then
@@ -211,7 +208,7 @@ if limiting == 0 then
   end
   local top = 0
   for i = 1, n do
-    local o = 3 + (i - 1) * 3
+    local o = $HEAD + (i - 1) * $PER
     local c, e = cnt[i] + amt, exp[i]
     if e == 0 then
       e = now + tonumber(ARGV[o + 3])
@@ -232,7 +229,7 @@ for i = 1, n do
   r[4 + 2 * i] = exp[i]
 end
 return r
-`)
+`))
 
 // tidyScript removes the expired members of the live index KEYS[1] and
 // returns {removed, live}.

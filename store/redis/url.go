@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"runtime"
 	"strings"
@@ -50,23 +49,20 @@ var ErrURL = errors.New("redis: invalid Redis URL")
 // live entries (ErrEvicting) unless Options.AllowEviction; an unusable URL
 // gives an error matching ErrURL.
 func OpenURL(ctx context.Context, rawURL string, o Options) (*store.Store, error) {
-	o.Store = o.Store.WithDefaults()
-	log := o.Store.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	goredis.SetLogger(NewRedisLogger(log.With("store", "redis")))
-	c, err := openClient(ctx, rawURL, o.Store)
-	if err != nil {
-		return nil, err
-	}
-	b, err := NewBackend(ctx, c, o)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	b.ownsClient = true
-	return store.New(b, o.Store), nil
+	return store.Build(&o.Store, func() (*Backend, error) {
+		goredis.SetLogger(NewRedisLogger(o.Store.LoggerFor("redis")))
+		c, err := openClient(ctx, rawURL, o.Store)
+		if err != nil {
+			return nil, err
+		}
+		b, err := NewBackend(ctx, c, o)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		b.ownsClient = true
+		return b, nil
+	})
 }
 
 // openClient returns a client for rawURL with the settings OpenURL picks:

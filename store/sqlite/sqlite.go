@@ -1,83 +1,3 @@
-// Package sqlite is a limit store in an SQLite file, shared by every process
-// on one host that opens the file.
-//
-// It runs over database/sql with the pure-Go driver of modernc.org/sqlite
-// (driver name "sqlite"; no cgo). Open opens a file; New uses a *sql.DB the
-// app already has. Either way the tables must exist: run Migrate once, for
-// instance from the app's migrate command (MigrateFile), or set
-// Options.AutoMigrate.
-//
-// # Sharing
-//
-// Every process on the host that opens the file counts in the same rows, so
-// their counts are shared exactly: Shared reports true. The file is not
-// shared across hosts: SQLite's locks do not work over network file systems,
-// and each host would need its own file. Several hosts need PostgreSQL or
-// Redis.
-//
-// # One writer
-//
-// SQLite writes one transaction at a time per file, and connections that
-// wait for each other through the busy timeout wait unfairly, in sleeps of
-// up to 100 ms. So each store keeps one connection, the writer, owned by one
-// goroutine that serves calls in the order they come: the calls waiting when
-// it becomes free share one BEGIN IMMEDIATE transaction (group commit), each
-// call's work atomic on its own and answered once the transaction commits. A
-// count of one key alone on the writer is one UPSERT in a transaction of its
-// own. A call waits for the writer no longer than its context (the guard's
-// deadline) allows, and is then answered unavailable; a call that had not
-// started by then never runs.
-//
-// Every count therefore also waits for any write transaction open on the
-// file, by any connection of any process: an app that holds a long write
-// transaction on the same file holds up its limits for that long. A count
-// that cannot start within the guard's deadline is answered unavailable
-// (store.ReasonDeadline) at the deadline; it never deadlocks, and counting
-// resumes once the other transaction ends. The wait for the file's lock
-// (PRAGMA busy_timeout, Options.BusyTimeout) ends when the calls waiting for
-// it are past their deadlines.
-//
-// # Durability
-//
-// The file is in WAL mode with synchronous=NORMAL: a commit is written to
-// the WAL before Update returns, so a process that crashes or is killed
-// (SIGKILL) loses nothing it committed. A power loss or an operating-system
-// crash may lose the last transactions before the WAL was synced, never more,
-// and never corrupts the file. For a limiter that means, at worst, a few
-// attempts of the last moments before the host went down are not counted.
-// synchronous=FULL (Options.FullSync) syncs every commit and loses nothing
-// even then, but every commit waits for the disk: on this project's machines
-// a lone count then takes about five times longer (group commit shares one
-// sync among the calls that waited together).
-//
-// The writer checkpoints the WAL into the database file every 10,000 pages
-// (SQLite's default is 1,000): the file's -wal companion grows to about
-// 40 MB, and each checkpoint, though it holds up the calls queued behind it,
-// copies once each page written many times since the last.
-//
-// # Time
-//
-// Expiry is judged on the process clock of the host. All processes sharing
-// the file run on that host, so they read one clock and agree on when a
-// window ends.
-//
-// # Keys and secrets
-//
-// No key is stored in clear: each row is named by the HMAC-SHA-256 of its
-// handle's prefix and key under Options.Secret (see package keyhash), and
-// records the secret's fingerprint. Rows written under another secret are
-// never read, nor counted against this store's bound; they are removed once
-// they expire, as every expired row is.
-//
-// # Bound and sweep
-//
-// A store holds at most Options.MaxEntries rows under its secret
-// (store.DefaultMaxEntriesDatabase by default), counted exactly by triggers
-// in the same transactions that add and remove rows. A new key that finds no
-// room first removes a batch of expired rows; if there is still none it is
-// answered store.ErrFull, while keys already held keep counting. Expired rows
-// are removed when the store opens and every SweepInterval, in batches of
-// SweepBatch rows, each its own short transaction.
 package sqlite
 
 import (
@@ -173,12 +93,7 @@ var ErrNotSQLite = errors.New("sqlite: database is not SQLite")
 // store over it behind the guard. The store owns the *sql.DB it opens and
 // closes it on Close; its background sweep runs until then.
 func Open(ctx context.Context, path string, o Options) (*store.Store, error) {
-	o.Store = o.Store.WithDefaults()
-	b, err := OpenBackend(ctx, path, o)
-	if err != nil {
-		return nil, err
-	}
-	return store.New(b, o.Store), nil
+	return store.Build(&o.Store, func() (*Backend, error) { return OpenBackend(ctx, path, o) })
 }
 
 // New returns a store behind the guard over db, a *sql.DB of the
@@ -187,12 +102,7 @@ func Open(ctx context.Context, path string, o Options) (*store.Store, error) {
 // connection than the app needs); Close closes it rather than returning it,
 // with the store's settings, to the pool. It does not close db.
 func New(ctx context.Context, db *sql.DB, o Options) (*store.Store, error) {
-	o.Store = o.Store.WithDefaults()
-	b, err := NewBackend(ctx, db, o)
-	if err != nil {
-		return nil, err
-	}
-	return store.New(b, o.Store), nil
+	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, db, o) })
 }
 
 // OpenBackend is Open without the guard. Most code wants Open.
@@ -261,7 +171,7 @@ type Backend struct {
 	stop        chan struct{}
 	closeCtx    context.Context // cancelled by Close
 	closeCancel context.CancelFunc
-	done        chan struct{} // closed when the background sweep has stopped
+	sweeper     *store.Loop
 	closeOnce   sync.Once
 	closeErr    error
 }
@@ -280,26 +190,14 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	if o.MaxEntries <= 0 {
-		o.MaxEntries = store.DefaultMaxEntriesDatabase
-	}
-	if o.SweepInterval <= 0 {
-		o.SweepInterval = DefaultSweepInterval
-	}
-	if o.SweepBatch <= 0 {
-		o.SweepBatch = DefaultSweepBatch
-	}
-	if o.BusyTimeout <= 0 {
-		o.BusyTimeout = DefaultBusyTimeout
-	}
+	store.Default(&o.MaxEntries, store.DefaultMaxEntriesDatabase)
+	store.Default(&o.SweepInterval, DefaultSweepInterval)
+	store.Default(&o.SweepBatch, DefaultSweepBatch)
+	store.Default(&o.BusyTimeout, DefaultBusyTimeout)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	log := o.Store.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("store", "sqlite")
+	log := o.Store.LoggerFor("sqlite")
 	if o.AutoMigrate {
 		if err := Migrate(ctx, db); err != nil {
 			return nil, err
@@ -338,7 +236,6 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 		queue:      make(chan *op, maxBatch),
 		writerDone: make(chan struct{}),
 		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
 	}
 	b.entries.Store(-1)
 	if err := b.st.prepare(ctx, conn); err != nil {
@@ -347,7 +244,10 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 	}
 	b.closeCtx, b.closeCancel = context.WithCancel(context.Background())
 	go b.writeLoop()
-	go b.sweepEvery(o.SweepInterval)
+	b.sweeper = store.Go(ctx, func(ctx context.Context) {
+		b.sweepTick(ctx)
+		store.Every(ctx, store.Task{Every: o.SweepInterval, Do: b.sweepTick})
+	})
 	return b, nil
 }
 
@@ -644,20 +544,12 @@ func (b *Backend) sweepBatch(ctx context.Context, count bool) (int, error) {
 	return int(n), nil
 }
 
-func (b *Backend) sweepEvery(d time.Duration) {
-	defer close(b.done)
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		if _, err := b.Sweep(b.closeCtx); err != nil && !b.closing() {
-			b.log.Warn("limit store sweep failed: expired rows stay until the next sweep",
-				"kind", KindSweepFailed, "err", err)
-		}
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-		}
+// sweepTick is the background sweep's work: at once, then every
+// SweepInterval until Close.
+func (b *Backend) sweepTick(ctx context.Context) {
+	if _, err := b.Sweep(ctx); err != nil && ctx.Err() == nil && !b.closing() {
+		b.log.Warn("limit store sweep failed: expired rows stay until the next sweep",
+			"kind", KindSweepFailed, "err", err)
 	}
 }
 
@@ -677,7 +569,7 @@ func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		close(b.stop)
 		b.closeCancel()
-		<-b.done
+		b.sweeper.Stop()
 		<-b.writerDone
 		err := b.st.close()
 		if cerr := discard(b.writer); err == nil {

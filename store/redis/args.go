@@ -1,0 +1,156 @@
+package redis
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gatecount/gatecount/store"
+)
+
+// The scripts' ARGV layouts, the one place they are written (the scripts
+// get them through writeLayout and countLayout).
+//
+// The write script's: writeHead values (max entries, live entries
+// elsewhere, the time apply was given), then writePer per key (member,
+// mode, raw value as read, new raw value, new expiry).
+//
+// The count script's: countHead values (amount, max entries, live entries
+// elsewhere), then countPer per key (member, cap, window ms).
+const (
+	writeHead = 3
+	writePer  = 5
+	countHead = 3
+	countPer  = 3
+)
+
+// A key's mode in the write script: what its read found.
+const (
+	modeAbsent  = "a" // no raw value: the key must still have none
+	modeLive    = "l" // a live entry: the key must hold it still, live
+	modeExpired = "d" // an expired entry: the key must hold it or nothing
+)
+
+// A key's new raw value in the write script, besides "<exp>:<value>".
+const (
+	rawKeep   = "=" // leave the key as it is
+	rawDelete = ""  // delete the key
+)
+
+// writeLayout puts the layout above into the write script's source.
+var writeLayout = strings.NewReplacer(
+	"$HEAD", strconv.Itoa(writeHead),
+	"$PER", strconv.Itoa(writePer),
+	"$ABSENT", modeAbsent,
+	"$LIVE", modeLive,
+	"$KEEP", rawKeep,
+)
+
+// countLayout puts the layout above into the count script's source.
+var countLayout = strings.NewReplacer("$HEAD", strconv.Itoa(countHead), "$PER", strconv.Itoa(countPer))
+
+// countArgs returns the count script's arguments but for the live entries
+// elsewhere (args[countElsewhere]), which the caller sets before each run.
+func countArgs(n int64, maxEntries int, members []string, caps []store.Budget) []any {
+	args := make([]any, countHead+countPer*len(members))
+	args[0], args[1] = n, maxEntries
+	for i := range members {
+		o := countHead + countPer*i
+		args[o], args[o+1], args[o+2] = members[i], int64(caps[i].Limit), caps[i].Window.Milliseconds()
+	}
+	return args
+}
+
+// countElsewhere is the index of the count script's live entries elsewhere.
+const countElsewhere = 2
+
+// setHead sets the arguments before the keys'; maxEntries is the backend's.
+func (u *updateCall) setHead(maxEntries *int) {
+	u.args[0], u.args[1], u.args[2] = maxEntries, &u.others, &u.at
+}
+
+// setRead sets key i's member, its mode and its raw value as read.
+func (u *updateCall) setRead(i int, mode string, read any) {
+	o := writeHead + writePer*i
+	u.args[o], u.args[o+1], u.args[o+2] = &u.ks.members[i], mode, read
+}
+
+// keep makes the write leave key i as it is.
+func (u *updateCall) keep(i int) {
+	o := writeHead + writePer*i
+	u.args[o+3], u.args[o+4] = rawKeep, 0
+}
+
+// remove makes the write delete key i.
+func (u *updateCall) remove(i int) {
+	o := writeHead + writePer*i
+	u.args[o+3], u.args[o+4] = rawDelete, 0
+}
+
+// setValue makes key i's new raw value "<exp>:<v>", expiring at exp, the
+// write script's new raw value and expiry.
+func (u *updateCall) setValue(i int, exp int64, v []byte) {
+	var buf [64]byte
+	raw := strconv.AppendInt(buf[:0], exp, 10)
+	raw = append(raw, ':')
+	u.values[i] = string(append(raw, v...))
+	u.expires[i] = exp
+	o := writeHead + writePer*i
+	u.args[o+3], u.args[o+4] = &u.values[i], &u.expires[i]
+}
+
+// entriesRead decodes the raw values u.raws and u.present hold, read at the
+// server's time now, into the entries apply sees, and notes which keys are
+// live. u.exps and u.bodies get each live entry's expiry and value.
+func (b *Backend) entriesRead(u *updateCall, now int64) error {
+	for i := range u.entries {
+		u.exps[i], u.bodies[i], u.entries[i] = 0, "", store.Entry{}
+		if u.present[i] {
+			exp, v, err := decode(u.raws[i])
+			if err != nil {
+				return err
+			}
+			if exp > now {
+				u.exps[i], u.bodies[i] = exp, v
+				u.entries[i] = store.Entry{Value: []byte(v), ExpiresAt: time.UnixMilli(exp)}
+			}
+		}
+		b.know(&u.ks, i, u.exps[i])
+	}
+	return nil
+}
+
+// plan sets the write script's arguments for what apply left in u.entries,
+// against what was read at now. It reports whether anything changes, and
+// how many keys without a live entry get one.
+func (u *updateCall) plan(now int64) (changed bool, fresh int64) {
+	for i := range u.entries {
+		e := &u.entries[i]
+		switch {
+		case !u.present[i]:
+			u.setRead(i, modeAbsent, &u.raws[i])
+		case u.exps[i] > 0:
+			u.setRead(i, modeLive, &u.raws[i])
+		default:
+			u.setRead(i, modeExpired, &u.raws[i])
+		}
+		exp := e.ExpiresAt.UnixMilli()
+		live := e.Value != nil && exp > now
+		switch {
+		case !live && u.exps[i] == 0:
+			u.keep(i)
+		case live && u.exps[i] == exp && string(e.Value) == u.bodies[i]:
+			u.keep(i)
+		case live:
+			if u.exps[i] == 0 {
+				fresh++
+			}
+			u.setValue(i, exp, e.Value)
+			changed = true
+		default:
+			u.remove(i)
+			changed = true
+		}
+	}
+	return changed, fresh
+}

@@ -1,48 +1,21 @@
 package redis_test
 
 import (
-	"context"
-	"math/rand/v2"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/gatecount/gatecount/internal/benchload"
 	"github.com/gatecount/gatecount/limiter"
-	"github.com/gatecount/gatecount/store"
 )
 
-// BenchmarkRefused compares, at concurrency 8 on 1,000 spent keys, a
-// refused attempt answered by the store (a Count the store refuses) with
-// the limiter's, which its process memory answers without a store call.
+// BenchmarkRefused compares a refused attempt answered by the store with
+// one the limiter's memory answers (benchload.Refused).
 func BenchmarkRefused(b *testing.B) {
-	const conc, keys = 8, 1000
-	ctx := context.Background()
-	caps := []store.Budget{{Limit: 1, Window: time.Hour}}
 	h, _ := benchHandle(b)
 	l, err := limiter.New(h, limiter.Options{Name: "bench", Budget: limiter.Budget{Limit: 1, Window: time.Hour}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
-	for i := range keys {
-		if _, err := l.Attempt(ctx, strconv.Itoa(i)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.Run("store/c8", func(b *testing.B) {
-		benchload.Run(b, conc, func(r *rand.Rand) error {
-			_, err := h.Count(ctx, []string{strconv.Itoa(r.IntN(keys))}, caps, 1)
-			return err
-		})
-	})
-	b.Run("memory/c8", func(b *testing.B) {
-		benchload.Run(b, conc, func(r *rand.Rand) error {
-			d, err := l.Attempt(ctx, strconv.Itoa(r.IntN(keys)))
-			if err == nil && !d.Remembered {
-				b.Fatalf("a spent key answered by the store: %+v", d)
-			}
-			return err
-		})
-	})
+	benchload.Refused(b, h, l)
 }

@@ -25,7 +25,7 @@ import (
 // (goleak.VerifyNone after Close).
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/gatecount/gatecount/store/memory.(*Backend).sweepEvery"),
+		goleak.IgnoreAnyFunction("github.com/gatecount/gatecount/store/memory.(*Backend).sweepEvery"),
 		goleak.IgnoreTopFunction("github.com/gatecount/gatecount/internal/clock.(*Coarse).run"))
 }
 

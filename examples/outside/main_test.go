@@ -20,7 +20,7 @@ import (
 // process, by design.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/gatecount/gatecount/store/memory.(*Backend).sweepEvery"),
+		goleak.IgnoreAnyFunction("github.com/gatecount/gatecount/store/memory.(*Backend).sweepEvery"),
 		goleak.IgnoreTopFunction("github.com/gatecount/gatecount/internal/clock.(*Coarse).run"))
 }
 

@@ -174,10 +174,13 @@ func NewBackend(o Options) *Backend {
 		b.now = func() int64 { return now().UnixMilli() }
 	}
 	b.minExp.Store(math.MaxInt64)
-	b.sweeper = store.Go(context.Background(), func(ctx context.Context) {
-		store.Every(ctx, store.Task{Every: o.SweepInterval, Do: func(context.Context) { b.sweep() }})
-	})
+	b.sweeper = store.Go(context.Background(), func(ctx context.Context) { b.sweepEvery(ctx, o.SweepInterval) })
 	return b
+}
+
+// sweepEvery removes expired entries every d until ctx ends (Close).
+func (b *Backend) sweepEvery(ctx context.Context, d time.Duration) {
+	store.Every(ctx, store.Task{Every: d, Do: func(context.Context) { b.sweep() }})
 }
 
 // Shared reports false: the entries are this process's alone.

@@ -73,38 +73,15 @@ func (b *Backend) count(ctx context.Context, prefix string, keys []string, caps 
 	if err := b.readRows(ctx, names, rows, nowMs); err != nil {
 		return dbErr("read", err)
 	}
-	*t = store.Tally{Now: now, Limiting: -1}
-	for i := range rows {
-		var v int64
-		if e := rows[i].entry; e.Live() {
-			var err error
-			if v, err = store.ParseCount(e.Value); err != nil {
-				return err
-			}
-			t.ExpiresAt[i] = e.ExpiresAt
-		}
-		t.Counts[i] = v
-		if t.Limiting < 0 && v > int64(caps[i].Limit)-n {
-			t.Limiting = i
-		}
-	}
-	if t.Limiting >= 0 {
-		return nil
-	}
 	entries := make([]store.Entry, len(keys))
 	for i := range rows {
-		t.Counts[i] += n
-		e := rows[i].entry
-		if !e.Live() {
-			e.ExpiresAt = now.Add(caps[i].Window).Truncate(time.Millisecond)
-			t.ExpiresAt[i] = e.ExpiresAt
-		}
-		e.Value = store.AppendCount(e.Value[:0], t.Counts[i])
-		entries[i] = e
+		entries[i] = rows[i].entry
+	}
+	if err := store.ApplyCount(now, entries, caps, n, t); err != nil || !t.Allowed {
+		return err
 	}
 	// As in the generic Count, the Tally says what would have been counted
 	// even when the write fails (a full store): callers look at the error
 	// first.
-	t.Allowed = true
 	return b.write(ctx, prefix, names, rows, entries, nowMs)
 }

@@ -64,6 +64,7 @@ import (
 
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
 )
 
@@ -244,11 +245,11 @@ func (r *reader) kind(dbURL, storeURL string) Kind {
 		case strings.HasPrefix(dbURL, "sqlite:"), strings.HasPrefix(dbURL, "file:"):
 			dbKind = SQLite
 		default:
-			r.fail("DATABASE_URL", redact(dbURL), "a postgres://, postgresql://, sqlite: or file: URL")
+			r.fail("DATABASE_URL", store.RedactURL(dbURL), "a postgres://, postgresql://, sqlite: or file: URL")
 		}
 	}
 	if storeURL != "" && !strings.HasPrefix(storeURL, "redis://") && !strings.HasPrefix(storeURL, "rediss://") {
-		r.fail("RATE_LIMIT_STORE_URL", redact(storeURL), "a redis:// or rediss:// URL")
+		r.fail("RATE_LIMIT_STORE_URL", store.RedactURL(storeURL), "a redis:// or rediss:// URL")
 	}
 	switch v := strings.ToLower(r.str("RATE_LIMIT_STORE")); v {
 	case "":
@@ -275,28 +276,4 @@ func (r *reader) kind(dbURL, storeURL string) Kind {
 		r.fail("RATE_LIMIT_STORE", v, "memory, database or redis")
 		return ""
 	}
-}
-
-// redact hides what in a URL could be a secret: the password of its user
-// information and the values of its query string (?password=…), so that a
-// URL can be quoted in an error.
-func redact(s string) string {
-	if q := strings.IndexAny(s, "?"); q >= 0 {
-		var kept []string
-		for _, kv := range strings.Split(s[q+1:], "&") {
-			k, _, _ := strings.Cut(kv, "=")
-			kept = append(kept, k+"=xxxxx")
-		}
-		s = s[:q] + "?" + strings.Join(kept, "&")
-	}
-	at := strings.LastIndex(s, "@")
-	scheme := strings.Index(s, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return s
-	}
-	userinfo := s[scheme+3 : at]
-	if i := strings.Index(userinfo, ":"); i >= 0 {
-		return s[:scheme+3] + userinfo[:i] + ":xxxxx" + s[at:]
-	}
-	return s
 }

@@ -94,3 +94,27 @@ func OpenURL(ctx context.Context, url string, o URLOptions) (s *Store, release f
 	}
 	return open(ctx, url, o)
 }
+
+// RedactURL returns s with what in a URL could be a secret hidden, so that
+// it can be quoted in an error: the password of its user information and
+// the values of its query string (?password=…). s need not parse as a URL.
+func RedactURL(s string) string {
+	if q := strings.IndexAny(s, "?"); q >= 0 {
+		var kept []string
+		for _, kv := range strings.Split(s[q+1:], "&") {
+			k, _, _ := strings.Cut(kv, "=")
+			kept = append(kept, k+"=xxxxx")
+		}
+		s = s[:q] + "?" + strings.Join(kept, "&")
+	}
+	at := strings.LastIndex(s, "@")
+	scheme := strings.Index(s, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return s
+	}
+	userinfo := s[scheme+3 : at]
+	if i := strings.Index(userinfo, ":"); i >= 0 {
+		return s[:scheme+3] + userinfo[:i] + ":xxxxx" + s[at:]
+	}
+	return s
+}

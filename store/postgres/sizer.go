@@ -1,9 +1,5 @@
 package postgres
 
-import "github.com/gatecount/gatecount/store"
-
-var _ store.Sizer = (*Backend)(nil)
-
 // Entries returns the store's estimate of the live entries under its
 // secret, or 0 before the first count (store.Sizer).
 func (b *Backend) Entries() int { return int(max(b.estimate.Load(), 0)) }

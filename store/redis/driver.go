@@ -30,5 +30,8 @@ func openURL(ctx context.Context, url string, o store.URLOptions) (*store.Store,
 // that a caller that does not link this package can tell it.
 type mayEvict struct{ error }
 
-func (e mayEvict) Unwrap() error        { return e.error }
+// Unwrap returns the ErrEvicting error.
+func (e mayEvict) Unwrap() error { return e.error }
+
+// Is reports whether target is store.ErrMayEvict.
 func (e mayEvict) Is(target error) bool { return target == store.ErrMayEvict }

@@ -1,9 +1,5 @@
 package redis
 
-import "github.com/gatecount/gatecount/store"
-
-var _ store.Sizer = (*Backend)(nil)
-
 // Entries returns the live entries under the secret, as last counted
 // (store.Sizer).
 func (b *Backend) Entries() int { return b.Live() }

@@ -74,7 +74,7 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 		return nil, fmt.Errorf("%w: it does not parse as a URL", ErrURL)
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("%w: %s: want a redis:// or rediss:// URL", ErrURL, redactURL(u))
+		return nil, fmt.Errorf("%w: %s: want a redis:// or rediss:// URL", ErrURL, store.RedactURL(u.String()))
 	}
 	q := u.Query()
 	if q.Has("addr") {
@@ -82,31 +82,12 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 	}
 	ro, err := goredis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrURL, redactURL(u), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrURL, store.RedactURL(u.String()), err)
 	}
-	set := q.Has
-	d := so.Deadline
-	ro.ContextTimeoutEnabled = true
-	if !set("max_retries") {
-		ro.MaxRetries = -1
-	}
-	if !set("dial_timeout") {
-		ro.DialTimeout = d
-	}
-	if !set("read_timeout") {
-		ro.ReadTimeout = d
-	}
-	if !set("write_timeout") {
-		ro.WriteTimeout = d
-	}
-	if !set("pool_timeout") {
-		ro.PoolTimeout = d
-	}
-	if !set("pool_size") {
-		ro.PoolSize = poolSize(so)
-	}
+	withDefaults(q, so, clientSettings{&ro.ContextTimeoutEnabled, &ro.MaxRetries, &ro.PoolSize,
+		&ro.DialTimeout, &ro.ReadTimeout, &ro.WriteTimeout, &ro.PoolTimeout})
 	c := goredis.NewClient(ro)
-	cluster, err := isCluster(ctx, c, d)
+	cluster, err := isCluster(ctx, c, so.Deadline)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("redis: redis does not answer: %w", store.NewUnavailableError(store.ReasonDown, err))
@@ -116,7 +97,7 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 	}
 	c.Close()
 	if ro.DB != 0 {
-		return nil, fmt.Errorf("%w: %s: the server is a Redis Cluster node, and a Cluster has only database 0", ErrURL, redactURL(u))
+		return nil, fmt.Errorf("%w: %s: the server is a Redis Cluster node, and a Cluster has only database 0", ErrURL, store.RedactURL(u.String()))
 	}
 	return clusterClient(u, q, so)
 }
@@ -124,39 +105,49 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 // clusterClient returns a cluster client for u, whose query is q.
 func clusterClient(u *url.URL, q url.Values, so store.Options) (goredis.UniversalClient, error) {
 	if p := strings.Trim(u.Path, "/"); p != "" && p != "0" {
-		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0", ErrURL, redactURL(u))
+		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0", ErrURL, store.RedactURL(u.String()))
 	}
 	if q.Has("db") {
-		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0 (no db option)", ErrURL, redactURL(u))
+		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0 (no db option)", ErrURL, store.RedactURL(u.String()))
 	}
 	cu := *u
 	cu.Path = ""
 	co, err := goredis.ParseClusterURL(cu.String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrURL, redactURL(u), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrURL, store.RedactURL(u.String()), err)
 	}
-	set := q.Has
-	d := so.Deadline
-	co.ContextTimeoutEnabled = true
-	if !set("max_retries") {
-		co.MaxRetries = -1
-	}
-	if !set("dial_timeout") {
-		co.DialTimeout = d
-	}
-	if !set("read_timeout") {
-		co.ReadTimeout = d
-	}
-	if !set("write_timeout") {
-		co.WriteTimeout = d
-	}
-	if !set("pool_timeout") {
-		co.PoolTimeout = d
-	}
-	if !set("pool_size") {
-		co.PoolSize = poolSize(so)
-	}
+	withDefaults(q, so, clientSettings{&co.ContextTimeoutEnabled, &co.MaxRetries, &co.PoolSize,
+		&co.DialTimeout, &co.ReadTimeout, &co.WriteTimeout, &co.PoolTimeout})
 	return goredis.NewClusterClient(co), nil
+}
+
+// clientSettings points at the settings a one-server and a cluster client
+// share, in goredis.Options or goredis.ClusterOptions.
+type clientSettings struct {
+	contextTimeout                 *bool
+	maxRetries, poolSize           *int
+	dial, read, write, poolTimeout *time.Duration
+}
+
+// withDefaults gives the settings the URL's query q leaves out the store's
+// values: calls bounded by their context, no retries (a retried script may
+// count twice), timeouts of the guard's deadline, and a pool as large as
+// the calls the guard lets run at once.
+func withDefaults(q url.Values, so store.Options, s clientSettings) {
+	*s.contextTimeout = true
+	if !q.Has("max_retries") {
+		*s.maxRetries = -1
+	}
+	for name, d := range map[string]*time.Duration{
+		"dial_timeout": s.dial, "read_timeout": s.read, "write_timeout": s.write, "pool_timeout": s.poolTimeout,
+	} {
+		if !q.Has(name) {
+			*d = so.Deadline
+		}
+	}
+	if !q.Has("pool_size") {
+		*s.poolSize = poolSize(so)
+	}
 }
 
 // poolSize is the pool OpenURL gives a client (per node, on a Cluster).
@@ -204,18 +195,4 @@ func infoField(info, field string) string {
 		}
 	}
 	return ""
-}
-
-// redactURL is u as an error may quote it: without the password of its user
-// information, and with the values of its query hidden, since go-redis reads
-// a password from the query too (?password=…).
-func redactURL(u *url.URL) string {
-	c := *u
-	if q := c.Query(); len(q) > 0 {
-		for k := range q {
-			q[k] = []string{"xxxxx"}
-		}
-		c.RawQuery = q.Encode()
-	}
-	return c.Redacted()
 }

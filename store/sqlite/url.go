@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/gatecount/gatecount/store"
 )
 
 // ErrNotSQLiteURL is returned by ParseURL for a URL that does not name an
@@ -28,10 +30,10 @@ var ErrNotSQLiteURL = errors.New("sqlite: not an sqlite: or file: URL")
 func ParseURL(s string) (path string, err error) {
 	scheme, rest, ok := strings.Cut(s, ":")
 	if !ok || (!strings.EqualFold(scheme, "sqlite") && !strings.EqualFold(scheme, "file")) {
-		return "", fmt.Errorf("%w: %q", ErrNotSQLiteURL, redact(s))
+		return "", fmt.Errorf("%w: %q", ErrNotSQLiteURL, store.RedactURL(s))
 	}
 	if strings.ContainsAny(rest, "?#") {
-		return "", fmt.Errorf("sqlite: URL %q: query strings and fragments are not supported", redact(s))
+		return "", fmt.Errorf("sqlite: URL %q: query strings and fragments are not supported", store.RedactURL(s))
 	}
 	if strings.HasPrefix(rest, "//") {
 		host, p, _ := strings.Cut(rest[2:], "/")
@@ -51,21 +53,4 @@ func ParseURL(s string) (path string, err error) {
 		return "", fmt.Errorf("sqlite: URL %q names an in-memory database, which no other process shares: use the memory store", s)
 	}
 	return path, nil
-}
-
-// redact drops what could be a password from a URL before it is quoted in
-// an error: its user information's, and its query string and fragment
-// (?password=…).
-func redact(s string) string {
-	if i := strings.IndexAny(s, "?#"); i >= 0 {
-		s = s[:i] + s[i:i+1] + "…"
-	}
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		if i := strings.Index(s, "@"); i >= 0 {
-			return "…" + s[i:]
-		}
-		return s
-	}
-	return u.Redacted()
 }

@@ -293,8 +293,8 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 		max := o.LocalMaxEntries
 		if max <= 0 {
 			max = store.DefaultMaxEntriesMemory
-			if st := h.Store().Stats(); st.MaxEntries > 0 {
-				max = min(max, st.MaxEntries)
+			if sz, ok := h.Store().Backend().(store.Sizer); ok && sz.MaxEntries() > 0 {
+				max = min(max, sz.MaxEntries())
 			}
 		}
 		local, b, err := newLocal(h.Prefix(), max, store.Options{Logger: o.Logger})

@@ -131,7 +131,6 @@ func (sl *slots) release() {
 		w.ready <- struct{}{}
 		return
 	}
-	sl.turns = sl.turns[:0:0]
 	sl.running--
 }
 

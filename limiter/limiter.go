@@ -406,12 +406,18 @@ func (d Decision) Only(indexes ...int) Decision {
 // that cannot answer is reported in the Decision, decided by the limiter's
 // Policy.
 func (l *Limiter) Attempt(ctx context.Context, keys ...string) (d Decision, err error) {
+	// Small enough to be inlined, so that the Decision is written where the
+	// caller keeps it, not copied there.
+	err = l.attempt(ctx, keys, &d)
+	return
+}
+
+// attempt is Attempt, into d.
+func (l *Limiter) attempt(ctx context.Context, keys []string, d *Decision) error {
 	if len(keys) == 0 || len(keys) > MaxKeys {
-		return Decision{}, fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(keys), MaxKeys)
+		return fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(keys), MaxKeys)
 	}
-	// Decided straight into the result, which is not copied on its way out.
-	err = l.count(ctx, keys, l.caps[:len(keys)], &d)
-	return d, err
+	return l.count(ctx, keys, l.caps[:len(keys)], d)
 }
 
 // Charge is one key of AttemptEach with a budget of its own.
@@ -570,8 +576,8 @@ func decide(t *store.Tally, keys []string, caps []store.Budget, local bool, d *D
 	// stack and copied in stalls store forwarding.
 	*d = Decision{}
 	d.Allowed, d.Local, d.Now, d.Limiting, d.n = t.Allowed, local, t.Now, t.Limiting, len(keys)
-	copy(d.keys[:], keys)
 	for i := range keys {
+		d.keys[i] = keys[i]
 		d.expires[i] = t.ExpiresAt[i].UnixMilli()
 		d.remaining[i] = int(max(int64(caps[i].Limit)-t.Counts[i], 0))
 	}

@@ -91,68 +91,111 @@ var ErrNotCounter = errors.New("store: value is not a count")
 // live counter starts one that expires caps[i].Window from the store's
 // now); otherwise none is, and the Tally says which key had no room. It is
 // the fixed-window counter limiters are built on, done by the store in one
-// step where it offers Counter, and through Update where it does not.
+// step where it offers Counter or Inline, and through Update where it does
+// not. On error the Tally is the zero Tally with Limiting -1.
 func (h *Handle) Count(ctx context.Context, keys []string, caps []Budget, n int64) (t Tally, err error) {
-	t.Limiting = -1
-	if err := checkCount(keys, caps, n); err != nil {
-		return t, err
-	}
-	if h.s.obs == nil {
-		err = h.count(ctx, keys, caps, n, &t)
-		return t, err
-	}
-	start := time.Now()
-	err = h.count(ctx, keys, caps, n, &t)
-	h.s.observe(OpCount, h.prefix, start, err)
+	// Small enough to be inlined, so that the Tally is written where the
+	// caller keeps it, not copied there.
+	err = h.checkedCount(ctx, keys, caps, n, &t)
 	return t, err
 }
 
-// count counts into out, which it leaves alone on error.
+// checkedCount checks a Count's arguments, runs it into out and tells the
+// Observer. It leaves out the zero Tally with Limiting -1 on error.
+func (h *Handle) checkedCount(ctx context.Context, keys []string, caps []Budget, n int64, out *Tally) error {
+	out.Limiting = -1
+	if err := checkCount(keys, caps, n); err != nil {
+		return err
+	}
+	if h.s.obs == nil {
+		return h.count(ctx, keys, caps, n, out)
+	}
+	start := time.Now()
+	err := h.count(ctx, keys, caps, n, out)
+	h.s.observe(OpCount, h.prefix, start, err)
+	return err
+}
+
+// count runs a Count into out, which it leaves alone on error, on one of
+// the guard's two paths: on the caller's goroutine for a backend in process
+// memory, under call for one that does I/O. Results are written into out
+// rather than returned, and out is written once, whole: a Tally copied from
+// function to function costs more than the count itself.
 func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int64, out *Tally) error {
 	s := h.s
-	c := countPool.Get().(*countCall)
-	c.caps, c.n = caps, n
-	// The backend gets the call's own copy of keys, so that the caller's
-	// slice does not escape and a one-key Count allocates nothing.
-	own := c.keys[:copy(c.keys[:], keys)]
-	var err error
-	if ct := s.counter; ct != nil {
-		c.t = Tally{}
-		c.t.Limiting = -1
-		if s.inline != nil {
-			if err = s.enter(); err == nil {
-				err = ct.Count(ctx, h.prefix, own, caps, n, &c.t)
-				err = s.classify(ctx, err)
-			}
-		} else {
-			// A backend that is not prompt writes into a Tally of its own,
-			// which may outlive the caller's deadline; a prompt one runs
-			// on this goroutine and is done when the call returns.
-			t := &c.t
-			if !s.prompt {
-				t = new(Tally)
-				*t = c.t
-			}
-			err = s.call(ctx, &h.lane, func(ctx context.Context) error {
-				return ct.Count(ctx, h.prefix, own, caps, n, t)
-			})
-			if err == nil && t != &c.t { // else the backend may still be writing t
-				c.t = *t
-			}
-		}
-	} else {
-		err = h.update(ctx, own, c.fn)
+	if s.inline == nil {
+		return h.countCall(ctx, keys, caps, n, out)
 	}
+	if s.closed.Load() {
+		return errClosed
+	}
+	// The backend takes the keys by value and writes into a pooled Tally,
+	// so that nothing of the caller's escapes to the heap.
+	var ks [MaxCountKeys]string
+	copy(ks[:], keys)
+	t := tallyPool.Get().(*Tally)
+	err := s.inline.CountInline(h.prefix, ks, caps, n, t)
 	if err == nil {
-		*out = c.t
+		t.copyTo(out, len(keys))
 	}
-	if s.inline != nil || s.prompt || err == nil {
-		// The Tally holds no pointer worth dropping; the keys do.
-		c.caps = nil
+	tallyPool.Put(t)
+	if err != nil {
+		return s.classify(ctx, err)
+	}
+	return nil
+}
+
+var tallyPool = sync.Pool{New: func() any { return new(Tally) }}
+
+// copyTo copies t, of a Count of n keys, into out, which holds no counts:
+// field by field and only the keys counted, which is cheaper than a copy
+// of the whole Tally just written.
+func (t *Tally) copyTo(out *Tally, n int) {
+	out.Allowed, out.Now, out.Limiting = t.Allowed, t.Now, t.Limiting
+	for i := range n {
+		out.Counts[i] = t.Counts[i]
+		out.ExpiresAt[i] = t.ExpiresAt[i]
+	}
+}
+
+// countCall runs a Count into out under call: the backend's own
+// (Counter), or the generic one through its Update (updateCounter).
+func (h *Handle) countCall(ctx context.Context, keys []string, caps []Budget, n int64, out *Tally) error {
+	s := h.s
+	c := countPool.Get().(*countCall)
+	// The backend gets the call's own copy of keys and its own Tally, so
+	// that the caller's slice does not escape.
+	own := c.keys[:copy(c.keys[:], keys)]
+	t := &c.t
+	if !s.prompt {
+		// The backend may still be writing after the caller's deadline: it
+		// gets a Tally of its own, and c goes back to the pool only when it
+		// has returned.
+		t = new(Tally)
+	}
+	*t = Tally{Limiting: -1}
+	err := s.call(ctx, &h.lane, func(ctx context.Context) error {
+		return s.counter.Count(ctx, h.prefix, own, caps, n, t)
+	})
+	if err == nil {
+		*out = *t
+	}
+	if s.prompt || err == nil {
 		clear(own)
 		countPool.Put(c)
 	}
 	return err
+}
+
+// updateCounter is the generic Count, for a backend that offers no Counter:
+// ApplyCount run through the backend's Update.
+type updateCounter struct{ b Backend }
+
+// Count implements Counter.
+func (u updateCounter) Count(ctx context.Context, prefix string, keys []string, caps []Budget, n int64, t *Tally) error {
+	return u.b.Update(ctx, prefix, keys, func(now time.Time, es []Entry) error {
+		return ApplyCount(time.UnixMilli(now.UnixMilli()), es, caps, n, t)
+	})
 }
 
 func checkCount(keys []string, caps []Budget, n int64) error {
@@ -174,22 +217,11 @@ func checkCount(keys []string, caps []Budget, n int64) error {
 }
 
 type countCall struct {
-	fn   ApplyFunc
 	keys [MaxCountKeys]string
-	caps []Budget
-	n    int64
 	t    Tally
 }
 
-var countPool = sync.Pool{New: func() any {
-	c := new(countCall)
-	c.fn = c.apply
-	return c
-}}
-
-func (c *countCall) apply(now time.Time, es []Entry) error {
-	return ApplyCount(now, es, c.caps, c.n, &c.t)
-}
+var countPool = sync.Pool{New: func() any { return new(countCall) }}
 
 // ApplyCount is the step of the generic Count, as an apply of Update runs
 // it: it reads the live counters in es into t, applies Charge, and writes

@@ -80,7 +80,7 @@ func (o Options) WithDefaults() Options {
 type Store struct {
 	b       Backend
 	inline  Inline  // when b is in process memory
-	counter Counter // when b offers it
+	counter Counter // b's own, or updateCounter
 	opts    Options
 	backing any
 	slots   slots
@@ -104,6 +104,9 @@ func New(b Backend, opts Options) *Store {
 	s := &Store{b: b, opts: opts, backing: any(b), obs: opts.Observer}
 	s.inline, _ = b.(Inline)
 	s.counter, _ = b.(Counter)
+	if s.counter == nil {
+		s.counter = updateCounter{b}
+	}
 	if bk, ok := b.(Backing); ok {
 		s.backing = bk.Backing()
 	}

@@ -50,6 +50,16 @@ func (f inlineFake) UpdateInline(prefix string, keys []string, apply, check Appl
 	return false, err
 }
 
+// CountInline is ApplyCount through UpdateInline.
+func (f inlineFake) CountInline(prefix string, keys [MaxCountKeys]string, caps []Budget, n int64, t *Tally) error {
+	_, err := f.UpdateInline(prefix, keys[:len(caps)], func(now time.Time, es []Entry) error {
+		return ApplyCount(now, es, caps, n, t)
+	}, checkApplied)
+	return err
+}
+
+var _ Inline = inlineFake{}
+
 func (f *fake) Update(ctx context.Context, _ string, keys []string, apply ApplyFunc) error {
 	f.calls.Add(1)
 	if f.update != nil {

@@ -548,12 +548,33 @@ func (b inlineMap) UpdateInline(prefix string, keys []string, apply, check store
 	return false, err
 }
 
+// CountInline is the generic Count: store.ApplyCount through UpdateInline.
+func (b inlineMap) CountInline(prefix string, keys [store.MaxCountKeys]string, caps []store.Budget, n int64, t *store.Tally) error {
+	_, err := b.UpdateInline(prefix, keys[:len(caps)], func(now time.Time, es []store.Entry) error {
+		return store.ApplyCount(now, es, caps, n, t)
+	}, func(time.Time, []store.Entry) error { return nil })
+	return err
+}
+
 // inlineCounter is an inlineMap with a Count of its own.
 type inlineCounter struct{ inlineMap }
 
 func (b inlineCounter) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	return counterBackend{b.mapBackend}.Count(ctx, prefix, keys, caps, n, t)
 }
+
+// CountInline is the store's own Count.
+func (b inlineCounter) CountInline(prefix string, keys [store.MaxCountKeys]string, caps []store.Budget, n int64, t *store.Tally) error {
+	return b.Count(context.Background(), prefix, keys[:len(caps)], caps, n, t)
+}
+
+// The test stores on the guard's path for stores in process memory.
+var (
+	_ store.Inline  = inlineMap{}
+	_ store.Inline  = inlineCounter{}
+	_ store.Counter = inlineCounter{}
+	_ store.Counter = counterBackend{}
+)
 
 // counterBackend is a mapBackend with a Count of its own.
 type counterBackend struct{ *mapBackend }

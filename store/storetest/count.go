@@ -270,14 +270,17 @@ func (r *runner) refCount(h *store.Handle, keys []string, caps []store.Budget, n
 }
 
 // countMatchesGeneric: Count gives the results of the generic Count, done
-// through Update, step for step; a store's own Counter must too. A value
+// through Update, step for step; a store's own Counter or CountInline must
+// too. A value
 // that is not a count is refused with ErrNotCounter and left as it was. It
 // catches a store's own Count that differs from the generic one in what it
 // allows, counts or tells.
 func countMatchesGeneric(r *runner) error {
-	_, native := r.p.First.Store().Backend().(store.Counter)
 	path := "the generic Count"
-	if native {
+	switch r.p.First.Store().Backend().(type) {
+	case store.Inline:
+		path = "the store's CountInline (store.Inline)"
+	case store.Counter:
 		path = "the store's own Count (store.Counter)"
 	}
 	capOf := []store.Budget{{Limit: 3, Window: time.Minute}, {Limit: 5, Window: 2 * time.Minute}}

@@ -118,9 +118,9 @@ func (h *Handle) checkedCount(ctx context.Context, keys []string, caps []Budget,
 
 // count runs a Count into out, which it leaves alone on error, on one of
 // the guard's two paths: on the caller's goroutine for a backend in process
-// memory, under call for one that does I/O. Results are written into out
-// rather than returned, and out is written once, whole: a Tally copied from
-// function to function costs more than the count itself.
+// memory, under call for one that does I/O. The Tally is written into out
+// rather than returned: a Tally copied from function to function costs
+// more than the count itself.
 func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int64, out *Tally) error {
 	s := h.s
 	if s.inline == nil {
@@ -129,33 +129,16 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int6
 	if s.closed.Load() {
 		return errClosed
 	}
-	// The backend takes the keys by value and writes into a pooled Tally,
-	// so that nothing of the caller's escapes to the heap.
+	// The backend takes the keys and returns the Tally by value, so that
+	// nothing of the caller's escapes to the heap.
 	var ks [MaxCountKeys]string
 	copy(ks[:], keys)
-	t := tallyPool.Get().(*Tally)
-	err := s.inline.CountInline(h.prefix, ks, caps, n, t)
-	if err == nil {
-		t.copyTo(out, len(keys))
-	}
-	tallyPool.Put(t)
-	if err != nil {
+	var err error
+	if *out, err = s.inline.CountInline(h.prefix, ks, caps, n); err != nil {
+		*out = Tally{Limiting: -1}
 		return s.classify(ctx, err)
 	}
 	return nil
-}
-
-var tallyPool = sync.Pool{New: func() any { return new(Tally) }}
-
-// copyTo copies t, of a Count of n keys, into out, which holds no counts:
-// field by field and only the keys counted, which is cheaper than a copy
-// of the whole Tally just written.
-func (t *Tally) copyTo(out *Tally, n int) {
-	out.Allowed, out.Now, out.Limiting = t.Allowed, t.Now, t.Limiting
-	for i := range n {
-		out.Counts[i] = t.Counts[i]
-		out.ExpiresAt[i] = t.ExpiresAt[i]
-	}
 }
 
 // countCall runs a Count into out under call: the backend's own

@@ -51,11 +51,11 @@ func (f inlineFake) UpdateInline(prefix string, keys []string, apply, check Appl
 }
 
 // CountInline is ApplyCount through UpdateInline.
-func (f inlineFake) CountInline(prefix string, keys [MaxCountKeys]string, caps []Budget, n int64, t *Tally) error {
-	_, err := f.UpdateInline(prefix, keys[:len(caps)], func(now time.Time, es []Entry) error {
-		return ApplyCount(now, es, caps, n, t)
+func (f inlineFake) CountInline(prefix string, keys [MaxCountKeys]string, caps []Budget, n int64) (t Tally, err error) {
+	_, err = f.UpdateInline(prefix, keys[:len(caps)], func(now time.Time, es []Entry) error {
+		return ApplyCount(now, es, caps, n, &t)
 	}, checkApplied)
-	return err
+	return t, err
 }
 
 var _ Inline = inlineFake{}

@@ -119,21 +119,21 @@ type Backend interface {
 //
 // CountInline is Count for the backend: the fixed-window rule
 // (Tally.Charge) applied to the held counters of the first len(caps) keys,
-// as the generic Count would, into t, which it may find holding an earlier
-// call's results. It takes the keys by value, so that the caller's slice
-// does not escape to the heap. A backend with no faster way
-// runs ApplyCount through its UpdateInline.
+// as the generic Count would. It takes the keys and returns the Tally by
+// value, so that nothing of the caller's escapes to the heap. A backend
+// with no faster way runs ApplyCount through its UpdateInline.
 type Inline interface {
 	Backend
 	UpdateInline(prefix string, keys []string, apply, check ApplyFunc) (ofCaller bool, err error)
-	CountInline(prefix string, keys [MaxCountKeys]string, caps []Budget, n int64, t *Tally) error
+	CountInline(prefix string, keys [MaxCountKeys]string, caps []Budget, n int64) (Tally, error)
 }
 
 // Prompt is implemented by backends whose calls return promptly once their
 // context's deadline passes, and soon after it is cancelled (a backend may
 // finish the round trips of a call under way, which end by the deadline),
-// as pgx's and go-redis's do when set to. The guard runs their calls on the caller's goroutine under a deadline
-// context, which saves a goroutine and a channel handoff per call. A backend
+// as pgx's and go-redis's do when set to. The guard runs their calls on the
+// caller's goroutine under a deadline context, which saves a goroutine and a
+// channel handoff per call. A backend
 // that answers true but keeps running past its context delays its callers
 // past the deadline; one that answers false has its calls answered at the
 // deadline however long they run.

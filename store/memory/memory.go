@@ -322,23 +322,24 @@ func (b *Backend) reserve(prefix string, added int, swept bool) (full bool, err 
 // (store.Tally.Charge) applied to the held counts in place, with no copy of
 // them for an apply and no check of what it wrote, since it writes only
 // counts.
-func (b *Backend) CountInline(prefix string, keys [store.MaxCountKeys]string, caps []store.Budget, n int64, t *store.Tally) error {
+func (b *Backend) CountInline(prefix string, keys [store.MaxCountKeys]string, caps []store.Budget, n int64) (t store.Tally, err error) {
 	ks := keys[:len(caps)]
-	full, err := b.count(prefix, ks, caps, n, t, false)
+	full, err := b.count(prefix, ks, caps, n, &t, false)
 	if !full {
-		return err
+		return t, err
 	}
 	b.sweepIfExpired() // as Update does when full
-	_, err = b.count(prefix, ks, caps, n, t, true)
-	return err
+	_, err = b.count(prefix, ks, caps, n, &t, true)
+	return t, err
 }
 
 // Count implements store.Counter, as CountInline.
 func (b *Backend) Count(_ context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	var ks [store.MaxCountKeys]string
 	copy(ks[:], keys)
-	*t = store.Tally{}
-	return b.CountInline(prefix, ks, caps, n, t)
+	var err error
+	*t, err = b.CountInline(prefix, ks, caps, n)
+	return err
 }
 
 func (b *Backend) count(prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally, swept bool) (full bool, err error) {

@@ -549,11 +549,11 @@ func (b inlineMap) UpdateInline(prefix string, keys []string, apply, check store
 }
 
 // CountInline is the generic Count: store.ApplyCount through UpdateInline.
-func (b inlineMap) CountInline(prefix string, keys [store.MaxCountKeys]string, caps []store.Budget, n int64, t *store.Tally) error {
-	_, err := b.UpdateInline(prefix, keys[:len(caps)], func(now time.Time, es []store.Entry) error {
-		return store.ApplyCount(now, es, caps, n, t)
+func (b inlineMap) CountInline(prefix string, keys [store.MaxCountKeys]string, caps []store.Budget, n int64) (t store.Tally, err error) {
+	_, err = b.UpdateInline(prefix, keys[:len(caps)], func(now time.Time, es []store.Entry) error {
+		return store.ApplyCount(now, es, caps, n, &t)
 	}, func(time.Time, []store.Entry) error { return nil })
-	return err
+	return t, err
 }
 
 // inlineCounter is an inlineMap with a Count of its own.
@@ -564,8 +564,9 @@ func (b inlineCounter) Count(ctx context.Context, prefix string, keys []string, 
 }
 
 // CountInline is the store's own Count.
-func (b inlineCounter) CountInline(prefix string, keys [store.MaxCountKeys]string, caps []store.Budget, n int64, t *store.Tally) error {
-	return b.Count(context.Background(), prefix, keys[:len(caps)], caps, n, t)
+func (b inlineCounter) CountInline(prefix string, keys [store.MaxCountKeys]string, caps []store.Budget, n int64) (t store.Tally, err error) {
+	err = b.Count(context.Background(), prefix, keys[:len(caps)], caps, n, &t)
+	return t, err
 }
 
 // The test stores on the guard's path for stores in process memory.

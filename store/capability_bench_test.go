@@ -78,14 +78,15 @@ func BenchmarkGuardUpdate(b *testing.B) {
 	}
 }
 
-// BenchmarkGuardCount is a one-key Count of a held key through a backend's
-// own Count (store.Counter) and through its Update (the generic Count),
-// both on the prompt path.
+// BenchmarkGuardCount is a one-key Count of a held key in process
+// (store.Inline's CountInline), and on the prompt path through a backend's
+// own Count (store.Counter) and through its Update (the generic Count).
 func BenchmarkGuardCount(b *testing.B) {
 	for _, p := range []struct {
 		name string
 		wrap func(*memory.Backend) store.Backend
 	}{
+		{"inline", func(b *memory.Backend) store.Backend { return b }},
 		{"counter", func(b *memory.Backend) store.Backend { return asCounter{asPrompt{b}, b} }},
 		{"update", func(b *memory.Backend) store.Backend { return asPrompt{b} }},
 	} {

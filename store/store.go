@@ -112,16 +112,17 @@ type Backend interface {
 // backend's calls: a call that began before Close may still be running as
 // the backend's Close runs, and must come to no harm.
 //
-// What it saves (BenchmarkGuardUpdate, the memory backend on each path, on
-// 2 shared cores): a one-key Update through the guard costs about 0.3 to
-// 0.5 µs inline, 0 allocations, against about 2.3 µs and 6 allocations on
-// the prompt path (a deadline timer, a slot of the in-flight bound).
-//
 // CountInline is Count for the backend: the fixed-window rule
 // (Tally.Charge) applied to the held counters of the first len(caps) keys,
 // as the generic Count would. It takes the keys and returns the Tally by
 // value, so that nothing of the caller's escapes to the heap. A backend
 // with no faster way runs ApplyCount through its UpdateInline.
+//
+// What it saves (BenchmarkGuardUpdate and BenchmarkGuardCount, the memory
+// backend on each path, on 2 shared cores): a one-key Update through the
+// guard costs about 0.2 µs inline with 0 allocations, against about 1.2 µs
+// and 6 allocations on the prompt path (a deadline timer, a slot of the
+// in-flight bound); a one-key Count about 0.12 µs against 1.1 to 1.3 µs.
 type Inline interface {
 	Backend
 	UpdateInline(prefix string, keys []string, apply, check ApplyFunc) (ofCaller bool, err error)
@@ -133,7 +134,9 @@ type Inline interface {
 // finish the round trips of a call under way, which end by the deadline),
 // as pgx's and go-redis's do when set to. The guard runs their calls on the
 // caller's goroutine under a deadline context, which saves a goroutine and a
-// channel handoff per call. A backend
+// channel handoff per call: a one-key Update of the memory backend through
+// the guard costs about 1.2 µs and 6 allocations so, against about 4.2 µs
+// and 11 on a goroutine of its own (BenchmarkGuardUpdate). A backend
 // that answers true but keeps running past its context delays its callers
 // past the deadline; one that answers false has its calls answered at the
 // deadline however long they run.

@@ -64,20 +64,11 @@ func (b *Backend) countOne(ctx context.Context, prefix, key string, c store.Budg
 
 func (b *Backend) count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	nowMs := b.now().UnixMilli()
-	now := time.UnixMilli(nowMs)
-	names := make([][32]byte, len(keys))
-	for i, k := range keys {
-		names[i] = b.nameOf(prefix, k)
+	names, rows, entries, err := b.read(ctx, prefix, keys, nowMs)
+	if err != nil {
+		return err
 	}
-	rows := make([]row, len(keys))
-	if err := b.readRows(ctx, names, rows, nowMs); err != nil {
-		return dbErr("read", err)
-	}
-	entries := make([]store.Entry, len(keys))
-	for i := range rows {
-		entries[i] = rows[i].entry
-	}
-	if err := store.ApplyCount(now, entries, caps, n, t); err != nil || !t.Allowed {
+	if err := store.ApplyCount(time.UnixMilli(nowMs), entries, caps, n, t); err != nil || !t.Allowed {
 		return err
 	}
 	// As in the generic Count, the Tally says what would have been counted

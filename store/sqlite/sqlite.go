@@ -390,22 +390,32 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 func (b *Backend) update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
 	now := b.now()
 	nowMs := now.UnixMilli()
+	names, rows, entries, err := b.read(ctx, prefix, keys, nowMs)
+	if err != nil {
+		return err
+	}
+	if err := apply(now, entries); err != nil {
+		return err
+	}
+	return b.write(ctx, prefix, names, rows, entries, nowMs)
+}
+
+// read reads the live entries of keys as of nowMs, with the names and rows
+// that write needs to write them back.
+func (b *Backend) read(ctx context.Context, prefix string, keys []string, nowMs int64) ([][32]byte, []row, []store.Entry, error) {
 	names := make([][32]byte, len(keys))
 	for i, k := range keys {
 		names[i] = b.nameOf(prefix, k)
 	}
 	rows := make([]row, len(keys))
 	if err := b.readRows(ctx, names, rows, nowMs); err != nil {
-		return dbErr("read", err)
+		return nil, nil, nil, dbErr("read", err)
 	}
 	entries := make([]store.Entry, len(keys))
 	for i := range rows {
 		entries[i] = rows[i].entry
 	}
-	if err := apply(now, entries); err != nil {
-		return err
-	}
-	return b.write(ctx, prefix, names, rows, entries, nowMs)
+	return names, rows, entries, nil
 }
 
 // write writes entries for names, whose rows were read into rows: a nil

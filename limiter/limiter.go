@@ -364,11 +364,11 @@ type Decision struct {
 	// allowed. Keys()[KeyIndex] is that key.
 	KeyIndex int
 
-	n         int
 	keys      [MaxKeys]string
 	expires   [MaxKeys]int64 // unix milliseconds, as the store keeps them
-	remaining [MaxKeys]int
-	inMemory  uint8 // bit i: key i was counted in process memory
+	remaining [MaxKeys]int32 // at most MaxLimit
+	n         uint8          // keys in use
+	inMemory  uint8          // bit i: key i was counted in process memory
 }
 
 // Keys returns the keys the attempt counted against.
@@ -377,10 +377,10 @@ func (d *Decision) Keys() []string { return d.keys[:d.n] }
 // RemainingOf returns how many more attempts key i of the attempt admits in
 // its window.
 func (d *Decision) RemainingOf(i int) int {
-	if i < 0 || i >= d.n {
+	if i < 0 || i >= int(d.n) {
 		return 0
 	}
-	return d.remaining[i]
+	return int(d.remaining[i])
 }
 
 // Only returns the decision restricted to the keys at the given indexes, for
@@ -388,9 +388,9 @@ func (d *Decision) RemainingOf(i int) int {
 func (d Decision) Only(indexes ...int) Decision {
 	o := d
 	o.n, o.inMemory = 0, 0
-	o.keys, o.expires, o.remaining = [MaxKeys]string{}, [MaxKeys]int64{}, [MaxKeys]int{}
+	o.keys, o.expires, o.remaining = [MaxKeys]string{}, [MaxKeys]int64{}, [MaxKeys]int32{}
 	for _, i := range indexes {
-		if i < 0 || i >= d.n {
+		if i < 0 || i >= int(d.n) {
 			continue
 		}
 		o.keys[o.n], o.expires[o.n], o.remaining[o.n] = d.keys[i], d.expires[i], d.remaining[i]
@@ -575,11 +575,11 @@ func decide(t *store.Tally, keys []string, caps []store.Budget, local bool, d *D
 	// Zeroed, then filled field by field: a Decision built whole on the
 	// stack and copied in stalls store forwarding.
 	*d = Decision{}
-	d.Allowed, d.Local, d.Now, d.Limiting, d.n = t.Allowed, local, t.Now, t.Limiting, len(keys)
+	d.Allowed, d.Local, d.Now, d.Limiting, d.n = t.Allowed, local, t.Now, t.Limiting, uint8(len(keys))
 	for i := range keys {
 		d.keys[i] = keys[i]
 		d.expires[i] = t.ExpiresAt[i].UnixMilli()
-		d.remaining[i] = int(max(int64(caps[i].Limit)-t.Counts[i], 0))
+		d.remaining[i] = int32(min(max(int64(caps[i].Limit)-t.Counts[i], 0), MaxLimit))
 	}
 	at := t.Limiting
 	if at < 0 { // the key with the least room left decides

@@ -8,7 +8,7 @@ import "time"
 // budgets in its answer, or the refusing budget whose window ends last,
 // reads it.
 func (d *Decision) ResetOf(i int) time.Time {
-	if i < 0 || i >= d.n || d.expires[i] <= 0 {
+	if i < 0 || i >= int(d.n) || d.expires[i] <= 0 {
 		return time.Time{}
 	}
 	return time.UnixMilli(d.expires[i])

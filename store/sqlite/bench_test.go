@@ -100,6 +100,7 @@ func BenchmarkLimiterAttempt(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.Cleanup(func() { l.Close() }) // its memory's sweep and clock
 		ctx := context.Background()
 		benchload.Run(b, conc, func(r *rand.Rand) error {
 			_, err := l.Attempt(ctx, keyOf(hot, r))

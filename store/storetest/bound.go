@@ -24,11 +24,21 @@ func bound(r *runner) error {
 		return r.failf("NewBounded(%d): %v", max, err)
 	}
 	defer h.Store().Close()
-	full := func(what string, keys ...string) error { return r.full(h, max, what, false, keys...) }
 	held := make([]string, max)
 	for i := range held {
 		held[i] = r.key("bound-" + strconv.Itoa(i))
 	}
+	if err := boundHolds(r, h, held); err != nil {
+		return err
+	}
+	return boundFreesRoom(r, h, held)
+}
+
+// boundHolds fills h, bound to len(held) entries, with held, and checks
+// that a new key is refused while every held key keeps counting.
+func boundHolds(r *runner, h *store.Handle, held []string) error {
+	max := len(held)
+	full := func(what string, keys ...string) error { return r.full(h, max, what, false, keys...) }
 	if _, _, err := r.put(h, `0`, longTTL, held...); err != nil {
 		return r.failf("filling a store bound to %d entries: %v", max, err)
 	}
@@ -52,6 +62,14 @@ func bound(r *runner) error {
 			return r.failf("held key %d of a full store read %s after one count, want 1: a live entry was lost", i, short(e.Value))
 		}
 	}
+	return nil
+}
+
+// boundFreesRoom checks that a delete, then an expiry, in the full store h
+// frees room for one new key each, and that no live entry is evicted.
+func boundFreesRoom(r *runner, h *store.Handle, held []string) error {
+	max := len(held)
+	full := func(what string, keys ...string) error { return r.full(h, max, what, false, keys...) }
 	del := func(k string) error {
 		if err := r.update(h, []string{k}, func(_ time.Time, es []store.Entry) error {
 			es[0].Value = nil
@@ -89,7 +107,7 @@ func bound(r *runner) error {
 	if err := full("a new key once the expired entry's room was taken", r.key("bound-new-4")); err != nil {
 		return err
 	}
-	es, err = r.mustRead(h, append(held[2:], r.key("bound-after-delete"), r.key("bound-after-expiry"))...)
+	es, err := r.mustRead(h, append(held[2:], r.key("bound-after-delete"), r.key("bound-after-expiry"))...)
 	if err != nil {
 		return err
 	}

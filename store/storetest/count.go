@@ -271,10 +271,9 @@ func (r *runner) refCount(h *store.Handle, keys []string, caps []store.Budget, n
 
 // countMatchesGeneric: Count gives the results of the generic Count, done
 // through Update, step for step; a store's own Counter or CountInline must
-// too. A value
-// that is not a count is refused with ErrNotCounter and left as it was. It
-// catches a store's own Count that differs from the generic one in what it
-// allows, counts or tells.
+// too. A value that is not a count is refused with ErrNotCounter and left
+// as it was. It catches a store's own Count that differs from the generic
+// one in what it allows, counts or tells.
 func countMatchesGeneric(r *runner) error {
 	path := "the generic Count"
 	switch r.p.First.Store().Backend().(type) {
@@ -283,6 +282,14 @@ func countMatchesGeneric(r *runner) error {
 	case store.Counter:
 		path = "the store's own Count (store.Counter)"
 	}
+	if err := countStepsMatch(r, path); err != nil {
+		return err
+	}
+	return countRefusesNonCounts(r, path)
+}
+
+// countStepsMatch runs the steps of countMatchesGeneric on both handles.
+func countStepsMatch(r *runner, path string) error {
 	capOf := []store.Budget{{Limit: 3, Window: time.Minute}, {Limit: 5, Window: 2 * time.Minute}}
 	steps := []struct {
 		keys []int
@@ -350,7 +357,12 @@ func countMatchesGeneric(r *runner) error {
 			}
 		}
 	}
-	// A value that is not a count.
+	return nil
+}
+
+// countRefusesNonCounts checks that a Count of a value that is not a count
+// is refused with ErrNotCounter and leaves the value as it was.
+func countRefusesNonCounts(r *runner, path string) error {
 	for _, v := range []string{`{"x":1}`, `-1`, `"7"`} {
 		k := r.key("gen-notcount")
 		if _, _, err := r.put(r.p.First, v, longTTL, k); err != nil {

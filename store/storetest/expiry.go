@@ -251,6 +251,15 @@ func rewriteAfterExpiry(r *runner) error {
 	if _, err := r.waitPast(r.p.Second, exp); err != nil {
 		return err
 	}
+	if err := rewriteTakesNewExpiry(r, k); err != nil {
+		return err
+	}
+	return countsInNewWindow(r, gk, nk, capMax)
+}
+
+// rewriteTakesNewExpiry writes k, whose entry has expired, again through
+// Second, and checks that both handles read the new entry's expiry.
+func rewriteTakesNewExpiry(r *runner, k string) error {
 	_, exp2, err := r.put(r.p.Second, `2`, longTTL, k)
 	if err != nil {
 		return err
@@ -271,6 +280,13 @@ func rewriteAfterExpiry(r *runner) error {
 			}
 		}
 	}
+	return nil
+}
+
+// countsInNewWindow counts gk (on the generic path) and nk (on the store's
+// own Count), whose windows have ended, to their cap and once past it, in
+// turn through both handles, and checks that each starts a new window.
+func countsInNewWindow(r *runner, gk, nk string, capMax int) error {
 	hour := []store.Budget{{Limit: capMax, Window: longTTL}}
 	paths := []struct {
 		name  string
@@ -299,7 +315,7 @@ func rewriteAfterExpiry(r *runner) error {
 				return r.failf("%s %d of a counter whose first window had ended, on %s: allowed %v, count %d ending %v; want allowed, %d ending %v (the new window)",
 					p.name, i+1, r.hname(h), t.Allowed, t.Counts[0], ts(t.ExpiresAt[0]), i+1, ts(end))
 			}
-			if i == capMax && (t.Allowed || t.Counts[0] != capMax) {
+			if i == capMax && (t.Allowed || t.Counts[0] != int64(capMax)) {
 				return r.failf("%s %d of a counter capped at %d in its second window, on %s: allowed %v at count %d; want refused at %d: the limit no longer applies",
 					p.name, i+1, capMax, r.hname(h), t.Allowed, t.Counts[0], capMax)
 			}
@@ -308,7 +324,7 @@ func rewriteAfterExpiry(r *runner) error {
 		if err != nil {
 			return err
 		}
-		if c, err := store.ParseCount(es[0].Value); err != nil || c != capMax {
+		if c, err := store.ParseCount(es[0].Value); err != nil || c != int64(capMax) {
 			return r.failf("after %s to the cap in a second window, the counter read %s expiring %v, want %d",
 				p.name, short(es[0].Value), ts(es[0].ExpiresAt), capMax)
 		}

@@ -36,134 +36,169 @@ func login(t testing.TB, s *Server, ip, user, password string) (*http.Response, 
 }
 
 // CheckSignIn checks the sign-in and password-reset routes of a server
-// started with SignInEnv
-// and the default budgets (5 failures per account and IP, 20 per account,
-// 100 attempts per IP).
+// started with SignInEnv and the default budgets (5 failures per account
+// and IP, 20 per account, 100 attempts per IP), one subtest per attack.
 func CheckSignIn(t *testing.T, s *Server) {
-	t.Run("concurrent guesses", func(t *testing.T) {
-		before := s.App.PasswordChecks()
-		var wg sync.WaitGroup
-		for range 200 {
-			wg.Add(1)
-			go func() { defer wg.Done(); login(t, s, "192.0.2.1", "alice", "wrong") }()
+	for _, c := range []struct {
+		name  string
+		check func(*testing.T, *Server)
+	}{
+		{"concurrent guesses", checkConcurrentGuesses},
+		{"success clears failures", checkSuccessClearsFailures},
+		{"only failures count", checkOnlyFailuresCount},
+		{"credential stuffing", checkCredentialStuffing},
+		{"distributed guessing", checkDistributedGuessing},
+		{"enumeration", checkEnumeration},
+		{"client gone", checkClientGone},
+		{"password reset", checkPasswordReset},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.check(t, s) })
+	}
+}
+
+// checkConcurrentGuesses: of 200 concurrent wrong passwords from one
+// address, 5 reach the check, and then even the right one is refused.
+func checkConcurrentGuesses(t *testing.T, s *Server) {
+	before := s.App.PasswordChecks()
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Add(1)
+		go func() { defer wg.Done(); login(t, s, "192.0.2.1", "alice", "wrong") }()
+	}
+	wg.Wait()
+	if n := s.App.PasswordChecks() - before; n != 5 {
+		t.Fatalf("%d of 200 concurrent wrong passwords reached the check, want 5", n)
+	}
+	res, _ := login(t, s, "192.0.2.1", "alice", "correct-horse")
+	if res.StatusCode != 429 || len(res.Cookies()) != 0 {
+		t.Fatalf("blocked, right password: %d, cookies %v", res.StatusCode, res.Cookies())
+	}
+}
+
+// checkSuccessClearsFailures: a sign-in clears the failures counted
+// before it.
+func checkSuccessClearsFailures(t *testing.T, s *Server) {
+	for range 4 {
+		if res, _ := login(t, s, "192.0.2.2", "bob", "wrong"); res.StatusCode != 401 {
+			t.Fatal(res.StatusCode)
 		}
-		wg.Wait()
-		if n := s.App.PasswordChecks() - before; n != 5 {
-			t.Fatalf("%d of 200 concurrent wrong passwords reached the check, want 5", n)
+	}
+	res, _ := login(t, s, "192.0.2.2", "Bob", "battery-staple")
+	if res.StatusCode != 200 || len(res.Cookies()) == 0 {
+		t.Fatalf("right password: %d", res.StatusCode)
+	}
+	for i := range 5 {
+		if res, _ := login(t, s, "192.0.2.2", "bob", "wrong"); res.StatusCode != 401 {
+			t.Fatalf("failure %d after success: %d", i+1, res.StatusCode)
 		}
-		res, _ := login(t, s, "192.0.2.1", "alice", "correct-horse")
-		if res.StatusCode != 429 || len(res.Cookies()) != 0 {
-			t.Fatalf("blocked, right password: %d, cookies %v", res.StatusCode, res.Cookies())
+	}
+}
+
+// checkOnlyFailuresCount: successful sign-ins are not throttled.
+func checkOnlyFailuresCount(t *testing.T, s *Server) {
+	for i := range 50 {
+		if res, body := login(t, s, "192.0.2.3", "bob", "battery-staple"); res.StatusCode != 200 {
+			t.Fatalf("success %d: %d %s", i+1, res.StatusCode, body)
 		}
-	})
-	t.Run("success clears failures", func(t *testing.T) {
-		for range 4 {
-			if res, _ := login(t, s, "192.0.2.2", "bob", "wrong"); res.StatusCode != 401 {
-				t.Fatal(res.StatusCode)
+	}
+}
+
+// checkCredentialStuffing: one address trying 1,000 accounts reaches the
+// check 100 times.
+func checkCredentialStuffing(t *testing.T, s *Server) {
+	passed := 0
+	for i := range 1000 {
+		if res, _ := login(t, s, "198.51.100.1", fmt.Sprintf("user%d", i), "guess"); res.StatusCode == 401 {
+			passed++
+		}
+	}
+	if passed != 100 {
+		t.Fatalf("%d of 1,000 tries reached the check, want 100", passed)
+	}
+}
+
+// checkDistributedGuessing: 100 addresses guessing one account reach the
+// check 20 times, while its owner and other accounts still sign in.
+func checkDistributedGuessing(t *testing.T, s *Server) {
+	passed := 0
+	for i := range 100 {
+		if i == 10 {
+			if res, _ := login(t, s, "203.0.113.250", "carol-owner", "x"); res.StatusCode != 401 {
+				t.Fatalf("unrelated account: %d", res.StatusCode)
+			}
+			if res, _ := login(t, s, "2001:db8::1", "carol", "hunter22"); res.StatusCode != 200 {
+				t.Fatalf("owner from elsewhere during the attack: %d", res.StatusCode)
 			}
 		}
-		res, _ := login(t, s, "192.0.2.2", "Bob", "battery-staple")
-		if res.StatusCode != 200 || len(res.Cookies()) == 0 {
-			t.Fatalf("right password: %d", res.StatusCode)
+		if res, _ := login(t, s, fmt.Sprintf("203.0.113.%d", i), "carol", "guess"); res.StatusCode == 401 {
+			passed++
 		}
-		for i := range 5 {
-			if res, _ := login(t, s, "192.0.2.2", "bob", "wrong"); res.StatusCode != 401 {
-				t.Fatalf("failure %d after success: %d", i+1, res.StatusCode)
-			}
+	}
+	if passed != 20 {
+		t.Fatalf("%d of 100 guesses reached the check, want 20", passed)
+	}
+}
+
+// checkEnumeration: a known and an unknown account are answered alike.
+func checkEnumeration(t *testing.T, s *Server) {
+	for i := range 7 {
+		kres, kbody := login(t, s, "192.0.2.10", "alice", "wrong")
+		ures, ubody := login(t, s, "192.0.2.11", "nobody-here", "wrong")
+		if kres.StatusCode != ures.StatusCode || kbody != ubody || shape(kres.Header) != shape(ures.Header) {
+			t.Fatalf("attempt %d: known %d %q %s; unknown %d %q %s", i+1, kres.StatusCode, kbody, shape(kres.Header), ures.StatusCode, ubody, shape(ures.Header))
 		}
-	})
-	t.Run("only failures count", func(t *testing.T) {
-		for i := range 50 {
-			if res, body := login(t, s, "192.0.2.3", "bob", "battery-staple"); res.StatusCode != 200 {
-				t.Fatalf("success %d: %d %s", i+1, res.StatusCode, body)
-			}
+	}
+}
+
+// checkClientGone: guesses whose client hangs up are counted all the same.
+func checkClientGone(t *testing.T, s *Server) {
+	before := s.App.PasswordChecks()
+	host := strings.TrimPrefix(s.URL, "http://")
+	body := url.Values{"username": {"dave"}, "password": {"wrong"}}.Encode()
+	for range 5 {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
-	t.Run("credential stuffing", func(t *testing.T) {
-		passed := 0
-		for i := range 1000 {
-			if res, _ := login(t, s, "198.51.100.1", fmt.Sprintf("user%d", i), "guess"); res.StatusCode == 401 {
-				passed++
-			}
+		fmt.Fprintf(c, "POST /login HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 192.0.2.20\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		c.Close() // hang up without reading the answer
+	}
+	for i := 0; s.App.PasswordChecks()-before < 5; i++ {
+		if i > 500 {
+			t.Fatalf("%d abandoned attempts handled", s.App.PasswordChecks()-before)
 		}
-		if passed != 100 {
-			t.Fatalf("%d of 1,000 tries reached the check, want 100", passed)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if res, _ := login(t, s, "192.0.2.20", "dave", "wrong"); res.StatusCode != 429 {
+		t.Fatalf("after 5 abandoned guesses: %d", res.StatusCode)
+	}
+}
+
+// checkPasswordReset: reset answers do not tell accounts apart, and one
+// destination gets at most its budget of codes.
+func checkPasswordReset(t *testing.T, s *Server) {
+	reset := func(ip, email string) (int, string) {
+		res, body := Post(t, s.URL+"/password-reset", ip, url.Values{"email": {email}})
+		return res.StatusCode, body
+	}
+	var answers []string
+	for range 5 {
+		for _, email := range []string{"alice@example.com", "ghost@example.com"} {
+			c, b := reset("192.0.2.30", email)
+			answers = append(answers, fmt.Sprint(c, b))
 		}
-	})
-	t.Run("distributed guessing", func(t *testing.T) {
-		passed := 0
-		for i := range 100 {
-			if i == 10 {
-				if res, _ := login(t, s, "203.0.113.250", "carol-owner", "x"); res.StatusCode != 401 {
-					t.Fatalf("unrelated account: %d", res.StatusCode)
-				}
-				if res, _ := login(t, s, "2001:db8::1", "carol", "hunter22"); res.StatusCode != 200 {
-					t.Fatalf("owner from elsewhere during the attack: %d", res.StatusCode)
-				}
-			}
-			if res, _ := login(t, s, fmt.Sprintf("203.0.113.%d", i), "carol", "guess"); res.StatusCode == 401 {
-				passed++
-			}
+	}
+	for _, a := range answers {
+		if a != answers[0] || !strings.HasPrefix(a, "202") {
+			t.Fatalf("answers differ: %q", answers)
 		}
-		if passed != 20 {
-			t.Fatalf("%d of 100 guesses reached the check, want 20", passed)
-		}
-	})
-	t.Run("enumeration", func(t *testing.T) {
-		for i := range 7 {
-			kres, kbody := login(t, s, "192.0.2.10", "alice", "wrong")
-			ures, ubody := login(t, s, "192.0.2.11", "nobody-here", "wrong")
-			if kres.StatusCode != ures.StatusCode || kbody != ubody || shape(kres.Header) != shape(ures.Header) {
-				t.Fatalf("attempt %d: known %d %q %s; unknown %d %q %s", i+1, kres.StatusCode, kbody, shape(kres.Header), ures.StatusCode, ubody, shape(ures.Header))
-			}
-		}
-	})
-	t.Run("client gone", func(t *testing.T) {
-		before := s.App.PasswordChecks()
-		host := strings.TrimPrefix(s.URL, "http://")
-		body := url.Values{"username": {"dave"}, "password": {"wrong"}}.Encode()
-		for range 5 {
-			c, err := net.Dial("tcp", host)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fmt.Fprintf(c, "POST /login HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 192.0.2.20\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-			c.Close() // hang up without reading the answer
-		}
-		for i := 0; s.App.PasswordChecks()-before < 5; i++ {
-			if i > 500 {
-				t.Fatalf("%d abandoned attempts handled", s.App.PasswordChecks()-before)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if res, _ := login(t, s, "192.0.2.20", "dave", "wrong"); res.StatusCode != 429 {
-			t.Fatalf("after 5 abandoned guesses: %d", res.StatusCode)
-		}
-	})
-	t.Run("password reset", func(t *testing.T) {
-		reset := func(ip, email string) (int, string) {
-			res, body := Post(t, s.URL+"/password-reset", ip, url.Values{"email": {email}})
-			return res.StatusCode, body
-		}
-		var answers []string
-		for range 5 {
-			for _, email := range []string{"alice@example.com", "ghost@example.com"} {
-				c, b := reset("192.0.2.30", email)
-				answers = append(answers, fmt.Sprint(c, b))
-			}
-		}
-		for _, a := range answers {
-			if a != answers[0] || !strings.HasPrefix(a, "202") {
-				t.Fatalf("answers differ: %q", answers)
-			}
-		}
-		if n := s.App.CodesSent("alice@example.com"); n != 3 {
-			t.Fatalf("%d codes sent, want the budget of 3", n)
-		}
-		if c, _ := reset("192.0.2.31", "bob@example.com"); c != 202 || s.App.CodesSent("bob@example.com") != 1 {
-			t.Fatalf("other destination: %d, sent %d", c, s.App.CodesSent("bob@example.com"))
-		}
-	})
+	}
+	if n := s.App.CodesSent("alice@example.com"); n != 3 {
+		t.Fatalf("%d codes sent, want the budget of 3", n)
+	}
+	if c, _ := reset("192.0.2.31", "bob@example.com"); c != 202 || s.App.CodesSent("bob@example.com") != 1 {
+		t.Fatalf("other destination: %d, sent %d", c, s.App.CodesSent("bob@example.com"))
+	}
 }
 
 // shape is a response's header names and values, but for Date and the

@@ -177,19 +177,38 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer os.RemoveAll(dir)
 	}
 
-	bin := o.bin
-	if bin == "" {
-		fmt.Fprintln(stderr, "gatecount-load: building", loadtest.ServerPackage)
-		if bin, err = loadtest.Build(ctx, dir); err != nil {
-			fmt.Fprintln(stderr, "gatecount-load:", err)
-			return 1
-		}
-	}
 	ncallers := o.callers
 	if o.burst > 0 {
 		ncallers = o.rounds // one fresh caller per round
 	}
 	callers := loadtest.NewCallers(ncallers)
+	cluster, err := start(ctx, o, dir, callers, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "gatecount-load:", err)
+		return 1
+	}
+	defer func() {
+		if err := cluster.Close(); err != nil {
+			fmt.Fprintln(stderr, "gatecount-load:", err)
+		}
+	}()
+	if o.burst > 0 {
+		return bursts(ctx, o, cluster, callers, stdout, stderr)
+	}
+	return steady(ctx, o, cluster, callers, stdout, stderr)
+}
+
+// start builds the example server unless o names one, and starts o.servers
+// of it over o.store, logging to dir.
+func start(ctx context.Context, o options, dir string, callers []loadtest.Caller, stderr io.Writer) (*loadtest.Cluster, error) {
+	bin := o.bin
+	if bin == "" {
+		fmt.Fprintln(stderr, "gatecount-load: building", loadtest.ServerPackage)
+		var err error
+		if bin, err = loadtest.Build(ctx, dir); err != nil {
+			return nil, err
+		}
+	}
 	fmt.Fprintf(stderr, "gatecount-load: starting %d servers over the %s store\n", o.servers, o.store)
 	cluster, err := loadtest.StartCluster(ctx, loadtest.ClusterConfig{
 		Bin:         bin,
@@ -202,21 +221,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Callers:     callers,
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "gatecount-load:", err)
-		return 1
+		return nil, err
 	}
-	defer func() {
-		if err := cluster.Close(); err != nil {
-			fmt.Fprintln(stderr, "gatecount-load:", err)
-		}
-	}()
 	for _, s := range cluster.Servers {
 		fmt.Fprintf(stderr, "gatecount-load: %s at %s\n", s.Name, s.URL)
 	}
+	return cluster, nil
+}
 
-	if o.burst > 0 {
-		return bursts(ctx, o, cluster, callers, stdout, stderr)
-	}
+// steady runs the steady load of o against cluster, writes its report and
+// returns the exit code: 1 when a check failed or a server exited.
+func steady(ctx context.Context, o options, cluster *loadtest.Cluster, callers []loadtest.Caller, stdout, stderr io.Writer) int {
 	res, err := loadtest.Run(ctx, loadtest.LoadConfig{
 		Targets:  cluster.URLs(),
 		Callers:  callers,

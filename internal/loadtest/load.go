@@ -142,21 +142,7 @@ func Run(ctx context.Context, c LoadConfig) (*Result, error) {
 			return nil, err
 		}
 	}
-	if c.Clients <= 0 {
-		c.Clients = DefaultClients
-	}
-	if c.Duration <= 0 {
-		c.Duration = DefaultDuration
-	}
-	if c.Requests <= 0 {
-		c.Requests = DefaultRequests
-	}
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.ProgressEvery <= 0 {
-		c.ProgressEvery = time.Second
-	}
+	c = c.withDefaults()
 	tr := &http.Transport{
 		Proxy:               nil, // never through a proxy the environment names
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
@@ -193,12 +179,39 @@ func Run(ctx context.Context, c LoadConfig) (*Result, error) {
 	close(stopProgress)
 	progress.Wait()
 
+	return r.result(start, lat, ctx.Err() != nil), nil
+}
+
+// withDefaults returns c with every zero setting given its default.
+func (c LoadConfig) withDefaults() LoadConfig {
+	if c.Clients <= 0 {
+		c.Clients = DefaultClients
+	}
+	if c.Duration <= 0 {
+		c.Duration = DefaultDuration
+	}
+	if c.Requests <= 0 {
+		c.Requests = DefaultRequests
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.ProgressEvery <= 0 {
+		c.ProgressEvery = time.Second
+	}
+	return c
+}
+
+// result gathers the run begun at start, whose clients measured lat, and
+// which was interrupted or not.
+func (r *run) result(start time.Time, lat [][]time.Duration, interrupted bool) *Result {
+	c := r.c
 	res := &Result{
 		Elapsed:     time.Since(start),
 		Status:      r.status,
 		Errors:      r.errs,
 		Targets:     c.Targets,
-		Interrupted: ctx.Err() != nil,
+		Interrupted: interrupted,
 	}
 	for _, l := range lat {
 		res.Latencies = append(res.Latencies, l...)
@@ -214,7 +227,7 @@ func Run(ctx context.Context, c LoadConfig) (*Result, error) {
 			Windows:  s.windows,
 		})
 	}
-	return res, nil
+	return res
 }
 
 func checkLoopback(target string) error {

@@ -286,7 +286,7 @@ func (b *Backend) lowerMinExp(exp int64) {
 
 // held fills items with the live items of keys, whose shards ls holds
 // locked, removing those that expired by nowMs.
-func (b *Backend) held(ls *lockSet, prefix string, keys []string, nowMs int64, items *[store.MaxKeys]*item) {
+func (b *Backend) held(ls *lockSet, prefix string, keys []string, nowMs int64, items []*item) {
 	for i, k := range keys {
 		sh := &b.shards[b.shardOf(ls.hash[i])]
 		it := sh.find(ls.hash[i], prefix, k)
@@ -348,8 +348,8 @@ func (b *Backend) count(prefix string, keys []string, caps []store.Budget, n int
 	defer b.unlock(&ls)
 
 	nowMs := b.now()
-	var items [store.MaxKeys]*item
-	b.held(&ls, prefix, keys, nowMs, &items)
+	var items [store.MaxCountKeys]*item
+	b.held(&ls, prefix, keys, nowMs, items[:])
 	// Field by field, and only the keys counted: t may hold an earlier
 	// call's results (see store.Inline).
 	t.Now = time.UnixMilli(nowMs)
@@ -396,7 +396,7 @@ func (b *Backend) update(prefix string, keys []string, apply, check store.ApplyF
 	sc := &b.shards[ls.Ascending()[0]]
 	entries := sc.scratch[:len(keys)]
 	var items [store.MaxKeys]*item
-	b.held(&ls, prefix, keys, nowMs, &items)
+	b.held(&ls, prefix, keys, nowMs, items[:])
 	for i, it := range items[:len(keys)] {
 		if it == nil {
 			entries[i] = store.Entry{}

@@ -188,30 +188,70 @@ func (k *IPKeyer) Func() Func { return k.Key }
 // [ErrNoKey], when RemoteAddr cannot be parsed or a trusted proxy's
 // forwarding header is bad ([ErrBadForwarding]); see ClientAddr.
 func (k *IPKeyer) Key(r *http.Request) (string, error) {
-	a, err := k.ClientAddr(r)
+	host, peer, plain := plainPeer(r.RemoteAddr)
+	if plain && !k.isTrusted(peer) {
+		return host, nil // the common request straight from a client
+	}
+	var a netip.Addr
+	var err error
+	if plain {
+		a, err = k.walk(r.Header, peer) // a trusted peer
+	} else {
+		a, err = k.ClientAddr(r)
+	}
 	if err != nil {
 		return "", err
 	}
-	if key, ok := textOf(a, r.RemoteAddr); ok {
-		return key, nil
+	if plain && a == peer {
+		return host, nil
 	}
 	return k.AddrKey(a), nil
 }
 
-// textOf returns the host part of remoteAddr when it is already a's key: a
-// plain IPv4 address in its one textual form, which saves making the key
-// anew for the common request straight from a client.
-func textOf(a netip.Addr, remoteAddr string) (string, bool) {
-	if !a.Is4() {
-		return "", false
+// plainPeer returns the host part of remoteAddr and its address when it is
+// a plain IPv4 address in its one textual form, alone or with a port: then
+// that host part is already the address's key, with nothing to allocate.
+// It reports false for anything else, which parseNode is left to read.
+func plainPeer(remoteAddr string) (string, netip.Addr, bool) {
+	host, port, hasPort := strings.Cut(remoteAddr, ":")
+	if hasPort && !validPort(port, false) {
+		return "", netip.Addr{}, false
 	}
-	var buf [len("255.255.255.255")]byte
-	t := a.AppendTo(buf[:0])
-	if len(remoteAddr) < len(t) || remoteAddr[:len(t)] != string(t) ||
-		(len(remoteAddr) > len(t) && remoteAddr[len(t)] != ':') {
-		return "", false
+	a, ok := parseQuad(host)
+	return host, a, ok
+}
+
+// parseQuad parses s as an IPv4 address written as netip writes one: four
+// decimal octets of 0 to 255 without leading zeros, joined by dots.
+func parseQuad(s string) (netip.Addr, bool) {
+	var b [4]byte
+	for i := range b {
+		if i > 0 {
+			if s == "" || s[0] != '.' {
+				return netip.Addr{}, false
+			}
+			s = s[1:]
+		}
+		n, rest, ok := parseOctet(s)
+		if !ok {
+			return netip.Addr{}, false
+		}
+		b[i], s = n, rest
 	}
-	return remoteAddr[:len(t)], true
+	return netip.AddrFrom4(b), s == ""
+}
+
+// parseOctet parses the decimal octet, 0 to 255 without a leading zero, at
+// the start of s, and returns it and the rest of s.
+func parseOctet(s string) (byte, string, bool) {
+	n, i := 0, 0
+	for ; i < len(s) && i < 3 && '0' <= s[i] && s[i] <= '9'; i++ {
+		n = n*10 + int(s[i]-'0')
+	}
+	if i == 0 || n > 255 || (i > 1 && s[0] == '0') {
+		return 0, s, false
+	}
+	return byte(n), s[i:], true
 }
 
 // ClientAddr returns the client address of r, unmapped and without zone.

@@ -213,32 +213,32 @@ func (k *IPKeyer) Key(r *http.Request) (string, error) {
 // that host part is already the address's key, with nothing to allocate.
 // It reports false for anything else, which parseNode is left to read.
 func plainPeer(remoteAddr string) (string, netip.Addr, bool) {
-	host, port, hasPort := strings.Cut(remoteAddr, ":")
-	if hasPort && !validPort(port, false) {
+	a, rest, ok := parseQuad(remoteAddr)
+	if !ok || (rest != "" && (rest[0] != ':' || !validPort(rest[1:], false))) {
 		return "", netip.Addr{}, false
 	}
-	a, ok := parseQuad(host)
-	return host, a, ok
+	return remoteAddr[:len(remoteAddr)-len(rest)], a, true
 }
 
-// parseQuad parses s as an IPv4 address written as netip writes one: four
-// decimal octets of 0 to 255 without leading zeros, joined by dots.
-func parseQuad(s string) (netip.Addr, bool) {
+// parseQuad parses the IPv4 address at the start of s, written as netip
+// writes one: four decimal octets of 0 to 255 without leading zeros, joined
+// by dots. It returns the address and the rest of s.
+func parseQuad(s string) (netip.Addr, string, bool) {
 	var b [4]byte
 	for i := range b {
 		if i > 0 {
 			if s == "" || s[0] != '.' {
-				return netip.Addr{}, false
+				return netip.Addr{}, s, false
 			}
 			s = s[1:]
 		}
 		n, rest, ok := parseOctet(s)
 		if !ok {
-			return netip.Addr{}, false
+			return netip.Addr{}, s, false
 		}
 		b[i], s = n, rest
 	}
-	return netip.AddrFrom4(b), s == ""
+	return netip.AddrFrom4(b), s, true
 }
 
 // parseOctet parses the decimal octet, 0 to 255 without a leading zero, at

@@ -225,33 +225,27 @@ func plainPeer(remoteAddr string) (string, netip.Addr, bool) {
 // by dots. It returns the address and the rest of s.
 func parseQuad(s string) (netip.Addr, string, bool) {
 	var b [4]byte
-	for i := range b {
-		if i > 0 {
-			if s == "" || s[0] != '.' {
-				return netip.Addr{}, s, false
-			}
-			s = s[1:]
+	at, n, digits := 0, 0, 0 // the octet read, its value, its digits
+	i := 0
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c == '.' && at < 3 && digits > 0 {
+			b[at], at, n, digits = byte(n), at+1, 0, 0
+			continue
 		}
-		n, rest, ok := parseOctet(s)
-		if !ok {
+		if c < '0' || c > '9' {
+			break
+		}
+		n, digits = n*10+int(c-'0'), digits+1
+		if n > 255 || (digits > 1 && n < 10) { // n < 10: a leading zero
 			return netip.Addr{}, s, false
 		}
-		b[i], s = n, rest
 	}
-	return netip.AddrFrom4(b), s, true
-}
-
-// parseOctet parses the decimal octet, 0 to 255 without a leading zero, at
-// the start of s, and returns it and the rest of s.
-func parseOctet(s string) (byte, string, bool) {
-	n, i := 0, 0
-	for ; i < len(s) && i < 3 && '0' <= s[i] && s[i] <= '9'; i++ {
-		n = n*10 + int(s[i]-'0')
+	if at < 3 || digits == 0 {
+		return netip.Addr{}, s, false
 	}
-	if i == 0 || n > 255 || (i > 1 && s[0] == '0') {
-		return 0, s, false
-	}
-	return byte(n), s[i:], true
+	b[3] = byte(n)
+	return netip.AddrFrom4(b), s[i:], true
 }
 
 // ClientAddr returns the client address of r, unmapped and without zone.

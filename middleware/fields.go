@@ -68,12 +68,12 @@ func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, a
 	if f.legacy {
 		h["X-Ratelimit-Limit"] = f.limits[at]
 		if !f.hideRemaining {
-			h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(remaining)}
+			h["X-Ratelimit-Remaining"] = fieldValue(strconv.AppendInt(buf[:0], int64(remaining), 10))
 		}
-		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
+		h["X-Ratelimit-Reset"] = fieldValue(strconv.AppendInt(buf[:0], t, 10))
 	}
 	if !allowed {
-		h["Retry-After"] = []string{strconv.FormatInt(max(t, 1), 10)}
+		h["Retry-After"] = fieldValue(strconv.AppendInt(buf[:0], max(t, 1), 10))
 	}
 }
 

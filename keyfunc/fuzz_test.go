@@ -155,6 +155,33 @@ func FuzzRemoteAddr(f *testing.F) {
 	})
 }
 
+// FuzzPlainPeer checks plainPeer, the hand-written path of a plain IPv4
+// peer, against parseNode, which reads the address with netip: plainPeer
+// takes a RemoteAddr only when parseNode reads the same address from it and
+// its host part is that address's key, and it takes every RemoteAddr whose
+// host part is an IPv4 address in netip's form.
+func FuzzPlainPeer(f *testing.F) {
+	for _, s := range []string{
+		"192.0.2.1:80", "192.0.2.1", "0.0.0.0:0", "255.255.255.255:65535", "256.0.0.1:1",
+		"01.2.3.4", "1.2.3.04:1", "1.2.3.4.5", "1.2.3.4:", "1.2.3.4:99999", "1.2.3.4:_x",
+		"1.2.3.4:1:2", "1.2.3.4%z", "[1.2.3.4]:80", "::ffff:1.2.3.4", "", ":", "1.2.3.",
+	} {
+		f.Add(s)
+	}
+	var k IPKeyer
+	f.Fuzz(func(t *testing.T, remote string) {
+		host, a, ok := plainPeer(remote)
+		want, wantOK := parseNode(remote, false)
+		if ok && (!wantOK || a != want || host != k.AddrKey(want)) {
+			t.Fatalf("plainPeer(%q) = %q, %v; parseNode says %v, %v (key %q)", remote, host, a, want, wantOK, k.AddrKey(want))
+		}
+		h, _, _ := strings.Cut(remote, ":")
+		if !ok && wantOK && want.Is4() && want.String() == h {
+			t.Fatalf("plainPeer(%q) declined the IPv4 address %v in netip's form", remote, want)
+		}
+	})
+}
+
 // FuzzBodyField checks BodyField against the standard library's readers:
 // whenever BodyField names an account, url.ParseQuery, encoding/json and
 // mime/multipart, reading the same body, name the same one or none.

@@ -188,30 +188,64 @@ func (k *IPKeyer) Func() Func { return k.Key }
 // [ErrNoKey], when RemoteAddr cannot be parsed or a trusted proxy's
 // forwarding header is bad ([ErrBadForwarding]); see ClientAddr.
 func (k *IPKeyer) Key(r *http.Request) (string, error) {
-	a, err := k.ClientAddr(r)
+	host, peer, plain := plainPeer(r.RemoteAddr)
+	if plain && !k.isTrusted(peer) {
+		return host, nil // the common request straight from a client
+	}
+	var a netip.Addr
+	var err error
+	if plain {
+		a, err = k.walk(r.Header, peer) // a trusted peer
+	} else {
+		a, err = k.ClientAddr(r)
+	}
 	if err != nil {
 		return "", err
 	}
-	if key, ok := textOf(a, r.RemoteAddr); ok {
-		return key, nil
+	if plain && a == peer {
+		return host, nil
 	}
 	return k.AddrKey(a), nil
 }
 
-// textOf returns the host part of remoteAddr when it is already a's key: a
-// plain IPv4 address in its one textual form, which saves making the key
-// anew for the common request straight from a client.
-func textOf(a netip.Addr, remoteAddr string) (string, bool) {
-	if !a.Is4() {
-		return "", false
+// plainPeer returns the host part of remoteAddr and its address when it is
+// a plain IPv4 address in its one textual form, alone or with a port: then
+// that host part is already the address's key, with nothing to allocate.
+// It reports false for anything else, which parseNode is left to read.
+func plainPeer(remoteAddr string) (string, netip.Addr, bool) {
+	a, rest, ok := parseQuad(remoteAddr)
+	if !ok || (rest != "" && (rest[0] != ':' || !validPort(rest[1:], false))) {
+		return "", netip.Addr{}, false
 	}
-	var buf [len("255.255.255.255")]byte
-	t := a.AppendTo(buf[:0])
-	if len(remoteAddr) < len(t) || remoteAddr[:len(t)] != string(t) ||
-		(len(remoteAddr) > len(t) && remoteAddr[len(t)] != ':') {
-		return "", false
+	return remoteAddr[:len(remoteAddr)-len(rest)], a, true
+}
+
+// parseQuad parses the IPv4 address at the start of s, written as netip
+// writes one: four decimal octets of 0 to 255 without leading zeros, joined
+// by dots. It returns the address and the rest of s.
+func parseQuad(s string) (netip.Addr, string, bool) {
+	var b [4]byte
+	at, n, digits := 0, 0, 0 // the octet read, its value, its digits
+	i := 0
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c == '.' && at < 3 && digits > 0 {
+			b[at], at, n, digits = byte(n), at+1, 0, 0
+			continue
+		}
+		if c < '0' || c > '9' {
+			break
+		}
+		n, digits = n*10+int(c-'0'), digits+1
+		if n > 255 || (digits > 1 && n < 10) { // n < 10: a leading zero
+			return netip.Addr{}, s, false
+		}
 	}
-	return remoteAddr[:len(t)], true
+	if at < 3 || digits == 0 {
+		return netip.Addr{}, s, false
+	}
+	b[3] = byte(n)
+	return netip.AddrFrom4(b), s[i:], true
 }
 
 // ClientAddr returns the client address of r, unmapped and without zone.

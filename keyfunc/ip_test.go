@@ -365,8 +365,43 @@ func TestIPKeyFromRemoteText(t *testing.T) {
 			t.Errorf("IP(%q) = %q, %v; want %q", remote, got, err, want)
 		}
 	}
-	if got, ok := textOf(netip.MustParseAddr("1.2.3.4"), "1.2.3.45:6"); ok {
-		t.Errorf("textOf(1.2.3.4, 1.2.3.45:6) = %q, want no match", got)
+}
+
+// plainPeer takes the key from RemoteAddr's text only for a plain IPv4
+// address in netip's form, alone or with a valid port; parseNode reads the
+// rest. FuzzPlainPeer checks it against parseNode on every input.
+func TestPlainPeer(t *testing.T) {
+	for _, c := range []struct {
+		remote, host string // host "" when plainPeer declines
+	}{
+		{"1.2.3.4:5", "1.2.3.4"},
+		{"1.2.3.45:6", "1.2.3.45"},
+		{"1.2.3.4", "1.2.3.4"},
+		{"0.0.0.0:0", "0.0.0.0"},
+		{"255.255.255.255:65535", "255.255.255.255"},
+		{"10.200.30.4:443", "10.200.30.4"},
+		{"256.1.1.1:1", ""},
+		{"01.2.3.4:1", ""},
+		{"1.2.3.04", ""},
+		{"1.2.3.4.5", ""},
+		{"1.2.3", ""},
+		{"1..3.4", ""},
+		{"1.2.3.1234", ""},
+		{"1.2.3.4:", ""},
+		{"1.2.3.4:70000", ""},
+		{"1.2.3.4:_x", ""},
+		{"1.2.3.4:80:90", ""},
+		{"1.2.3.4%eth0", ""},
+		{"[1.2.3.4]:80", ""},
+		{"[::ffff:1.2.3.4]:80", ""},
+		{"::1", ""},
+		{"", ""},
+		{"+1.2.3.4", ""},
+	} {
+		host, a, ok := plainPeer(c.remote)
+		if ok != (c.host != "") || (ok && (host != c.host || a.String() != c.host)) {
+			t.Errorf("plainPeer(%q) = %q, %v, %v; want %q", c.remote, host, a, ok, c.host)
+		}
 	}
 }
 

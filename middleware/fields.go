@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gatecount/gatecount/limiter"
@@ -42,10 +43,7 @@ func (f *fields) set(h http.Header, d *limiter.Decision) {
 // was given) with remaining attempts left until reset, as of now, and
 // Retry-After when the attempt was refused.
 func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, allowed bool) {
-	t := ceilSeconds(reset.Sub(now))
-	if reset.IsZero() {
-		t = 0
-	}
+	t := secondsUntil(reset, now)
 	at = min(max(at, 0), len(f.names)-1)
 	stacked := len(h) > 0 && (len(h["Ratelimit-Policy"]) > 0 || len(h["Ratelimit"]) > 0)
 	if stacked {
@@ -65,18 +63,60 @@ func (f *fields) write(h http.Header, at, remaining int, reset, now time.Time, a
 	if stacked {
 		h["Ratelimit"] = []string{f.merge(h["Ratelimit"], string(b))}
 	} else {
-		h["Ratelimit"] = []string{string(b)}
+		h["Ratelimit"] = fieldValue(b)
 	}
 	if f.legacy {
 		h["X-Ratelimit-Limit"] = f.limits[at]
 		if !f.hideRemaining {
-			h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(remaining)}
+			h["X-Ratelimit-Remaining"] = fieldValue(strconv.AppendInt(buf[:0], int64(remaining), 10))
 		}
-		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
+		h["X-Ratelimit-Reset"] = fieldValue(strconv.AppendInt(buf[:0], t, 10))
 	}
 	if !allowed {
-		h["Retry-After"] = []string{strconv.FormatInt(max(t, 1), 10)}
+		h["Retry-After"] = fieldValue(strconv.AppendInt(buf[:0], max(t, 1), 10))
 	}
+}
+
+// A slab is where fieldValue cuts values from: text that only grows, and
+// slots of one value each.
+type slab struct {
+	text  strings.Builder
+	slots [slabSlots]string
+	n     int // slots handed out
+}
+
+// Sizes of a slab: a RateLimit value is some 20 to 40 bytes, and a slab of
+// 32 such costs the garbage collector no more than 32 allocations of them.
+const (
+	slabSlots = 32
+	slabBytes = 768
+)
+
+// slabs holds slabs between requests, one at most per P while in use.
+var slabs sync.Pool
+
+// fieldValue returns a header field value of one line, b, at no allocation
+// of its own most of the time: the text and the slice are cut from a slab,
+// shared by a few responses and by nothing else. Each response gets its own
+// slot, capped so that an append copies it, and text that is never written
+// again: a strings.Builder only appends to the bytes behind the strings it
+// returned.
+func fieldValue(b []byte) []string {
+	if len(b) > slabBytes/4 {
+		return []string{string(b)}
+	}
+	s, _ := slabs.Get().(*slab)
+	if s == nil || s.n == len(s.slots) || s.text.Cap()-s.text.Len() < len(b) {
+		s = new(slab)
+		s.text.Grow(slabBytes)
+	}
+	start := s.text.Len()
+	s.text.Write(b)
+	v := s.slots[s.n : s.n+1 : s.n+1]
+	v[0] = s.text.String()[start:]
+	s.n++
+	slabs.Put(s)
+	return v
 }
 
 // merge returns the list members of field values vals, less those naming
@@ -107,6 +147,25 @@ func (f *fields) ownMember(m string) bool {
 		}
 	}
 	return false
+}
+
+// secondsUntil returns the time from now to reset in whole seconds, rounded
+// up: ceilSeconds(reset.Sub(now)) without Sub's checks for overflow, which
+// a window of at most limiter.MaxWindow never needs. It returns 0 for the
+// zero reset, which is unknown.
+func secondsUntil(reset, now time.Time) int64 {
+	if reset.IsZero() {
+		return 0
+	}
+	s := reset.Unix() - now.Unix()
+	ns := reset.Nanosecond() - now.Nanosecond()
+	switch {
+	case s < 0 || (s == 0 && ns <= 0):
+		return 0
+	case ns > 0:
+		return s + 1
+	}
+	return s
 }
 
 // ceilSeconds rounds d up to whole seconds.

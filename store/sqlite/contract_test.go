@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/sqlite"
@@ -14,15 +15,20 @@ import (
 func TestContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Pair {
 		path := tempFile(t)
-		first := open(t, path, sqlite.Options{})
-		second := open(t, path, sqlite.Options{})
+		// The contract is not about the deadline: under the race detector,
+		// with other packages' tests on the same cores, a call that waits
+		// for the other store's write could pass the default 2 s and be
+		// answered unavailable.
+		o := sqlite.Options{Store: store.Options{Deadline: time.Minute}}
+		first := open(t, path, o)
+		second := open(t, path, o)
 		return storetest.Pair{
 			First:  handle(t, first, "contract:"),
 			Second: handle(t, second, "contract:"),
 			Other:  handle(t, first, "contract-other:"),
 			NewBounded: func(max int) (*store.Handle, error) {
 				path := filepath.Join(t.TempDir(), "bounded.db")
-				s, err := sqlite.Open(t.Context(), path, sqlite.Options{Secret: secretA, MaxEntries: max, AutoMigrate: true})
+				s, err := sqlite.Open(t.Context(), path, sqlite.Options{Secret: secretA, MaxEntries: max, AutoMigrate: true, Store: o.Store})
 				if err != nil {
 					return nil, err
 				}

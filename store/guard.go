@@ -58,15 +58,9 @@ func (o Options) WithDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Deadline <= 0 {
-		o.Deadline = DefaultDeadline
-	}
-	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = DefaultMaxInFlight
-	}
-	if o.MaxQueued <= 0 {
-		o.MaxQueued = DefaultMaxQueued
-	}
+	Default(&o.Deadline, DefaultDeadline)
+	Default(&o.MaxInFlight, DefaultMaxInFlight)
+	Default(&o.MaxQueued, DefaultMaxQueued)
 	if o.InstanceID == (uuid.UUID{}) {
 		o.InstanceID = uuid.New()
 		o.Logger = o.Logger.With("instance", o.InstanceID.String())

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gatecount/gatecount/store"
 )
 
 // Defaults of LoadConfig.
@@ -184,21 +186,11 @@ func Run(ctx context.Context, c LoadConfig) (*Result, error) {
 
 // withDefaults returns c with every zero setting given its default.
 func (c LoadConfig) withDefaults() LoadConfig {
-	if c.Clients <= 0 {
-		c.Clients = DefaultClients
-	}
-	if c.Duration <= 0 {
-		c.Duration = DefaultDuration
-	}
-	if c.Requests <= 0 {
-		c.Requests = DefaultRequests
-	}
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.ProgressEvery <= 0 {
-		c.ProgressEvery = time.Second
-	}
+	store.Default(&c.Clients, DefaultClients)
+	store.Default(&c.Duration, DefaultDuration)
+	store.Default(&c.Requests, DefaultRequests)
+	store.Default(&c.Timeout, DefaultTimeout)
+	store.Default(&c.ProgressEvery, time.Second)
 	return c
 }
 

@@ -72,6 +72,31 @@ func BenchmarkPerIPAllowed(b *testing.B) {
 	benchServe(b, m.Wrap(ok))
 }
 
+// BenchmarkPerIPRefused is a refused request through PerIP on the memory
+// store: the answer an attacker over budget gets, fields and 429 included.
+func BenchmarkPerIPRefused(b *testing.B) {
+	s := memStore(b, nil)
+	m, err := middleware.PerIP(handle(b, s, "health:"), limiter.Budget{Limit: 1, Window: time.Hour}, middleware.Options{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	h := m.Wrap(ok)
+	r := httptest.NewRequest("GET", "/health", nil)
+	r.RemoteAddr = "192.0.2.7:41000"
+	w := &reusedWriter{h: make(http.Header)}
+	h.ServeHTTP(w, r) // spends the budget
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(w.h)
+		w.status = 0
+		h.ServeHTTP(w, r)
+		if w.status != http.StatusTooManyRequests {
+			b.Fatalf("status %d", w.status)
+		}
+	}
+}
+
 // BenchmarkLimiterAttempt is the limiter's share of PerIPAllowed: the same
 // attempt on the same store, without HTTP. PerIPAllowed less BareHandler
 // less this is the middleware's own cost.

@@ -186,17 +186,33 @@ func isToken(s string) bool {
 const tokenChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
 
 var (
-	problem400 = []byte(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")
-	problem401 = []byte(`{"type":"about:blank","title":"Unauthorized","status":401}` + "\n")
-	problem429 = []byte(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Too many requests: retry after the time in the Retry-After header."}` + "\n")
-	problem503 = []byte(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limit store is unavailable: retry after the time in the Retry-After header."}` + "\n")
+	problem400 = newProblem(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")
+	problem401 = newProblem(`{"type":"about:blank","title":"Unauthorized","status":401}` + "\n")
+	problem429 = newProblem(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Too many requests: retry after the time in the Retry-After header."}` + "\n")
+	problem503 = newProblem(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limit store is unavailable: retry after the time in the Retry-After header."}` + "\n")
+
+	// Header values every problem response shares, as every response of a
+	// limiter shares its RateLimit-Policy value.
+	problemType = []string{"application/problem+json"}
+	noStore     = []string{"no-store"}
 )
 
-func writeProblem(w http.ResponseWriter, status int, body []byte) {
+// A problem is an RFC 9457 problem document and its Content-Length value,
+// both built once, so that a refusal allocates nothing of its own.
+type problem struct {
+	body   []byte
+	length []string
+}
+
+func newProblem(body string) problem {
+	return problem{body: []byte(body), length: []string{strconv.Itoa(len(body))}}
+}
+
+func writeProblem(w http.ResponseWriter, status int, p problem) {
 	h := w.Header()
-	h["Content-Type"] = []string{"application/problem+json"}
-	h["Content-Length"] = []string{strconv.Itoa(len(body))}
-	h["Cache-Control"] = []string{"no-store"}
+	h["Content-Type"] = problemType
+	h["Content-Length"] = p.length
+	h["Cache-Control"] = noStore
 	w.WriteHeader(status)
-	w.Write(body)
+	w.Write(p.body)
 }

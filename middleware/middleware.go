@@ -280,6 +280,5 @@ func (m *Middleware) noKey(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	status := m.o.KeyErrorStatus
-	body := fmt.Appendf(nil, `{"type":"about:blank","title":%q,"status":%d}`+"\n", http.StatusText(status), status)
-	writeProblem(w, status, body)
+	writeProblem(w, status, newProblem(fmt.Sprintf(`{"type":"about:blank","title":%q,"status":%d}`+"\n", http.StatusText(status), status)))
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"strconv"
-	"time"
 
 	"github.com/gatecount/gatecount/store"
 )
@@ -15,19 +14,13 @@ import (
 // a live entry to make room, one that ignores its bound, and one that
 // never reuses the room of an expired entry.
 func bound(r *runner) error {
-	if r.p.NewBounded == nil {
-		return r.notApplicable("Pair.NewBounded is not set")
-	}
 	const max = 8
-	h, err := r.p.NewBounded(max)
+	h, err := r.bounded(max)
 	if err != nil {
-		return r.failf("NewBounded(%d): %v", max, err)
+		return err
 	}
 	defer h.Store().Close()
-	held := make([]string, max)
-	for i := range held {
-		held[i] = r.key("bound-" + strconv.Itoa(i))
-	}
+	held := r.keys("bound", max)
 	if err := boundHolds(r, h, held); err != nil {
 		return err
 	}
@@ -70,17 +63,8 @@ func boundHolds(r *runner, h *store.Handle, held []string) error {
 func boundFreesRoom(r *runner, h *store.Handle, held []string) error {
 	max := len(held)
 	full := func(what string, keys ...string) error { return r.full(h, max, what, false, keys...) }
-	del := func(k string) error {
-		if err := r.update(h, []string{k}, func(_ time.Time, es []store.Entry) error {
-			es[0].Value = nil
-			return nil
-		}); err != nil {
-			return r.failf("deleting a held key in a full store: %v", err)
-		}
-		return nil
-	}
 	// A delete frees room.
-	if err := del(held[0]); err != nil {
+	if err := r.del(h, held[0]); err != nil {
 		return err
 	}
 	if err := r.update(h, []string{r.key("bound-after-delete")}, incr); err != nil {
@@ -91,7 +75,7 @@ func boundFreesRoom(r *runner, h *store.Handle, held []string) error {
 	}
 	// An entry that expires frees room: once it has, the full store
 	// removes it to make room for a new key.
-	if err := del(held[1]); err != nil {
+	if err := r.del(h, held[1]); err != nil {
 		return err
 	}
 	_, exp, err := r.put(h, `0`, shortTTL, r.key("bound-short"))
@@ -186,9 +170,6 @@ func (r *runner) keys(label string, n int) []string {
 // counting. It catches a store's own Count (store.Counter) that adds keys
 // without asking the bound.
 func boundCount(r *runner) error {
-	if r.p.NewBounded == nil {
-		return r.notApplicable("Pair.NewBounded is not set")
-	}
 	const max = 8
 	h, err := r.bounded(max)
 	if err != nil {
@@ -226,9 +207,6 @@ func boundCount(r *runner) error {
 // Update and by Count. The case opens the second handle itself. It
 // catches a bound kept per prefix rather than per store.
 func boundHandles(r *runner) error {
-	if r.p.NewBounded == nil {
-		return r.notApplicable("Pair.NewBounded is not set")
-	}
 	const max = 8
 	h, err := r.bounded(max)
 	if err != nil {
@@ -263,9 +241,6 @@ func boundHandles(r *runner) error {
 // is rewritten (counting the rewrite as a new entry without taking off the
 // expired one it replaced): such a store ends up full for ever.
 func boundRewrite(r *runner) error {
-	if r.p.NewBounded == nil {
-		return r.notApplicable("Pair.NewBounded is not set")
-	}
 	const max = 8
 	hu, err := r.bounded(max)
 	if err != nil {

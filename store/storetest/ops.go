@@ -262,6 +262,9 @@ func (r *runner) handle(s *store.Store, label string) (*store.Handle, error) {
 
 // bounded opens a store of max live entries through Pair.NewBounded.
 func (r *runner) bounded(max int) (*store.Handle, error) {
+	if r.p.NewBounded == nil {
+		return nil, r.notApplicable("Pair.NewBounded is not set")
+	}
 	h, err := r.p.NewBounded(max)
 	if err != nil {
 		return nil, r.failf("NewBounded(%d): %v", max, err)

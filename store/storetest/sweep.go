@@ -89,9 +89,6 @@ func sweep(r *runner) error {
 // say) and one that does not commit what it removes. It does not apply
 // when Pair.SharedSweep is set.
 func sweepExact(r *runner) error {
-	if r.p.NewBounded == nil {
-		return r.notApplicable("Pair.NewBounded is not set")
-	}
 	if r.p.SharedSweep {
 		return r.notApplicable("Pair.SharedSweep is set: the store's Sweep also removes entries of other stores")
 	}
@@ -168,9 +165,6 @@ const goroutineLabel = "gatecount-storetest-close"
 // case's own, which every goroutine started from it inherits: that tells
 // the store's goroutines from those of other tests in the process.
 func closeCase(r *runner) error {
-	if r.p.NewBounded == nil {
-		return r.notApplicable("Pair.NewBounded is not set")
-	}
 	var err error
 	pprof.Do(r.ctx, pprof.Labels(goroutineLabel, r.id), func(context.Context) { err = r.useAndClose() })
 	if err != nil {

@@ -24,6 +24,19 @@ func benchLimiter(b *testing.B) *limiter.Limiter {
 	return l
 }
 
+// heldKeys returns 100,000 keys, "k0" to "k99999", each attempted once on
+// l, so that l's store holds them: the steady state.
+func heldKeys(b *testing.B, l *limiter.Limiter) []string {
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+		if _, err := l.Attempt(context.Background(), keys[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return keys
+}
+
 // BenchmarkYardstickAllow is rate.Limiter.Allow, the yardstick a one-key
 // Attempt on the memory store is measured against in the same run.
 func BenchmarkYardstickAllow(b *testing.B) {
@@ -64,14 +77,8 @@ func BenchmarkAttemptHotKey(b *testing.B) {
 // starting at its own place.
 func BenchmarkAttemptParallel(b *testing.B) {
 	l := benchLimiter(b)
-	keys := make([]string, 100_000)
+	keys := heldKeys(b, l)
 	ctx := context.Background()
-	for i := range keys {
-		keys[i] = "k" + strconv.Itoa(i)
-		if _, err := l.Attempt(ctx, keys[i]); err != nil { // held: the steady state
-			b.Fatal(err)
-		}
-	}
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -120,14 +127,8 @@ func BenchmarkAttemptVsAllow(b *testing.B) {
 func BenchmarkAttemptVsAllowParallel(b *testing.B) {
 	l := benchLimiter(b)
 	r := rate.NewLimiter(1e9, 1e9)
-	keys := make([]string, 100_000)
+	keys := heldKeys(b, l)
 	ctx := context.Background()
-	for i := range keys {
-		keys[i] = "k" + strconv.Itoa(i)
-		if _, err := l.Attempt(ctx, keys[i]); err != nil {
-			b.Fatal(err)
-		}
-	}
 	var next, ta, tr atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -415,9 +415,14 @@ func (l *Limiter) Attempt(ctx context.Context, keys ...string) (d Decision, err 
 // attempt is Attempt, into d.
 func (l *Limiter) attempt(ctx context.Context, keys []string, d *Decision) error {
 	if len(keys) == 0 || len(keys) > MaxKeys {
-		return fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(keys), MaxKeys)
+		return errKeyCount(len(keys))
 	}
 	return l.count(ctx, keys, l.caps[:len(keys)], d)
+}
+
+// errKeyCount is the error of an attempt on n keys, out of 1 to MaxKeys.
+func errKeyCount(n int) error {
+	return fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, n, MaxKeys)
 }
 
 // Charge is one key of AttemptEach with a budget of its own.
@@ -430,7 +435,7 @@ type Charge struct {
 // budget, in one atomic store update, all or nothing, as Attempt does.
 func (l *Limiter) AttemptEach(ctx context.Context, charges ...Charge) (Decision, error) {
 	if len(charges) == 0 || len(charges) > MaxKeys {
-		return Decision{}, fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(charges), MaxKeys)
+		return Decision{}, errKeyCount(len(charges))
 	}
 	var keys [MaxKeys]string
 	var caps [MaxKeys]store.Budget
@@ -605,7 +610,7 @@ func decide(t *store.Tally, keys []string, caps []store.Budget, local bool, d *D
 // limiter's budget, without counting it.
 func (l *Limiter) Peek(ctx context.Context, keys ...string) (Decision, error) {
 	if len(keys) == 0 || len(keys) > MaxKeys {
-		return Decision{}, fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidKeys, len(keys), MaxKeys)
+		return Decision{}, errKeyCount(len(keys))
 	}
 	caps := l.caps[:len(keys)]
 	var t store.Tally

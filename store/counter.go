@@ -117,8 +117,8 @@ func (h *Handle) checkedCount(ctx context.Context, keys []string, caps []Budget,
 	return err
 }
 
-// count runs a Count into out, which it leaves alone on error, on one of
-// the guard's two paths: on the caller's goroutine for a backend in process
+// count runs a Count into out, which holds the zero Tally with Limiting -1
+// on entry and again on error, on one of the guard's two paths: on the caller's goroutine for a backend in process
 // memory, under call for one that does I/O. The Tally is written into out
 // rather than returned: a Tally copied from function to function costs
 // more than the count itself.

@@ -575,11 +575,10 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	return nil
 }
 
-// decide fills d from the tally of a count on keys.
+// decide fills d, which holds the zero Decision, from the tally of a count
+// on keys, field by field: a Decision built whole on the stack and copied
+// in stalls store forwarding.
 func decide(t *store.Tally, keys []string, caps []store.Budget, local bool, d *Decision) {
-	// Zeroed, then filled field by field: a Decision built whole on the
-	// stack and copied in stalls store forwarding.
-	*d = Decision{}
 	d.Allowed, d.Local, d.Now, d.Limiting, d.n = t.Allowed, local, t.Now, t.Limiting, uint8(len(keys))
 	for i := range keys {
 		d.keys[i] = keys[i]

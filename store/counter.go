@@ -66,6 +66,21 @@ type Tally struct {
 	ExpiresAt [MaxCountKeys]time.Time
 }
 
+// KeyTally is the outcome of a one-key Count (Inline's CountOne), with its
+// times in Unix milliseconds so that it fits in registers.
+type KeyTally struct {
+	// Allowed reports whether the key had room and was counted.
+	Allowed bool
+	// Count is the key's count after the call: with n added when Allowed,
+	// as it was otherwise.
+	Count int64
+	// ExpiresAt is when the key's counter ends, in Unix milliseconds on the
+	// store's clock; 0 when it has none.
+	ExpiresAt int64
+	// Now is the store's time when it counted, in Unix milliseconds.
+	Now int64
+}
+
 // Counter is an optional Backend capability: a Count done by the store in
 // one step, as fast as it can. A backend that offers it must give exactly the
 // results of the generic Count, which runs on Update, and keep each counter
@@ -130,6 +145,14 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int6
 	if s.closed.Load() {
 		return errClosed
 	}
+	if len(keys) == 1 {
+		k, err := s.inline.CountOne(h.prefix, keys[0], caps[0], n)
+		if err != nil {
+			return s.classify(ctx, err)
+		}
+		out.setKey(k)
+		return nil
+	}
 	// The backend takes the keys and returns the Tally by value, so that
 	// nothing of the caller's escapes to the heap.
 	var ks [MaxCountKeys]string
@@ -140,6 +163,28 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int6
 		return s.classify(ctx, err)
 	}
 	return nil
+}
+
+// Key returns the outcome of a one-key Count, t, as a KeyTally: what a
+// CountOne done by CountInline returns.
+func (t *Tally) Key() KeyTally {
+	k := KeyTally{Allowed: t.Allowed, Count: t.Counts[0], Now: t.Now.UnixMilli()}
+	if !t.ExpiresAt[0].IsZero() {
+		k.ExpiresAt = t.ExpiresAt[0].UnixMilli()
+	}
+	return k
+}
+
+// setKey writes k, the outcome of a one-key Count, into t, which holds the
+// zero Tally with Limiting -1.
+func (t *Tally) setKey(k KeyTally) {
+	t.Allowed, t.Now, t.Counts[0] = k.Allowed, time.UnixMilli(k.Now), k.Count
+	if k.ExpiresAt != 0 {
+		t.ExpiresAt[0] = time.UnixMilli(k.ExpiresAt)
+	}
+	if !k.Allowed {
+		t.Limiting = 0
+	}
 }
 
 // countCall runs a Count into out under call: the backend's own
@@ -245,7 +290,7 @@ func ApplyCount(now time.Time, es []Entry, caps []Budget, n int64, t *Tally) err
 func (t *Tally) Charge(caps []Budget, n int64) bool {
 	t.Limiting, t.Allowed = -1, false
 	for i := range caps {
-		if t.Counts[i] > int64(caps[i].Limit)-n {
+		if !fits(t.Counts[i], caps[i], n) {
 			t.Limiting = i
 			return false
 		}
@@ -259,6 +304,25 @@ func (t *Tally) Charge(caps []Budget, n int64) bool {
 	}
 	return true
 }
+
+// Charge is Tally.Charge for one key, on Unix milliseconds: it takes k.Now
+// and the key's live count and window's end (0 when it has no live
+// counter), and when the count plus n stays within b, it adds n and opens a
+// window ending b.Window after Now (to the millisecond) if there was none.
+// It reports Allowed.
+func (k *KeyTally) Charge(b Budget, n int64) bool {
+	k.Allowed = fits(k.Count, b, n)
+	if k.Allowed {
+		k.Count += n
+		if k.ExpiresAt == 0 {
+			k.ExpiresAt = k.Now + b.Window.Milliseconds()
+		}
+	}
+	return k.Allowed
+}
+
+// fits reports whether a counter at count has room for n more under b.
+func fits(count int64, b Budget, n int64) bool { return count <= int64(b.Limit)-n }
 
 // ParseCount reads a counter's value: a JSON integer of at least zero, in
 // the one form AppendCount writes (digits only, no leading zero).

@@ -58,6 +58,12 @@ func (f inlineFake) CountInline(prefix string, keys [MaxCountKeys]string, caps [
 	return t, err
 }
 
+// CountOne is CountInline on one key.
+func (f inlineFake) CountOne(prefix, key string, b Budget, n int64) (KeyTally, error) {
+	t, err := f.CountInline(prefix, [MaxCountKeys]string{key}, []Budget{b}, n)
+	return t.Key(), err
+}
+
 var _ Inline = inlineFake{}
 
 func (f *fake) Update(ctx context.Context, _ string, keys []string, apply ApplyFunc) error {

@@ -118,6 +118,17 @@ func (s *shard) find(h uint64, prefix, key string) *item {
 	return nil
 }
 
+// live returns the item of prefix and key with hash h, or nil when there is
+// none or it expired by nowMs; an expired item is removed, and reported.
+func (s *shard) live(h uint64, prefix, key string, nowMs int64) (it *item, expired bool) {
+	it = s.find(h, prefix, key)
+	if it != nil && it.exp <= nowMs {
+		s.remove(h, it)
+		return nil, true
+	}
+	return it, false
+}
+
 // add puts a new item under hash h.
 func (s *shard) add(h uint64, it *item) {
 	it.next = s.m[h]
@@ -288,12 +299,9 @@ func (b *Backend) lowerMinExp(exp int64) {
 // locked, removing those that expired by nowMs.
 func (b *Backend) held(ls *lockSet, prefix string, keys []string, nowMs int64, items []*item) {
 	for i, k := range keys {
-		sh := &b.shards[b.shardOf(ls.hash[i])]
-		it := sh.find(ls.hash[i], prefix, k)
-		if it != nil && it.exp <= nowMs {
-			sh.remove(ls.hash[i], it)
+		it, expired := b.shards[b.shardOf(ls.hash[i])].live(ls.hash[i], prefix, k, nowMs)
+		if expired {
 			b.live.Add(-1)
-			it = nil
 		}
 		items[i] = it
 	}
@@ -331,6 +339,52 @@ func (b *Backend) CountInline(prefix string, keys [store.MaxCountKeys]string, ca
 	b.sweepIfExpired() // as Update does when full
 	_, err = b.count(prefix, ks, caps, n, &t, true)
 	return t, err
+}
+
+// CountOne implements store.Inline: CountInline for one key, with one
+// shard locked and no arrays.
+func (b *Backend) CountOne(prefix, key string, c store.Budget, n int64) (k store.KeyTally, err error) {
+	h := b.hash(prefix, key)
+	full, err := b.countOne(h, prefix, key, c, n, &k, false)
+	if !full {
+		return k, err
+	}
+	b.sweepIfExpired() // as Update does when full
+	_, err = b.countOne(h, prefix, key, c, n, &k, true)
+	return k, err
+}
+
+// countOne is count for one key, whose hash is h, into k.
+func (b *Backend) countOne(h uint64, prefix, key string, c store.Budget, n int64, k *store.KeyTally, swept bool) (full bool, err error) {
+	sh := &b.shards[b.shardOf(h)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	k.Now = b.now()
+	it, expired := sh.live(h, prefix, key, k.Now)
+	if expired {
+		b.live.Add(-1)
+	}
+	switch {
+	case it == nil:
+		k.Count, k.ExpiresAt = 0, 0
+	case it.value != nil:
+		return false, fmt.Errorf("%w: %.40q", store.ErrNotCounter, it.value)
+	default:
+		k.Count, k.ExpiresAt = it.n, it.exp
+	}
+	if !k.Charge(c, n) {
+		return false, nil // refused: nothing changes
+	}
+	if it != nil {
+		it.n = k.Count
+		return false, nil
+	}
+	if full, err := b.reserve(prefix, 1, swept); full {
+		return true, err
+	}
+	sh.add(h, &item{prefix: prefix, key: key, n: k.Count, exp: k.ExpiresAt})
+	b.lowerMinExp(k.ExpiresAt)
+	return false, nil
 }
 
 // Count implements store.Counter, as CountInline.

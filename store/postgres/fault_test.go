@@ -127,8 +127,10 @@ func TestFaultBlackHole(t *testing.T) {
 	var mu sync.Mutex
 	reasons := map[store.Reason]int{}
 	peak := 0
+	start := make(chan struct{}) // every call starts at once, within one deadline
 	for range 4 * maxInFlight {
 		wg.Go(func() {
+			<-start
 			err := count(h)
 			mu.Lock()
 			defer mu.Unlock()
@@ -136,6 +138,7 @@ func TestFaultBlackHole(t *testing.T) {
 			peak = max(peak, h.Store().InFlight())
 		})
 	}
+	close(start)
 	wg.Wait()
 	if reasons[0] != 0 {
 		t.Fatalf("%d calls to a black hole succeeded", reasons[0])

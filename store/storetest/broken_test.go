@@ -556,6 +556,12 @@ func (b inlineMap) CountInline(prefix string, keys [store.MaxCountKeys]string, c
 	return t, err
 }
 
+// CountOne is CountInline on one key.
+func (b inlineMap) CountOne(prefix, key string, c store.Budget, n int64) (store.KeyTally, error) {
+	t, err := b.CountInline(prefix, [store.MaxCountKeys]string{key}, []store.Budget{c}, n)
+	return t.Key(), err
+}
+
 // inlineCounter is an inlineMap with a Count of its own.
 type inlineCounter struct{ inlineMap }
 
@@ -567,6 +573,12 @@ func (b inlineCounter) Count(ctx context.Context, prefix string, keys []string, 
 func (b inlineCounter) CountInline(prefix string, keys [store.MaxCountKeys]string, caps []store.Budget, n int64) (t store.Tally, err error) {
 	err = b.Count(context.Background(), prefix, keys[:len(caps)], caps, n, &t)
 	return t, err
+}
+
+// CountOne is the store's own Count on one key.
+func (b inlineCounter) CountOne(prefix, key string, c store.Budget, n int64) (store.KeyTally, error) {
+	t, err := b.CountInline(prefix, [store.MaxCountKeys]string{key}, []store.Budget{c}, n)
+	return t.Key(), err
 }
 
 // The test stores on the guard's path for stores in process memory.

@@ -278,7 +278,7 @@ func countMatchesGeneric(r *runner) error {
 	path := "the generic Count"
 	switch r.p.First.Store().Backend().(type) {
 	case store.Inline:
-		path = "the store's CountInline (store.Inline)"
+		path = "the store's CountOne and CountInline (store.Inline)"
 	case store.Counter:
 		path = "the store's own Count (store.Counter)"
 	}

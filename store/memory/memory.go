@@ -118,17 +118,6 @@ func (s *shard) find(h uint64, prefix, key string) *item {
 	return nil
 }
 
-// live returns the item of prefix and key with hash h, or nil when there is
-// none or it expired by nowMs; an expired item is removed, and reported.
-func (s *shard) live(h uint64, prefix, key string, nowMs int64) (it *item, expired bool) {
-	it = s.find(h, prefix, key)
-	if it != nil && it.exp <= nowMs {
-		s.remove(h, it)
-		return nil, true
-	}
-	return it, false
-}
-
 // add puts a new item under hash h.
 func (s *shard) add(h uint64, it *item) {
 	it.next = s.m[h]
@@ -295,15 +284,24 @@ func (b *Backend) lowerMinExp(exp int64) {
 	}
 }
 
+// liveItem returns the item of prefix and key with hash h in sh, whose lock
+// the caller holds, or nil when there is none or it expired by nowMs; an
+// expired item is removed.
+func (b *Backend) liveItem(sh *shard, h uint64, prefix, key string, nowMs int64) *item {
+	it := sh.find(h, prefix, key)
+	if it != nil && it.exp <= nowMs {
+		sh.remove(h, it)
+		b.live.Add(-1)
+		return nil
+	}
+	return it
+}
+
 // held fills items with the live items of keys, whose shards ls holds
 // locked, removing those that expired by nowMs.
 func (b *Backend) held(ls *lockSet, prefix string, keys []string, nowMs int64, items []*item) {
 	for i, k := range keys {
-		it, expired := b.shards[b.shardOf(ls.hash[i])].live(ls.hash[i], prefix, k, nowMs)
-		if expired {
-			b.live.Add(-1)
-		}
-		items[i] = it
+		items[i] = b.liveItem(&b.shards[b.shardOf(ls.hash[i])], ls.hash[i], prefix, k, nowMs)
 	}
 }
 
@@ -360,10 +358,7 @@ func (b *Backend) countOne(h uint64, prefix, key string, c store.Budget, n int64
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	k.Now = b.now()
-	it, expired := sh.live(h, prefix, key, k.Now)
-	if expired {
-		b.live.Add(-1)
-	}
+	it := b.liveItem(sh, h, prefix, key, k.Now)
 	switch {
 	case it == nil:
 		k.Count, k.ExpiresAt = 0, 0

@@ -270,10 +270,11 @@ func (r *runner) refCount(h *store.Handle, keys []string, caps []store.Budget, n
 }
 
 // countMatchesGeneric: Count gives the results of the generic Count, done
-// through Update, step for step; a store's own Counter or CountInline must
-// too. A value that is not a count is refused with ErrNotCounter and left
-// as it was. It catches a store's own Count that differs from the generic
-// one in what it allows, counts or tells.
+// through Update, step for step; a store's own Counter, CountInline or
+// CountOne (the steps on one key) must too. A value that is not a count is
+// refused with ErrNotCounter and left as it was. It catches a store's own
+// Count that differs from the generic one in what it allows, counts or
+// tells.
 func countMatchesGeneric(r *runner) error {
 	path := "the generic Count"
 	switch r.p.First.Store().Backend().(type) {
@@ -368,16 +369,25 @@ func countRefusesNonCounts(r *runner, path string) error {
 		if _, _, err := r.put(r.p.First, v, longTTL, k); err != nil {
 			return err
 		}
-		_, err := r.count(r.p.First, []string{k}, []store.Budget{{Limit: 10, Window: time.Minute}}, 1)
-		if !errors.Is(err, store.ErrNotCounter) {
-			return r.failf("%s of a key holding %s returned %v, want %v", path, v, err, store.ErrNotCounter)
+		c := store.Budget{Limit: 10, Window: time.Minute}
+		// On one key and on two (CountOne and CountInline on a store in
+		// process memory), the second new.
+		other := r.key("gen-notcount-other")
+		for _, keys := range [][]string{{k}, {k, other}} {
+			_, err := r.count(r.p.First, keys, []store.Budget{c, c}[:len(keys)], 1)
+			if !errors.Is(err, store.ErrNotCounter) {
+				return r.failf("%s of %d keys, the first holding %s, returned %v, want %v", path, len(keys), v, err, store.ErrNotCounter)
+			}
 		}
-		es, err := r.mustRead(r.p.First, k)
+		es, err := r.mustRead(r.p.First, k, other)
 		if err != nil {
 			return err
 		}
 		if !sameValue(es[0].Value, []byte(v)) {
 			return r.failf("%s of a key holding %s, refused, left %s", path, v, short(es[0].Value))
+		}
+		if es[1].Live() {
+			return r.failf("%s of two keys, the first holding %s, refused, counted the second", path, v)
 		}
 		if err := r.update(r.p.First, []string{k}, func(_ time.Time, es []store.Entry) error {
 			es[0].Value = nil

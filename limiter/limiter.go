@@ -406,8 +406,8 @@ func (d Decision) Only(indexes ...int) Decision {
 // that cannot answer is reported in the Decision, decided by the limiter's
 // Policy.
 func (l *Limiter) Attempt(ctx context.Context, keys ...string) (d Decision, err error) {
-	// Small enough to be inlined, so that the Decision is written where the
-	// caller keeps it, not copied there.
+	// Small enough to be inlined, so that the Decision is copied once, into
+	// the caller's variable, not also through a result slot.
 	err = l.attempt(ctx, keys, &d)
 	return
 }
@@ -465,7 +465,8 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 	if l.memo && l.recall(ctx, keys, caps, d) {
 		return nil
 	}
-	t, err := l.h.Count(ctx, keys, caps, 1)
+	var t store.Tally
+	err := l.h.CountInto(ctx, keys, caps, 1, &t)
 	if err == nil {
 		decide(&t, keys, caps, false, d)
 		if l.memo {

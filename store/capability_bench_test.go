@@ -88,7 +88,8 @@ func BenchmarkGuardUpdate(b *testing.B) {
 }
 
 // BenchmarkGuardCount is a one-key Count of a held key in process
-// (store.Inline's CountOne, and its CountInline), and on the prompt path
+// (store.Inline's CountOne, and its CountInline; and CountOne through
+// CountInto), and on the prompt path
 // through a backend's own Count (store.Counter) and through its Update (the
 // generic Count).
 func BenchmarkGuardCount(b *testing.B) {
@@ -107,10 +108,22 @@ func BenchmarkGuardCount(b *testing.B) {
 			caps := []store.Budget{{Limit: 1 << 30, Window: time.Hour}}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := h.Count(context.Background(), keys, caps, 1); err != nil {
+				if t, err := h.Count(context.Background(), keys, caps, 1); err != nil || !t.Allowed {
 					b.Fatal(err)
 				}
 			}
 		})
 	}
+	b.Run("inline-into", func(b *testing.B) { // CountInto
+		h := pathHandle(b, func(b *memory.Backend) store.Backend { return b })
+		keys := []string{"hot"}
+		caps := []store.Budget{{Limit: 1 << 30, Window: time.Hour}}
+		b.ReportAllocs()
+		for b.Loop() {
+			var t store.Tally
+			if err := h.CountInto(context.Background(), keys, caps, 1, &t); err != nil || !t.Allowed {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -110,10 +110,21 @@ var ErrNotCounter = errors.New("store: value is not a count")
 // step where it offers Counter or Inline, and through Update where it does
 // not. On error the Tally is the zero Tally with Limiting -1.
 func (h *Handle) Count(ctx context.Context, keys []string, caps []Budget, n int64) (t Tally, err error) {
-	// Small enough to be inlined, so that the Tally is written where the
-	// caller keeps it, not copied there.
+	// Small enough to be inlined, so that the Tally is copied once, into the
+	// caller's variable, not also through a result slot (CountInto spares
+	// even that copy).
 	err = h.checkedCount(ctx, keys, caps, n, &t)
 	return t, err
+}
+
+// CountInto is Count, with the Tally written into t rather than returned.
+// A caller that keeps the Tally in a variable of its own, as a limiter
+// does, spares the copy of a returned one: a few nanoseconds of a one-key
+// Count in process memory (BenchmarkGuardCount: about 48 ns against 51),
+// and of a one-key limiter Attempt about 7 of 73.
+func (h *Handle) CountInto(ctx context.Context, keys []string, caps []Budget, n int64, t *Tally) error {
+	*t = Tally{}
+	return h.checkedCount(ctx, keys, caps, n, t)
 }
 
 // checkedCount checks a Count's arguments, runs it into out and tells the

@@ -310,7 +310,7 @@ func (t *Tally) Charge(caps []Budget, n int64) bool {
 	for i := range caps {
 		t.Counts[i] += n
 		if t.ExpiresAt[i].IsZero() {
-			t.ExpiresAt[i] = t.Now.Add(caps[i].Window).Truncate(time.Millisecond)
+			t.ExpiresAt[i] = windowEnd(t.Now, caps[i])
 		}
 	}
 	return true
@@ -326,14 +326,20 @@ func (k *KeyTally) Charge(b Budget, n int64) bool {
 	if k.Allowed {
 		k.Count += n
 		if k.ExpiresAt == 0 {
-			k.ExpiresAt = k.Now + b.Window.Milliseconds()
+			k.ExpiresAt = windowEnd(time.UnixMilli(k.Now), b).UnixMilli()
 		}
 	}
 	return k.Allowed
 }
 
+// The two halves of the fixed-window rule, which Tally.Charge and
+// KeyTally.Charge share.
+
 // fits reports whether a counter at count has room for n more under b.
 func fits(count int64, b Budget, n int64) bool { return count <= int64(b.Limit)-n }
+
+// windowEnd is when a window of b opened at now ends, to the millisecond.
+func windowEnd(now time.Time, b Budget) time.Time { return now.Add(b.Window).Truncate(time.Millisecond) }
 
 // ParseCount reads a counter's value: a JSON integer of at least zero, in
 // the one form AppendCount writes (digits only, no leading zero).

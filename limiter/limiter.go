@@ -365,7 +365,7 @@ type Decision struct {
 	KeyIndex int
 
 	keys      [MaxKeys]string
-	expires   [MaxKeys]int64 // unix milliseconds, as the store keeps them
+	expires   [MaxKeys]int64 // unix milliseconds, as the store keeps them; 0 for no window
 	remaining [MaxKeys]int32 // at most MaxLimit
 	n         uint8          // keys in use
 	inMemory  uint8          // bit i: key i was counted in process memory
@@ -465,14 +465,22 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 	if l.memo && l.recall(ctx, keys, caps, d) {
 		return nil
 	}
-	var t store.Tally
-	err := l.h.CountInto(ctx, keys, caps, 1, &t)
-	if err == nil {
-		decide(&t, keys, caps, false, d)
-		if l.memo {
-			l.remember(ctx, keys, caps, &t)
+	var err error
+	if len(keys) == 1 && !l.memo { // the store's one-key Count, with no Tally
+		var k store.KeyTally
+		if k, err = l.h.CountKey(ctx, keys[0], caps[0], 1); err == nil {
+			decideKey(k, keys[0], caps[0], d)
+			return nil
 		}
-		return nil
+	} else {
+		var t store.Tally
+		if err = l.h.CountInto(ctx, keys, caps, 1, &t); err == nil {
+			decide(&t, keys, caps, false, d)
+			if l.memo {
+				l.remember(ctx, keys, caps, &t)
+			}
+			return nil
+		}
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return fmt.Errorf("limiter %q: %w", l.name, err)
@@ -583,8 +591,10 @@ func decide(t *store.Tally, keys []string, caps []store.Budget, local bool, d *D
 	d.Allowed, d.Local, d.Now, d.Limiting, d.n = t.Allowed, local, t.Now, t.Limiting, uint8(len(keys))
 	for i := range keys {
 		d.keys[i] = keys[i]
-		d.expires[i] = t.ExpiresAt[i].UnixMilli()
-		d.remaining[i] = int32(min(max(int64(caps[i].Limit)-t.Counts[i], 0), MaxLimit))
+		if !t.ExpiresAt[i].IsZero() { // 0 when the key has no window
+			d.expires[i] = t.ExpiresAt[i].UnixMilli()
+		}
+		d.remaining[i] = remainingOf(caps[i], t.Counts[i])
 	}
 	at := t.Limiting
 	if at < 0 { // the key with the least room left decides
@@ -595,14 +605,38 @@ func decide(t *store.Tally, keys []string, caps []store.Budget, local bool, d *D
 			}
 		}
 	}
-	d.KeyIndex = at
-	d.Limit = int(int64(caps[at].Limit))
-	d.Window = caps[at].Window
-	d.Remaining = int(max(int64(caps[at].Limit)-t.Counts[at], 0))
-	d.Reset = t.ExpiresAt[at]
-	if !t.Allowed {
+	d.settle(at, caps[at], t.Counts[at], t.ExpiresAt[at])
+}
+
+// decideKey fills d, which holds the zero Decision, from the outcome of a
+// one-key count.
+func decideKey(k store.KeyTally, key string, c store.Budget, d *Decision) {
+	d.Allowed, d.Now, d.Limiting, d.n = k.Allowed, time.UnixMilli(k.Now), -1, 1
+	if !k.Allowed {
+		d.Limiting = 0
+	}
+	d.keys[0], d.expires[0], d.remaining[0] = key, k.ExpiresAt, remainingOf(c, k.Count)
+	var reset time.Time
+	if k.ExpiresAt != 0 {
+		reset = time.UnixMilli(k.ExpiresAt)
+	}
+	d.settle(0, c, k.Count, reset)
+}
+
+// remainingOf is how many more attempts a key at count admits under c.
+func remainingOf(c store.Budget, count int64) int32 {
+	return int32(min(max(int64(c.Limit)-count, 0), MaxLimit))
+}
+
+// settle sets what d says of the key that decided, key at, of budget c, at
+// count and with its window ending at reset, once Allowed and Now are set.
+func (d *Decision) settle(at int, c store.Budget, count int64, reset time.Time) {
+	d.KeyIndex, d.Limit, d.Window = at, c.Limit, c.Window
+	d.Remaining = int(max(int64(c.Limit)-count, 0))
+	d.Reset = reset
+	if !d.Allowed {
 		d.Remaining = 0
-		d.RetryAfter = max(d.Reset.Sub(t.Now), 0)
+		d.RetryAfter = max(reset.Sub(d.Now), 0)
 	}
 }
 

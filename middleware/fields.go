@@ -150,22 +150,12 @@ func (f *fields) ownMember(m string) bool {
 }
 
 // secondsUntil returns the time from now to reset in whole seconds, rounded
-// up: ceilSeconds(reset.Sub(now)) without Sub's checks for overflow, which
-// a window of at most limiter.MaxWindow never needs. It returns 0 for the
-// zero reset, which is unknown.
+// up, and 0 for the zero reset, which is unknown.
 func secondsUntil(reset, now time.Time) int64 {
 	if reset.IsZero() {
 		return 0
 	}
-	s := reset.Unix() - now.Unix()
-	ns := reset.Nanosecond() - now.Nanosecond()
-	switch {
-	case s < 0 || (s == 0 && ns <= 0):
-		return 0
-	case ns > 0:
-		return s + 1
-	}
-	return s
+	return ceilSeconds(reset.Sub(now))
 }
 
 // ceilSeconds rounds d up to whole seconds.

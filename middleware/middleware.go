@@ -134,8 +134,9 @@ type Options struct {
 // concurrent use.
 type Middleware struct {
 	*guard
-	key keyfunc.Func
-	o   Options
+	key     keyfunc.Func
+	o       Options
+	keyless problem // the answer to a request with no key, at KeyErrorStatus
 }
 
 // PerCaller returns a Middleware that limits each authenticated caller to
@@ -212,7 +213,9 @@ func build(h *store.Handle, budget limiter.Budget, o Options, policy limiter.Pol
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{guard: g, key: o.Key, o: o}
+	status := o.KeyErrorStatus
+	m := &Middleware{guard: g, key: o.Key, o: o,
+		keyless: newProblem(fmt.Sprintf(`{"type":"about:blank","title":%q,"status":%d}`+"\n", http.StatusText(status), status))}
 	if ip != nil {
 		m.key = g.ip.Key
 	}
@@ -279,6 +282,5 @@ func (m *Middleware) noKey(w http.ResponseWriter, r *http.Request, err error) {
 		m.o.OnNoKey(w, r, err)
 		return
 	}
-	status := m.o.KeyErrorStatus
-	writeProblem(w, status, newProblem(fmt.Sprintf(`{"type":"about:blank","title":%q,"status":%d}`+"\n", http.StatusText(status), status)))
+	writeProblem(w, m.o.KeyErrorStatus, m.keyless)
 }

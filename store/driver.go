@@ -99,7 +99,7 @@ func OpenURL(ctx context.Context, url string, o URLOptions) (s *Store, release f
 // it can be quoted in an error: the password of its user information and
 // the values of its query string (?password=…). s need not parse as a URL.
 func RedactURL(s string) string {
-	if q := strings.IndexAny(s, "?"); q >= 0 {
+	if q := strings.IndexByte(s, '?'); q >= 0 {
 		var kept []string
 		for _, kv := range strings.Split(s[q+1:], "&") {
 			k, _, _ := strings.Cut(kv, "=")

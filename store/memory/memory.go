@@ -399,8 +399,8 @@ func (b *Backend) count(prefix string, keys []string, caps []store.Budget, n int
 	nowMs := b.now()
 	var items [store.MaxCountKeys]*item
 	b.held(&ls, prefix, keys, nowMs, items[:])
-	// Field by field, and only the keys counted: t may hold an earlier
-	// call's results (see store.Inline).
+	// Field by field, and only the keys counted: t may hold the results of
+	// a first try that found the store full (CountInline).
 	t.Now = time.UnixMilli(nowMs)
 	added := 0
 	for i, it := range items[:len(keys)] {

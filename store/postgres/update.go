@@ -98,7 +98,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	if err == nil && retry {
 		return true, nil
 	}
-	return false, b.wrote(prefix, w, exact, live, err)
+	return false, b.wrote(prefix, w, live, err)
 }
 
 // updateTry is what one try of Update knows of its keys: the entries apply
@@ -312,8 +312,9 @@ func (b *Backend) write(q *runner, t *updateTry, w writes, exact bool) (live int
 }
 
 // wrote accounts for a write that ended with err: a full table is answered
-// by the bound; otherwise the estimate of live entries follows the write.
-func (b *Backend) wrote(prefix string, w writes, exact bool, live int64, err error) error {
+// by the bound; otherwise the estimate of live entries follows the write,
+// set from live when the write counted them exactly (live -1 when not).
+func (b *Backend) wrote(prefix string, w writes, live int64, err error) error {
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == errFullCode {
@@ -325,7 +326,7 @@ func (b *Backend) wrote(prefix string, w writes, exact bool, live int64, err err
 		}
 		return fmt.Errorf("postgres: update: write and commit: %w", err)
 	}
-	if exact {
+	if live >= 0 {
 		_ = b.bound.Admit(int(live)+w.added-1, prefix) // logs when filling
 		b.estimate.Store(live + int64(w.added))
 		b.countedAt.Store(b.processNow().UnixNano())

@@ -3,7 +3,6 @@ package redis
 import (
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gatecount/gatecount/store"
 )
@@ -106,13 +105,9 @@ func (b *Backend) entriesRead(u *updateCall, now int64) error {
 	for i := range u.entries {
 		u.exps[i], u.bodies[i], u.entries[i] = 0, "", store.Entry{}
 		if u.present[i] {
-			exp, v, err := decode(u.raws[i])
-			if err != nil {
+			var err error
+			if u.entries[i], u.exps[i], u.bodies[i], err = liveEntry(u.raws[i], now); err != nil {
 				return err
-			}
-			if exp > now {
-				u.exps[i], u.bodies[i] = exp, v
-				u.entries[i] = store.Entry{Value: []byte(v), ExpiresAt: time.UnixMilli(exp)}
 			}
 		}
 		b.know(&u.ks, i, u.exps[i])

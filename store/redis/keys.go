@@ -16,11 +16,16 @@ func (b *Backend) space(prefix string) *space {
 	}
 	sum := b.hasher.Sum(prefix, "") // keys are never empty: no key shares it
 	tag := hex.EncodeToString(sum[:8])
-	kp := "gatecount:{" + tag + "}:" + b.fp + ":"
-	sp := &space{tag: tag, keyPrefix: kp, idx: kp + "live", live: b.liveOf(tag)}
+	sp := &space{tag: tag, keyPrefix: b.prefixOf(tag), idx: b.indexOf(tag), live: b.liveOf(tag)}
 	v, _ := b.spaces.LoadOrStore(prefix, sp)
 	return v.(*space)
 }
+
+// prefixOf is the start of the Redis key of every entry under tag.
+func (b *Backend) prefixOf(tag string) string { return "gatecount:{" + tag + "}:" + b.fp + ":" }
+
+// indexOf is the name of tag's index of live entries.
+func (b *Backend) indexOf(tag string) string { return b.prefixOf(tag) + "live" }
 
 // liveOf returns the counter of a tag's live entries.
 func (b *Backend) liveOf(tag string) *atomic.Int64 {

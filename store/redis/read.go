@@ -22,6 +22,27 @@ func decode(raw string) (exp int64, value string, err error) {
 	return 0, "", ErrCorrupt
 }
 
+// liveEntry decodes a raw value read at the server's time now into the
+// entry it holds: the zero Entry (and exp 0) when it has expired.
+func liveEntry(raw string, now int64) (e store.Entry, exp int64, value string, err error) {
+	exp, value, err = decode(raw)
+	if err != nil || exp <= now {
+		return store.Entry{}, 0, "", err
+	}
+	return store.Entry{Value: []byte(value), ExpiresAt: time.UnixMilli(exp)}, exp, value, nil
+}
+
+// rawsFrom fills raws and present from a script's answers vals: raws[i] is
+// the raw value of key i and present[i] whether there is one.
+func rawsFrom(vals []any, raws []string, present []bool) {
+	for i, v := range vals {
+		raws[i], present[i] = "", false
+		if s, ok := v.(string); ok {
+			raws[i], present[i] = s, true
+		}
+	}
+}
+
 // read runs readScript on names and returns the server's time in Unix
 // milliseconds; raws[i] is the raw value of names[i] and present[i]
 // whether there is one.
@@ -38,12 +59,7 @@ func (b *Backend) read(ctx context.Context, names []string, raws []string, prese
 		return 0, err
 	}
 	b.clock.observe(now)
-	for i := range names {
-		raws[i], present[i] = "", false
-		if s, ok := res[i+2].(string); ok {
-			raws[i], present[i] = s, true
-		}
-	}
+	rawsFrom(res[2:], raws, present)
 	return now, nil
 }
 
@@ -74,12 +90,9 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 		if !present[i] {
 			continue
 		}
-		exp, v, err := decode(raws[i])
-		if err != nil {
+		var err error
+		if out[i], _, _, err = liveEntry(raws[i], now); err != nil {
 			return nil, err
-		}
-		if exp > now {
-			out[i] = store.Entry{Value: []byte(v), ExpiresAt: time.UnixMilli(exp)}
 		}
 	}
 	return out, nil

@@ -84,7 +84,7 @@ return r
 // keys, then the live index. ARGV: max entries, live entries elsewhere, the
 // time apply was given (Unix ms), then five per key: member, mode, raw value
 // as read, new raw value, new expiry (the layout, the modes and the special
-// raw values are in writeargs.go). The time apply was given must not be
+// raw values are in args.go). The time apply was given must not be
 // after the server's.
 //
 // It returns {status, live, now}: status 0 on a conflict, 2 when new

@@ -13,13 +13,8 @@ import (
 func (b *Backend) Sweep(ctx context.Context) (int, error) {
 	b.sweepMu.Lock()
 	defer b.sweepMu.Unlock()
-	own := map[string]*space{}
 	b.spaces.Range(func(_, v any) bool {
-		sp := v.(*space)
-		own[sp.tag] = sp
-		if !sp.registered.Load() {
-			b.register(ctx, sp)
-		}
+		b.register(ctx, v.(*space))
 		return true
 	})
 	tags, err := b.c.SMembers(ctx, b.tags).Result()
@@ -35,8 +30,7 @@ func (b *Backend) Sweep(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			return removed, ctx.Err()
 		}
-		idx := "gatecount:{" + tag + "}:" + b.fp + ":live"
-		res, err := b.eval(ctx, tidyScript, []string{idx}).Int64Slice()
+		res, err := b.eval(ctx, tidyScript, []string{b.indexOf(tag)}).Int64Slice()
 		if err == nil && len(res) != 2 {
 			err = fmt.Errorf("redis: tidy answered %v", res)
 		}

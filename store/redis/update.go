@@ -198,12 +198,7 @@ func (b *Backend) write(ctx context.Context, ks *keySet, args []any, raws []stri
 	if len(ans) == 3 || raws == nil {
 		return res, false, nil
 	}
-	for i := range n {
-		raws[i], present[i] = "", false
-		if s, ok := ans[3+i].(string); ok {
-			raws[i], present[i] = s, true
-		}
-	}
+	rawsFrom(ans[3:3+n], raws, present)
 	return res, true, nil
 }
 

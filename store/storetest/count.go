@@ -389,11 +389,8 @@ func countRefusesNonCounts(r *runner, path string) error {
 		if es[1].Live() {
 			return r.failf("%s of two keys, the first holding %s, refused, counted the second", path, v)
 		}
-		if err := r.update(r.p.First, []string{k}, func(_ time.Time, es []store.Entry) error {
-			es[0].Value = nil
-			return nil
-		}); err != nil {
-			return r.failf("deleting Update: %v", err)
+		if err := r.del(r.p.First, k); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -94,14 +94,15 @@ func (b *breaker) allow() error {
 }
 
 // record notes the outcome of a call that went to the backend. A call that
-// waited for its slot and then ran out of time says nothing of the store's
-// health (the wait took its time), so it is not counted as a failure.
+// waited (for its slot, or for a connection of the backend's pool) and then
+// ran out of time says nothing of the store's health: it is counted neither
+// as a failure nor as a success.
 func (b *breaker) record(err error, waited bool) {
 	if b.opts.Failures < 0 {
 		return
 	}
 	switch r := ReasonOf(err); {
-	case r == ReasonDeadline && waited:
+	case r == ReasonDeadline && waited, r == ReasonOverloaded:
 	case r == ReasonDown || r == ReasonDeadline:
 		if b.failures.Add(1) >= int64(b.opts.Failures) {
 			was := b.openUntil.Swap(b.now().Add(b.opts.Cooldown).UnixNano())

@@ -264,7 +264,7 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 		err := f(dctx)
 		s.slots.release()
 		var own callerError
-		if err != nil && dctx.Err() != nil && ctx.Err() == nil && !errors.As(err, &own) {
+		if err != nil && dctx.Err() != nil && ctx.Err() == nil && !errors.As(err, &own) && ReasonOf(err) == 0 {
 			err = NewUnavailableError(ReasonDeadline, err)
 		}
 		err = s.classify(ctx, err)

@@ -22,10 +22,22 @@ func init() {
 	store.RegisterURL("postgresql", openURL)
 }
 
+// DefaultPoolConns is the least number of connections of the pool opened
+// for a URL that does not set pool_max_conns. Counts of single keys share a
+// connection in batches, so the guard's in-flight bound (64 calls by
+// default) needs far fewer; a call that waits for a connection past its
+// deadline is answered overloaded, as one that waits in the guard's queue.
+// Sixteen leaves room for six instances in PostgreSQL's default
+// max_connections of 100.
+const DefaultPoolConns = 16
+
 func openURL(ctx context.Context, url string, o store.URLOptions) (*store.Store, func() error, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: %w", err) // pgx hides the password
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = max(cfg.MaxConns, DefaultPoolConns)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gatecount/gatecount/store"
 )
 
 // ErrPoolSetting is matched by the error New returns when a setting of the
@@ -339,7 +341,7 @@ func poolerHint(err error) error {
 func (b *Backend) acquire(ctx context.Context) (*pgxpool.Conn, *runner, error) {
 	c, err := b.pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("acquire a connection: %w", err)
+		return nil, nil, acquireError(ctx, err)
 	}
 	var st *preparedStmts
 	if b.mode == modeNamed {
@@ -363,4 +365,17 @@ func release(c *pgxpool.Conn, err error) error {
 	}
 	c.Release()
 	return err
+}
+
+// acquireError classifies a failure to take a connection of the pool. A
+// call whose deadline passed while it waited for a free connection met a
+// busy pool, not a failing database: it is answered overloaded, as a call
+// that waits out its deadline in the guard's queue, so that it neither
+// opens the breaker nor lets an attempt through uncounted. Any other
+// failure (a connection that could not be opened) is the database's.
+func acquireError(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return store.NewUnavailableError(store.ReasonOverloaded, fmt.Errorf("%w: for a connection of the pool: %w", store.ErrWaitedOut, err))
+	}
+	return fmt.Errorf("acquire a connection: %w", err)
 }

@@ -13,7 +13,8 @@ import (
 const maxExact = 1 << 52
 
 // Count implements store.Counter: one script, one round trip.
-func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
+func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) (err error) {
+	defer poolWait(&err)
 	if n > maxExact {
 		return b.countByUpdate(ctx, prefix, keys, caps, n, t)
 	}

@@ -76,7 +76,8 @@ func serverTime(sec, usec any) (int64, error) {
 }
 
 // Read implements store.Backend.
-func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]store.Entry, error) {
+func (b *Backend) Read(ctx context.Context, prefix string, keys []string) (_ []store.Entry, err error) {
+	defer poolWait(&err)
 	sp := b.space(prefix)
 	names := b.keys(sp, prefix, keys).names[:len(keys)]
 	raws := make([]string, len(keys))

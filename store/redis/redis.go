@@ -246,3 +246,13 @@ func (b *Backend) Close() error {
 	})
 	return b.closeErr
 }
+
+// poolWait turns a call's failure to get a connection of the client's pool
+// in time into the guard's overloaded answer: a busy pool, not a failing
+// server, so that the call neither opens the breaker nor lets an attempt
+// through uncounted.
+func poolWait(err *error) {
+	if *err != nil && errors.Is(*err, goredis.ErrPoolTimeout) {
+		*err = store.NewUnavailableError(store.ReasonOverloaded, fmt.Errorf("%w: for a connection of the pool: %w", store.ErrWaitedOut, *err))
+	}
+}

@@ -21,7 +21,8 @@ import (
 // round trip. A wrong one writes nothing and is answered with what the
 // keys hold, as a read would be, and the Update goes on from that read: it
 // costs no more round trips than reading first.
-func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
+func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) (err error) {
+	defer poolWait(&err)
 	sp := b.space(prefix)
 	n := len(keys)
 	u := newUpdateCall(n)

@@ -83,7 +83,7 @@ func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Bu
 			n++
 		}
 	}
-	lt, err := l.local.Count(ctx, sub[:n:n], subCaps[:n:n], 1)
+	lt, err := l.countAlone(ctx, sub[:n:n], subCaps[:n:n])
 	if err != nil || !lt.Allowed {
 		l.giveBackHeld(ctx, keys, t, fresh)
 	}
@@ -131,7 +131,7 @@ func (l *Limiter) giveBackHeld(ctx context.Context, keys []string, t *store.Tall
 	if n == 0 {
 		return
 	}
-	if err := giveBack(ctx, l.h, held[:n], exp[:n], true); err != nil {
+	if err := giveBack(ctx, l.h, held[:n], exp[:n]); err != nil {
 		l.log.Warn("store full: giving back a refused attempt's count failed", "kind", KindStoreFull, "err", err)
 	}
 }

@@ -248,6 +248,7 @@ type Limiter struct {
 	obs    Observer
 
 	memoFull rate.Sometimes
+	out      outbox
 }
 
 // New returns a Limiter counting in h, which it claims: a handle already
@@ -303,6 +304,9 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 		}
 		l.local, l.localB = local, b
 	}
+	if o.Unavailable != Deny {
+		h.Store().Join() // to know its share when it counts alone
+	}
 	return l, nil
 }
 
@@ -318,6 +322,7 @@ func (l *Limiter) Handle() *store.Handle { return l.h }
 // Close releases what the limiter holds of its own: its process memory. The
 // store handle it counts in is the caller's to close.
 func (l *Limiter) Close() error {
+	l.out.close()
 	if l.local != nil {
 		return l.local.Store().Close()
 	}
@@ -528,7 +533,7 @@ func (l *Limiter) refuse(cause error, caps []store.Budget, d *Decision) {
 // countLocal counts the attempt in process memory, from what this instance
 // last knew of its keys.
 func (l *Limiter) countLocal(ctx context.Context, keys []string, caps []store.Budget, cause error, d *Decision) {
-	t, err := l.local.Count(ctx, keys, caps, 1)
+	t, err := l.countAlone(ctx, keys, caps)
 	if err != nil {
 		l.refuse(errors.Join(cause, err), caps, d)
 		return
@@ -577,7 +582,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	if l.memo {
 		// Remembered, so that the block is answered without a store call.
 		l.local.Update(ctx, []string{key}, func(now time.Time, es []store.Entry) error {
-			setLastKnown(&es[0], now, MaxLimit, now.Add(d))
+			setKnown(&es[0], now, MaxLimit, now.Add(d))
 			return nil
 		})
 	}
@@ -677,11 +682,11 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 		return ErrNotRefundable
 	}
 	var inStore, inMemory [MaxKeys]string
-	var storeExp, memoryExp [MaxKeys]int64
+	var storeExp [MaxKeys]int64
 	ns, nm := 0, 0
 	for i, k := range d.Keys() {
 		if d.inMemory>>i&1 == 1 {
-			inMemory[nm], memoryExp[nm] = k, d.expires[i]
+			inMemory[nm] = k
 			nm++
 		} else {
 			inStore[ns], storeExp[ns] = k, d.expires[i]
@@ -690,13 +695,17 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	}
 	var err error
 	if ns > 0 {
-		err = giveBack(ctx, l.h, inStore[:ns], storeExp[:ns], true)
+		err = giveBack(ctx, l.h, inStore[:ns], storeExp[:ns])
 		if err == nil && l.memo {
-			err = giveBack(ctx, l.local, inStore[:ns], nil, false)
+			for _, k := range inStore[:ns] {
+				l.lower(ctx, k, false)
+			}
 		}
 	}
-	if nm > 0 && err == nil {
-		err = giveBack(ctx, l.local, inMemory[:nm], memoryExp[:nm], true)
+	if err == nil {
+		for _, k := range inMemory[:nm] {
+			l.lower(ctx, k, false)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("limiter %q: refund: %w", l.name, err)
@@ -704,13 +713,13 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	return nil
 }
 
-// giveBack takes one off the count of each of keys in h: when exact, only
-// where the key's window still ends at expires[i] (unix milliseconds).
-func giveBack(ctx context.Context, h *store.Handle, keys []string, expires []int64, exact bool) error {
+// giveBack takes one off the count of each of keys in h, where the key's
+// window still ends at expires[i] (unix milliseconds).
+func giveBack(ctx context.Context, h *store.Handle, keys []string, expires []int64) error {
 	return h.Update(ctx, keys, func(_ time.Time, es []store.Entry) error {
 		for i := range es {
 			e := &es[i]
-			if !e.Live() || exact && e.ExpiresAt.UnixMilli() != expires[i] {
+			if !e.Live() || e.ExpiresAt.UnixMilli() != expires[i] {
 				continue
 			}
 			n, err := store.ParseCount(e.Value)

@@ -41,16 +41,63 @@ func newLocal(prefix string, max int, o store.Options) (*store.Handle, *memory.B
 	return h, b, nil
 }
 
+// AskAgain is how long a key that memory shows spent is refused from
+// memory alone. After it, the next attempt on the key asks the store again
+// (one attempt per key and instance, while the others are still refused
+// from memory), so that a Reset, a refund or a Credit made through any
+// instance takes effect on every instance within about AskAgain: a flood of
+// refused attempts costs at most one store call per key per AskAgain.
+const AskAgain = time.Second
+
 // recall fills d and reports true when memory shows a key of the attempt
-// without room for one more, so that the store need not be asked.
+// without room for one more, and the store was asked about it within
+// AskAgain (or holds attempts admitted alone, which the store has not yet
+// seen), so that the store need not be asked. When the only such keys were
+// asked about earlier, this attempt claims asking again: it reports false,
+// and memory records it as asked now.
 func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget, d *Decision) bool {
 	m := &memoCall{n: len(keys)}
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	err := l.local.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
-		_, err := readCounts(now, es, cs, t)
-		return err
+		*t = store.Tally{Now: now, Limiting: -1}
+		nowMs := now.UnixMilli()
+		var stale uint8 // bit i: key i is spent, and was asked about too long ago
+		var kn [MaxKeys]known
+		for i := range es {
+			if !es[i].Live() {
+				continue
+			}
+			k, err := knownOf(&es[i])
+			if err != nil {
+				return err
+			}
+			kn[i] = k
+			t.Counts[i], t.ExpiresAt[i] = k.count(), es[i].ExpiresAt
+			switch {
+			case k.count()+1 <= int64(cs[i].Limit):
+			case k.alone > 0 || nowMs-k.asked < AskAgain.Milliseconds():
+				// Attempts admitted alone are not in the store yet: its
+				// count would not be the whole count.
+				if t.Limiting < 0 {
+					t.Limiting = i
+				}
+			default:
+				stale |= 1 << i
+			}
+		}
+		t.Allowed = t.Limiting < 0
+		if !t.Allowed {
+			return nil
+		}
+		for i := range es {
+			if stale>>i&1 == 1 {
+				kn[i].asked = nowMs
+				kn[i].put(&es[i])
+			}
+		}
+		return nil
 	})
 	if err != nil || t.Limiting < 0 {
 		return false
@@ -60,7 +107,10 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 	return true
 }
 
-// remember records what a store's tally t said of keys.
+// remember records what a store's tally t said of keys: each key's count,
+// asked about now, with its window as the store has it. Attempts this
+// instance admitted alone and has not yet added to the store still count,
+// until the later of the two windows ends.
 func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budget, tally *store.Tally) {
 	m := &memoCall{n: len(keys), t: *tally}
 	copy(m.keys[:], keys)
@@ -75,7 +125,7 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 			if !es[i].Live() && !roomy && t.Counts[i] < int64(cs[i].Limit) {
 				continue
 			}
-			setLastKnown(&es[i], now, t.Counts[i], now.Add(t.ExpiresAt[i].Sub(t.Now)))
+			setKnown(&es[i], now, t.Counts[i], now.Add(t.ExpiresAt[i].Sub(t.Now)))
 		}
 		return nil
 	})
@@ -119,22 +169,22 @@ type memoCall struct {
 	t    store.Tally
 }
 
-// setLastKnown writes a store's count n of a key, whose window ends at exp
-// on memory's clock, over what memory holds of it in e. While memory holds
-// a higher count in a live window, it keeps it, with that window's end: the
-// attempts this instance admitted while counting alone (which the store
-// never saw, and may have answered with a fresh window) still count until
-// that window ends.
-func setLastKnown(e *store.Entry, now time.Time, n int64, exp time.Time) {
-	if !exp.After(now) {
+// setKnown writes a store's count n of a key, whose window ends at exp on
+// memory's clock, into what memory holds of it in e, as asked about now.
+// Attempts admitted alone and not yet in the store are kept, and so is the
+// window they were counted in while it ends later.
+func setKnown(e *store.Entry, now time.Time, n int64, exp time.Time) {
+	k, err := knownOf(e)
+	if err != nil || !e.Live() {
+		k = known{}
+	}
+	if k.alone == 0 && !exp.After(now) {
 		e.Value = nil
 		return
 	}
-	if e.Live() {
-		if m, err := store.ParseCount(e.Value); err == nil && m > n {
-			return
-		}
+	k.seen, k.asked = n, now.UnixMilli()
+	if k.alone == 0 || !e.Live() || exp.After(e.ExpiresAt) {
+		e.ExpiresAt = exp
 	}
-	e.Value = store.AppendCount(e.Value[:0], n)
-	e.ExpiresAt = exp
+	k.put(e)
 }

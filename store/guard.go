@@ -49,6 +49,11 @@ type Options struct {
 	InstanceID uuid.UUID
 	// Observer, when set, is told of every call (see Observer).
 	Observer Observer
+	// Announce is how often this instance announces itself in a shared
+	// store, so that every instance knows how many share it (see
+	// Store.Share); 0 means DefaultAnnounce. A member is counted for five
+	// intervals after its last announcement.
+	Announce time.Duration
 }
 
 // WithDefaults returns o with every zero field given its default, including
@@ -61,6 +66,7 @@ func (o Options) WithDefaults() Options {
 	Default(&o.Deadline, DefaultDeadline)
 	Default(&o.MaxInFlight, DefaultMaxInFlight)
 	Default(&o.MaxQueued, DefaultMaxQueued)
+	Default(&o.Announce, DefaultAnnounce)
 	if o.InstanceID == (uuid.UUID{}) {
 		o.InstanceID = uuid.New()
 		o.Logger = o.Logger.With("instance", o.InstanceID.String())
@@ -79,6 +85,7 @@ type Store struct {
 	backing any
 	slots   slots
 	sweeps  lane // the lane of Sweep, which no handle makes
+	fleet   fleet
 	closed  atomic.Bool
 	running atomic.Int64 // goroutines running backend calls
 	prompt  bool
@@ -190,6 +197,10 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 // not Inline, and closes the backend. Its handles' prefixes become free
 // again. Close is idempotent.
 func (s *Store) Close() error {
+	if s.closed.Load() {
+		return nil
+	}
+	s.stopFleet()
 	if s.closed.Swap(true) {
 		return nil
 	}

@@ -82,6 +82,9 @@ type Stats struct {
 	// when the backend does not tell (see Sizer).
 	Entries    int
 	MaxEntries int
+	// Members is how many instances share the store, as last counted
+	// (see Store.Members).
+	Members int
 }
 
 // Stats returns the store's health now.
@@ -94,6 +97,7 @@ func (s *Store) Stats() Stats {
 		BreakerOpen: s.BreakerOpen(),
 		Entries:     -1,
 		MaxEntries:  -1,
+		Members:     s.Members(),
 	}
 	if sz, ok := s.b.(Sizer); ok {
 		st.Entries, st.MaxEntries = sz.Entries(), sz.MaxEntries()

@@ -1,0 +1,208 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gatecount/gatecount/store"
+)
+
+// Bounds of a limiter's outbox.
+const (
+	// MaxCredits bounds the credits (see Limiter.Credit) that wait for the
+	// store at once; one more is refused with ErrOutboxFull.
+	MaxCredits = 10000
+	// outboxEvery is how often the outbox tries the store again.
+	outboxEvery = 250 * time.Millisecond
+	// flushBatch bounds the keys one round adds to the store.
+	flushBatch = 256
+)
+
+// KindOutbox is logged when what a limiter owes the store (attempts
+// admitted alone, credits) is dropped: their windows ended before the
+// store took them.
+const KindOutbox = "limiter-outbox-dropped"
+
+// ErrOutboxFull is returned by Credit when MaxCredits credits already wait
+// for the store.
+var ErrOutboxFull = fmt.Errorf("limiter: %d credits already wait for the store", MaxCredits)
+
+// outbox is what a limiter owes its store: the keys with attempts admitted
+// alone, and the credits the store could not take. One goroutine, started
+// when there is something to send and stopped by Close, tries the store
+// every outboxEvery until everything has landed.
+type outbox struct {
+	mu      sync.Mutex
+	alone   map[string]struct{}
+	credits []credit
+	running bool
+	closed  bool
+	stop    chan struct{}
+	done    sync.WaitGroup
+}
+
+// admitted records that keys have attempts admitted alone.
+func (o *outbox) admitted(l *Limiter, keys []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.alone == nil {
+		o.alone = map[string]struct{}{}
+	}
+	for _, k := range keys {
+		o.alone[k] = struct{}{}
+	}
+	o.start(l)
+}
+
+// retry keeps c to be tried again.
+func (o *outbox) retry(l *Limiter, c credit) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.credits) >= MaxCredits {
+		return fmt.Errorf("limiter %q: %w", l.name, ErrOutboxFull)
+	}
+	o.credits = append(o.credits, c)
+	o.start(l)
+	return nil
+}
+
+// start starts the goroutine, unless it runs or the limiter is closed.
+// o.mu is held.
+func (o *outbox) start(l *Limiter) {
+	if o.running || o.closed {
+		return
+	}
+	if o.stop == nil {
+		o.stop = make(chan struct{})
+	}
+	o.running = true
+	o.done.Add(1)
+	go l.drain()
+}
+
+// close stops the goroutine and waits for it. What was not sent stays
+// unsent.
+func (o *outbox) close() {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return
+	}
+	o.closed = true
+	if o.stop != nil {
+		close(o.stop)
+	}
+	o.mu.Unlock()
+	o.done.Wait()
+}
+
+// pending reports whether anything waits for the store.
+func (o *outbox) pending() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.alone) > 0 || len(o.credits) > 0
+}
+
+// drain tries the store every outboxEvery until the outbox is empty or the
+// limiter is closed.
+func (l *Limiter) drain() {
+	o := &l.out
+	defer o.done.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-o.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	t := time.NewTicker(outboxEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.stop:
+			return
+		case <-t.C:
+		}
+		if l.sendOnce(ctx) {
+			o.mu.Lock()
+			if len(o.alone) == 0 && len(o.credits) == 0 {
+				o.running = false
+				o.mu.Unlock()
+				return
+			}
+			o.mu.Unlock()
+		}
+	}
+}
+
+// sendOnce sends what the outbox holds, up to flushBatch keys and every
+// credit, and stops at the first answer that the store is still
+// unavailable. It reports whether it got through everything it tried.
+func (l *Limiter) sendOnce(ctx context.Context) bool {
+	o := &l.out
+	o.mu.Lock()
+	keys := make([]string, 0, min(len(o.alone), flushBatch))
+	for k := range o.alone {
+		if len(keys) == flushBatch {
+			break
+		}
+		keys = append(keys, k)
+	}
+	credits := o.credits
+	o.credits = nil
+	o.mu.Unlock()
+
+	var failed []credit
+	ok := true
+	now := time.Now()
+	for i := range credits {
+		c := &credits[i]
+		if !ok {
+			failed = append(failed, *c)
+			continue
+		}
+		if !now.Before(c.until) {
+			l.log.Warn("a credit's window ended before the store took it", "kind", KindOutbox)
+			continue
+		}
+		switch err := l.land(ctx, c); {
+		case err == nil:
+		case ctx.Err() != nil:
+			failed = append(failed, *c)
+		case errors.Is(err, store.ErrUnavailable):
+			ok = false
+			failed = append(failed, *c)
+		default:
+			l.log.Warn("a credit could not be given", "kind", KindOutbox, "err", err)
+		}
+	}
+	var sent []string
+	for _, k := range keys {
+		if !ok {
+			break
+		}
+		done, err := l.flushAlone(ctx, k)
+		if err != nil && errors.Is(err, store.ErrUnavailable) {
+			ok = false
+			break
+		}
+		if err != nil {
+			l.log.Warn("attempts admitted alone could not be added to the store", "kind", KindOutbox, "err", err)
+		}
+		if done {
+			sent = append(sent, k)
+		}
+	}
+	o.mu.Lock()
+	o.credits = append(failed, o.credits...)
+	for _, k := range sent {
+		delete(o.alone, k)
+	}
+	o.mu.Unlock()
+	return ok && len(keys) < flushBatch
+}

@@ -1,0 +1,201 @@
+package store
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultAnnounce is the default of Options.Announce: how often an instance
+// announces itself in a shared store.
+const DefaultAnnounce = 2 * time.Second
+
+// memberLife is how many announce intervals a member outlives its last
+// announcement: a member that stopped is counted that long, which only
+// makes every other instance's share smaller.
+const memberLife = 5
+
+// The fleet's entry: one key, under a prefix no handle can have (a handle's
+// prefix ends in no particular way, but "gatecount.fleet\x00" holds a byte
+// no limiter name or prefix of this module uses).
+const (
+	fleetPrefix = "gatecount.fleet\x00"
+	fleetKey    = "members"
+)
+
+// fleet is how a Store over a shared backend learns how many instances
+// share it: each announces itself in one entry, a JSON object of member IDs
+// and the Unix milliseconds each is counted until, and keeps what it last
+// read there.
+type fleet struct {
+	id    string // this instance's member ID: 8 bytes of its InstanceID, in hex
+	every time.Duration
+	lane  lane
+	loop  *Loop
+	// seen packs the members counted at the last announcement (high 32
+	// bits) and this instance's rank among them by ID (low 32 bits); 0
+	// until an announcement succeeds, and rank 1<<32-1 when the entry had
+	// no room for this instance.
+	seen atomic.Uint64
+}
+
+// noRank is the rank of an instance the fleet's entry had no room for.
+const noRank = 1<<32 - 1
+
+// Join starts announcing this instance in a shared store, so that it can
+// tell its share of a budget (see Share); a limiter that may count without
+// the store calls it when it is made. The first announcement is made at
+// once, in the background, and then one every Options.Announce until the
+// store is closed. Join does nothing on a store no other instance sees, or
+// when called again.
+func (s *Store) Join() {
+	if s.inline != nil || !s.b.Shared() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fleet.loop != nil || s.closed.Load() {
+		return
+	}
+	f := &s.fleet
+	f.id = hex.EncodeToString(s.opts.InstanceID[:8])
+	f.every = s.opts.Announce
+	f.lane.breaker.init(BreakerOptions{Failures: -1}, s.now, s.opts.Logger, fleetPrefix)
+	f.loop = Go(context.Background(), func(ctx context.Context) {
+		s.announce(ctx, false)
+		Every(ctx, Task{Every: f.every, Do: func(ctx context.Context) { s.announce(ctx, false) }})
+	})
+}
+
+// stopFleet stops the announcements and takes this instance out of the
+// fleet's entry, so that the others' shares grow back at once.
+func (s *Store) stopFleet() {
+	s.mu.Lock()
+	loop := s.fleet.loop
+	s.mu.Unlock()
+	if loop == nil {
+		return
+	}
+	loop.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Deadline)
+	defer cancel()
+	s.announce(ctx, true)
+}
+
+// announce writes this instance into the fleet's entry, or takes it out
+// when leaving, and keeps the members it counted there.
+func (s *Store) announce(ctx context.Context, leaving bool) {
+	f := &s.fleet
+	var members, rank int
+	err := s.call(ctx, &f.lane, func(ctx context.Context) error {
+		return s.b.Update(ctx, fleetPrefix, []string{fleetKey}, func(now time.Time, es []Entry) error {
+			members, rank = f.rewrite(now, &es[0], leaving)
+			return nil
+		})
+	})
+	if err != nil || leaving {
+		return
+	}
+	f.seen.Store(uint64(members)<<32 | uint64(uint32(rank)))
+}
+
+// rewrite updates the fleet's entry e: members past their time go, and
+// this instance is counted until memberLife intervals from now (or taken
+// out, when leaving). It returns the members counted and this instance's
+// rank among them (noRank when the entry had no room for it).
+func (f *fleet) rewrite(now time.Time, e *Entry, leaving bool) (members, rank int) {
+	m := map[string]int64{}
+	if e.Live() && json.Unmarshal(e.Value, &m) != nil {
+		m = map[string]int64{} // not ours: written again
+	}
+	nowMs := now.UnixMilli()
+	for id, until := range m {
+		if until <= nowMs {
+			delete(m, id)
+		}
+	}
+	delete(m, f.id)
+	until := now.Add(memberLife * f.every).UnixMilli()
+	if !leaving {
+		m[f.id] = until
+	}
+	v, _ := json.Marshal(m)
+	rank = noRank
+	if len(v) > MaxValueSize { // no room: counted as a member all the same, with no share
+		delete(m, f.id)
+		v, _ = json.Marshal(m)
+		members = len(m) + 1
+	} else {
+		ids := make([]string, 0, len(m))
+		for id := range m {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		rank, members = slices.Index(ids, f.id), len(ids)
+		if rank < 0 {
+			rank = noRank
+		}
+	}
+	latest := int64(0)
+	for _, t := range m {
+		latest = max(latest, t)
+	}
+	e.Value = nil
+	if latest > nowMs {
+		e.Value, e.ExpiresAt = v, time.UnixMilli(latest)
+	}
+	return members, rank
+}
+
+// Members returns how many instances share the store, as this instance
+// last counted them: 1 for a store no other instance sees, 0 for a shared
+// store this instance has not joined or not yet reached.
+func (s *Store) Members() int {
+	if s.inline != nil || !s.b.Shared() {
+		return 1
+	}
+	return int(s.fleet.seen.Load() >> 32)
+}
+
+// Share returns how many of left, what remains of a key's budget, this
+// instance may admit while it counts the key without the store. The shares
+// of all the instances sharing the store sum to left: each gets left
+// divided by their number, and the remainder goes one each to the first
+// instances in an order that turns with the key, so that a small budget
+// still admits something (5 shared by 3 is 2, 2 and 1). An instance that
+// has not reached the store, or had no room in its fleet entry, gets 0: it
+// cannot account for what it would admit. A store no other instance sees
+// gives left whole.
+func (s *Store) Share(key string, left int64) int64 {
+	if left <= 0 {
+		return 0
+	}
+	if s.inline != nil || !s.b.Shared() {
+		return left
+	}
+	seen := s.fleet.seen.Load()
+	n, rank := int64(seen>>32), int64(uint32(seen))
+	if n == 0 || rank == noRank {
+		return 0
+	}
+	turn := (rank + int64(fnv64(key)%uint64(n))) % n
+	share := left / n
+	if turn < left%n {
+		share++
+	}
+	return share
+}
+
+// fnv64 is the 64-bit FNV-1a hash of s: the same on every instance, so that
+// all agree on whose turn a key's remainder is.
+func fnv64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}

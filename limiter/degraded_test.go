@@ -316,3 +316,76 @@ func announced(t *testing.T, s *store.Store) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A refund the store cannot take is kept and lands once the store answers
+// again: the attempt it gave back is admitted then.
+func TestRefundLandsAfterOutage(t *testing.T) {
+	ctx := context.Background()
+	c, l := newCounting(t, limiter.Deny, limiter.Budget{Limit: 1, Window: time.Minute}, 0)
+	d, _ := l.Attempt(ctx, "k")
+	if !d.Allowed {
+		t.Fatalf("first attempt: %+v", d)
+	}
+	c.down.Store(true)
+	if err := l.Refund(ctx, d); err != nil {
+		t.Fatalf("refund while the store is down: %v, want it kept for later", err)
+	}
+	c.down.Store(false)
+	for i := 0; ; i++ {
+		if d, _ := l.Attempt(ctx, "k"); d.Allowed {
+			break
+		}
+		if i == 200 {
+			t.Fatal("the refund did not land within 10 s of the store's return")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// What one instance resets, another sees within about AskAgain: a key the
+// second remembers spent is asked of the store again after AskAgain, while
+// every attempt before that is refused from memory.
+func TestResetReachesOtherInstance(t *testing.T) {
+	ctx := context.Background()
+	o := store.Options{Logger: quiet}.WithDefaults()
+	shared := memory.NewBackend(memory.Options{Store: o})
+	var ls [2]*limiter.Limiter
+	var cs [2]*counting
+	for i := range ls {
+		cs[i] = &counting{flaky: flaky{remote: shared}}
+		s := store.New(cs[i], store.Options{Logger: quiet})
+		t.Cleanup(func() { s.Close() })
+		h, _ := s.Handle("c:")
+		var err error
+		if ls[i], err = limiter.New(h, limiter.Options{Name: "counting", Budget: limiter.Budget{Limit: 2, Window: time.Minute}, Logger: quiet}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ls[i].Close() })
+	}
+	for range 3 {
+		ls[1].Attempt(ctx, "alice")
+	}
+	if d, _ := ls[1].Attempt(ctx, "alice"); d.Allowed || !d.Remembered {
+		t.Fatalf("spent key on the second instance: %+v, want refused from memory", d)
+	}
+	if err := ls[0].Reset(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	start, before := time.Now(), cs[1].calls.Load()
+	refused := 0
+	for {
+		d, _ := ls[1].Attempt(ctx, "alice")
+		if d.Allowed {
+			break
+		}
+		refused++
+		if time.Since(start) > 10*limiter.AskAgain {
+			t.Fatalf("the second instance still refuses a key reset through the first after %v", time.Since(start))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if calls := cs[1].calls.Load() - before; calls > 2 {
+		t.Errorf("%d attempts refused before the reset was seen made %d store calls, want at most 2 (one to ask again, one to count)", refused, calls)
+	}
+	t.Logf("the reset was seen after %d refusals from memory", refused)
+}

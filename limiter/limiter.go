@@ -676,41 +676,14 @@ var ErrNotRefundable = errors.New("limiter: decision counted nothing to refund")
 // is still the one d counted in. A window that has since reset is left
 // alone: the refund would otherwise be credited to a later window. The
 // limiter's memory of the keys is lowered too, so that its next attempt on
-// them asks the store.
+// them asks the store. It is Credit of every key of d: a refund the store
+// cannot take now is tried again until it lands.
 func (l *Limiter) Refund(ctx context.Context, d Decision) error {
-	if !d.Allowed || (d.Unavailable && !d.Local) || d.n == 0 {
-		return ErrNotRefundable
+	var all [MaxKeys]int
+	for i := range all {
+		all[i] = i
 	}
-	var inStore, inMemory [MaxKeys]string
-	var storeExp [MaxKeys]int64
-	ns, nm := 0, 0
-	for i, k := range d.Keys() {
-		if d.inMemory>>i&1 == 1 {
-			inMemory[nm] = k
-			nm++
-		} else {
-			inStore[ns], storeExp[ns] = k, d.expires[i]
-			ns++
-		}
-	}
-	var err error
-	if ns > 0 {
-		err = giveBack(ctx, l.h, inStore[:ns], storeExp[:ns])
-		if err == nil && l.memo {
-			for _, k := range inStore[:ns] {
-				l.lower(ctx, k, false)
-			}
-		}
-	}
-	if err == nil {
-		for _, k := range inMemory[:nm] {
-			l.lower(ctx, k, false)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("limiter %q: refund: %w", l.name, err)
-	}
-	return nil
+	return l.Credit(ctx, d, all[:d.n])
 }
 
 // giveBack takes one off the count of each of keys in h, where the key's

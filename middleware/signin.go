@@ -319,7 +319,7 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 	ctx := context.WithoutCancel(r.Context())
 	switch {
 	case success(rw.status) && a.known:
-		if err := g.l.Reset(ctx, a.device); err != nil {
+		if err := g.l.Credit(ctx, d, nil, a.device); err != nil {
 			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
 		}
 	case success(rw.status):
@@ -341,14 +341,10 @@ func (g *SignInGuard) unreadable(w http.ResponseWriter, r *http.Request, ip stri
 }
 
 // succeeded refunds the account's failure and clears the (account, IP)
-// failures and lock-outs.
+// failures and lock-outs, in one store update, retried until it lands (see
+// limiter.Limiter.Credit).
 func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, account, ip string) {
-	err := g.l.Refund(ctx, d.Only(keyAccount))
-	for _, k := range []string{d.Keys()[keyAccountIP], keyfunc.JoinKeys("lockouts", account, ip)} {
-		if err == nil {
-			err = g.l.Reset(ctx, k)
-		}
-	}
+	err := g.l.Credit(ctx, *d, []int{keyAccount}, d.Keys()[keyAccountIP], keyfunc.JoinKeys("lockouts", account, ip))
 	if err != nil {
 		g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
 	}

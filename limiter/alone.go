@@ -10,6 +10,10 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
+// errNoShare is why an instance that has not yet counted the instances
+// sharing its store admits nothing alone: it cannot tell its share.
+var errNoShare = errors.New("limiter: this instance has not reached the shared store yet, so it has no share of any budget")
+
 // known is what a limiter's process memory holds of a key: the count the
 // store last told (seen), the attempts this instance admitted alone since
 // (alone, not yet added to the store), and when the store was last asked
@@ -85,6 +89,9 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 	copy(m.caps[:], caps)
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	s := l.h.Store()
+	if s.Members() == 0 {
+		return store.Tally{}, errNoShare
+	}
 	err := l.local.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
 		*t = store.Tally{Now: now, Limiting: -1}
 		var ks [MaxKeys]known
@@ -95,8 +102,9 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 			}
 			ks[i] = k
 			t.Counts[i] = k.count()
-			if es[i].Live() {
-				t.ExpiresAt[i] = es[i].ExpiresAt
+			t.ExpiresAt[i] = es[i].ExpiresAt
+			if !es[i].Live() { // a refusal's Retry-After: the window it would open
+				t.ExpiresAt[i] = now.Add(cs[i].Window)
 			}
 			left := int64(cs[i].Limit) - k.seen
 			if t.Limiting < 0 && k.alone+1 > s.Share(m.keys[i], left) {
@@ -109,10 +117,7 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 		for i := range es {
 			k := ks[i]
 			k.alone++
-			if !es[i].Live() {
-				es[i].ExpiresAt = now.Add(cs[i].Window)
-				t.ExpiresAt[i] = es[i].ExpiresAt
-			}
+			es[i].ExpiresAt = t.ExpiresAt[i]
 			k.put(&es[i])
 			t.Counts[i] = k.count()
 		}

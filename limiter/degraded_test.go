@@ -389,3 +389,26 @@ func TestResetReachesOtherInstance(t *testing.T) {
 	}
 	t.Logf("the reset was seen after %d refusals from memory", refused)
 }
+
+// An instance that has not reached its shared store cannot tell its share
+// of any budget: counting alone, it admits nothing, and says the store was
+// unavailable rather than the budget spent.
+func TestNoShareBeforeFirstAnnouncement(t *testing.T) {
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
+	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}
+	c.down.Store(true)
+	s := store.New(c, o)
+	t.Cleanup(func() { s.Close() })
+	h, _ := s.Handle("c:")
+	l, err := limiter.New(h, limiter.Options{Name: "counting", Budget: limiter.Budget{Limit: 5, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	for range 3 {
+		d, err := l.Attempt(context.Background(), "k")
+		if err != nil || d.Allowed || !d.Unavailable || d.Local || s.Members() != 0 {
+			t.Fatalf("a fresh instance during an outage: %+v, %v (members %d); want refused as unavailable", d, err, s.Members())
+		}
+	}
+}

@@ -103,6 +103,7 @@ func (b *breaker) record(err error, waited bool) {
 	}
 	switch r := ReasonOf(err); {
 	case r == ReasonDeadline && waited, r == ReasonOverloaded:
+		b.probing.Store(false) // a probe that told nothing: the next call probes
 	case r == ReasonDown || r == ReasonDeadline:
 		if b.failures.Add(1) >= int64(b.opts.Failures) {
 			was := b.openUntil.Swap(b.now().Add(b.opts.Cooldown).UnixNano())

@@ -401,6 +401,60 @@ func TestBreaker(t *testing.T) {
 	}
 }
 
+// A busy backend is neither failing nor healthy: an overloaded answer (a
+// wait for a connection of its pool past the deadline) never opens the
+// breaker, never closes it, and a probe answered so lets the next call
+// probe, so that an open breaker cannot stay open for good.
+func TestBreakerIgnoresOverload(t *testing.T) {
+	const failures = 2
+	var answer atomic.Pointer[error] // the backend's error; nil succeeds
+	overloaded := NewUnavailableError(ReasonOverloaded, ErrWaitedOut)
+	f := &fake{update: func(_ context.Context, apply ApplyFunc) error {
+		if err := answer.Load(); err != nil {
+			return *err
+		}
+		return apply(time.Now(), make([]Entry, 1))
+	}}
+	clk := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	s := New(f, Options{Logger: quiet, Breaker: BreakerOptions{Failures: failures, Cooldown: time.Second}})
+	s.now = clk.Now
+	defer s.Close()
+	h, _ := s.Handle("busy:")
+	update := func() error { return h.Update(t.Context(), []string{"k"}, nop) }
+
+	answer.Store(&overloaded)
+	for range 10 {
+		if err := update(); ReasonOf(err) != ReasonOverloaded {
+			t.Fatalf("busy backend: %v, want overloaded", err)
+		}
+	}
+	if s.BreakerOpen() {
+		t.Fatal("overloaded answers opened the breaker")
+	}
+	answer.Store(&errBoom)
+	for range failures {
+		update()
+	}
+	if !s.BreakerOpen() {
+		t.Fatal("breaker closed after failures")
+	}
+	answer.Store(&overloaded)
+	clk.Advance(time.Second)
+	if err := update(); ReasonOf(err) != ReasonOverloaded {
+		t.Fatalf("probe: %v, want overloaded", err)
+	}
+	if !s.BreakerOpen() {
+		t.Fatal("an overloaded probe closed the breaker")
+	}
+	answer.Store(nil)
+	if err := update(); err != nil {
+		t.Fatalf("the call after an overloaded probe: %v, want it to probe and succeed", err)
+	}
+	if s.BreakerOpen() {
+		t.Fatal("breaker open after a probe succeeded")
+	}
+}
+
 func TestBreakerOneProbe(t *testing.T) {
 	st := newStuck(1)
 	defer st.free()

@@ -7,8 +7,11 @@ import (
 )
 
 // DefaultMaxQueued is the default of Options.MaxQueued: the calls of one
-// handle that may wait for a slot at once.
-const DefaultMaxQueued = 1024
+// handle that may wait for a slot at once. It is large: a waiting call
+// costs about 200 bytes beside the request's own goroutine, and a call that
+// waits is counted by the store, exactly, where one refused a place in the
+// queue has to be counted without it.
+const DefaultMaxQueued = 16384
 
 // Why a call that waited for a slot was answered unavailable.
 var (

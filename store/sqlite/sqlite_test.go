@@ -386,16 +386,20 @@ func TestCountWhileAppHoldsWriteLock(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "CREATE TABLE app_data (x INTEGER)"); err != nil {
 		t.Fatal(err)
 	}
-	// Two counts: the first waits for the file's lock, the second for the
-	// writer the first holds. Both are answered at the deadline.
-	for i := range 2 {
-		_, err := h.Count(ctx, []string{"k"}, caps, 1)
-		if !errors.Is(err, store.ErrUnavailable) || store.ReasonOf(err) != store.ReasonDeadline {
-			t.Fatalf("count %d while the app holds the write lock: %v, want unavailable (deadline)", i, err)
+	// The call the writer runs waits for the file's lock, and is answered
+	// at the deadline; the calls behind it wait for the writer, which is
+	// overload, not failure. Which call the writer holds (the first count,
+	// or the background sweep) is the scheduler's choice.
+	for i := range 3 {
+		var err error
+		if i < 2 {
+			_, err = h.Count(ctx, []string{"k"}, caps, 1)
+		} else {
+			err = h.Update(ctx, []string{"k"}, add(time.Hour))
 		}
-	}
-	if err := h.Update(ctx, []string{"k"}, add(time.Hour)); store.ReasonOf(err) != store.ReasonDeadline {
-		t.Fatalf("update while the app holds the write lock: %v, want unavailable (deadline)", err)
+		if r := store.ReasonOf(err); r != store.ReasonDeadline && r != store.ReasonOverloaded {
+			t.Fatalf("call %d while the app holds the write lock: %v, want unavailable (deadline, or overloaded behind the writer)", i+1, err)
+		}
 	}
 	// A read, alone on the writer, needs no write lock: it is answered.
 	var es []store.Entry

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gatecount/gatecount/store"
@@ -25,6 +26,18 @@ type op struct {
 	// a transaction of its own: it reports whether it did the work.
 	solo func(ctx context.Context) (bool, error)
 	res  chan error // buffered: the writer never waits for the caller
+	// started is set when the writer begins the op's work: until then, a
+	// caller whose context ends has only waited.
+	started atomic.Bool
+}
+
+// waitedOut is the answer to a call whose context ended while it waited
+// for the writer, behind other calls of this store: the store was busy, not
+// failing, so the call neither opens the breaker nor lets an attempt
+// through uncounted. (A wait for the file's write lock, which another
+// connection holds, is the writer's, and ends in a deadline.)
+func waitedOut(err error) error {
+	return store.NewUnavailableError(store.ReasonOverloaded, fmt.Errorf("%w: for the writer: %w", store.ErrWaitedOut, err))
 }
 
 // dbError is a failure of the database during an op, as opposed to an
@@ -67,7 +80,7 @@ func (b *Backend) do(ctx context.Context, run func(ctx context.Context) error, s
 	select {
 	case b.queue <- o:
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return false, waitedOut(ctx.Err())
 	case <-b.stop:
 		return true, closed
 	}
@@ -75,6 +88,9 @@ func (b *Backend) do(ctx context.Context, run func(ctx context.Context) error, s
 	case err := <-o.res:
 		return true, err
 	case <-ctx.Done():
+		if !o.started.Load() {
+			return false, waitedOut(ctx.Err())
+		}
 		return false, ctx.Err()
 	case <-b.writerDone:
 		// Queued as the writer stopped: answered by its drain, or never.
@@ -137,13 +153,14 @@ func (b *Backend) serve(ops []*op) {
 	live := ops[:0:0]
 	for _, o := range ops {
 		if err := o.ctx.Err(); err != nil {
-			o.res <- err
+			o.res <- waitedOut(err)
 			continue
 		}
 		live = append(live, o)
 	}
 	if len(live) == 1 && live[0].solo != nil {
 		o := live[0]
+		o.started.Store(true)
 		done, err := o.solo(o.ctx)
 		if done || err != nil {
 			o.res <- err
@@ -174,9 +191,10 @@ func (b *Backend) serveTx(ops []*op) (again []*op) {
 	skip := make([]bool, len(ops))
 	for i, o := range ops {
 		if err := o.ctx.Err(); err != nil { // its caller was answered
-			answers[i], skip[i] = err, true
+			answers[i], skip[i] = waitedOut(err), true
 			continue
 		}
+		o.started.Store(true)
 		answers[i] = o.run(context.Background())
 		if isDBError(answers[i]) {
 			b.rollback()

@@ -19,6 +19,11 @@ import (
 const (
 	// DefaultDeviceCookie names the device cookie.
 	DefaultDeviceCookie = "gatecount-device"
+	// MaxDeviceCookies bounds the device cookies of a request that are
+	// tried. A request carrying more is taken as carrying none, whatever
+	// their order, so fewer planted cookies never hide a valid one, and a
+	// request costs at most this many MACs.
+	MaxDeviceCookies = 32
 	// DefaultDeviceLifetime is how long a device token stays valid after
 	// the sign-in that issued it.
 	DefaultDeviceLifetime = 30 * 24 * time.Hour
@@ -71,8 +76,6 @@ const (
 	deviceNonce   = 16
 	deviceMAC     = sha256.Size
 	deviceBytes   = 1 + 8 + deviceNonce + deviceMAC
-	// deviceCookies bounds the cookies of the device name that are tried.
-	deviceCookies = 4
 )
 
 // devices signs and verifies device tokens. A token is
@@ -184,14 +187,14 @@ func (v *devices) verify(token, account string) (string, bool) {
 }
 
 // known returns the device ID of the first valid token for account among
-// r's device cookies, of which it tries a bounded number.
+// r's device cookies. A request with more than MaxDeviceCookies of them has
+// none: none is tried.
 func (v *devices) known(r *http.Request, account string) (string, bool) {
-	tried := 0
-	for _, c := range r.CookiesNamed(v.o.Cookie) {
-		if tried == deviceCookies {
-			break
-		}
-		tried++
+	cs := r.CookiesNamed(v.o.Cookie)
+	if len(cs) > MaxDeviceCookies {
+		return "", false
+	}
+	for _, c := range cs {
 		if id, ok := v.verify(c.Value, account); ok {
 			return id, true
 		}

@@ -169,14 +169,76 @@ func TestDeviceCookie(t *testing.T) {
 		if _, ok := v.known(r, "alice"); !ok {
 			t.Error("valid token after a forged one refused")
 		}
-		r = httptest.NewRequest("POST", "/login", nil)
-		for range deviceCookies {
-			r.AddCookie(&http.Cookie{Name: DefaultDeviceCookie, Value: "forged"})
+	}
+}
+
+// plantedTokens returns n tokens that are not alice's, as an attacker
+// plants them: junk, well-formed tokens under another key, and tokens this
+// guard signed for another account, in turn.
+func plantedTokens(t *testing.T, v *devices, n int) []string {
+	t.Helper()
+	now := v.now()
+	other := newTestDevices(t, DeviceOptions{Secret: []byte("an attacker's own secret, 32 bytes or more")}, &now)
+	out := make([]string, n)
+	for i := range out {
+		switch i % 3 {
+		case 0:
+			out[i] = "forged"
+		case 1:
+			out[i], _ = other.sign("alice")
+		case 2:
+			out[i], _ = v.sign("mallory")
 		}
-		r.AddCookie(c)
-		if _, ok := v.known(r, "alice"); ok {
-			t.Error("more device cookies tried than the bound")
-		}
+	}
+	return out
+}
+
+// Every device cookie of a request is tried, up to MaxDeviceCookies:
+// planted cookies before or after the owner's never hide it. Past the bound
+// the request has no device cookie at all, not the first MaxDeviceCookies:
+// the owner's is not tried even when it comes first.
+func TestDeviceCookiesPlanted(t *testing.T) {
+	const max = MaxDeviceCookies
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	v := newTestDevices(t, DeviceOptions{Secret: testSecret}, &now)
+	owner, _ := v.sign("alice")
+	want, _ := v.verify(owner, "alice")
+	tests := []struct {
+		name   string
+		before int // planted cookies before the owner's
+		after  int // planted cookies after it
+		ok     bool
+	}{
+		{"alone", 0, 0, true},
+		{"5 before", 5, 0, true},
+		{"5 after", 0, 5, true},
+		{"10 before", 10, 0, true},
+		{"10 after", 0, 10, true},
+		{"10 around", 5, 5, true},
+		{"up to the bound, owner last", max - 1, 0, true},
+		{"up to the bound, owner first", 0, max - 1, true},
+		{"one over, owner last", max, 0, false},
+		{"one over, owner first", 0, max, false},
+		{"one over, owner between", max / 2, max - max/2, false},
+		{"far over", 0, 3 * max, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			planted := plantedTokens(t, v, tt.before+tt.after)
+			r := httptest.NewRequest("POST", "/login", nil)
+			r.AddCookie(&http.Cookie{Name: "session", Value: "s"}) // never counted
+			for _, p := range planted[:tt.before] {
+				r.AddCookie(&http.Cookie{Name: DefaultDeviceCookie, Value: p})
+			}
+			r.AddCookie(&http.Cookie{Name: DefaultDeviceCookie, Value: owner})
+			for _, p := range planted[tt.before:] {
+				r.AddCookie(&http.Cookie{Name: DefaultDeviceCookie, Value: p})
+			}
+			id, ok := v.known(r, "alice")
+			if ok != tt.ok || (ok && id != want) {
+				t.Errorf("known = %q, %v; want the owner's device: %v", id, ok, tt.ok)
+			}
+		})
 	}
 }
 

@@ -14,11 +14,14 @@ import (
 
 // checkCanonicalKey fails t unless key is a canonical IP key: a dotted-quad
 // IPv4 address or a masked IPv6 prefix of the given length, as netip
-// renders them.
+// renders them; a whole address (/128) in the NAT64 local-use block.
 func checkCanonicalKey(t *testing.T, key string, bits int) {
 	t.Helper()
 	if strings.Contains(key, "/") {
 		p, err := netip.ParsePrefix(key)
+		if p.Bits() == 128 && prefixNAT64Local.Contains(p.Addr()) {
+			bits = 128
+		}
 		if err != nil || !p.Addr().Is6() || p.Bits() != bits || p != p.Masked() || p.String() != key {
 			t.Fatalf("key %q is not a canonical /%d IPv6 prefix", key, bits)
 		}
@@ -119,6 +122,11 @@ func FuzzRemoteAddr(f *testing.F) {
 		"192.0.2.1:80", "192.0.2.1", "[2001:db8::1]:443", "2001:db8::1", "[fe80::1%eth0]:1",
 		"fe80::1%eth0", "[::ffff:192.0.2.1]:1", "::ffff:192.0.2.1", "", "@", "[::1", "1.2.3.4:99999",
 		"[1.2.3.4]:80", "01.2.3.4", "1.2.3.4:_x",
+		// Transition addresses: 6to4, Teredo, NAT64, IPv4-compatible, NAT64
+		// local use in the /48's form and of a longer prefix.
+		"[2002:c000:204::1]:1", "2001:0:4136:e378:8000:63bf:3fff:fdd2", "[64:ff9b::c000:204]:1",
+		"::192.0.2.7", "[::1]:1", "::", "64:ff9b:1:c000:2:400::", "[64:ff9b:1::c000:204]:1",
+		"64:ff9b:1:c000:102:400::",
 	} {
 		f.Add(s, uint8(64))
 	}
@@ -151,6 +159,15 @@ func FuzzRemoteAddr(f *testing.F) {
 		checkCanonicalKey(t, key, b)
 		if ap, perr := netip.ParseAddrPort(remote); perr == nil && key != k.AddrKey(ap.Addr()) {
 			t.Fatalf("Key(%q) = %q, netip says %q", remote, key, k.AddrKey(ap.Addr()))
+		}
+		// An IPv6 client of a transition prefix has an IPv4 key, and one of
+		// no such prefix an IPv6 key; the NAT64 local-use block has either.
+		if a, ok := parseNode(remote, false); ok && a.Is6() && !prefixNAT64Local.Contains(a) {
+			carries := prefix6to4.Contains(a) || prefixTeredo.Contains(a) || prefixNAT64.Contains(a) ||
+				(prefixCompat.Contains(a) && !a.IsUnspecified() && !a.IsLoopback())
+			if v4key := !strings.Contains(key, "/"); v4key != carries {
+				t.Fatalf("Key(%q) = %q: an IPv4 key %v, a transition address %v", remote, key, v4key, carries)
+			}
 		}
 	})
 }

@@ -77,6 +77,8 @@ type IPOptions struct {
 
 	// IPv6Prefix is the prefix length, 32 to 128, by which IPv6 client
 	// addresses are grouped into one key. Zero means [DefaultIPv6Prefix].
+	// Addresses that carry an IPv4 address are keyed by it instead; see
+	// [IPKeyer.AddrKey].
 	IPv6Prefix int
 
 	// Header selects the one forwarding header the trusted proxies write;
@@ -278,48 +280,83 @@ func (k *IPKeyer) ClientAddr(r *http.Request) (netip.Addr, error) {
 	return k.walk(r.Header, peer)
 }
 
-// AddrKey returns the canonical key of a: an IPv4 address (including an
-// IPv4-mapped IPv6 address) as a dotted quad such as "192.0.2.1", and an IPv6
-// address masked to the configured prefix length and written as a prefix
-// such as "2001:db8:1:2::/64". An IPv6 address that carries an IPv4 address
-// by a transition mechanism is keyed by that IPv4 address: 6to4
-// (2002::/16, RFC 3056), where one IPv4 host holds 2^80 addresses and would
-// otherwise get 65,536 /64 keys, and the NAT64 well-known prefix
-// (64:ff9b::/96, RFC 6052), where every translated client would otherwise
-// share one /64 key. Zones are dropped. AddrKey returns "" for the zero Addr.
+// AddrKey returns the canonical key of a. An IPv4 address, IPv4-mapped
+// included, is a dotted quad such as "192.0.2.1". An IPv6 address is masked
+// to the configured prefix length and written as a prefix, such as
+// "2001:db8:1:2::/64". An IPv6 address that carries an IPv4 one is keyed by
+// it, so one IPv4 host gets one key and distinct hosts never share one. That
+// covers 6to4 (2002::/16, RFC 3056), Teredo (2001::/32, RFC 4380), NAT64's
+// well-known prefix (64:ff9b::/96, RFC 6052) and IPv4-compatible addresses
+// (::/96 but :: and ::1, RFC 4291). The NAT64 local-use block
+// (64:ff9b:1::/48, RFC 8215) holds translation prefixes of /48 to /96, and
+// an address does not show its own. One in the /48's form (RFC 6052 section
+// 2.2: bits 64-71 and 88-127 zero) is keyed by the IPv4 address in bits
+// 48-63 and 72-87. Any other is keyed by its whole 128 bits, which one
+// host's translator always writes alike. Zones are dropped. AddrKey returns
+// "" for the zero Addr.
 func (k *IPKeyer) AddrKey(a netip.Addr) string {
 	if !a.IsValid() {
 		return ""
 	}
-	a = embeddedIPv4(a.WithZone("").Unmap())
+	a = a.WithZone("").Unmap()
+	bits := k.bits()
+	if v4, ok := embeddedIPv4(a); ok {
+		a = v4
+	} else if prefixNAT64Local.Contains(a) {
+		bits = 128
+	}
 	var buf [64]byte
 	if a.Is4() {
 		return string(a.AppendTo(buf[:0]))
 	}
-	p := netip.PrefixFrom(a, k.bits()).Masked()
+	p := netip.PrefixFrom(a, bits).Masked()
 	return string(p.AppendTo(buf[:0]))
 }
 
 // Transition prefixes whose addresses carry an IPv4 address.
 var (
-	prefix6to4  = netip.MustParsePrefix("2002::/16")
-	prefixNAT64 = netip.MustParsePrefix("64:ff9b::/96")
+	prefixCompat     = netip.MustParsePrefix("::/96")
+	prefix6to4       = netip.MustParsePrefix("2002::/16")
+	prefixTeredo     = netip.MustParsePrefix("2001::/32")
+	prefixNAT64      = netip.MustParsePrefix("64:ff9b::/96")
+	prefixNAT64Local = netip.MustParsePrefix("64:ff9b:1::/48")
 )
 
-// embeddedIPv4 returns the IPv4 address a 6to4 or NAT64 address carries, and
-// any other address unchanged.
-func embeddedIPv4(a netip.Addr) netip.Addr {
+// embeddedIPv4 returns the IPv4 address that a, an unmapped address without
+// zone, carries by a transition mechanism, and reports whether it carries
+// one; see AddrKey for the mechanisms and where each puts the address.
+func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
 	if !a.Is6() {
-		return a
+		return netip.Addr{}, false
 	}
 	b := a.As16()
 	switch {
-	case prefix6to4.Contains(a):
-		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})
+	case prefix6to4.Contains(a): // 2002:AABB:CCDD::/48
+		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}), true
+	case prefixTeredo.Contains(a): // the client's public address, inverted
+		return netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}), true
 	case prefixNAT64.Contains(a):
-		return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+		return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}), true
+	case prefixCompat.Contains(a) && !a.IsUnspecified() && !a.IsLoopback():
+		return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}), true
+	case prefixNAT64Local.Contains(a) && b[8] == 0 && zeros(b[11:]):
+		// RFC 6052's /48 form: IPv4 bits 0-15 at 48-63, the u octet
+		// (64-71) zero, IPv4 bits 16-31 at 72-87, the suffix zero. An
+		// address of a longer prefix whose IPv4 bits leave these zeros
+		// reads as this form too: still one key per host of its translator.
+		return netip.AddrFrom4([4]byte{b[6], b[7], b[9], b[10]}), true
 	}
-	return a
+	return netip.Addr{}, false
+}
+
+// zeros reports whether every byte of b is zero.
+func zeros(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (k *IPKeyer) bits() int {

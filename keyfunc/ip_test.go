@@ -2,6 +2,7 @@ package keyfunc
 
 import (
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -197,6 +198,38 @@ func TestIPKey(t *testing.T) {
 			headers: []string{"X-Forwarded-For: 2002:cb00:7109::1"}, want: "203.0.113.9"},
 		{name: "outside nat64 /96 is ipv6", remote: "[64:ff9b::1:c000:204]:80", want: "64:ff9b::/64"},
 		{name: "near 6to4 is ipv6", remote: "[2003:c000:204::1]:80", want: "2003:c000:204::/64"},
+		// Teredo: server 65.54.227.120, port 40000 and client 192.0.2.45,
+		// the last two inverted (RFC 4380 section 4).
+		{name: "teredo peer", remote: "[2001:0:4136:e378:8000:63bf:3fff:fdd2]:80", want: "192.0.2.45"},
+		{name: "teredo other port same key", remote: "[2001:0:4136:e378:8000:1234:3fff:fdd2]:80", want: "192.0.2.45"},
+		{name: "teredo other server same key", remote: "[2001:0:cb00:7101::3fff:fdd2]:80", want: "192.0.2.45"},
+		{name: "teredo other host", remote: "[2001:0:4136:e378:8000:63bf:3fff:fdd1]:80", want: "192.0.2.46"},
+		{name: "teredo hop", trusted: trusted, remote: "10.1.1.1:1",
+			headers: []string{"X-Forwarded-For: 2001::34ff:8ef6"}, want: "203.0.113.9"},
+		{name: "near teredo is ipv6", remote: "[2001:1:4136:e378:8000:63bf:3fff:fdd2]:80", want: "2001:1:4136:e378::/64"},
+		// IPv4-compatible (RFC 4291 section 2.5.5.1): ::/96 but :: and ::1.
+		{name: "ipv4-compatible dotted", remote: "[::192.0.2.7]:80", want: "192.0.2.7"},
+		{name: "ipv4-compatible hex", remote: "[::c000:208]:80", want: "192.0.2.8"},
+		{name: "ipv4-compatible low", remote: "[::2]:80", want: "0.0.0.2"},
+		{name: "ipv4-compatible hop", trusted: trusted, remote: "10.1.1.1:1",
+			headers: []string{"X-Forwarded-For: ::203.0.113.9"}, want: "203.0.113.9"},
+		{name: "loopback is not ipv4-compatible", remote: "[::1]:80", want: "::/64"},
+		{name: "unspecified is not ipv4-compatible", remote: "[::]:80", want: "::/64"},
+		{name: "outside ::/96 is ipv6", remote: "[::1:c000:204]:80", want: "::/64"},
+		// NAT64 local use (RFC 8215) in the /48's own form (RFC 6052 section
+		// 2.2): the IPv4 address in bits 48-63 and 72-87.
+		{name: "nat64 local /48 form", remote: "[64:ff9b:1:c000:2:400::]:80", want: "192.0.2.4"},
+		{name: "nat64 local /48 form other host", remote: "[64:ff9b:1:c000:2:500::]:80", want: "192.0.2.5"},
+		{name: "nat64 local /48 form hop", trusted: trusted, remote: "10.1.1.1:1",
+			headers: []string{"X-Forwarded-For: 64:ff9b:1:cb00:71:900::"}, want: "203.0.113.9"},
+		// Any other address of the block is of a longer prefix, whose IPv4
+		// bits it does not show: keyed whole, one key per host.
+		{name: "nat64 local /96 prefix", remote: "[64:ff9b:1::c000:204]:80", want: "64:ff9b:1::c000:204/128"},
+		{name: "nat64 local /96 prefix other host", remote: "[64:ff9b:1::c000:205]:80", want: "64:ff9b:1::c000:205/128"},
+		{name: "nat64 local /64 prefix", remote: "[64:ff9b:1:1:c0:2:400:0]:80", want: "64:ff9b:1:1:c0:2:400:0/128"},
+		{name: "nat64 local u octet set", remote: "[64:ff9b:1:c000:102:400::]:80", want: "64:ff9b:1:c000:102:400::/128"},
+		{name: "nat64 local whole under a /56 setting", v6: 56, remote: "[64:ff9b:1::c000:204]:80", want: "64:ff9b:1::c000:204/128"},
+		{name: "near nat64 local is ipv6", remote: "[64:ff9b:2::c000:204]:80", want: "64:ff9b:2::/64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -240,6 +273,84 @@ func TestIPKeyOneKeyPerAddress(t *testing.T) {
 		if err != nil || got != "192.0.2.1" {
 			t.Errorf("Key(%q) = %q, %v; want 192.0.2.1", f, got, err)
 		}
+	}
+}
+
+// Every transition mechanism keys a client by the IPv4 address it carries,
+// whatever the other bits: for many IPv4 hosts, each written as the
+// mechanism writes it with the other bits random, the key is that host.
+func TestIPTransitionKeys(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	random := func(b []byte) {
+		for i := range b {
+			b[i] = byte(rnd.Uint32())
+		}
+	}
+	tests := []struct {
+		name  string
+		write func(v4 [4]byte) [16]byte
+		whole bool // keyed by the whole address, not the IPv4 one
+	}{
+		{"6to4", func(v4 [4]byte) (b [16]byte) {
+			random(b[6:])
+			b[0], b[1] = 0x20, 0x02
+			copy(b[2:6], v4[:])
+			return b
+		}, false},
+		{"teredo", func(v4 [4]byte) (b [16]byte) {
+			random(b[4:12])
+			b[0], b[1] = 0x20, 0x01
+			for i, c := range v4 {
+				b[12+i] = c ^ 0xff
+			}
+			return b
+		}, false},
+		{"nat64", func(v4 [4]byte) (b [16]byte) {
+			b[1], b[2], b[3] = 0x64, 0xff, 0x9b
+			copy(b[12:], v4[:])
+			return b
+		}, false},
+		{"ipv4-compatible", func(v4 [4]byte) (b [16]byte) {
+			copy(b[12:], v4[:])
+			return b
+		}, false},
+		{"nat64 local /48", func(v4 [4]byte) (b [16]byte) {
+			b[1], b[2], b[3], b[5] = 0x64, 0xff, 0x9b, 1
+			b[6], b[7], b[9], b[10] = v4[0], v4[1], v4[2], v4[3]
+			return b
+		}, false},
+		{"nat64 local /96", func(v4 [4]byte) (b [16]byte) {
+			random(b[6:12])
+			b[1], b[2], b[3], b[5] = 0x64, 0xff, 0x9b, 1
+			copy(b[12:], v4[:])
+			return b
+		}, true},
+	}
+	k := mustKeyer(t, IPOptions{})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keys := make(map[string][4]byte)
+			for range 2000 {
+				var v4 [4]byte
+				random(v4[:])
+				if v4[0] == 0 { // clear of :: and ::1, which carry no IPv4 address
+					v4[0] = 1
+				}
+				a := netip.AddrFrom16(tt.write(v4))
+				want := netip.AddrFrom4(v4).String()
+				if tt.whole {
+					want = netip.PrefixFrom(a, 128).String()
+				}
+				got := k.AddrKey(a)
+				if got != want {
+					t.Fatalf("AddrKey(%v) = %q, want %q", a, got, want)
+				}
+				if other, ok := keys[got]; ok && other != v4 {
+					t.Fatalf("hosts %v and %v share key %q", other, v4, got)
+				}
+				keys[got] = v4
+			}
+		})
 	}
 }
 

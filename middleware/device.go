@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gatecount/gatecount/limiter"
@@ -17,8 +18,21 @@ import (
 
 // Defaults of DeviceOptions.
 const (
-	// DefaultDeviceCookie names the device cookie.
-	DefaultDeviceCookie = "gatecount-device"
+	// DefaultDeviceCookie names the device cookie when it is Secure with
+	// Path "/", as it is by default. Browsers take a __Host- cookie only
+	// from its own host over HTTPS, never from a sibling subdomain.
+	DefaultDeviceCookie = "__Host-gatecount-device"
+	// PlainDeviceCookie names the device cookie when the __Host- prefix is
+	// ruled out: Insecure, or a Path other than "/". Until the next release
+	// a guard that sets DefaultDeviceCookie also reads cookies of this name,
+	// which earlier releases set.
+	PlainDeviceCookie = "gatecount-device"
+	// MaxDeviceCookies bounds the device cookies of a request that are
+	// tried, under every name read together. A request carrying more is
+	// taken as carrying none, whatever their order, so fewer planted
+	// cookies never hide a valid one, and a request costs at most this
+	// many MACs.
+	MaxDeviceCookies = 32
 	// DefaultDeviceLifetime is how long a device token stays valid after
 	// the sign-in that issued it.
 	DefaultDeviceLifetime = 30 * 24 * time.Hour
@@ -41,7 +55,11 @@ type DeviceOptions struct {
 	// Off turns device cookies off: every attempt counts against the
 	// account and address budgets.
 	Off bool
-	// Cookie names the cookie; "" means DefaultDeviceCookie.
+	// Cookie names the cookie. "" means DefaultDeviceCookie, or
+	// PlainDeviceCookie when Insecure or Path rules out the __Host- prefix.
+	// A name set here is kept as written and is the only one read. A
+	// __Host- name needs Path "/" and Secure, a __Secure- name Secure:
+	// browsers drop such cookies otherwise, so construction refuses them.
 	Cookie string
 	// Lifetime is how long a token is valid after the sign-in that issued
 	// it (each successful sign-in issues a new one); zero means
@@ -61,7 +79,9 @@ type DeviceOptions struct {
 	// over plain HTTP. Never set it in production: the token would travel
 	// in clear.
 	Insecure bool
-	// Path is the cookie's Path; "" means "/".
+	// Path is the cookie's Path; "" means "/". Any other Path rules out
+	// the __Host- prefix, so the default name is then PlainDeviceCookie,
+	// which other hosts of the site can set and so plant.
 	Path string
 }
 
@@ -71,8 +91,6 @@ const (
 	deviceNonce   = 16
 	deviceMAC     = sha256.Size
 	deviceBytes   = 1 + 8 + deviceNonce + deviceMAC
-	// deviceCookies bounds the cookies of the device name that are tried.
-	deviceCookies = 4
 )
 
 // devices signs and verifies device tokens. A token is
@@ -80,9 +98,10 @@ const (
 // expiry ‖ nonce ‖ account)): the account is never in it, only bound by the
 // MAC, so a token verifies only for the account it was issued for.
 type devices struct {
-	o   DeviceOptions
-	key []byte
-	now func() time.Time
+	o     DeviceOptions
+	names []string // the cookie names read, o.Cookie first
+	key   []byte
+	now   func() time.Time
 }
 
 // deviceKeyLabel separates the device-cookie key derived from a secret from
@@ -90,11 +109,25 @@ type devices struct {
 const deviceKeyLabel = "gatecount device cookie key v1"
 
 func newDevices(o DeviceOptions) (*devices, error) {
-	if o.Cookie == "" {
+	if o.Path == "" {
+		o.Path = "/"
+	}
+	var names []string
+	switch {
+	case o.Cookie != "":
+		names = []string{o.Cookie}
+	case o.Insecure || o.Path != "/":
+		o.Cookie = PlainDeviceCookie
+		names = []string{o.Cookie}
+	default:
 		o.Cookie = DefaultDeviceCookie
+		names = []string{o.Cookie, PlainDeviceCookie} // the old name, for one release
 	}
 	if !isCookieName(o.Cookie) {
 		return nil, fmt.Errorf("middleware: device cookie name %q is not a cookie name", o.Cookie)
+	}
+	if err := checkCookiePrefix(o); err != nil {
+		return nil, err
 	}
 	if o.Lifetime == 0 {
 		o.Lifetime = DefaultDeviceLifetime
@@ -105,9 +138,6 @@ func newDevices(o DeviceOptions) (*devices, error) {
 	if o.Failures == (limiter.Budget{}) {
 		o.Failures = DefaultDeviceFailures
 	}
-	if o.Path == "" {
-		o.Path = "/"
-	}
 	secret := o.Secret
 	if secret == nil {
 		secret = make([]byte, 32)
@@ -117,7 +147,35 @@ func newDevices(o DeviceOptions) (*devices, error) {
 	}
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(deviceKeyLabel))
-	return &devices{o: o, key: m.Sum(nil), now: time.Now}, nil
+	return &devices{o: o, names: names, key: m.Sum(nil), now: time.Now}, nil
+}
+
+// checkCookiePrefix refuses a cookie name whose prefix o's attributes break:
+// browsers drop a __Host- cookie unless it is Secure with Path "/", and a
+// __Secure- cookie unless it is Secure. Prefixes match in any case, as
+// browsers match them.
+func checkCookiePrefix(o DeviceOptions) error {
+	var prefix string
+	switch {
+	case hasPrefixFold(o.Cookie, "__Host-"):
+		prefix = "__Host-"
+	case hasPrefixFold(o.Cookie, "__Secure-"):
+		prefix = "__Secure-"
+	default:
+		return nil
+	}
+	if o.Insecure {
+		return fmt.Errorf("middleware: device cookie %q: its %s prefix needs Secure, which Insecure leaves out; turn Insecure off or drop the prefix", o.Cookie, prefix)
+	}
+	if prefix == "__Host-" && o.Path != "/" {
+		return fmt.Errorf("middleware: device cookie %q: its __Host- prefix needs Path \"/\", not %q; leave Path empty or drop the prefix", o.Cookie, o.Path)
+	}
+	return nil
+}
+
+// hasPrefixFold reports whether s begins with prefix, in any case.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // isCookieName reports whether s is a token, as a cookie name must be.
@@ -184,14 +242,18 @@ func (v *devices) verify(token, account string) (string, bool) {
 }
 
 // known returns the device ID of the first valid token for account among
-// r's device cookies, of which it tries a bounded number.
+// r's device cookies, those of v's own name first, then the old name's. A
+// request with more than MaxDeviceCookies of them, all names together, has
+// none: none is tried.
 func (v *devices) known(r *http.Request, account string) (string, bool) {
-	tried := 0
-	for _, c := range r.CookiesNamed(v.o.Cookie) {
-		if tried == deviceCookies {
-			break
-		}
-		tried++
+	cs := r.CookiesNamed(v.names[0])
+	for _, name := range v.names[1:] {
+		cs = append(cs, r.CookiesNamed(name)...)
+	}
+	if len(cs) > MaxDeviceCookies {
+		return "", false
+	}
+	for _, c := range cs {
 		if id, ok := v.verify(c.Value, account); ok {
 			return id, true
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,7 +153,8 @@ func TestDeviceCookie(t *testing.T) {
 			t.Fatalf("Set-Cookie %q", h["Set-Cookie"])
 		}
 		c := cs[0]
-		if c.Name != DefaultDeviceCookie || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Secure == insecure ||
+		name := map[bool]string{false: DefaultDeviceCookie, true: PlainDeviceCookie}[insecure]
+		if c.Name != name || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Secure == insecure || c.Domain != "" ||
 			c.Path != "/" || c.MaxAge != int(DefaultDeviceLifetime/time.Second) || !c.Expires.Equal(now.Add(DefaultDeviceLifetime)) {
 			t.Errorf("insecure %v: cookie %q", insecure, h["Set-Cookie"])
 		}
@@ -164,36 +166,187 @@ func TestDeviceCookie(t *testing.T) {
 		if _, ok := v.known(r, "alice"); ok {
 			t.Error("token under another cookie name accepted")
 		}
-		r.AddCookie(&http.Cookie{Name: DefaultDeviceCookie, Value: "forged"})
+		r.AddCookie(&http.Cookie{Name: name, Value: "forged"})
 		r.AddCookie(c)
 		if _, ok := v.known(r, "alice"); !ok {
 			t.Error("valid token after a forged one refused")
 		}
-		r = httptest.NewRequest("POST", "/login", nil)
-		for range deviceCookies {
-			r.AddCookie(&http.Cookie{Name: DefaultDeviceCookie, Value: "forged"})
+	}
+}
+
+// The name a guard issues and the names it reads follow its options: the
+// __Host- name when Secure with Path "/", reading the old name too; the
+// plain name otherwise; a name set in the options alone, as written.
+func TestDeviceCookieNames(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	both := []string{DefaultDeviceCookie, PlainDeviceCookie}
+	tests := []struct {
+		name   string
+		o      DeviceOptions
+		cookie string // the name issued
+		secure bool
+		path   string
+		read   []string // the names read
+	}{
+		{"default", DeviceOptions{}, DefaultDeviceCookie, true, "/", both},
+		{"path /", DeviceOptions{Path: "/"}, DefaultDeviceCookie, true, "/", both},
+		{"insecure", DeviceOptions{Insecure: true}, PlainDeviceCookie, false, "/", []string{PlainDeviceCookie}},
+		{"other path", DeviceOptions{Path: "/login"}, PlainDeviceCookie, true, "/login", []string{PlainDeviceCookie}},
+		{"insecure, other path", DeviceOptions{Insecure: true, Path: "/login"}, PlainDeviceCookie, false, "/login", []string{PlainDeviceCookie}},
+		{"name set", DeviceOptions{Cookie: "dev"}, "dev", true, "/", []string{"dev"}},
+		{"name set, insecure, other path", DeviceOptions{Cookie: "dev", Insecure: true, Path: "/a"}, "dev", false, "/a", []string{"dev"}},
+		{"name set to the default", DeviceOptions{Cookie: DefaultDeviceCookie}, DefaultDeviceCookie, true, "/", []string{DefaultDeviceCookie}},
+		{"name set to the old name", DeviceOptions{Cookie: PlainDeviceCookie}, PlainDeviceCookie, true, "/", []string{PlainDeviceCookie}},
+		{"__Host- name set", DeviceOptions{Cookie: "__Host-dev", Path: "/"}, "__Host-dev", true, "/", []string{"__Host-dev"}},
+		{"__Secure- name, other path", DeviceOptions{Cookie: "__Secure-dev", Path: "/login"}, "__Secure-dev", true, "/login", []string{"__Secure-dev"}},
+	}
+	probes := []string{DefaultDeviceCookie, PlainDeviceCookie, "dev", "__Host-dev", "__Secure-dev"}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.o.Secret = testSecret
+			v := newTestDevices(t, tt.o, &now)
+			h := http.Header{}
+			v.issue(h, "alice")
+			cs := (&http.Response{Header: h}).Cookies()
+			if len(cs) != 1 {
+				t.Fatalf("Set-Cookie %q", h["Set-Cookie"])
+			}
+			c := cs[0]
+			if c.Name != tt.cookie || c.Secure != tt.secure || c.Path != tt.path || c.Domain != "" || !c.HttpOnly {
+				t.Fatalf("Set-Cookie %q, want %s, Secure %v, Path %s", h["Set-Cookie"], tt.cookie, tt.secure, tt.path)
+			}
+			if v.o.Cookie != tt.cookie {
+				t.Errorf("options name the cookie %q, want %q", v.o.Cookie, tt.cookie)
+			}
+			for _, name := range probes {
+				r := httptest.NewRequest("POST", "/login", nil)
+				r.AddCookie(&http.Cookie{Name: name, Value: c.Value})
+				if _, ok := v.known(r, "alice"); ok != slices.Contains(tt.read, name) {
+					t.Errorf("token under %q read: %v, want %v", name, ok, !ok)
+				}
+			}
+		})
+	}
+}
+
+// With both names read, a valid token under the guard's own name is the
+// device, ahead of a valid one under the old name, in any order.
+func TestDeviceCookieOwnNameFirst(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	v := newTestDevices(t, DeviceOptions{Secret: testSecret}, &now)
+	oldToken, _ := v.sign("alice")
+	newToken, _ := v.sign("alice")
+	want, _ := v.verify(newToken, "alice")
+	r := httptest.NewRequest("POST", "/login", nil)
+	r.AddCookie(&http.Cookie{Name: PlainDeviceCookie, Value: oldToken})
+	r.AddCookie(&http.Cookie{Name: DefaultDeviceCookie, Value: newToken})
+	if id, ok := v.known(r, "alice"); !ok || id != want {
+		t.Errorf("device %q (%v), want the __Host- cookie's %q", id, ok, want)
+	}
+}
+
+// plantedTokens returns n tokens that are not alice's, as an attacker
+// plants them: junk, well-formed tokens under another key, and tokens this
+// guard signed for another account, in turn.
+func plantedTokens(t *testing.T, v *devices, n int) []string {
+	t.Helper()
+	now := v.now()
+	other := newTestDevices(t, DeviceOptions{Secret: []byte("an attacker's own secret, 32 bytes or more")}, &now)
+	out := make([]string, n)
+	for i := range out {
+		switch i % 3 {
+		case 0:
+			out[i] = "forged"
+		case 1:
+			out[i], _ = other.sign("alice")
+		case 2:
+			out[i], _ = v.sign("mallory")
 		}
-		r.AddCookie(c)
-		if _, ok := v.known(r, "alice"); ok {
-			t.Error("more device cookies tried than the bound")
-		}
+	}
+	return out
+}
+
+// Every device cookie of a request is tried, under both names, up to
+// MaxDeviceCookies: planted cookies before or after the owner's never hide
+// it. Past the bound the request has no device cookie at all, not the
+// first MaxDeviceCookies: the owner's is not tried even when it comes first.
+func TestDeviceCookiesPlanted(t *testing.T) {
+	const max = MaxDeviceCookies
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	v := newTestDevices(t, DeviceOptions{Secret: testSecret}, &now)
+	owner, _ := v.sign("alice")
+	want, _ := v.verify(owner, "alice")
+	tests := []struct {
+		name    string
+		before  int    // planted cookies before the owner's
+		after   int    // planted cookies after it
+		planted string // the planted cookies' name
+		own     string // the owner's cookie's name
+		ok      bool
+	}{
+		{"alone", 0, 0, DefaultDeviceCookie, DefaultDeviceCookie, true},
+		{"5 before", 5, 0, DefaultDeviceCookie, DefaultDeviceCookie, true},
+		{"5 after", 0, 5, DefaultDeviceCookie, DefaultDeviceCookie, true},
+		{"10 before", 10, 0, DefaultDeviceCookie, DefaultDeviceCookie, true},
+		{"10 after", 0, 10, DefaultDeviceCookie, DefaultDeviceCookie, true},
+		{"10 around", 5, 5, DefaultDeviceCookie, DefaultDeviceCookie, true},
+		{"up to the bound, owner last", max - 1, 0, DefaultDeviceCookie, DefaultDeviceCookie, true},
+		{"up to the bound, owner first", 0, max - 1, DefaultDeviceCookie, DefaultDeviceCookie, true},
+		{"5 of the old name before", 5, 0, PlainDeviceCookie, DefaultDeviceCookie, true},
+		{"10 of the old name after", 0, 10, PlainDeviceCookie, DefaultDeviceCookie, true},
+		{"up to the bound of the old name", max - 1, 0, PlainDeviceCookie, DefaultDeviceCookie, true},
+		{"owner's old name, 10 planted", 10, 0, DefaultDeviceCookie, PlainDeviceCookie, true},
+		{"owner's old name, up to the bound", 0, max - 1, DefaultDeviceCookie, PlainDeviceCookie, true},
+		{"one over, owner last", max, 0, DefaultDeviceCookie, DefaultDeviceCookie, false},
+		{"one over, owner first", 0, max, DefaultDeviceCookie, DefaultDeviceCookie, false},
+		{"one over, owner between", max / 2, max - max/2, DefaultDeviceCookie, DefaultDeviceCookie, false},
+		{"one over across the names", max, 0, PlainDeviceCookie, DefaultDeviceCookie, false},
+		{"one over across the names, owner's old", 0, max, DefaultDeviceCookie, PlainDeviceCookie, false},
+		{"far over", 0, 3 * max, DefaultDeviceCookie, DefaultDeviceCookie, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			planted := plantedTokens(t, v, tt.before+tt.after)
+			r := httptest.NewRequest("POST", "/login", nil)
+			r.AddCookie(&http.Cookie{Name: "session", Value: "s"}) // never counted
+			for _, p := range planted[:tt.before] {
+				r.AddCookie(&http.Cookie{Name: tt.planted, Value: p})
+			}
+			r.AddCookie(&http.Cookie{Name: tt.own, Value: owner})
+			for _, p := range planted[tt.before:] {
+				r.AddCookie(&http.Cookie{Name: tt.planted, Value: p})
+			}
+			id, ok := v.known(r, "alice")
+			if ok != tt.ok || (ok && id != want) {
+				t.Errorf("known = %q, %v; want the owner's device: %v", id, ok, tt.ok)
+			}
+		})
 	}
 }
 
 func TestDeviceOptionsValidated(t *testing.T) {
-	for _, o := range []DeviceOptions{
-		{Secret: []byte("short")},
-		{Cookie: "bad name"},
-		{Cookie: "a;b"},
-		{Lifetime: time.Second},
-		{Lifetime: MaxDeviceLifetime + time.Hour},
+	for _, tt := range []struct {
+		o    DeviceOptions
+		want string // in the error
+	}{
+		{DeviceOptions{Secret: []byte("short")}, "secret of 5 bytes"},
+		{DeviceOptions{Cookie: "bad name"}, "not a cookie name"},
+		{DeviceOptions{Cookie: "a;b"}, "not a cookie name"},
+		{DeviceOptions{Lifetime: time.Second}, "lifetime"},
+		{DeviceOptions{Lifetime: MaxDeviceLifetime + time.Hour}, "lifetime"},
+		{DeviceOptions{Cookie: "__Host-device", Path: "/login"}, `"__Host-device": its __Host- prefix needs Path "/", not "/login"`},
+		{DeviceOptions{Cookie: "__host-device", Path: "/login"}, `needs Path "/"`},
+		{DeviceOptions{Cookie: "__Host-device", Insecure: true}, `"__Host-device": its __Host- prefix needs Secure`},
+		{DeviceOptions{Cookie: "__HOST-device", Insecure: true, Path: "/"}, "prefix needs Secure"},
+		{DeviceOptions{Cookie: "__Secure-device", Insecure: true}, `"__Secure-device": its __Secure- prefix needs Secure`},
 	} {
-		if _, err := newDevices(o); err == nil {
-			t.Errorf("newDevices(%+v) accepted", o)
+		_, err := newDevices(tt.o)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("newDevices(%+v) = %v, want an error with %q", tt.o, err, tt.want)
 		}
 	}
-	v, err := newDevices(DeviceOptions{Cookie: "__Host-device", Lifetime: time.Hour, Path: "/login"})
-	if err != nil || v.o.Cookie != "__Host-device" || v.o.Lifetime != time.Hour || v.o.Path != "/login" || v.o.Failures != DefaultDeviceFailures {
+	v, err := newDevices(DeviceOptions{Cookie: "device", Lifetime: time.Hour, Path: "/login"})
+	if err != nil || v.o.Cookie != "device" || v.o.Lifetime != time.Hour || v.o.Path != "/login" || v.o.Failures != DefaultDeviceFailures {
 		t.Errorf("newDevices = %+v, %v", v, err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/gatecount/gatecount/middleware"
 )
 
 // AttackEnv is the environment of the attack checks: the memory store, and
@@ -21,7 +23,7 @@ var AttackEnv = map[string]string{
 }
 
 // deviceCookie is the sign-in guard's default device cookie name.
-const deviceCookie = "gatecount-device"
+const deviceCookie = middleware.DefaultDeviceCookie
 
 // PostBody sends body with Content-Type ct from the client at ip, with
 // cookies.
@@ -63,10 +65,12 @@ func credentials(user, password string) string {
 
 // CheckDeviceCookies checks, against a server started with AttackEnv, that
 // strangers who spend alice's per-account budget cannot lock out her own
-// device: alice signs in from one address and keeps her cookies; 25
-// strangers' addresses spend her account's budget; alice from a new address
-// with her cookies and her password is signed in, and the same cookies with
-// one character changed are not.
+// device: alice signs in from one address and keeps her cookies, of which
+// the device cookie is a __Host- one; 25 strangers' addresses spend her
+// account's budget; alice from a new address with her cookies and her
+// password is signed in, and so she is with her token under the old name,
+// or among 10 and up to MaxDeviceCookies planted device cookies; with one
+// more planted, or with one character of her token changed, she is not.
 func CheckDeviceCookies(t *testing.T, s *Server) {
 	res, body := PostBody(t, s.URL+"/login", "192.0.2.101", formType, credentials("alice", "correct-horse"))
 	if res.StatusCode != 200 {
@@ -94,6 +98,21 @@ func CheckDeviceCookies(t *testing.T, s *Server) {
 	if res, body := PostBody(t, s.URL+"/login", "203.0.113.50", formType, credentials("alice", "correct-horse"), cookies...); res.StatusCode != 200 {
 		t.Fatalf("alice with her cookies from a new address: %d %s", res.StatusCode, body)
 	}
+	oldName := &http.Cookie{Name: middleware.PlainDeviceCookie, Value: device.Value}
+	if res, body := PostBody(t, s.URL+"/login", "203.0.113.52", formType, credentials("alice", "correct-horse"), oldName); res.StatusCode != 200 {
+		t.Fatalf("alice with her token under the old name %s: %d %s", middleware.PlainDeviceCookie, res.StatusCode, body)
+	}
+	for _, n := range []int{10, middleware.MaxDeviceCookies - 1, middleware.MaxDeviceCookies} {
+		planted := []*http.Cookie{device}
+		for i := range n {
+			planted = append(planted, &http.Cookie{Name: middleware.PlainDeviceCookie, Value: fmt.Sprintf("planted-%d", i)})
+		}
+		planted[0], planted[n/2] = planted[n/2], planted[0]
+		want := map[bool]int{true: 200, false: 429}[n < middleware.MaxDeviceCookies]
+		if res, body := PostBody(t, s.URL+"/login", "203.0.113.53", formType, credentials("alice", "correct-horse"), planted...); res.StatusCode != want {
+			t.Fatalf("alice's device cookie among %d planted: %d %s, want %d", n, res.StatusCode, body, want)
+		}
+	}
 	for _, i := range []int{0, len(device.Value) / 2, len(device.Value) - 1} {
 		changed := make([]*http.Cookie, 0, len(cookies))
 		for _, c := range cookies {
@@ -110,8 +129,8 @@ func CheckDeviceCookies(t *testing.T, s *Server) {
 			t.Fatalf("cookies with character %d of the device token changed: 200", i)
 		}
 	}
-	if n := s.App.SignIns("alice"); n != 2 {
-		t.Fatalf("alice signed in %d times, want 2", n)
+	if n := s.App.SignIns("alice"); n != 5 {
+		t.Fatalf("alice signed in %d times, want 5", n)
 	}
 }
 

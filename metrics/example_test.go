@@ -42,5 +42,5 @@ func ExampleExpvar() {
 	// Output:
 	// decisions: {"health": {"allowed": 2, "denied": 1}}
 	// calls: {"count": 3}
-	// stores: {"memory": {"breaker_open":false,"entries":1,"in_flight":0,"max_entries":100000,"max_in_flight":64,"queued":0,"waited":0}}
+	// stores: {"memory": {"breaker_open":false,"entries":1,"in_flight":0,"max_entries":100000,"max_in_flight":64,"members":1,"queued":0,"waited":0}}
 }

@@ -148,6 +148,7 @@ func StatsMap(st store.Stats) map[string]any {
 		"breaker_open":  st.BreakerOpen,
 		"entries":       st.Entries,
 		"max_entries":   st.MaxEntries,
+		"members":       st.Members,
 	}
 }
 

@@ -44,7 +44,7 @@ type Collector struct {
 	decisions *prometheus.CounterVec
 	calls     *prometheus.HistogramVec
 
-	inFlight, queued, waited, maxInFlight, breaker, entries, maxEntries *prometheus.Desc
+	inFlight, queued, waited, maxInFlight, breaker, entries, maxEntries, members *prometheus.Desc
 
 	mu     sync.Mutex
 	stores map[string]*store.Store
@@ -70,6 +70,7 @@ func New(namespace string) *Collector {
 		queued:      desc("queued", "Calls waiting for a slot under the in-flight bound now."),
 		waited:      desc("waited_total", "Calls that have waited for a slot since the store opened."),
 		maxInFlight: desc("max_in_flight", "The store's bound on calls in flight."),
+		members:     desc("members", "The instances sharing the store, as this one last counted them."),
 		breaker:     desc("breaker_open", "1 while a breaker of the store is open."),
 		entries:     desc("entries", "Live entries the store holds."),
 		maxEntries:  desc("max_entries", "The store's bound on live entries."),
@@ -102,7 +103,7 @@ func (c *Collector) Watch(name string, s *store.Store) {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.decisions.Describe(ch)
 	c.calls.Describe(ch)
-	for _, d := range []*prometheus.Desc{c.inFlight, c.queued, c.waited, c.maxInFlight, c.breaker, c.entries, c.maxEntries} {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.queued, c.waited, c.maxInFlight, c.breaker, c.entries, c.maxEntries, c.members} {
 		ch <- d
 	}
 }
@@ -122,6 +123,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.queued, float64(st.Queued))
 		ch <- prometheus.MustNewConstMetric(c.waited, prometheus.CounterValue, float64(st.Waited), name)
 		gauge(c.maxInFlight, float64(st.MaxInFlight))
+		gauge(c.members, float64(st.Members))
 		open := 0.0
 		if st.BreakerOpen {
 			open = 1

@@ -132,56 +132,90 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 	return *t, nil
 }
 
-// flushAlone adds to the store what this instance admitted alone of key,
-// and returns whether the key has nothing left to add. It reports the
-// store's error when the store could not take it.
-func (l *Limiter) flushAlone(ctx context.Context, key string) (bool, error) {
-	keys := []string{key}
-	var k known
-	var left time.Duration // of the key's window in memory
-	err := l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) (err error) {
-		if k, err = knownOf(&es[0]); err == nil && es[0].Live() {
-			left = es[0].ExpiresAt.Sub(now)
-		}
-		return err
-	})
-	if err != nil || k.alone == 0 || left <= 0 {
-		return true, nil
-	}
-	var n int64 // the store's count once the key's alone attempts are in it
-	err = l.h.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
-		e := &es[0]
-		n = k.alone
-		if e.Live() {
-			c, err := store.ParseCount(e.Value)
+// flushAlone adds to the store, in one update, what this instance
+// admitted alone of keys (at most store.MaxKeys of them), and returns those
+// that have nothing left to add. It returns the store's error when the
+// store could not take them. Once in the store, a key's memory is dropped
+// when memory is three quarters full, as remember would not keep it.
+func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string, err error) {
+	var sent [store.MaxKeys]int64
+	var left [store.MaxKeys]time.Duration // of each key's window in memory
+	err = l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
+		for i := range es {
+			k, err := knownOf(&es[i])
 			if err != nil {
 				return err
 			}
-			n += c
-		} else {
-			e.ExpiresAt = now.Add(left)
+			if es[i].Live() {
+				sent[i], left[i] = k.alone, es[i].ExpiresAt.Sub(now)
+			}
 		}
-		e.Value = store.AppendCount(e.Value[:0], n)
+		return nil
+	})
+	if err != nil {
+		return keys, nil // not ours to add: memory holds something else
+	}
+	var sub []string
+	var subSent []int64
+	var subLeft []time.Duration
+	for i, k := range keys {
+		if sent[i] <= 0 || left[i] <= 0 {
+			done = append(done, k)
+			continue
+		}
+		sub, subSent, subLeft = append(sub, k), append(subSent, sent[i]), append(subLeft, left[i])
+	}
+	if len(sub) == 0 {
+		return done, nil
+	}
+	counts := make([]int64, len(sub)) // the store's counts once the keys' alone attempts are in
+	err = l.h.Update(ctx, sub, func(now time.Time, es []store.Entry) error {
+		for i := range es {
+			e := &es[i]
+			counts[i] = subSent[i]
+			if e.Live() {
+				c, err := store.ParseCount(e.Value)
+				if err != nil {
+					return err
+				}
+				counts[i] += c
+			} else {
+				e.ExpiresAt = now.Add(subLeft[i])
+			}
+			e.Value = store.AppendCount(e.Value[:0], counts[i])
+		}
 		return nil
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrUnavailable) {
-			return false, err
+			return done, err
 		}
-		return true, err // not a count: nothing this limiter can add to
+		return keys, err // not counts: nothing this limiter can add to
 	}
-	var rest int64
-	l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
-		cur, err := knownOf(&es[0])
-		if err != nil || !es[0].Live() {
-			return err
+	roomy := l.localB.Entries() < l.localB.MaxEntries()/4*memoRoom
+	l.local.Update(ctx, sub, func(now time.Time, es []store.Entry) error {
+		for i := range es {
+			k, err := knownOf(&es[i])
+			if err != nil || !es[i].Live() {
+				done = append(done, sub[i])
+				continue
+			}
+			k.alone = max(k.alone-subSent[i], 0)
+			k.seen = counts[i]
+			switch {
+			case k.alone > 0: // admitted meanwhile: sent next round
+				k.put(&es[i])
+			case roomy:
+				k.put(&es[i])
+				done = append(done, sub[i])
+			default:
+				es[i].Value = nil
+				done = append(done, sub[i])
+			}
 		}
-		cur.alone = max(cur.alone-k.alone, 0)
-		cur.seen, rest = n, cur.alone
-		cur.put(&es[0])
 		return nil
 	})
-	return rest == 0, nil
+	return done, nil
 }
 
 // Credit gives back, in one store update, the attempt d counted on the keys

@@ -17,8 +17,9 @@ const (
 	MaxCredits = 10000
 	// outboxEvery is how often the outbox tries the store again.
 	outboxEvery = 250 * time.Millisecond
-	// flushBatch bounds the keys one round adds to the store.
-	flushBatch = 256
+	// flushBatch bounds the keys one round adds to the store, in updates
+	// of store.MaxKeys keys.
+	flushBatch = 1024
 )
 
 // KindOutbox is logged when what a limiter owes the store (attempts
@@ -146,6 +147,7 @@ func (l *Limiter) drain() {
 func (l *Limiter) sendOnce(ctx context.Context) bool {
 	o := &l.out
 	o.mu.Lock()
+	full := len(o.alone) > flushBatch // more than one round's
 	keys := make([]string, 0, min(len(o.alone), flushBatch))
 	for k := range o.alone {
 		if len(keys) == flushBatch {
@@ -182,20 +184,17 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 		}
 	}
 	var sent []string
-	for _, k := range keys {
-		if !ok {
-			break
-		}
-		done, err := l.flushAlone(ctx, k)
-		if err != nil && errors.Is(err, store.ErrUnavailable) {
+	for len(keys) > 0 && ok {
+		batch := keys[:min(len(keys), store.MaxKeys)]
+		keys = keys[len(batch):]
+		done, err := l.flushAlone(ctx, batch)
+		sent = append(sent, done...)
+		switch {
+		case err == nil:
+		case errors.Is(err, store.ErrUnavailable):
 			ok = false
-			break
-		}
-		if err != nil {
+		default:
 			l.log.Warn("attempts admitted alone could not be added to the store", "kind", KindOutbox, "err", err)
-		}
-		if done {
-			sent = append(sent, k)
 		}
 	}
 	o.mu.Lock()
@@ -204,5 +203,5 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 		delete(o.alone, k)
 	}
 	o.mu.Unlock()
-	return ok && len(keys) < flushBatch
+	return ok && !full
 }

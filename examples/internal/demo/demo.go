@@ -88,8 +88,10 @@ type App struct {
 	mu         sync.Mutex
 	executions map[string]int64
 	signIns    map[string]int
-	// passwordChecks counts the sign-in attempts that reached the check.
+	// passwordChecks counts the sign-in attempts that reached the check,
+	// and checksFor those of each account named.
 	passwordChecks int
+	checksFor      map[string]int
 	codesSent      map[string]int
 }
 
@@ -103,7 +105,7 @@ func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 		return nil, err
 	}
 	a := &App{Config: c, Budgets: budgets, Addr: DefaultAddr, Metrics: sharedMetrics(), Log: log,
-		executions: map[string]int64{}, signIns: map[string]int{}, codesSent: map[string]int{}}
+		executions: map[string]int64{}, signIns: map[string]int{}, codesSent: map[string]int{}, checksFor: map[string]int{}}
 	if v, ok := lookup("ADDR"); ok && v != "" {
 		a.Addr = v
 	}

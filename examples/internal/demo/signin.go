@@ -78,11 +78,14 @@ func signInFailed(w http.ResponseWriter) {
 // work.
 func (a *App) LoginHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.mu.Lock()
-		a.passwordChecks++
-		a.mu.Unlock()
 		c := credentials(r, "username", "password")
 		name, ok := account(r, c, "username", keyfunc.NormalizeUsername)
+		a.mu.Lock()
+		a.passwordChecks++
+		if ok {
+			a.checksFor[name]++
+		}
+		a.mu.Unlock()
 		u, known := a.users[name]
 		want := unknownDigest
 		if ok && known {
@@ -134,6 +137,14 @@ func (a *App) PasswordChecks() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.passwordChecks
+}
+
+// PasswordChecksFor returns how many sign-in attempts naming account (as
+// normalised) reached the password check.
+func (a *App) PasswordChecksFor(account string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.checksFor[account]
 }
 
 // SignIns returns how many times user signed in.

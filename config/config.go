@@ -86,6 +86,10 @@ type Config struct {
 	StoreURL       string // RATE_LIMIT_STORE_URL
 	SingleInstance bool   // RATE_LIMIT_SINGLE_INSTANCE
 	MaxEntries     int    // RATE_LIMIT_MAX_ENTRIES; 0: the store's default
+	// MaxQueued is RATE_LIMIT_STORE_MAX_QUEUED, the calls of one limiter
+	// that may wait for the store at once (store.Options.MaxQueued); 0:
+	// the default.
+	MaxQueued int
 	TrustedProxies []netip.Prefix
 	Secret         []byte // GATECOUNT_SECRET
 
@@ -134,6 +138,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		StoreURL:       r.str("RATE_LIMIT_STORE_URL"),
 		SingleInstance: r.boolean("RATE_LIMIT_SINGLE_INSTANCE"),
 		MaxEntries:     r.count("RATE_LIMIT_MAX_ENTRIES", 100_000_000),
+		MaxQueued:      r.count("RATE_LIMIT_STORE_MAX_QUEUED", 1_000_000),
 	}
 	if s := r.str("TRUSTED_PROXIES"); s != "" {
 		p, err := keyfunc.ParseTrustedProxies(s)

@@ -31,7 +31,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Store != Memory || c.SingleInstance || c.MaxEntries != 0 || c.TrustedProxies != nil || c.Secret != nil || c.RedisAllowEviction {
+	if c.Store != Memory || c.SingleInstance || c.MaxEntries != 0 || c.MaxQueued != 0 || c.TrustedProxies != nil || c.Secret != nil || c.RedisAllowEviction {
 		t.Errorf("defaults: %+v", c)
 	}
 	if ip := c.IP(); ip.TrustedProxies != nil || ip.Header.String() != "X-Forwarded-For" {
@@ -104,6 +104,8 @@ func TestBadValues(t *testing.T) {
 		{[]string{"RATE_LIMIT_SINGLE_INSTANCE", "yes please"}, "RATE_LIMIT_SINGLE_INSTANCE"},
 		{[]string{"RATE_LIMIT_REDIS_ALLOW_EVICTION", "if you must"}, "RATE_LIMIT_REDIS_ALLOW_EVICTION"},
 		{[]string{"RATE_LIMIT_MAX_ENTRIES", "1e6"}, "RATE_LIMIT_MAX_ENTRIES"},
+		{[]string{"RATE_LIMIT_STORE_MAX_QUEUED", "0"}, "RATE_LIMIT_STORE_MAX_QUEUED"},
+		{[]string{"RATE_LIMIT_STORE_MAX_QUEUED", "many"}, "RATE_LIMIT_STORE_MAX_QUEUED"},
 		{[]string{"RATE_LIMIT_STORE", "dynamo"}, "RATE_LIMIT_STORE"},
 		{[]string{"RATE_LIMIT_STORE", "database"}, "RATE_LIMIT_STORE"},
 		{[]string{"RATE_LIMIT_STORE", "redis"}, "RATE_LIMIT_STORE"},
@@ -248,5 +250,22 @@ func TestRedisEviction(t *testing.T) {
 		if !strings.Contains(buf.String(), "kind="+redisstore.KindEvicting) {
 			t.Errorf("the risk was not logged:\n%s", buf.String())
 		}
+	}
+}
+
+// RATE_LIMIT_STORE_MAX_QUEUED bounds the calls of one limiter waiting for
+// the store.
+func TestMaxQueued(t *testing.T) {
+	c, err := FromEnv(env("RATE_LIMIT_STORE_MAX_QUEUED", "100"))
+	if err != nil || c.MaxQueued != 100 {
+		t.Fatalf("FromEnv: %+v, %v; want MaxQueued 100", c, err)
+	}
+	o, err := Open(context.Background(), c, store.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if st := o.Store.Stats(); st.MaxQueued != 100 {
+		t.Fatalf("the store's bound on waiting calls: %d, want 100", st.MaxQueued)
 	}
 }

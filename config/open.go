@@ -60,6 +60,9 @@ func Open(ctx context.Context, c Config, o store.Options) (*Opened, error) {
 		o.Logger = slog.Default()
 	}
 	log := o.Logger
+	if c.MaxQueued > 0 {
+		o.MaxQueued = c.MaxQueued
+	}
 	warnTrustsEveryone(c, log)
 	var opened *Opened
 	switch c.Store {

@@ -16,15 +16,33 @@ var errNoShare = errors.New("limiter: this instance has not reached the shared s
 
 // known is what a limiter's process memory holds of a key: the count the
 // store last told (seen), the attempts this instance admitted alone since
-// (alone, not yet added to the store), and when the store was last asked
-// about the key (asked, Unix milliseconds on memory's clock). The key's
-// count is seen+alone.
+// (alone, not yet added to the store, and sending, on their way to it), and
+// when the store was last asked about the key (asked, Unix milliseconds on
+// memory's clock).
 type known struct {
-	seen, alone, asked int64
+	seen, alone, asked, sending int64
 }
 
 // count is the key's count as this instance knows it.
-func (k known) count() int64 { return k.seen + k.alone }
+func (k known) count() int64 { return k.seen + k.alone + k.sending }
+
+// unsent is what this instance admitted alone that the store has not
+// confirmed.
+func (k known) unsent() int64 { return k.alone + k.sending }
+
+// claim moves the attempts admitted alone of k to sending, and returns
+// how many: they go to the store with a call, which settles them (sent,
+// or unclaim).
+func (k *known) claim() int64 {
+	n := k.alone
+	k.alone, k.sending = 0, k.sending+n
+	return n
+}
+
+// sent records that the store took n attempts of sending, and counts c.
+func (k *known) sent(n, c int64) {
+	k.seen, k.sending = c, max(k.sending-n, 0)
+}
 
 // knownOf reads what memory holds in e; a key with no live entry is the
 // zero known.
@@ -33,15 +51,15 @@ func knownOf(e *store.Entry) (known, error) {
 		return known{}, nil
 	}
 	v := e.Value
-	if len(v) < 7 || v[0] != '[' || v[len(v)-1] != ']' {
+	if len(v) < 9 || v[0] != '[' || v[len(v)-1] != ']' {
 		return known{}, fmt.Errorf("limiter: memory holds %q, not a known count", v)
 	}
 	var k known
-	fields := [3]*int64{&k.seen, &k.alone, &k.asked}
+	fields := [4]*int64{&k.seen, &k.alone, &k.asked, &k.sending}
 	v = v[1 : len(v)-1]
 	for i, f := range fields {
 		end := len(v)
-		if i < 2 {
+		if i < len(fields)-1 {
 			end = indexComma(v)
 		}
 		n, err := strconv.ParseInt(string(v[:max(end, 0)]), 10, 64)
@@ -49,7 +67,7 @@ func knownOf(e *store.Entry) (known, error) {
 			return known{}, fmt.Errorf("limiter: memory holds a malformed known count")
 		}
 		*f = n
-		if i < 2 {
+		if i < len(fields)-1 {
 			v = v[end+1:]
 		}
 	}
@@ -73,6 +91,8 @@ func (k known) put(e *store.Entry) {
 	v = strconv.AppendInt(v, k.alone, 10)
 	v = append(v, ',')
 	v = strconv.AppendInt(v, k.asked, 10)
+	v = append(v, ',')
+	v = strconv.AppendInt(v, k.sending, 10)
 	e.Value = append(v, ']')
 }
 
@@ -107,7 +127,7 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 				t.ExpiresAt[i] = now.Add(cs[i].Window)
 			}
 			left := int64(cs[i].Limit) - k.seen
-			if t.Limiting < 0 && k.alone+1 > s.Share(m.keys[i], left) {
+			if t.Limiting < 0 && k.unsent()+1 > s.Share(m.keys[i], left) {
 				t.Limiting = i
 			}
 		}
@@ -138,16 +158,18 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 // store could not take them. Once in the store, a key's memory is dropped
 // when memory is three quarters full, as remember would not keep it.
 func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string, err error) {
-	var sent [store.MaxKeys]int64
-	var left [store.MaxKeys]time.Duration // of each key's window in memory
+	m := &memoCall{n: len(keys)}
+	copy(m.keys[:], keys)
 	err = l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
 		for i := range es {
 			k, err := knownOf(&es[i])
 			if err != nil {
 				return err
 			}
-			if es[i].Live() {
-				sent[i], left[i] = k.alone, es[i].ExpiresAt.Sub(now)
+			if es[i].Live() && k.alone > 0 {
+				m.send[i], m.left[i] = k.claim(), es[i].ExpiresAt.Sub(now)
+				m.sending = true
+				k.put(&es[i])
 			}
 		}
 		return nil
@@ -156,37 +178,37 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 		return keys, nil // not ours to add: memory holds something else
 	}
 	var sub []string
-	var subSent []int64
-	var subLeft []time.Duration
+	var at []int
 	for i, k := range keys {
-		if sent[i] <= 0 || left[i] <= 0 {
+		if m.send[i] <= 0 || m.left[i] <= 0 {
 			done = append(done, k)
 			continue
 		}
-		sub, subSent, subLeft = append(sub, k), append(subSent, sent[i]), append(subLeft, left[i])
+		sub, at = append(sub, k), append(at, i)
 	}
 	if len(sub) == 0 {
 		return done, nil
 	}
 	counts := make([]int64, len(sub)) // the store's counts once the keys' alone attempts are in
 	err = l.h.Update(ctx, sub, func(now time.Time, es []store.Entry) error {
-		for i := range es {
-			e := &es[i]
-			counts[i] = subSent[i]
+		for j := range es {
+			e := &es[j]
+			counts[j] = m.send[at[j]]
 			if e.Live() {
 				c, err := store.ParseCount(e.Value)
 				if err != nil {
 					return err
 				}
-				counts[i] += c
+				counts[j] += c
 			} else {
-				e.ExpiresAt = now.Add(subLeft[i])
+				e.ExpiresAt = now.Add(m.left[at[j]])
 			}
-			e.Value = store.AppendCount(e.Value[:0], counts[i])
+			e.Value = store.AppendCount(e.Value[:0], counts[j])
 		}
 		return nil
 	})
 	if err != nil {
+		l.unclaim(ctx, m)
 		if errors.Is(err, store.ErrUnavailable) {
 			return done, err
 		}
@@ -194,23 +216,22 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 	}
 	roomy := l.localB.Entries() < l.localB.MaxEntries()/4*memoRoom
 	l.local.Update(ctx, sub, func(now time.Time, es []store.Entry) error {
-		for i := range es {
-			k, err := knownOf(&es[i])
-			if err != nil || !es[i].Live() {
-				done = append(done, sub[i])
+		for j := range es {
+			k, err := knownOf(&es[j])
+			if err != nil || !es[j].Live() {
+				done = append(done, sub[j])
 				continue
 			}
-			k.alone = max(k.alone-subSent[i], 0)
-			k.seen = counts[i]
+			k.sent(m.send[at[j]], counts[j])
 			switch {
-			case k.alone > 0: // admitted meanwhile: sent next round
-				k.put(&es[i])
+			case k.unsent() > 0: // admitted meanwhile: sent next round
+				k.put(&es[j])
 			case roomy:
-				k.put(&es[i])
-				done = append(done, sub[i])
+				k.put(&es[j])
+				done = append(done, sub[j])
 			default:
-				es[i].Value = nil
-				done = append(done, sub[i])
+				es[j].Value = nil
+				done = append(done, sub[j])
 			}
 		}
 		return nil

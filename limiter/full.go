@@ -42,7 +42,9 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 	})
 	switch {
 	case err != nil && store.ReasonOf(err) == store.ReasonFull:
-		l.countLocal(ctx, keys, caps, cause, d) // no key is held after all
+		if err := l.countLocal(ctx, keys, caps, cause, d); err != nil { // no key is held after all
+			l.refuse(errors.Join(cause, err), caps, d)
+		}
 		return nil
 	case err != nil && errors.Is(err, store.ErrUnavailable):
 		return l.degraded(ctx, keys, caps, err, d)

@@ -467,10 +467,19 @@ func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Budget,
 }
 
 func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget, d *Decision) error {
-	if l.memo && l.recall(ctx, keys, caps, d) {
-		return nil
-	}
 	var err error
+	if l.memo {
+		refused, m := l.recall(ctx, keys, caps, d)
+		switch {
+		case refused:
+			return nil
+		case m != nil: // attempts admitted alone go to the store with this one
+			if err = l.countSending(ctx, m, d); err == nil {
+				return nil
+			}
+			return l.failed(ctx, keys, caps, err, d)
+		}
+	}
 	if len(keys) == 1 && !l.memo { // the store's one-key Count, with no Tally
 		var k store.KeyTally
 		if k, err = l.h.CountKey(ctx, keys[0], caps[0], 1); err == nil {
@@ -487,6 +496,11 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 			return nil
 		}
 	}
+	return l.failed(ctx, keys, caps, err, d)
+}
+
+// failed decides an attempt whose count in the store failed with err.
+func (l *Limiter) failed(ctx context.Context, keys []string, caps []store.Budget, err error, d *Decision) error {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return fmt.Errorf("limiter %q: %w", l.name, err)
 	}
@@ -511,7 +525,16 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 		})
 		*d = l.unavailable(true, cause, caps)
 	default:
-		l.countLocal(ctx, keys, caps, cause, d)
+		err := l.countLocal(ctx, keys, caps, cause, d)
+		switch {
+		case err == nil:
+		case reason == store.ReasonOverloaded && !store.IsPatient(ctx):
+			// No room to count alone: wait for the store, however many
+			// calls already wait, rather than refuse.
+			return l.decide(store.Patient(ctx), keys, caps, d)
+		default:
+			l.refuse(errors.Join(cause, err), caps, d)
+		}
 	}
 	return nil
 }
@@ -531,12 +554,12 @@ func (l *Limiter) refuse(cause error, caps []store.Budget, d *Decision) {
 }
 
 // countLocal counts the attempt in process memory, from what this instance
-// last knew of its keys.
-func (l *Limiter) countLocal(ctx context.Context, keys []string, caps []store.Budget, cause error, d *Decision) {
+// last knew of its keys. It returns the memory's error, having decided
+// nothing, when memory could not count it.
+func (l *Limiter) countLocal(ctx context.Context, keys []string, caps []store.Budget, cause error, d *Decision) error {
 	t, err := l.countAlone(ctx, keys, caps)
 	if err != nil {
-		l.refuse(errors.Join(cause, err), caps, d)
-		return
+		return err
 	}
 	l.warn.Do(func() {
 		l.log.Warn("store unavailable: counting in process memory", "kind", KindLocal, "err", cause)
@@ -544,6 +567,7 @@ func (l *Limiter) countLocal(ctx context.Context, keys []string, caps []store.Bu
 	decide(&t, keys, caps, true, d)
 	d.inMemory = 1<<len(keys) - 1
 	d.Unavailable, d.Cause = true, cause
+	return nil
 }
 
 // unavailable is the decision of a store that could not answer, under the

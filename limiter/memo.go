@@ -53,9 +53,11 @@ const AskAgain = time.Second
 // without room for one more, and the store was asked about it within
 // AskAgain (or holds attempts admitted alone, which the store has not yet
 // seen), so that the store need not be asked. When the only such keys were
-// asked about earlier, this attempt claims asking again: it reports false,
-// and memory records it as asked now.
-func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget, d *Decision) bool {
+// asked about earlier, this attempt claims asking again: memory records it
+// as asked now. When it reports false, it returns the attempts admitted
+// alone that it claimed (see claim), to be added to the store with the
+// attempt's count, or nil.
+func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget, d *Decision) (bool, *memoCall) {
 	m := &memoCall{n: len(keys)}
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
@@ -77,7 +79,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 			t.Counts[i], t.ExpiresAt[i] = k.count(), es[i].ExpiresAt
 			switch {
 			case k.count()+1 <= int64(cs[i].Limit):
-			case k.alone > 0 || nowMs-k.asked < AskAgain.Milliseconds():
+			case k.unsent() > 0 || nowMs-k.asked < AskAgain.Milliseconds():
 				// Attempts admitted alone are not in the store yet: its
 				// count would not be the whole count.
 				if t.Limiting < 0 {
@@ -92,19 +94,126 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 			return nil
 		}
 		for i := range es {
-			if stale>>i&1 == 1 {
+			changed := stale>>i&1 == 1
+			if changed {
 				kn[i].asked = nowMs
+			}
+			if kn[i].alone > 0 {
+				m.send[i], m.left[i] = kn[i].claim(), es[i].ExpiresAt.Sub(now)
+				m.sending, changed = true, true
+			}
+			if changed {
 				kn[i].put(&es[i])
 			}
 		}
 		return nil
 	})
 	if err != nil || t.Limiting < 0 {
-		return false
+		if m.sending {
+			return false, m
+		}
+		return false, nil
 	}
 	decide(t, keys, caps, false, d)
 	d.Remembered = true
-	return true
+	return true, nil
+}
+
+// unclaim gives back to memory the attempts admitted alone that m claimed,
+// when the store did not take them: they are sent again later.
+func (l *Limiter) unclaim(ctx context.Context, m *memoCall) {
+	if !m.sending {
+		return
+	}
+	l.local.Update(ctx, m.keys[:m.n], func(now time.Time, es []store.Entry) error {
+		for i := range es {
+			if m.send[i] == 0 || !es[i].Live() {
+				continue
+			}
+			k, err := knownOf(&es[i])
+			if err != nil {
+				return err
+			}
+			k.alone += m.send[i]
+			k.sending = max(k.sending-m.send[i], 0)
+			k.put(&es[i])
+		}
+		return nil
+	})
+	l.out.admitted(l, m.keys[:m.n])
+}
+
+// countSending counts the attempt m describes in the store, in one update
+// that first adds the attempts admitted alone that m claimed: a key's count
+// then holds every attempt this instance admitted, and the attempt is
+// admitted only with room for it on top.
+func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) error {
+	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
+	err := l.h.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
+		*t = store.Tally{Now: now, Limiting: -1}
+		live := [MaxKeys]bool{}
+		for i := range es {
+			e := &es[i]
+			live[i] = e.Live()
+			if live[i] {
+				c, err := store.ParseCount(e.Value)
+				if err != nil {
+					return err
+				}
+				t.Counts[i], t.ExpiresAt[i] = c, e.ExpiresAt
+			} else if m.send[i] > 0 {
+				t.ExpiresAt[i] = now.Add(m.left[i])
+			}
+			t.Counts[i] += m.send[i]
+			if t.Limiting < 0 && t.Counts[i]+1 > int64(cs[i].Limit) {
+				t.Limiting = i
+			}
+		}
+		t.Allowed = t.Limiting < 0
+		for i := range es {
+			if t.Allowed {
+				t.Counts[i]++
+				if !live[i] && m.send[i] == 0 {
+					t.ExpiresAt[i] = now.Add(cs[i].Window)
+				}
+			}
+			if t.Counts[i] > 0 {
+				es[i].Value, es[i].ExpiresAt = store.AppendCount(es[i].Value[:0], t.Counts[i]), t.ExpiresAt[i]
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		l.unclaim(ctx, m)
+		return err
+	}
+	decide(t, ks, cs, false, d)
+	l.settle(ctx, m)
+	return nil
+}
+
+// settle records in memory the store's counts of a countSending, t, which
+// hold the attempts admitted alone that m sent.
+func (l *Limiter) settle(ctx context.Context, m *memoCall) {
+	t := &m.t
+	l.local.Update(ctx, m.keys[:m.n], func(now time.Time, es []store.Entry) error {
+		for i := range es {
+			if t.ExpiresAt[i].IsZero() {
+				continue
+			}
+			k, err := knownOf(&es[i])
+			if err != nil || !es[i].Live() {
+				k = known{}
+			}
+			k.sent(m.send[i], t.Counts[i])
+			k.asked = now.UnixMilli()
+			if exp := now.Add(t.ExpiresAt[i].Sub(t.Now)); !es[i].Live() || exp.After(es[i].ExpiresAt) {
+				es[i].ExpiresAt = exp
+			}
+			k.put(&es[i])
+		}
+		return nil
+	})
 }
 
 // remember records what a store's tally t said of keys: each key's count,
@@ -167,6 +276,12 @@ type memoCall struct {
 	keys [MaxKeys]string
 	caps [MaxKeys]store.Budget
 	t    store.Tally
+	// send holds, for each key, the attempts admitted alone that this
+	// call claimed to add to the store, and left what was left of the
+	// key's window in memory then; sending is set when any was claimed.
+	send    [MaxKeys]int64
+	left    [MaxKeys]time.Duration
+	sending bool
 }
 
 // setKnown writes a store's count n of a key, whose window ends at exp on
@@ -178,12 +293,12 @@ func setKnown(e *store.Entry, now time.Time, n int64, exp time.Time) {
 	if err != nil || !e.Live() {
 		k = known{}
 	}
-	if k.alone == 0 && !exp.After(now) {
+	if k.unsent() == 0 && !exp.After(now) {
 		e.Value = nil
 		return
 	}
 	k.seen, k.asked = n, now.UnixMilli()
-	if k.alone == 0 || !e.Live() || exp.After(e.ExpiresAt) {
+	if k.unsent() == 0 || !e.Live() || exp.After(e.ExpiresAt) {
 		e.ExpiresAt = exp
 	}
 	k.put(e)

@@ -77,6 +77,9 @@ type Stats struct {
 	Queued      int
 	Waited      int64
 	MaxInFlight int
+	// MaxQueued is the bound on the calls of one handle waiting for a
+	// slot.
+	MaxQueued   int
 	BreakerOpen bool
 	// Entries and MaxEntries are the live entries against the bound, or -1
 	// when the backend does not tell (see Sizer).
@@ -94,6 +97,7 @@ func (s *Store) Stats() Stats {
 		Queued:      int(s.slots.queuedNow()),
 		Waited:      s.slots.waitedTotal(),
 		MaxInFlight: s.opts.MaxInFlight,
+		MaxQueued:   s.opts.MaxQueued,
 		BreakerOpen: s.BreakerOpen(),
 		Entries:     -1,
 		MaxEntries:  -1,

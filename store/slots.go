@@ -28,6 +28,18 @@ var (
 	errWaitedOut = &UnavailableError{Reason: ReasonOverloaded, Err: ErrWaitedOut}
 )
 
+type patientKey struct{}
+
+// Patient returns a context under which a call waits for a slot even when
+// its handle's queue is full (see Options.MaxQueued): for a call that has
+// no other way to be counted. It still waits no longer than its deadline.
+func Patient(ctx context.Context) context.Context {
+	return context.WithValue(ctx, patientKey{}, true)
+}
+
+// IsPatient reports whether ctx came from Patient.
+func IsPatient(ctx context.Context) bool { return ctx.Value(patientKey{}) != nil }
+
 // lane is one handle's share of its Store: the queue of its calls waiting for
 // a slot, and its breaker. Slots go to the lanes with waiters in turn, so a
 // flood of calls on one handle waits behind its own queue and takes every
@@ -74,7 +86,7 @@ func (sl *slots) acquire(ctx context.Context, l *lane, maxQueued int) (waited bo
 		sl.mu.Unlock()
 		return false, nil
 	}
-	if l.queued >= maxQueued {
+	if l.queued >= maxQueued && ctx.Value(patientKey{}) == nil {
 		sl.mu.Unlock()
 		return true, errQueueFull
 	}

@@ -158,8 +158,10 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 // store could not take them. Once in the store, a key's memory is dropped
 // when memory is three quarters full, as remember would not keep it.
 func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string, err error) {
-	m := &memoCall{n: len(keys)}
-	copy(m.keys[:], keys)
+	m := &struct {
+		send [store.MaxKeys]int64
+		left [store.MaxKeys]time.Duration
+	}{}
 	err = l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
 		for i := range es {
 			k, err := knownOf(&es[i])
@@ -168,7 +170,6 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 			}
 			if es[i].Live() && k.alone > 0 {
 				m.send[i], m.left[i] = k.claim(), es[i].ExpiresAt.Sub(now)
-				m.sending = true
 				k.put(&es[i])
 			}
 		}
@@ -208,7 +209,7 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 		return nil
 	})
 	if err != nil {
-		l.unclaim(ctx, m)
+		l.unclaim(ctx, keys, m.send[:len(keys)])
 		if errors.Is(err, store.ErrUnavailable) {
 			return done, err
 		}

@@ -121,26 +121,23 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 
 // unclaim gives back to memory the attempts admitted alone that m claimed,
 // when the store did not take them: they are sent again later.
-func (l *Limiter) unclaim(ctx context.Context, m *memoCall) {
-	if !m.sending {
-		return
-	}
-	l.local.Update(ctx, m.keys[:m.n], func(now time.Time, es []store.Entry) error {
+func (l *Limiter) unclaim(ctx context.Context, keys []string, send []int64) {
+	l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
 		for i := range es {
-			if m.send[i] == 0 || !es[i].Live() {
+			if send[i] == 0 || !es[i].Live() {
 				continue
 			}
 			k, err := knownOf(&es[i])
 			if err != nil {
 				return err
 			}
-			k.alone += m.send[i]
-			k.sending = max(k.sending-m.send[i], 0)
+			k.alone += send[i]
+			k.sending = max(k.sending-send[i], 0)
 			k.put(&es[i])
 		}
 		return nil
 	})
-	l.out.admitted(l, m.keys[:m.n])
+	l.out.admitted(l, keys)
 }
 
 // countSending counts the attempt m describes in the store, in one update
@@ -184,7 +181,7 @@ func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) er
 		return nil
 	})
 	if err != nil {
-		l.unclaim(ctx, m)
+		l.unclaim(ctx, ks, m.send[:m.n])
 		return err
 	}
 	decide(t, ks, cs, false, d)

@@ -258,12 +258,15 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 			continue
 		}
 		key := d.keys[i]
-		if d.inMemory>>i&1 == 1 { // counted alone: memory's to give back
-			l.lower(ctx, key, false)
-			continue
+		exp := d.expires[i]
+		if d.inMemory>>i&1 == 1 { // counted alone
+			if l.lowerAlone(ctx, key) {
+				continue // before it went to the store
+			}
+			exp = anyWindow // in the store already, in a window on its clock
 		}
 		c.keys = append(c.keys, key)
-		c.expires = append(c.expires, d.expires[i])
+		c.expires = append(c.expires, exp)
 	}
 	for _, key := range clear {
 		c.keys = append(c.keys, key)
@@ -281,7 +284,7 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 		return fmt.Errorf("%w: limiter %q: credit of %d keys, want at most %d", ErrInvalidKeys, l.name, len(c.keys), store.MaxKeys)
 	}
 	for i, key := range c.keys {
-		if l.local != nil {
+		if l.local != nil && c.expires[i] != anyWindow {
 			l.lower(ctx, key, c.expires[i] == 0)
 		}
 	}
@@ -296,8 +299,8 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 }
 
 // credit is a Credit's store update: each key with a window end (Unix
-// milliseconds) gives back one attempt in that window, each with 0 is
-// cleared.
+// milliseconds) gives back one attempt in that window, each with anyWindow
+// one attempt in the window it has, each with 0 is cleared.
 type credit struct {
 	keys    []string
 	expires []int64
@@ -312,7 +315,7 @@ func (l *Limiter) land(ctx context.Context, c *credit) error {
 			switch {
 			case c.expires[i] == 0:
 				e.Value = nil
-			case !e.Live() || e.ExpiresAt.UnixMilli() != c.expires[i]:
+			case !e.Live() || c.expires[i] != anyWindow && e.ExpiresAt.UnixMilli() != c.expires[i]:
 			default:
 				n, err := store.ParseCount(e.Value)
 				if err != nil {
@@ -325,6 +328,28 @@ func (l *Limiter) land(ctx context.Context, c *credit) error {
 		}
 		return nil
 	})
+}
+
+// anyWindow is the window end of a credit's key that gives back one
+// attempt in whatever window the store has: an attempt counted alone, then
+// added to the store, whose window the store's clock keeps.
+const anyWindow = -1
+
+// lowerAlone takes one attempt off what memory holds of key as admitted
+// alone and not yet sent to the store, and reports whether there was one.
+func (l *Limiter) lowerAlone(ctx context.Context, key string) bool {
+	took := false
+	l.local.Update(ctx, []string{key}, func(_ time.Time, es []store.Entry) error {
+		k, err := knownOf(&es[0])
+		if err != nil || !es[0].Live() || k.alone == 0 {
+			return err
+		}
+		k.alone--
+		k.put(&es[0])
+		took = true
+		return nil
+	})
+	return took
 }
 
 // lower takes one attempt off what memory holds of key, or forgets it

@@ -79,7 +79,8 @@ func aliceSignsIn(int) url.Values {
 // startFleet starts n example servers in this process over one store, with
 // env, and returns them with their URLs. On PostgreSQL, the rows of their
 // secret are deleted once they have stopped: a flood leaves some hundred
-// thousand live for an hour, which would slow every test after it.
+// thousand live for an hour, which would slow every test after it. It
+// returns once every server counts n instances on the store.
 func startFleet(t *testing.T, n int, env map[string]string) ([]*demotest.Server, []string) {
 	t.Helper()
 	var fingerprint string
@@ -98,6 +99,16 @@ func startFleet(t *testing.T, n int, env map[string]string) ([]*demotest.Server,
 	}
 	if b, ok := servers[0].App.Store.Store.Backend().(*postgres.Backend); ok {
 		fingerprint = b.Fingerprint()
+	}
+	// A fleet is one once every instance has counted the others, within
+	// an announce interval of the last one's start.
+	for i, s := range servers {
+		for j := 0; s.App.Store.Store.Members() != n; j++ {
+			if j == 100 {
+				t.Fatalf("server %d counts %d instances on its store after 10 s, want %d", i, s.App.Store.Store.Members(), n)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	return servers, urls
 }

@@ -98,6 +98,9 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 			if changed {
 				kn[i].asked = nowMs
 			}
+			if kn[i].sending > 0 {
+				m.hold[i], m.sending = kn[i].sending, true
+			}
 			if kn[i].alone > 0 {
 				m.send[i], m.left[i] = kn[i].claim(), es[i].ExpiresAt.Sub(now)
 				m.sending, changed = true, true
@@ -143,7 +146,8 @@ func (l *Limiter) unclaim(ctx context.Context, keys []string, send []int64) {
 // countSending counts the attempt m describes in the store, in one update
 // that first adds the attempts admitted alone that m claimed: a key's count
 // then holds every attempt this instance admitted, and the attempt is
-// admitted only with room for it on top.
+// admitted only with room for it on top, and for those that another call
+// is adding (m.hold).
 func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) error {
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	err := l.h.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
@@ -162,7 +166,9 @@ func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) er
 				t.ExpiresAt[i] = now.Add(m.left[i])
 			}
 			t.Counts[i] += m.send[i]
-			if t.Limiting < 0 && t.Counts[i]+1 > int64(cs[i].Limit) {
+			// what another call is adding may not be in the store yet:
+			// room is kept for it
+			if t.Limiting < 0 && t.Counts[i]+m.hold[i]+1 > int64(cs[i].Limit) {
 				t.Limiting = i
 			}
 		}
@@ -275,10 +281,12 @@ type memoCall struct {
 	t    store.Tally
 	// send holds, for each key, the attempts admitted alone that this
 	// call claimed to add to the store, and left what was left of the
-	// key's window in memory then; sending is set when any was claimed.
-	send    [MaxKeys]int64
-	left    [MaxKeys]time.Duration
-	sending bool
+	// key's window in memory then; hold, those that another call is
+	// adding, which the store may not hold yet; sending is set when any
+	// key has either.
+	send, hold [MaxKeys]int64
+	left       [MaxKeys]time.Duration
+	sending    bool
 }
 
 // setKnown writes a store's count n of a key, whose window ends at exp on

@@ -288,7 +288,8 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 			l.lower(ctx, key, c.expires[i] == 0)
 		}
 	}
-	err := l.land(ctx, &c)
+	// A credit waits for the store however busy: it is owed.
+	err := l.land(store.Patient(ctx), &c)
 	switch {
 	case err == nil:
 		return nil

@@ -172,7 +172,7 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 			l.log.Warn("a credit's window ended before the store took it", "kind", KindOutbox)
 			continue
 		}
-		switch err := l.land(ctx, c); {
+		switch err := l.land(store.Patient(ctx), c); {
 		case err == nil:
 		case ctx.Err() != nil:
 			failed = append(failed, *c)

@@ -322,7 +322,7 @@ func (l *Limiter) Handle() *store.Handle { return l.h }
 // Close releases what the limiter holds of its own: its process memory. The
 // store handle it counts in is the caller's to close.
 func (l *Limiter) Close() error {
-	l.out.close()
+	l.out.close(l)
 	if l.local != nil {
 		return l.local.Store().Close()
 	}

@@ -112,6 +112,13 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 		return nil
 	})
 	if err != nil || t.Limiting < 0 {
+		s := l.h.Store()
+		for i := range m.n { // room for what other instances owe the store
+			if r := s.Reserved(m.keys[i], int64(m.caps[i].Limit)); r > 0 {
+				m.hold[i] += r
+				m.sending = true
+			}
+		}
 		if m.sending {
 			return false, m
 		}
@@ -281,9 +288,9 @@ type memoCall struct {
 	t    store.Tally
 	// send holds, for each key, the attempts admitted alone that this
 	// call claimed to add to the store, and left what was left of the
-	// key's window in memory then; hold, those that another call is
-	// adding, which the store may not hold yet; sending is set when any
-	// key has either.
+	// key's window in memory then; hold, those that another call or
+	// another instance may still add, which the store does not hold yet;
+	// sending is set when any key has either.
 	send, hold [MaxKeys]int64
 	left       [MaxKeys]time.Duration
 	sending    bool

@@ -52,6 +52,9 @@ func (o *outbox) admitted(l *Limiter, keys []string) {
 	if o.alone == nil {
 		o.alone = map[string]struct{}{}
 	}
+	if len(o.alone) == 0 && !o.closed {
+		l.h.Store().Owing(true)
+	}
 	for _, k := range keys {
 		o.alone[k] = struct{}{}
 	}
@@ -86,7 +89,7 @@ func (o *outbox) start(l *Limiter) {
 
 // close stops the goroutine and waits for it. What was not sent stays
 // unsent.
-func (o *outbox) close() {
+func (o *outbox) close(l *Limiter) {
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()
@@ -98,6 +101,12 @@ func (o *outbox) close() {
 	}
 	o.mu.Unlock()
 	o.done.Wait()
+	o.mu.Lock()
+	if len(o.alone) > 0 { // not sent, and never will be
+		l.h.Store().Owing(false)
+		clear(o.alone)
+	}
+	o.mu.Unlock()
 }
 
 // pending reports whether anything waits for the store.
@@ -199,8 +208,12 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 	}
 	o.mu.Lock()
 	o.credits = append(failed, o.credits...)
+	owed := len(o.alone) > 0
 	for _, k := range sent {
 		delete(o.alone, k)
+	}
+	if owed && len(o.alone) == 0 {
+		l.h.Store().Owing(false)
 	}
 	o.mu.Unlock()
 	return ok && !full

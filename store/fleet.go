@@ -11,7 +11,7 @@ import (
 
 // DefaultAnnounce is the default of Options.Announce: how often an instance
 // announces itself in a shared store.
-const DefaultAnnounce = 2 * time.Second
+const DefaultAnnounce = time.Second
 
 // memberLife is how many announce intervals a member outlives its last
 // announcement: a member that stopped is counted that long, which only
@@ -28,13 +28,21 @@ const (
 
 // fleet is how a Store over a shared backend learns how many instances
 // share it: each announces itself in one entry, a JSON object of member IDs
-// and the Unix milliseconds each is counted until, and keeps what it last
+// and the Unix milliseconds each is counted until (negative while the
+// member owes the store attempts it admitted alone), and keeps what it last
 // read there.
 type fleet struct {
 	id    string // this instance's member ID: 8 bytes of its InstanceID, in hex
 	every time.Duration
 	lane  lane
 	loop  *Loop
+	kick  chan struct{} // an announcement now, when owing starts
+	// owing counts this instance's limiters that hold attempts admitted
+	// alone that the store has not taken.
+	owing atomic.Int64
+	// owed holds the ranks of the other members that owe the store, at the
+	// last announcement.
+	owed atomic.Pointer[[]int]
 	// seen packs the members counted at the last announcement (high 32
 	// bits) and this instance's rank among them by ID (low 32 bits); 0
 	// until an announcement succeeds, and rank 1<<32-1 when the entry had
@@ -64,9 +72,19 @@ func (s *Store) Join() {
 	f.id = hex.EncodeToString(s.opts.InstanceID[:8])
 	f.every = s.opts.Announce
 	f.lane.breaker.init(BreakerOptions{Failures: -1}, s.now, s.opts.Logger, fleetPrefix)
+	f.kick = make(chan struct{}, 1)
 	f.loop = Go(context.Background(), func(ctx context.Context) {
-		s.announce(ctx, false)
-		Every(ctx, Task{Every: f.every, Do: func(ctx context.Context) { s.announce(ctx, false) }})
+		t := time.NewTicker(f.every)
+		defer t.Stop()
+		for {
+			s.announce(Patient(ctx), false)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			case <-f.kick:
+			}
+		}
 	})
 }
 
@@ -90,9 +108,10 @@ func (s *Store) stopFleet() {
 func (s *Store) announce(ctx context.Context, leaving bool) {
 	f := &s.fleet
 	var members, rank int
+	var owed []int
 	err := s.call(ctx, &f.lane, func(ctx context.Context) error {
 		return s.b.Update(ctx, fleetPrefix, []string{fleetKey}, func(now time.Time, es []Entry) error {
-			members, rank = f.rewrite(now, &es[0], leaving)
+			members, rank, owed = f.rewrite(now, &es[0], leaving)
 			return nil
 		})
 	})
@@ -100,25 +119,30 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 		return
 	}
 	f.seen.Store(uint64(members)<<32 | uint64(uint32(rank)))
+	f.owed.Store(&owed)
 }
 
 // rewrite updates the fleet's entry e: members past their time go, and
 // this instance is counted until memberLife intervals from now (or taken
-// out, when leaving). It returns the members counted and this instance's
-// rank among them (noRank when the entry had no room for it).
-func (f *fleet) rewrite(now time.Time, e *Entry, leaving bool) (members, rank int) {
+// out, when leaving), owing or not. It returns the members counted, this
+// instance's rank among them (noRank when the entry had no room for it),
+// and the ranks of the others that owe the store.
+func (f *fleet) rewrite(now time.Time, e *Entry, leaving bool) (members, rank int, owed []int) {
 	m := map[string]int64{}
 	if e.Live() && json.Unmarshal(e.Value, &m) != nil {
 		m = map[string]int64{} // not ours: written again
 	}
 	nowMs := now.UnixMilli()
 	for id, until := range m {
-		if until <= nowMs {
+		if abs(until) <= nowMs {
 			delete(m, id)
 		}
 	}
 	delete(m, f.id)
 	until := now.Add(memberLife * f.every).UnixMilli()
+	if f.owing.Load() > 0 {
+		until = -until
+	}
 	if !leaving {
 		m[f.id] = until
 	}
@@ -138,16 +162,72 @@ func (f *fleet) rewrite(now time.Time, e *Entry, leaving bool) (members, rank in
 		if rank < 0 {
 			rank = noRank
 		}
+		for r, id := range ids {
+			if id != f.id && m[id] < 0 {
+				owed = append(owed, r)
+			}
+		}
 	}
 	latest := int64(0)
 	for _, t := range m {
-		latest = max(latest, t)
+		latest = max(latest, abs(t))
 	}
 	e.Value = nil
 	if latest > nowMs {
 		e.Value, e.ExpiresAt = v, time.UnixMilli(latest)
 	}
-	return members, rank
+	return members, rank, owed
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// Owing records that a limiter of this instance holds attempts it admitted
+// alone that the store has not taken (true), or no longer does (false).
+// While any does, the instance announces it at once and then at every
+// announcement, and the other instances keep room in every key for the
+// share it may have admitted (see Reserved). Calls must pair up.
+func (s *Store) Owing(owes bool) {
+	f := &s.fleet
+	if !owes {
+		f.owing.Add(-1)
+		return
+	}
+	if f.owing.Add(1) == 1 && f.kick != nil {
+		select {
+		case f.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Reserved returns how many of a key's budget of limit the other instances
+// that owe the store may have admitted alone: the sum of their shares of
+// the whole budget (see Share). Counting in the store, an instance keeps
+// that room free, so that what they admitted alone, once added, still
+// fits; 0 when no other instance owes anything.
+func (s *Store) Reserved(key string, limit int64) int64 {
+	owed := s.fleet.owed.Load()
+	if owed == nil || len(*owed) == 0 || limit <= 0 {
+		return 0
+	}
+	n := int64(s.fleet.seen.Load() >> 32)
+	if n == 0 {
+		return 0
+	}
+	h := int64(fnv64(key) % uint64(n))
+	var sum int64
+	for _, r := range *owed {
+		sum += limit / n
+		if (int64(r)+h)%n < limit%n {
+			sum++
+		}
+	}
+	return sum
 }
 
 // Members returns how many instances share the store, as this instance

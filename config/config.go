@@ -89,7 +89,7 @@ type Config struct {
 	// MaxQueued is RATE_LIMIT_STORE_MAX_QUEUED, the calls of one limiter
 	// that may wait for the store at once (store.Options.MaxQueued); 0:
 	// the default.
-	MaxQueued int
+	MaxQueued      int
 	TrustedProxies []netip.Prefix
 	Secret         []byte // GATECOUNT_SECRET
 

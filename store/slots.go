@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -22,6 +23,16 @@ var (
 	// whose deadline passed while it waited for a slot.
 	ErrWaitedOut = errors.New("deadline passed while waiting for the store")
 )
+
+// WaitedOut returns the answer to a call whose context ended, with err,
+// while it waited for what: a connection of a pool, a writer, a batch, the
+// turn of its keys. A wait is overload, never a failure: the error matches
+// ErrWaitedOut and has ReasonOverloaded, so that the call neither opens the
+// breaker nor lets an attempt through uncounted. Backends use it for the
+// waits of their own.
+func WaitedOut(what string, err error) error {
+	return &UnavailableError{Reason: ReasonOverloaded, Err: fmt.Errorf("%w: for %s: %w", ErrWaitedOut, what, err)}
+}
 
 var (
 	errQueueFull = &UnavailableError{Reason: ReasonOverloaded, Err: ErrQueueFull}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/gatecount/gatecount/store"
 )
 
 // maxCountBatch is the most single-key counts one statement counts.
@@ -139,6 +141,9 @@ func (bt *countBatcher) wait(ctx context.Context, r *oneCount) error {
 					bt.running--
 				}
 				bt.handoff()
+				bt.mu.Unlock()
+				// It waited for a batch, never sent: a busy store.
+				return store.WaitedOut("a batch of counts", ctx.Err())
 			}
 			bt.mu.Unlock()
 			return ctx.Err()

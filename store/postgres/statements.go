@@ -372,10 +372,12 @@ func release(c *pgxpool.Conn, err error) error {
 // busy pool, not a failing database: it is answered overloaded, as a call
 // that waits out its deadline in the guard's queue, so that it neither
 // opens the breaker nor lets an attempt through uncounted. Any other
-// failure (a connection that could not be opened) is the database's.
+// failure, a new connection that could not be opened in time included, is
+// the database's.
 func acquireError(ctx context.Context, err error) error {
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return store.NewUnavailableError(store.ReasonOverloaded, fmt.Errorf("%w: for a connection of the pool: %w", store.ErrWaitedOut, err))
+	var dial *pgconn.ConnectError
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) && !errors.As(err, &dial) {
+		return store.WaitedOut("a connection of the pool", err)
 	}
 	return fmt.Errorf("acquire a connection: %w", err)
 }

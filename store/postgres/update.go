@@ -36,7 +36,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	// the key to the next call in order. Calls from other instances, and
 	// Counts, still meet at the row.
 	if err := b.turns.Take(ctx, &queues); err != nil {
-		return fmt.Errorf("postgres: update: wait for the keys' turn: %w", err)
+		return store.WaitedOut("the keys' turn", err)
 	}
 	defer b.turns.Give(&queues)
 	// The first try is optimistic: it locks the rows the keys have, and a

@@ -253,6 +253,6 @@ func (b *Backend) Close() error {
 // through uncounted.
 func poolWait(err *error) {
 	if *err != nil && errors.Is(*err, goredis.ErrPoolTimeout) {
-		*err = store.NewUnavailableError(store.ReasonOverloaded, fmt.Errorf("%w: for a connection of the pool: %w", store.ErrWaitedOut, *err))
+		*err = store.WaitedOut("a connection of the pool", *err)
 	}
 }

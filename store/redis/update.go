@@ -29,7 +29,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	ks := &u.ks
 	b.nameKeys(ks, sp, prefix, keys)
 	if err := b.turns.Take(ctx, &ks.locks); err != nil {
-		return err
+		return store.WaitedOut("the keys' turn", err)
 	}
 	defer b.turns.Give(&ks.locks)
 	u.setHead(&b.max)

@@ -37,7 +37,7 @@ type op struct {
 // through uncounted. (A wait for the file's write lock, which another
 // connection holds, is the writer's, and ends in a deadline.)
 func waitedOut(err error) error {
-	return store.NewUnavailableError(store.ReasonOverloaded, fmt.Errorf("%w: for the writer: %w", store.ErrWaitedOut, err))
+	return store.WaitedOut("the writer", err)
 }
 
 // dbError is a failure of the database during an op, as opposed to an

@@ -404,7 +404,8 @@ func TestFullStoreFleet(t *testing.T) {
 }
 
 // Saturation is not an outage. One server on PostgreSQL and on Redis,
-// RATE_LIMIT_HEALTH_PER_MINUTE=3: while 1,200 connections flood POST /login
+// RATE_LIMIT_HEALTH_PER_MINUTE=3 and a short queue (RATE_LIMIT_STORE_MAX_QUEUED,
+// so that the flood overloads the store): while 1,200 connections flood POST /login
 // with fresh keys, and once the store has answered overloaded, 3 bursts of
 // 300 concurrent GET /health, each burst from one address of its own, are
 // each answered exactly 3 × 200 and 297 × 429: a store too busy to answer
@@ -430,13 +431,21 @@ func TestSaturationIsNotOutage(t *testing.T) {
 		// wait for one of the driver's connections as the guard lets more
 		// in than its pool holds
 		slow time.Duration
+		// queue is RATE_LIMIT_STORE_MAX_QUEUED (0: the default, under
+		// which a flood on a healthy store waits its turn rather than
+		// overloading it)
+		queue int
 	}{
-		{"postgres", "postgres", 0},
-		{"postgres, slow link", "postgres", 20 * time.Millisecond},
-		{"redis", "redis", 0},
+		{"postgres, short queue", "postgres", 0, shortQueue},
+		{"postgres, slow link", "postgres", 20 * time.Millisecond, 0},
+		{"redis, short queue", "redis", 0, shortQueue},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := storeEnv(t, tc.store, "TRUSTED_PROXIES=127.0.0.1/32", "RATE_LIMIT_HEALTH_PER_MINUTE="+strconv.Itoa(budget))
+			vars := []string{"TRUSTED_PROXIES=127.0.0.1/32", "RATE_LIMIT_HEALTH_PER_MINUTE=" + strconv.Itoa(budget)}
+			if tc.queue > 0 {
+				vars = append(vars, "RATE_LIMIT_STORE_MAX_QUEUED="+strconv.Itoa(tc.queue))
+			}
+			env := storeEnv(t, tc.store, vars...)
 			var p *faultproxy.Proxy
 			if tc.slow > 0 {
 				p, env["DATABASE_URL"] = proxied(t, env["DATABASE_URL"])

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,6 +27,7 @@ type oneCount struct {
 	exp, now time.Time // to the millisecond
 
 	state int           // one of the req states, under the batcher's lock
+	sent  atomic.Bool   // its batch holds a connection: it no longer waits
 	err   error         // the batch's error, once state is reqDone
 	wake  chan struct{} // a token when state may have changed; made when r waits
 }
@@ -146,6 +148,9 @@ func (bt *countBatcher) wait(ctx context.Context, r *oneCount) error {
 				return store.WaitedOut("a batch of counts", ctx.Err())
 			}
 			bt.mu.Unlock()
+			if !r.sent.Load() { // its batch waits for a connection
+				return store.WaitedOut("a connection for its batch", ctx.Err())
+			}
 			return ctx.Err()
 		case r.state == reqLead:
 			return nil

@@ -412,9 +412,18 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 // runOne runs statement i with args in a transaction of its own, one round
 // trip on a connection of the pool, calling each with each of its rows.
 func (b *Backend) runOne(ctx context.Context, i int, each func(r *runner, fields []pgconn.FieldDescription, vals [][]byte) error, args ...any) (err error) {
+	return b.runAcquired(ctx, nil, i, each, args...)
+}
+
+// runAcquired is runOne, calling acquired (unless nil) once it holds a
+// connection.
+func (b *Backend) runAcquired(ctx context.Context, acquired func(), i int, each func(r *runner, fields []pgconn.FieldDescription, vals [][]byte) error, args ...any) (err error) {
 	conn, r, err := b.acquire(ctx)
 	if err != nil {
 		return err
+	}
+	if acquired != nil {
+		acquired()
 	}
 	defer func() { err = release(conn, err) }()
 	defer r.close()
@@ -530,13 +539,18 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) error {
 		ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
 		defer cancel()
 	}
+	acquired := func() { // the batch's calls wait no more: they run
+		for _, r := range batch {
+			r.sent.Store(true)
+		}
+	}
 	if len(batch) == 1 {
 		r := batch[0]
 		s := cCountOneAsync
 		if b.syncCommit {
 			s = cCountOne
 		}
-		return b.runOne(ctx, s, func(q *runner, fields []pgconn.FieldDescription, vals [][]byte) error {
+		return b.runAcquired(ctx, acquired, s, func(q *runner, fields []pgconn.FieldDescription, vals [][]byte) error {
 			return r.counts(q, fields, vals)
 		}, r.hash, b.fp, r.n, r.max, r.window)
 	}
@@ -552,7 +566,7 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) error {
 		hashes[i], ns[i], maxes[i], windows[i] = r.hash, r.n, r.max, r.window
 	}
 	var kh []byte
-	return b.runOne(ctx, s, func(q *runner, fields []pgconn.FieldDescription, vals [][]byte) error {
+	return b.runAcquired(ctx, acquired, s, func(q *runner, fields []pgconn.FieldDescription, vals [][]byte) error {
 		if err := q.scan(fields[:1], vals[:1], &kh); err != nil {
 			return err
 		}

@@ -16,12 +16,16 @@ var errNoShare = errors.New("limiter: this instance has not reached the shared s
 
 // known is what a limiter's process memory holds of a key: the count the
 // store last told (seen), the attempts this instance admitted alone since
-// (alone, not yet added to the store, and sending, on their way to it), and
-// when the store was last asked about the key (asked, Unix milliseconds on
+// (alone, not yet added to the store, and sending, on their way to it), the
+// attempts it sent to the store that are not answered yet (flying), and when
+// the store was last asked about the key (asked, Unix milliseconds on
 // memory's clock).
 type known struct {
-	seen, alone, asked, sending int64
+	seen, alone, asked, sending, flying int64
 }
+
+// empty reports whether k holds nothing but the time it was asked.
+func (k known) empty() bool { return k.seen == 0 && k.unsent() == 0 && k.flying == 0 }
 
 // count is the key's count as this instance knows it.
 func (k known) count() int64 { return k.seen + k.alone + k.sending }
@@ -51,11 +55,11 @@ func knownOf(e *store.Entry) (known, error) {
 		return known{}, nil
 	}
 	v := e.Value
-	if len(v) < 9 || v[0] != '[' || v[len(v)-1] != ']' {
+	if len(v) < 11 || v[0] != '[' || v[len(v)-1] != ']' {
 		return known{}, fmt.Errorf("limiter: memory holds %q, not a known count", v)
 	}
 	var k known
-	fields := [4]*int64{&k.seen, &k.alone, &k.asked, &k.sending}
+	fields := [5]*int64{&k.seen, &k.alone, &k.asked, &k.sending, &k.flying}
 	v = v[1 : len(v)-1]
 	for i, f := range fields {
 		end := len(v)
@@ -93,6 +97,8 @@ func (k known) put(e *store.Entry) {
 	v = strconv.AppendInt(v, k.asked, 10)
 	v = append(v, ',')
 	v = strconv.AppendInt(v, k.sending, 10)
+	v = append(v, ',')
+	v = strconv.AppendInt(v, k.flying, 10)
 	e.Value = append(v, ']')
 }
 
@@ -100,9 +106,10 @@ func (k known) put(e *store.Entry) {
 // cannot count them. Each key admits at most this instance's share (see
 // store.Store.Share) of what was left of its budget when the store last
 // told its count: the budget itself for a key this instance never saw, and
-// nothing at all before this instance has reached a shared store. What it
-// admits is added to the store once the store answers again (see flush).
-// The tally's times are on memory's clock.
+// nothing at all before this instance has reached a shared store. The
+// attempts this instance has sent to the store and not yet heard back of
+// count as admitted. What it admits is added to the store once the store
+// answers again (see flushAlone). The tally's times are on memory's clock.
 func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Budget) (store.Tally, error) {
 	m := &memoCall{n: len(keys)}
 	copy(m.keys[:], keys)
@@ -127,7 +134,7 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 				t.ExpiresAt[i] = now.Add(cs[i].Window)
 			}
 			left := int64(cs[i].Limit) - k.seen
-			if t.Limiting < 0 && k.unsent()+1 > s.Share(m.keys[i], left) {
+			if t.Limiting < 0 && k.unsent()+k.flying+1 > s.Share(m.keys[i], left) {
 				t.Limiting = i
 			}
 		}

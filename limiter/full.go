@@ -53,13 +53,13 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 	case t.Limiting >= 0: // a held key is spent: the store's own refusal
 		decide(t, keys, caps, false, d)
 		if l.memo {
-			l.remember(ctx, keys, caps, t)
+			l.remember(ctx, keys, caps, t, nil)
 		}
 		return nil
 	case fresh == 0: // every key was held by the time of the update
 		decide(t, keys, caps, false, d)
 		if l.memo {
-			l.remember(ctx, keys, caps, t)
+			l.remember(ctx, keys, caps, t, nil)
 		}
 		return nil
 	case l.policy == Deny:

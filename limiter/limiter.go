@@ -473,10 +473,19 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 		switch {
 		case refused:
 			return nil
-		case m != nil: // attempts admitted alone go to the store with this one
+		case m != nil && m.sending: // attempts admitted alone go to the store with this one
 			if err = l.countSending(ctx, m, d); err == nil {
 				return nil
 			}
+			return l.failed(ctx, keys, caps, err, d)
+		case m != nil:
+			var t store.Tally
+			if err = l.h.CountInto(ctx, keys, caps, 1, &t); err == nil {
+				decide(&t, keys, caps, false, d)
+				l.remember(ctx, keys, caps, &t, m)
+				return nil
+			}
+			l.landed(ctx, m)
 			return l.failed(ctx, keys, caps, err, d)
 		}
 	}
@@ -491,7 +500,7 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 		if err = l.h.CountInto(ctx, keys, caps, 1, &t); err == nil {
 			decide(&t, keys, caps, false, d)
 			if l.memo {
-				l.remember(ctx, keys, caps, &t)
+				l.remember(ctx, keys, caps, &t, nil)
 			}
 			return nil
 		}

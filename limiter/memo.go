@@ -93,8 +93,15 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 		if !t.Allowed {
 			return nil
 		}
+		m.flew = l.policy != Deny // only counting alone needs to know
 		for i := range es {
-			changed := stale>>i&1 == 1
+			changed := stale>>i&1 == 1 || m.flew
+			if m.flew {
+				kn[i].flying++
+				if !es[i].Live() {
+					es[i].ExpiresAt = now.Add(cs[i].Window)
+				}
+			}
 			if changed {
 				kn[i].asked = nowMs
 			}
@@ -111,7 +118,10 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 		}
 		return nil
 	})
-	if err != nil || t.Limiting < 0 {
+	if err != nil {
+		return false, nil // memory is full: nothing was claimed or marked
+	}
+	if t.Limiting < 0 {
 		s := l.h.Store()
 		for i := range m.n { // room for what other instances owe the store
 			if r := s.Reserved(m.keys[i], int64(m.caps[i].Limit)); r > 0 {
@@ -119,7 +129,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 				m.sending = true
 			}
 		}
-		if m.sending {
+		if m.sending || m.flew {
 			return false, m
 		}
 		return false, nil
@@ -127,6 +137,30 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 	decide(t, keys, caps, false, d)
 	d.Remembered = true
 	return true, nil
+}
+
+// landed records that the store answered the call m marked as sent (see
+// memoCall.flew) without a count to remember: it failed.
+func (l *Limiter) landed(ctx context.Context, m *memoCall) {
+	if m == nil || !m.flew {
+		return
+	}
+	m.flew = false
+	l.local.Update(ctx, m.keys[:m.n], func(now time.Time, es []store.Entry) error {
+		for i := range es {
+			k, err := knownOf(&es[i])
+			if err != nil || !es[i].Live() {
+				continue
+			}
+			k.flying = max(k.flying-1, 0)
+			if k.empty() {
+				es[i].Value = nil
+			} else {
+				k.put(&es[i])
+			}
+		}
+		return nil
+	})
 }
 
 // unclaim gives back to memory the attempts admitted alone that m claimed,
@@ -195,6 +229,7 @@ func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) er
 	})
 	if err != nil {
 		l.unclaim(ctx, ks, m.send[:m.n])
+		l.landed(ctx, m)
 		return err
 	}
 	decide(t, ks, cs, false, d)
@@ -209,11 +244,15 @@ func (l *Limiter) settle(ctx context.Context, m *memoCall) {
 	l.local.Update(ctx, m.keys[:m.n], func(now time.Time, es []store.Entry) error {
 		for i := range es {
 			if t.ExpiresAt[i].IsZero() {
+				unfly(&es[i], m.flew)
 				continue
 			}
 			k, err := knownOf(&es[i])
 			if err != nil || !es[i].Live() {
 				k = known{}
+			}
+			if m.flew {
+				k.flying = max(k.flying-1, 0)
 			}
 			k.sent(m.send[i], t.Counts[i])
 			k.asked = now.UnixMilli()
@@ -229,15 +268,18 @@ func (l *Limiter) settle(ctx context.Context, m *memoCall) {
 // remember records what a store's tally t said of keys: each key's count,
 // asked about now, with its window as the store has it. Attempts this
 // instance admitted alone and has not yet added to the store still count,
-// until the later of the two windows ends.
-func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budget, tally *store.Tally) {
+// until the later of the two windows ends. When sent is the call that got
+// t, memory no longer counts it as unanswered (see memoCall.flew).
+func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budget, tally *store.Tally, sent *memoCall) {
 	m := &memoCall{n: len(keys), t: *tally}
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
+	flew := sent != nil && sent.flew
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	roomy := l.localB.Entries() < l.localB.MaxEntries()/4*memoRoom
 	err := l.local.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
 		for i := range es {
+			unfly(&es[i], flew)
 			if t.ExpiresAt[i].IsZero() {
 				continue
 			}
@@ -294,6 +336,27 @@ type memoCall struct {
 	send, hold [MaxKeys]int64
 	left       [MaxKeys]time.Duration
 	sending    bool
+	// flew is set when memory counts this call among the attempts sent to
+	// the store and not answered (known.flying), until landed or remember.
+	flew bool
+}
+
+// unfly takes one unanswered attempt off what memory holds in e, when flew,
+// and drops e when nothing else is left of it.
+func unfly(e *store.Entry, flew bool) {
+	if !flew || !e.Live() {
+		return
+	}
+	k, err := knownOf(e)
+	if err != nil {
+		return
+	}
+	k.flying = max(k.flying-1, 0)
+	if k.empty() {
+		e.Value = nil
+		return
+	}
+	k.put(e)
 }
 
 // setKnown writes a store's count n of a key, whose window ends at exp on

@@ -425,7 +425,7 @@ func (b *Backend) runAcquired(ctx context.Context, acquired func(), i int, each 
 	if acquired != nil {
 		acquired()
 	}
-	defer func() { err = release(conn, err) }()
+	defer func() { err = release(conn, r.overrun(err)) }()
 	defer r.close()
 	var rowFn func([]pgconn.FieldDescription, [][]byte) error
 	if each != nil {
@@ -650,7 +650,7 @@ func (b *Backend) runExec(ctx context.Context, i int, args ...any) (tag pgconn.C
 	if err != nil {
 		return tag, err
 	}
-	defer func() { err = release(conn, err) }()
+	defer func() { err = release(conn, r.overrun(err)) }()
 	defer r.close()
 	if err := r.send(i, args...); err != nil {
 		return tag, err

@@ -58,6 +58,7 @@ type runner struct {
 	syncing bool  // a sync was sent and its answer not read yet
 	done    bool  // the answer to the sync was read: the connection is idle
 	used    bool  // something was sent to the server
+	waited  bool  // taking its connection had to wait for one
 }
 
 // newRunner returns a runner on c in mode; st holds the statements prepared

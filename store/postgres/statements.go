@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -339,17 +340,35 @@ func poolerHint(err error) error {
 // begun. The caller ends the runner with close and gives the connection
 // back with release.
 func (b *Backend) acquire(ctx context.Context) (*pgxpool.Conn, *runner, error) {
+	start := time.Now()
 	c, err := b.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, acquireError(ctx, err)
 	}
+	waited := time.Since(start) >= acquireWaited
 	var st *preparedStmts
 	if b.mode == modeNamed {
 		if st, err = b.statements(ctx, c.Conn()); err != nil {
 			return nil, nil, release(c, fmt.Errorf("prepare: %w", err))
 		}
 	}
-	return c, newRunner(ctx, c.Conn(), b.mode, st), nil
+	r := newRunner(ctx, c.Conn(), b.mode, st)
+	r.waited = waited
+	return c, r, nil
+}
+
+// acquireWaited is how long taking a connection of the pool takes when it
+// had to wait for one.
+const acquireWaited = time.Millisecond
+
+// overrun returns err, the outcome of a call on r, as a wait's overload
+// when the call waited for its connection and its deadline then passed:
+// the time went to the wait, and says nothing of the database's health.
+func (r *runner) overrun(err error) error {
+	if err != nil && r.waited && r.ctx.Err() != nil && store.ReasonOf(err) == 0 {
+		return store.WaitedOut("a connection of the pool, then ran out of time", err)
+	}
+	return err
 }
 
 // release gives back a connection of acquire, after the call that used it

@@ -63,7 +63,7 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	if err != nil {
 		return false, fmt.Errorf("postgres: update: %w", err)
 	}
-	defer func() { err = release(conn, err) }()
+	defer func() { err = release(conn, q.overrun(err)) }()
 	// close, before release, reads what is left up to the end of the
 	// transaction; a runner closed with its transaction open closes the
 	// connection, which rolls the transaction back, and which the pool

@@ -412,3 +412,88 @@ func TestNoShareBeforeFirstAnnouncement(t *testing.T) {
 		}
 	}
 }
+
+// slow is a shared backend whose calls take a while, so that a burst
+// overloads the guard.
+type slow struct{ counting }
+
+func (s *slow) Count(ctx context.Context, p string, k []string, caps []store.Budget, n int64, t *store.Tally) error {
+	time.Sleep(5 * time.Millisecond)
+	return s.counting.Count(ctx, p, k, caps, n, t)
+}
+
+func (s *slow) Update(ctx context.Context, p string, k []string, a store.ApplyFunc) error {
+	time.Sleep(5 * time.Millisecond)
+	return s.counting.Update(ctx, p, k, a)
+}
+
+// A burst that overloads the store, on one key, admits exactly the budget:
+// the attempts counted alone take those still in flight to the store as
+// admitted, and those the store admits come out of what is left alone.
+func TestOverloadedBurstExact(t *testing.T) {
+	for _, budget := range []int{1, 5, 30} {
+		o := store.Options{Logger: quiet, MaxInFlight: 2, MaxQueued: 10, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
+		b := &slow{counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}}
+		s := store.New(b, o)
+		h, _ := s.Handle("c:")
+		l, err := limiter.New(h, limiter.Options{Name: "burst", Budget: limiter.Budget{Limit: budget, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		announced(t, s)
+		var admitted, local atomic.Int64
+		var wg sync.WaitGroup
+		for range 300 {
+			wg.Go(func() {
+				d, err := l.Attempt(context.Background(), "k")
+				if err != nil {
+					t.Error(err)
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+				if d.Local {
+					local.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if admitted.Load() != int64(budget) {
+			t.Errorf("budget %d: 300 concurrent attempts on one key admitted %d (%d decided alone), want the budget", budget, admitted.Load(), local.Load())
+		}
+		if local.Load() == 0 {
+			t.Errorf("budget %d: no attempt was counted alone: the store was never overloaded, and the test tests nothing", budget)
+		}
+		l.Close()
+		s.Close()
+	}
+}
+
+// Attempts admitted alone go to the store with the next attempt on their
+// key, in its update: the store's count then holds them all, before the
+// outbox's next round.
+func TestAloneGoesWithNextAttempt(t *testing.T) {
+	ctx := context.Background()
+	c, l := newCounting(t, limiter.Local, limiter.Budget{Limit: 5, Window: time.Minute}, 0)
+	c.down.Store(true)
+	for range 3 {
+		if d, _ := l.Attempt(ctx, "k"); !d.Allowed || !d.Local {
+			t.Fatalf("while down: %+v, want admitted alone", d)
+		}
+	}
+	c.down.Store(false)
+	d, err := l.Attempt(ctx, "k")
+	if err != nil || !d.Allowed || d.Local || d.Remaining != 1 {
+		t.Fatalf("the store back: %+v, %v; want admitted by the store with 1 left", d, err)
+	}
+	es, err := c.remote.Read(ctx, "c:", []string{"k"})
+	if err != nil || string(es[0].Value) != "4" {
+		t.Fatalf("the store's count: %q, %v; want 4 (3 alone, then 1)", es[0].Value, err)
+	}
+	if d, _ := l.Attempt(ctx, "k"); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("the fifth: %+v", d)
+	}
+	if d, _ := l.Attempt(ctx, "k"); d.Allowed {
+		t.Fatalf("the sixth: %+v, want refused", d)
+	}
+}

@@ -109,13 +109,6 @@ func (o *outbox) close(l *Limiter) {
 	o.mu.Unlock()
 }
 
-// pending reports whether anything waits for the store.
-func (o *outbox) pending() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.alone) > 0 || len(o.credits) > 0
-}
-
 // drain tries the store every outboxEvery until the outbox is empty or the
 // limiter is closed.
 func (l *Limiter) drain() {

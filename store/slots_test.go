@@ -155,6 +155,39 @@ func TestQueueFull(t *testing.T) {
 	wg.Wait()
 }
 
+// A call under Patient waits past a full queue, and is answered by the
+// backend once a slot frees: a call with no other way to be counted.
+func TestPatientWaitsPastFullQueue(t *testing.T) {
+	const max, queued = 1, 2
+	st := newStuck(max + queued + 1)
+	f := &fake{update: st.ignoringCtx}
+	s, h := open(t, f, Options{MaxInFlight: max, MaxQueued: queued, Deadline: time.Minute})
+	var wg sync.WaitGroup
+	fill(t, &wg, h, st, max)
+	for range queued {
+		wg.Go(func() {
+			if err := h.Update(context.Background(), []string{"k"}, nop); err != nil {
+				t.Errorf("queued call: %v", err)
+			}
+		})
+	}
+	waitFor(t, "the queue full", func() bool { return s.Queued() == queued })
+	if err := h.Update(t.Context(), []string{"k"}, nop); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("call past a full queue: %v, want %v", err, ErrQueueFull)
+	}
+	patient := make(chan error, 1)
+	go func() { patient <- h.Update(Patient(context.Background()), []string{"k"}, nop) }()
+	waitFor(t, "the patient call queued", func() bool { return s.Queued() == queued+1 })
+	if !IsPatient(Patient(t.Context())) || IsPatient(t.Context()) {
+		t.Error("IsPatient does not tell a Patient context")
+	}
+	st.free()
+	if err := <-patient; err != nil {
+		t.Errorf("patient call: %v, want it answered by the backend", err)
+	}
+	wg.Wait()
+}
+
 // Slots go to the handles with waiting calls in turn: a flood queued on one
 // handle does not delay another handle's call behind it.
 func TestSlotsInTurn(t *testing.T) {

@@ -16,7 +16,7 @@ const DefaultAnnounce = time.Second
 // memberLife is how many announce intervals a member outlives its last
 // announcement: a member that stopped is counted that long, which only
 // makes every other instance's share smaller.
-const memberLife = 5
+const memberLife = 30
 
 // The fleet's entry: one key, under a prefix no handle can have (a handle's
 // prefix ends in no particular way, but "gatecount.fleet\x00" holds a byte
@@ -43,6 +43,11 @@ type fleet struct {
 	// owed holds the ranks of the other members that owe the store, at the
 	// last announcement.
 	owed atomic.Pointer[[]int]
+	// assume is set while this instance owes the store, and until an
+	// announcement made once it owes nothing has told who else does: an
+	// overload that made it count alone likely made the others do so too,
+	// so until then it takes every other member as owing.
+	assume atomic.Bool
 	// seen packs the members counted at the last announcement (high 32
 	// bits) and this instance's rank among them by ID (low 32 bits); 0
 	// until an announcement succeeds, and rank 1<<32-1 when the entry had
@@ -109,6 +114,7 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 	f := &s.fleet
 	var members, rank int
 	var owed []int
+	owing := f.owing.Load() > 0
 	err := s.call(ctx, &f.lane, func(ctx context.Context) error {
 		return s.b.Update(ctx, fleetPrefix, []string{fleetKey}, func(now time.Time, es []Entry) error {
 			members, rank, owed = f.rewrite(now, &es[0], leaving)
@@ -120,6 +126,9 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 	}
 	f.seen.Store(uint64(members)<<32 | uint64(uint32(rank)))
 	f.owed.Store(&owed)
+	if !owing && f.owing.Load() == 0 {
+		f.assume.Store(false)
+	}
 }
 
 // rewrite updates the fleet's entry e: members past their time go, and
@@ -197,7 +206,10 @@ func (s *Store) Owing(owes bool) {
 		f.owing.Add(-1)
 		return
 	}
-	if f.owing.Add(1) == 1 && f.kick != nil {
+	if f.owing.Add(1) == 1 {
+		f.assume.Store(true)
+	}
+	if f.owing.Load() == 1 && f.kick != nil {
 		select {
 		case f.kick <- struct{}{}:
 		default:
@@ -209,23 +221,39 @@ func (s *Store) Owing(owes bool) {
 // that owe the store may have admitted alone: the sum of their shares of
 // the whole budget (see Share). Counting in the store, an instance keeps
 // that room free, so that what they admitted alone, once added, still
-// fits; 0 when no other instance owes anything.
+// fits; 0 when no other instance owes anything. While this instance owes
+// the store, and until it has heard since who else does, it takes every
+// other instance as owing.
 func (s *Store) Reserved(key string, limit int64) int64 {
-	owed := s.fleet.owed.Load()
-	if owed == nil || len(*owed) == 0 || limit <= 0 {
+	f := &s.fleet
+	seen := f.seen.Load()
+	n, rank := int64(seen>>32), int64(uint32(seen))
+	if n <= 1 || limit <= 0 {
 		return 0
 	}
-	n := int64(s.fleet.seen.Load() >> 32)
-	if n == 0 {
+	owed := f.owed.Load()
+	all := f.assume.Load()
+	if !all && (owed == nil || len(*owed) == 0) {
 		return 0
 	}
 	h := int64(fnv64(key) % uint64(n))
-	var sum int64
-	for _, r := range *owed {
-		sum += limit / n
-		if (int64(r)+h)%n < limit%n {
-			sum++
+	share := func(r int64) int64 {
+		if (r+h)%n < limit%n {
+			return limit/n + 1
 		}
+		return limit / n
+	}
+	var sum int64
+	if all {
+		for r := range n {
+			if r != rank {
+				sum += share(r)
+			}
+		}
+		return sum
+	}
+	for _, r := range *owed {
+		sum += share(int64(r))
 	}
 	return sum
 }

@@ -125,8 +125,9 @@ func TestShareNeedsMembers(t *testing.T) {
 }
 
 // An instance that owes the store attempts admitted alone says so, and the
-// others keep room for its share of every key; once it owes nothing, and
-// once it closes, they no longer do.
+// others keep room for its share of every key, while it keeps room for
+// theirs until it has heard who owes; once it owes nothing, and once it
+// closes, they no longer do.
 func TestReservedWhileOwing(t *testing.T) {
 	ss := fleetOf(t, 3)
 	a, b := ss[0], ss[1]
@@ -147,12 +148,20 @@ func TestReservedWhileOwing(t *testing.T) {
 	}
 	for _, key := range []string{"alice", "bob", "carol"} {
 		waitReserved(key, 5, a.Share(key, 5))
-		if r := a.Reserved(key, 5); r != 0 {
-			t.Errorf("an instance keeps room for its own share of %q: %d", key, r)
+		// Owing, a takes every other instance as owing too, until it hears
+		// otherwise: room for all shares but its own.
+		if r, want := a.Reserved(key, 5), 5-a.Share(key, 5); r != want {
+			t.Errorf("an instance that owes keeps room for the others' shares of %q: %d, want %d", key, r, want)
 		}
 	}
 	a.Owing(false)
 	waitReserved("alice", 5, 0)
+	for i := 0; a.Reserved("alice", 5) != 0; i++ { // once it has heard who owes
+		if i == 1000 {
+			t.Fatalf("an instance that owes nothing still keeps room after 10 s: %d", a.Reserved("alice", 5))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	a.Owing(true)
 	waitReserved("alice", 20, a.Share("alice", 20))
 	a.Close()

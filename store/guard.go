@@ -51,7 +51,7 @@ type Options struct {
 	Observer Observer
 	// Announce is how often this instance announces itself in a shared
 	// store, so that every instance knows how many share it (see
-	// Store.Share); 0 means DefaultAnnounce. A member is counted for five
+	// Store.Share); 0 means DefaultAnnounce. A member is counted for thirty
 	// intervals after its last announcement.
 	Announce time.Duration
 }

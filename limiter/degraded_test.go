@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -495,5 +496,47 @@ func TestAloneGoesWithNextAttempt(t *testing.T) {
 	}
 	if d, _ := l.Attempt(ctx, "k"); d.Allowed {
 		t.Fatalf("the sixth: %+v, want refused", d)
+	}
+}
+
+// With its memory full, an attempt with one new key still sees what memory
+// holds of its other keys: the attempts admitted alone on them go to the
+// store with it, rather than being passed over.
+func TestMemoryFullStillSeesHeldKeys(t *testing.T) {
+	ctx := context.Background()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
+	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}
+	s := store.New(c, o)
+	t.Cleanup(func() { s.Close() })
+	h, _ := s.Handle("c:")
+	l, err := limiter.New(h, limiter.Options{Name: "full", Budget: limiter.Budget{Limit: 5, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet, LocalMaxEntries: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	announced(t, s)
+	c.down.Store(true)
+	for range 3 {
+		if d, _ := l.Attempt(ctx, "alice"); !d.Allowed || !d.Local {
+			t.Fatalf("while down: %+v, want admitted alone", d)
+		}
+	}
+	for i := 0; ; i++ { // fill memory
+		d, _ := l.Attempt(ctx, fmt.Sprintf("flood-%d", i))
+		if !d.Allowed {
+			break
+		}
+		if i == 10 {
+			t.Fatal("memory of 4 entries never filled")
+		}
+	}
+	c.down.Store(false)
+	d, err := l.Attempt(ctx, "alice", "new")
+	if err != nil || !d.Allowed || d.RemainingOf(0) != 1 {
+		t.Fatalf("alice with a new key, memory full: %+v, %v; want admitted with 1 left", d, err)
+	}
+	es, _ := c.remote.Read(ctx, "c:", []string{"alice"})
+	if string(es[0].Value) != "4" {
+		t.Fatalf("alice's count in the store: %q, want 4 (3 alone, then 1)", es[0].Value)
 	}
 }

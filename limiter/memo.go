@@ -62,8 +62,9 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
-	err := l.local.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
+	err := l.updateMemory(ctx, ks, func(now time.Time, es []store.Entry) error {
 		*t = store.Tally{Now: now, Limiting: -1}
+		m.send, m.hold, m.sending, m.flew = [MaxKeys]int64{}, [MaxKeys]int64{}, false, false
 		nowMs := now.UnixMilli()
 		var stale uint8 // bit i: key i is spent, and was asked about too long ago
 		var kn [MaxKeys]known
@@ -241,7 +242,7 @@ func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) er
 // hold the attempts admitted alone that m sent.
 func (l *Limiter) settle(ctx context.Context, m *memoCall) {
 	t := &m.t
-	l.local.Update(ctx, m.keys[:m.n], func(now time.Time, es []store.Entry) error {
+	l.updateMemory(ctx, m.keys[:m.n], func(now time.Time, es []store.Entry) error {
 		for i := range es {
 			if t.ExpiresAt[i].IsZero() {
 				unfly(&es[i], m.flew)
@@ -277,7 +278,8 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 	flew := sent != nil && sent.flew
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	roomy := l.localB.Entries() < l.localB.MaxEntries()/4*memoRoom
-	err := l.local.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
+	// What memory cannot hold is asked of the store again.
+	l.updateMemory(ctx, ks, func(now time.Time, es []store.Entry) error {
 		for i := range es {
 			unfly(&es[i], flew)
 			if t.ExpiresAt[i].IsZero() {
@@ -290,11 +292,6 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 		}
 		return nil
 	})
-	if err != nil {
-		l.memoFull.Do(func() {
-			l.log.Warn("limiter memory full: refusals of new keys are asked of the store again", "kind", KindMemoryFull, "err", err)
-		})
-	}
 }
 
 // readCounts fills t from the live counters in es, as of now, without
@@ -339,6 +336,36 @@ type memoCall struct {
 	// flew is set when memory counts this call among the attempts sent to
 	// the store and not answered (known.flying), until landed or remember.
 	flew bool
+}
+
+// updateMemory runs apply on memory's entries for keys. When memory has no
+// room for a key apply would add, it runs apply again, leaving such keys
+// out, so that the keys memory holds are still read and written: an
+// attempt with one new key must still see, and settle, what memory holds
+// of its others. It logs, once a minute, that memory is full.
+func (l *Limiter) updateMemory(ctx context.Context, keys []string, apply store.ApplyFunc) error {
+	full := l.local.Update(ctx, keys, apply)
+	if store.ReasonOf(full) != store.ReasonFull {
+		return full
+	}
+	l.memoFull.Do(func() {
+		l.log.Warn("limiter memory full: new keys are asked of the store", "kind", KindMemoryFull, "err", full)
+	})
+	return l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
+		var held [store.MaxKeys]bool
+		for i := range es {
+			held[i] = es[i].Live()
+		}
+		if err := apply(now, es); err != nil {
+			return err
+		}
+		for i := range es {
+			if !held[i] {
+				es[i].Value = nil
+			}
+		}
+		return nil
+	})
 }
 
 // unfly takes one unanswered attempt off what memory holds in e, when flew,

@@ -133,7 +133,7 @@ func (l *Limiter) giveBackHeld(ctx context.Context, keys []string, t *store.Tall
 	if n == 0 {
 		return
 	}
-	if err := giveBack(ctx, l.h, held[:n], exp[:n]); err != nil {
+	if err := l.land(ctx, &credit{keys: held[:n], expires: exp[:n]}); err != nil {
 		l.log.Warn("store full: giving back a refused attempt's count failed", "kind", KindStoreFull, "err", err)
 	}
 }

@@ -719,27 +719,6 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	return l.Credit(ctx, d, all[:d.n])
 }
 
-// giveBack takes one off the count of each of keys in h, where the key's
-// window still ends at expires[i] (unix milliseconds).
-func giveBack(ctx context.Context, h *store.Handle, keys []string, expires []int64) error {
-	return h.Update(ctx, keys, func(_ time.Time, es []store.Entry) error {
-		for i := range es {
-			e := &es[i]
-			if !e.Live() || e.ExpiresAt.UnixMilli() != expires[i] {
-				continue
-			}
-			n, err := store.ParseCount(e.Value)
-			if err != nil {
-				return err
-			}
-			if n > 0 {
-				e.Value = store.AppendCount(e.Value[:0], n-1)
-			}
-		}
-		return nil
-	})
-}
-
 // Reset forgets the count of key: its next attempt opens a new window.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	keys := []string{key}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
@@ -143,25 +142,16 @@ func storedCount(t *testing.T, h *store.Handle, key string) int64 {
 // returns it with the URL that reaches the server through it.
 func proxyTo(t *testing.T, direct, kind string) (*faultproxy.Proxy, string) {
 	t.Helper()
-	u, err := url.Parse(direct)
-	if err != nil {
-		t.Fatal(err)
+	port := "5432"
+	if kind == "redis" {
+		port = "6379"
 	}
-	host := u.Host
-	if u.Port() == "" {
-		port := "5432"
-		if kind == "redis" {
-			port = "6379"
-		}
-		host = u.Hostname() + ":" + port
-	}
-	p, err := faultproxy.New(host)
+	p, through, err := faultproxy.ForURL(direct, port)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	u.Host = p.Addr()
-	return p, u.String()
+	return p, through
 }
 
 // migratePostgres migrates the PostgreSQL database at u.

@@ -354,21 +354,12 @@ func TestKeyFlood(t *testing.T) {
 // URL that reaches the database through it.
 func proxied(t *testing.T, direct string) (*faultproxy.Proxy, string) {
 	t.Helper()
-	u, err := url.Parse(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := u.Host
-	if u.Port() == "" {
-		host = u.Hostname() + ":5432"
-	}
-	p, err := faultproxy.New(host)
+	p, through, err := faultproxy.ForURL(direct, "5432")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() }) // registered first: runs after the servers stop
-	u.Host = p.Addr()
-	return p, u.String()
+	return p, through
 }
 
 // liveEntries returns the live entries in the server's store: as its

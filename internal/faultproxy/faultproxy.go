@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"sync"
 	"time"
 )
@@ -50,6 +51,26 @@ type Proxy struct {
 	gate   chan struct{} // closed while traffic may flow; open (blocking) in black-hole mode
 	links  map[*link]struct{}
 	closed bool
+}
+
+// ForURL starts a proxy in front of the server a URL names (its host, and
+// its port or defaultPort) and returns it with the URL that reaches the
+// server through it.
+func ForURL(rawURL, defaultPort string) (*Proxy, string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, "", fmt.Errorf("faultproxy: %w", err)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), defaultPort)
+	}
+	p, err := New(host)
+	if err != nil {
+		return nil, "", err
+	}
+	u.Host = p.Addr()
+	return p, u.String(), nil
 }
 
 // New starts a proxy listening on 127.0.0.1 at a free port that forwards to

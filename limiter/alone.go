@@ -19,9 +19,26 @@ var errNoShare = errors.New("limiter: this instance has not reached the shared s
 // (alone, not yet added to the store, and sending, on their way to it), the
 // attempts it sent to the store that are not answered yet (flying), and when
 // the store was last asked about the key (asked, Unix milliseconds on
-// memory's clock).
+// memory's clock), and the end of the store's window that seen counts in
+// (win, Unix milliseconds on the store's clock).
 type known struct {
-	seen, alone, asked, sending, flying int64
+	seen, alone, asked, sending, flying, win int64
+}
+
+// see records the store's count c of the key in its window ending at win
+// (Unix milliseconds, the store's clock). Within one window a count only
+// grows but for refunds and resets, and answers reach memory in any order,
+// so the higher is kept; a later window replaces an earlier one, and an
+// answer of an earlier window is passed over. An answer to asking again
+// (fresh) is taken as it is, so that a refund or reset made through
+// another instance is seen.
+func (k *known) see(c, win int64, fresh bool) {
+	switch {
+	case fresh || win > k.win:
+		k.seen, k.win = c, win
+	case win == k.win:
+		k.seen = max(k.seen, c)
+	}
 }
 
 // empty reports whether k holds nothing but the time it was asked.
@@ -43,9 +60,11 @@ func (k *known) claim() int64 {
 	return n
 }
 
-// sent records that the store took n attempts of sending, and counts c.
-func (k *known) sent(n, c int64) {
-	k.seen, k.sending = c, max(k.sending-n, 0)
+// sent records that the store took n attempts of sending, and counted c in
+// its window ending at win.
+func (k *known) sent(n, c, win int64) {
+	k.see(c, win, false)
+	k.sending = max(k.sending-n, 0)
 }
 
 // knownOf reads what memory holds in e; a key with no live entry is the
@@ -55,11 +74,11 @@ func knownOf(e *store.Entry) (known, error) {
 		return known{}, nil
 	}
 	v := e.Value
-	if len(v) < 11 || v[0] != '[' || v[len(v)-1] != ']' {
+	if len(v) < 13 || v[0] != '[' || v[len(v)-1] != ']' {
 		return known{}, fmt.Errorf("limiter: memory holds %q, not a known count", v)
 	}
 	var k known
-	fields := [5]*int64{&k.seen, &k.alone, &k.asked, &k.sending, &k.flying}
+	fields := [6]*int64{&k.seen, &k.alone, &k.asked, &k.sending, &k.flying, &k.win}
 	v = v[1 : len(v)-1]
 	for i, f := range fields {
 		end := len(v)
@@ -99,6 +118,8 @@ func (k known) put(e *store.Entry) {
 	v = strconv.AppendInt(v, k.sending, 10)
 	v = append(v, ',')
 	v = strconv.AppendInt(v, k.flying, 10)
+	v = append(v, ',')
+	v = strconv.AppendInt(v, k.win, 10)
 	e.Value = append(v, ']')
 }
 
@@ -186,22 +207,23 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 		return keys, nil // not ours to add: memory holds something else
 	}
 	var sub []string
-	var at []int
+	var idx []int // of each of sub in keys
 	for i, k := range keys {
 		if m.send[i] <= 0 || m.left[i] <= 0 {
 			done = append(done, k)
 			continue
 		}
-		sub, at = append(sub, k), append(at, i)
+		sub, idx = append(sub, k), append(idx, i)
 	}
 	if len(sub) == 0 {
 		return done, nil
 	}
 	counts := make([]int64, len(sub)) // the store's counts once the keys' alone attempts are in
+	wins := make([]int64, len(sub))   // and their windows' ends
 	err = l.h.Update(ctx, sub, func(now time.Time, es []store.Entry) error {
 		for j := range es {
 			e := &es[j]
-			counts[j] = m.send[at[j]]
+			counts[j] = m.send[idx[j]]
 			if e.Live() {
 				c, err := store.ParseCount(e.Value)
 				if err != nil {
@@ -209,9 +231,10 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 				}
 				counts[j] += c
 			} else {
-				e.ExpiresAt = now.Add(m.left[at[j]])
+				e.ExpiresAt = now.Add(m.left[idx[j]])
 			}
 			e.Value = store.AppendCount(e.Value[:0], counts[j])
+			wins[j] = e.ExpiresAt.UnixMilli()
 		}
 		return nil
 	})
@@ -230,7 +253,7 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 				done = append(done, sub[j])
 				continue
 			}
-			k.sent(m.send[at[j]], counts[j])
+			k.sent(m.send[idx[j]], counts[j], wins[j])
 			switch {
 			case k.unsent() > 0: // admitted meanwhile: sent next round
 				k.put(&es[j])

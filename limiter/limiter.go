@@ -600,12 +600,14 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	if d < time.Millisecond || d > MaxWindow {
 		return fmt.Errorf("%w: block of %v, want 1ms to %v", ErrInvalidBudget, d, MaxWindow)
 	}
+	var win int64 // the block's window end, on the store's clock
 	err := l.h.Update(ctx, []string{key}, func(now time.Time, es []store.Entry) error {
 		e := &es[0]
 		until := now.Add(d)
 		if !e.Live() || e.ExpiresAt.Before(until) {
 			e.ExpiresAt = until
 		}
+		win = e.ExpiresAt.UnixMilli()
 		e.Value = store.AppendCount(e.Value[:0], MaxLimit)
 		return nil
 	})
@@ -615,7 +617,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	if l.memo {
 		// Remembered, so that the block is answered without a store call.
 		l.local.Update(ctx, []string{key}, func(now time.Time, es []store.Entry) error {
-			setKnown(&es[0], now, MaxLimit, now.Add(d))
+			setKnown(&es[0], now, MaxLimit, win, true, now.Add(d))
 			return nil
 		})
 	}

@@ -64,7 +64,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	err := l.updateMemory(ctx, ks, func(now time.Time, es []store.Entry) error {
 		*t = store.Tally{Now: now, Limiting: -1}
-		m.send, m.hold, m.sending, m.flew = [MaxKeys]int64{}, [MaxKeys]int64{}, false, false
+		m.send, m.hold, m.sending, m.flew, m.asks = [MaxKeys]int64{}, [MaxKeys]int64{}, false, false, 0
 		nowMs := now.UnixMilli()
 		var stale uint8 // bit i: key i is spent, and was asked about too long ago
 		var kn [MaxKeys]known
@@ -95,6 +95,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 			return nil
 		}
 		m.flew = l.policy != Deny // only counting alone needs to know
+		m.asks = stale
 		for i := range es {
 			changed := stale>>i&1 == 1 || m.flew
 			if m.flew {
@@ -103,11 +104,18 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 					es[i].ExpiresAt = now.Add(cs[i].Window)
 				}
 			}
-			if changed {
+			if stale>>i&1 == 1 {
 				kn[i].asked = nowMs
 			}
-			if kn[i].sending > 0 {
-				m.hold[i], m.sending = kn[i].sending, true
+			if kn[i].unsent() > 0 {
+				// The store does not hold what another call is sending,
+				// nor what this one claims: the attempts sent before it and
+				// not yet answered were counted on to fit, so room is kept
+				// for them too.
+				m.hold[i], m.sending = kn[i].sending+kn[i].flying, true
+				if m.flew {
+					m.hold[i]-- // this call's own
+				}
 			}
 			if kn[i].alone > 0 {
 				m.send[i], m.left[i] = kn[i].claim(), es[i].ExpiresAt.Sub(now)
@@ -255,7 +263,8 @@ func (l *Limiter) settle(ctx context.Context, m *memoCall) {
 			if m.flew {
 				k.flying = max(k.flying-1, 0)
 			}
-			k.sent(m.send[i], t.Counts[i])
+			k.see(t.Counts[i], t.ExpiresAt[i].UnixMilli(), m.asks>>i&1 == 1)
+			k.sending = max(k.sending-m.send[i], 0)
 			k.asked = now.UnixMilli()
 			if exp := now.Add(t.ExpiresAt[i].Sub(t.Now)); !es[i].Live() || exp.After(es[i].ExpiresAt) {
 				es[i].ExpiresAt = exp
@@ -276,6 +285,10 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
 	flew := sent != nil && sent.flew
+	var asks uint8
+	if sent != nil {
+		asks = sent.asks
+	}
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	roomy := l.localB.Entries() < l.localB.MaxEntries()/4*memoRoom
 	// What memory cannot hold is asked of the store again.
@@ -288,7 +301,7 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 			if !es[i].Live() && !roomy && t.Counts[i] < int64(cs[i].Limit) {
 				continue
 			}
-			setKnown(&es[i], now, t.Counts[i], now.Add(t.ExpiresAt[i].Sub(t.Now)))
+			setKnown(&es[i], now, t.Counts[i], t.ExpiresAt[i].UnixMilli(), asks>>i&1 == 1, now.Add(t.ExpiresAt[i].Sub(t.Now)))
 		}
 		return nil
 	})
@@ -336,6 +349,10 @@ type memoCall struct {
 	// flew is set when memory counts this call among the attempts sent to
 	// the store and not answered (known.flying), until landed or remember.
 	flew bool
+	// asks has bit i set when this call asks the store again about key i,
+	// memory having shown it spent for AskAgain: its answer is taken as it
+	// is (see known.see).
+	asks uint8
 }
 
 // updateMemory runs apply on memory's entries for keys. When memory has no
@@ -386,11 +403,12 @@ func unfly(e *store.Entry, flew bool) {
 	k.put(e)
 }
 
-// setKnown writes a store's count n of a key, whose window ends at exp on
-// memory's clock, into what memory holds of it in e, as asked about now.
+// setKnown writes a store's count n of a key in its window ending at win
+// (Unix milliseconds on the store's clock; exp on memory's), into what
+// memory holds of it in e, as asked about now (see known.see for fresh).
 // Attempts admitted alone and not yet in the store are kept, and so is the
 // window they were counted in while it ends later.
-func setKnown(e *store.Entry, now time.Time, n int64, exp time.Time) {
+func setKnown(e *store.Entry, now time.Time, n, win int64, fresh bool, exp time.Time) {
 	k, err := knownOf(e)
 	if err != nil || !e.Live() {
 		k = known{}
@@ -399,7 +417,8 @@ func setKnown(e *store.Entry, now time.Time, n int64, exp time.Time) {
 		e.Value = nil
 		return
 	}
-	k.seen, k.asked = n, now.UnixMilli()
+	k.see(n, win, fresh)
+	k.asked = now.UnixMilli()
 	if k.unsent() == 0 || !e.Live() || exp.After(e.ExpiresAt) {
 		e.ExpiresAt = exp
 	}

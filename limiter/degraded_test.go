@@ -462,9 +462,10 @@ func TestOverloadedBurstExact(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		// At most the budget, whatever the races; a few fewer when an
-		// answer and a claim cross, each then kept room for twice.
-		low := max(budget-budget/8-1, 1)
+		// At most the budget, whatever the races. Fewer when attempts
+		// sent together keep room for each other, each then refused for
+		// the others: at least half, so that the limiter still admits.
+		low := max(budget/2, 1)
 		if n := admitted.Load(); n > int64(budget) || n < int64(low) {
 			t.Errorf("budget %d: 300 concurrent attempts on one key admitted %d (%d decided alone), want the budget", budget, n, local.Load())
 		}

@@ -90,7 +90,7 @@ func (it *item) appendValue(dst []byte) []byte {
 
 // setValue keeps v as the item's value: as a number when it is a count.
 func (it *item) setValue(v []byte) {
-	if n, err := store.ParseCount(v); err == nil {
+	if n, ok := store.CountOf(v); ok {
 		it.value, it.n = nil, n
 		return
 	}

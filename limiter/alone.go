@@ -85,7 +85,7 @@ func knownOf(e *store.Entry) (known, error) {
 		if i < len(fields)-1 {
 			end = indexComma(v)
 		}
-		n, ok := parseInt(v[:max(end, 0)])
+		n, ok := store.CountOf(v[:max(end, 0)])
 		if end < 0 || !ok {
 			return known{}, fmt.Errorf("limiter: memory holds a malformed known count")
 		}
@@ -95,29 +95,6 @@ func knownOf(e *store.Entry) (known, error) {
 		}
 	}
 	return k, nil
-}
-
-// parseInt reads a decimal integer of at most 18 digits, optionally
-// negative, without allocating.
-func parseInt(v []byte) (int64, bool) {
-	neg := len(v) > 0 && v[0] == '-'
-	if neg {
-		v = v[1:]
-	}
-	if len(v) == 0 || len(v) > 18 {
-		return 0, false
-	}
-	var n int64
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
 }
 
 func indexComma(v []byte) int {

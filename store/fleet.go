@@ -18,6 +18,10 @@ const DefaultAnnounce = time.Second
 // makes every other instance's share smaller.
 const memberLife = 30
 
+// quietAfter is how many announce intervals a member may go unheard before
+// the others take it as owing the store (see Store.Reserved).
+const quietAfter = 2
+
 // The fleet's entry: one key, under a prefix no handle can have (a handle's
 // prefix ends in no particular way, but "gatecount.fleet\x00" holds a byte
 // no limiter name or prefix of this module uses).
@@ -171,8 +175,13 @@ func (f *fleet) rewrite(now time.Time, e *Entry, leaving bool) (members, rank in
 		if rank < 0 {
 			rank = noRank
 		}
+		// A member that has not announced itself for quietAfter
+		// intervals may owe the store without having been able to say
+		// so (its announcements failing with the store): it is taken as
+		// owing.
+		quiet := nowMs + (memberLife-quietAfter)*f.every.Milliseconds()
 		for r, id := range ids {
-			if id != f.id && m[id] < 0 {
+			if id != f.id && (m[id] < 0 || abs(m[id]) < quiet) {
 				owed = append(owed, r)
 			}
 		}
@@ -221,9 +230,10 @@ func (s *Store) Owing(owes bool) {
 // that owe the store may have admitted alone: the sum of their shares of
 // the whole budget (see Share). Counting in the store, an instance keeps
 // that room free, so that what they admitted alone, once added, still
-// fits; 0 when no other instance owes anything. While this instance owes
-// the store, and until it has heard since who else does, it takes every
-// other instance as owing.
+// fits; 0 when no other instance owes anything. An instance not heard from
+// for two announce intervals is taken as owing, since it may not have been
+// able to say so. While this instance owes the store, and until it has
+// heard since who else does, it takes every other instance as owing.
 func (s *Store) Reserved(key string, limit int64) int64 {
 	f := &s.fleet
 	seen := f.seen.Load()

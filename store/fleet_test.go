@@ -2,8 +2,11 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,9 +24,13 @@ type sharedMemory struct {
 		store.Backend
 		store.Counter
 	}
+	mute *atomic.Bool // when set, the store's announcements fail
 }
 
 func (m sharedMemory) Update(ctx context.Context, p string, k []string, a store.ApplyFunc) error {
+	if m.mute != nil && m.mute.Load() && strings.HasPrefix(p, "gatecount.fleet") {
+		return errors.New("announcement lost")
+	}
 	return m.remote.Update(ctx, p, k, a)
 }
 
@@ -37,14 +44,18 @@ func (sharedMemory) Shared() bool { return true }
 
 // fleetOf opens n stores over one shared backend, announcing every 10 ms,
 // joins them, and waits until each counts n members.
-func fleetOf(t *testing.T, n int) []*store.Store {
+func fleetOf(t *testing.T, n int, mutes ...*atomic.Bool) []*store.Store {
 	t.Helper()
 	o := store.Options{Logger: silent, Announce: 10 * time.Millisecond}.WithDefaults()
 	b := memory.NewBackend(memory.Options{Store: o})
 	t.Cleanup(func() { b.Close() })
 	var ss []*store.Store
-	for range n {
-		s := store.New(sharedMemory{b}, store.Options{Logger: silent, Announce: 10 * time.Millisecond})
+	for i := range n {
+		var mute *atomic.Bool
+		if i < len(mutes) {
+			mute = mutes[i]
+		}
+		s := store.New(sharedMemory{b, mute}, store.Options{Logger: silent, Announce: 10 * time.Millisecond})
 		t.Cleanup(func() { s.Close() })
 		s.Join()
 		ss = append(ss, s)
@@ -112,7 +123,7 @@ func TestShareNeedsMembers(t *testing.T) {
 	o := store.Options{Logger: silent}.WithDefaults()
 	b := memory.NewBackend(memory.Options{Store: o})
 	defer b.Close()
-	s := store.New(sharedMemory{b}, store.Options{Logger: silent})
+	s := store.New(sharedMemory{remote: b}, store.Options{Logger: silent})
 	defer s.Close()
 	if s.Members() != 0 || s.Share("k", 10) != 0 {
 		t.Errorf("a shared store not joined: %d members, share %d; want 0 and 0", s.Members(), s.Share("k", 10))
@@ -171,3 +182,28 @@ func TestReservedWhileOwing(t *testing.T) {
 
 // Close leaves the shared backend to the test, which closes it once.
 func (sharedMemory) Close() error { return nil }
+
+// A member whose announcements fail may owe the store without saying so:
+// after two intervals unheard, the others keep room for its share.
+func TestReservedForQuietMember(t *testing.T) {
+	var mute atomic.Bool
+	ss := fleetOf(t, 2, &mute)
+	a, b := ss[0], ss[1]
+	if r := b.Reserved("alice", 20); r != 0 {
+		t.Fatalf("reserved with every member heard from: %d", r)
+	}
+	mute.Store(true)
+	for i := 0; b.Reserved("alice", 20) != a.Share("alice", 20); i++ {
+		if i == 1000 {
+			t.Fatalf("reserved for a member unheard for 10 s: %d, want its share %d", b.Reserved("alice", 20), a.Share("alice", 20))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mute.Store(false)
+	for i := 0; b.Reserved("alice", 20) != 0; i++ {
+		if i == 1000 {
+			t.Fatalf("reserved once the member is heard again: %d", b.Reserved("alice", 20))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -190,6 +190,7 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 		send [store.MaxKeys]int64
 		left [store.MaxKeys]time.Duration
 	}{}
+	var busy [store.MaxKeys]bool
 	err = l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
 		for i := range es {
 			k, err := knownOf(&es[i])
@@ -199,6 +200,8 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 			if es[i].Live() && k.alone > 0 {
 				m.send[i], m.left[i] = k.claim(), es[i].ExpiresAt.Sub(now)
 				k.put(&es[i])
+			} else if es[i].Live() && k.sending > 0 {
+				busy[i] = true // another call sends them: not done until it lands
 			}
 		}
 		return nil
@@ -209,6 +212,9 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 	var sub []string
 	var idx []int // of each of sub in keys
 	for i, k := range keys {
+		if busy[i] {
+			continue
+		}
 		if m.send[i] <= 0 || m.left[i] <= 0 {
 			done = append(done, k)
 			continue

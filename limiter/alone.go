@@ -21,8 +21,13 @@ var errNoShare = errors.New("limiter: this instance has not reached the shared s
 // the store was last asked about the key (asked, Unix milliseconds on
 // memory's clock), and the end of the store's window that seen counts in
 // (win, Unix milliseconds on the store's clock).
+//
+// given counts every attempt this instance admitted alone in the key's
+// window in memory, sent or not: its share is of the budget less what
+// others were seen to admit, so that sending what it admitted never earns
+// it a second share.
 type known struct {
-	seen, alone, asked, sending, flying, win int64
+	seen, alone, asked, sending, flying, win, given int64
 }
 
 // see records the store's count c of the key in its window ending at win
@@ -74,11 +79,11 @@ func knownOf(e *store.Entry) (known, error) {
 		return known{}, nil
 	}
 	v := e.Value
-	if len(v) < 13 || v[0] != '[' || v[len(v)-1] != ']' {
+	if len(v) < 15 || v[0] != '[' || v[len(v)-1] != ']' {
 		return known{}, fmt.Errorf("limiter: memory holds %q, not a known count", v)
 	}
 	var k known
-	fields := [6]*int64{&k.seen, &k.alone, &k.asked, &k.sending, &k.flying, &k.win}
+	fields := [7]*int64{&k.seen, &k.alone, &k.asked, &k.sending, &k.flying, &k.win, &k.given}
 	v = v[1 : len(v)-1]
 	for i, f := range fields {
 		end := len(v)
@@ -120,6 +125,8 @@ func (k known) put(e *store.Entry) {
 	v = strconv.AppendInt(v, k.flying, 10)
 	v = append(v, ',')
 	v = strconv.AppendInt(v, k.win, 10)
+	v = append(v, ',')
+	v = strconv.AppendInt(v, k.given, 10)
 	e.Value = append(v, ']')
 }
 
@@ -154,8 +161,11 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 			if !es[i].Live() { // a refusal's Retry-After: the window it would open
 				t.ExpiresAt[i] = now.Add(cs[i].Window)
 			}
-			left := int64(cs[i].Limit) - k.seen
-			if t.Limiting < 0 && k.unsent()+k.flying+1 > s.Share(m.keys[i], left) {
+			// What others were seen to admit: the store's count less what
+			// this instance sent of its own admitted alone.
+			others := k.seen - (k.given - k.unsent())
+			left := int64(cs[i].Limit) - max(others, 0)
+			if t.Limiting < 0 && max(k.given, k.unsent())+k.flying+1 > s.Share(m.keys[i], left) {
 				t.Limiting = i
 			}
 		}
@@ -165,6 +175,7 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 		for i := range es {
 			k := ks[i]
 			k.alone++
+			k.given++
 			es[i].ExpiresAt = t.ExpiresAt[i]
 			k.put(&es[i])
 			t.Counts[i] = k.count()
@@ -382,6 +393,7 @@ func (l *Limiter) lowerAlone(ctx context.Context, key string) bool {
 			return err
 		}
 		k.alone--
+		k.given = max(k.given-1, 0)
 		k.put(&es[0])
 		took = true
 		return nil

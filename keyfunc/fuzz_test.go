@@ -38,7 +38,12 @@ func checkCanonicalKey(t *testing.T, key string, bits int) {
 // under test, for "this address appears in the header".
 func addrsIn(s string) map[netip.Addr]bool {
 	out := make(map[netip.Addr]bool)
-	fields := strings.FieldsFunc(s, func(r rune) bool { return strings.ContainsRune(",;=\" \t\n\\[]", r) })
+	split := func(s string) []string {
+		return strings.FieldsFunc(s, func(r rune) bool { return strings.ContainsRune(",;=\" \t\n\\[]", r) })
+	}
+	// A quoted string may escape any character (for="[1\::]" names 1::):
+	// the fields of the header with its backslashes taken out count too.
+	fields := append(split(s), split(strings.ReplaceAll(s, `\`, ""))...)
 	for _, f := range fields {
 		cands := []string{f}
 		if i := strings.IndexByte(f, ':'); i >= 0 && strings.Count(f, ":") == 1 {

@@ -83,7 +83,7 @@ func knownOf(e *store.Entry) (known, error) {
 		return known{}, fmt.Errorf("limiter: memory holds %q, not a known count", v)
 	}
 	var k known
-	fields := [7]*int64{&k.seen, &k.alone, &k.asked, &k.sending, &k.flying, &k.win, &k.given}
+	fields := k.fields()
 	v = v[1 : len(v)-1]
 	for i, f := range fields {
 		end := len(v)
@@ -113,21 +113,18 @@ func indexComma(v []byte) int {
 
 // put writes k into e, reusing its buffer.
 func (k known) put(e *store.Entry) {
-	v := append(e.Value[:0], '[')
-	v = strconv.AppendInt(v, k.seen, 10)
-	v = append(v, ',')
-	v = strconv.AppendInt(v, k.alone, 10)
-	v = append(v, ',')
-	v = strconv.AppendInt(v, k.asked, 10)
-	v = append(v, ',')
-	v = strconv.AppendInt(v, k.sending, 10)
-	v = append(v, ',')
-	v = strconv.AppendInt(v, k.flying, 10)
-	v = append(v, ',')
-	v = strconv.AppendInt(v, k.win, 10)
-	v = append(v, ',')
-	v = strconv.AppendInt(v, k.given, 10)
+	v, sep := e.Value[:0], byte('[')
+	for _, f := range k.fields() {
+		v = append(v, sep)
+		v = strconv.AppendInt(v, *f, 10)
+		sep = ','
+	}
 	e.Value = append(v, ']')
+}
+
+// fields are k's numbers in the order memory keeps them.
+func (k *known) fields() [7]*int64 {
+	return [7]*int64{&k.seen, &k.alone, &k.asked, &k.sending, &k.flying, &k.win, &k.given}
 }
 
 // countAlone counts an attempt on keys in process memory, while the store

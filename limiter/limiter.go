@@ -523,6 +523,9 @@ func (l *Limiter) failed(ctx context.Context, keys []string, caps []store.Budget
 // the reason.
 func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budget, cause error, d *Decision) error {
 	reason := store.ReasonOf(cause)
+	if reason == store.ReasonOverloaded {
+		l.h.Store().SawOverload()
+	}
 	switch {
 	case reason == store.ReasonFull:
 		return l.countHeld(ctx, keys, caps, cause, d)

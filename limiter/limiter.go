@@ -468,24 +468,16 @@ func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Budget,
 
 func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget, d *Decision) error {
 	var err error
+	var m *memoCall // what memory said, when the store is to be asked
 	if l.memo {
-		refused, m := l.recall(ctx, keys, caps, d)
-		switch {
+		var refused bool
+		switch refused, m = l.recall(ctx, keys, caps, d); {
 		case refused:
 			return nil
 		case m != nil && m.sending: // attempts admitted alone go to the store with this one
 			if err = l.countSending(ctx, m, d); err == nil {
 				return nil
 			}
-			return l.failed(ctx, keys, caps, err, d)
-		case m != nil:
-			var t store.Tally
-			if err = l.h.CountInto(ctx, keys, caps, 1, &t); err == nil {
-				decide(&t, keys, caps, false, d)
-				l.remember(ctx, keys, caps, &t, m)
-				return nil
-			}
-			l.landed(ctx, m)
 			return l.failed(ctx, keys, caps, err, d)
 		}
 	}
@@ -500,11 +492,12 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 		if err = l.h.CountInto(ctx, keys, caps, 1, &t); err == nil {
 			decide(&t, keys, caps, false, d)
 			if l.memo {
-				l.remember(ctx, keys, caps, &t, nil)
+				l.remember(ctx, keys, caps, &t, m)
 			}
 			return nil
 		}
 	}
+	l.landed(ctx, m)
 	return l.failed(ctx, keys, caps, err, d)
 }
 

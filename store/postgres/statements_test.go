@@ -27,7 +27,7 @@ func TestAppQueryAfterStoreDeadline(t *testing.T) {
 		u += "?pool_max_conns=1"
 	}
 	pool := newPoolURL(t, u, false) // one connection: the store's and the app's
-	s := newStore(t, pool, Options{Secret: testSecret, Store: store.Options{Deadline: 50 * time.Millisecond}})
+	s := newStore(t, pool, Options{Secret: testSecret, Store: store.Options{Deadline: time.Second}})
 	h := newHandle(t, s, "deadline")
 	ctx := context.Background()
 	if _, err := h.Count(ctx, []string{"k"}, faultCaps, 1); err != nil {
@@ -36,7 +36,9 @@ func TestAppQueryAfterStoreDeadline(t *testing.T) {
 	if err := h.Update(ctx, []string{"u"}, incr); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // past both calls' deadlines
+	// A second: the one connection may be held by the store's own background
+	// calls (announcements, sweeps) for a moment, and the calls wait for it.
+	time.Sleep(1100 * time.Millisecond) // past both calls' deadlines
 	var one int
 	if err := pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
 		t.Fatalf("the app's query after the store's calls: %v", err)

@@ -516,14 +516,16 @@ func (l *Limiter) failed(ctx context.Context, keys []string, caps []store.Budget
 // the reason.
 func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budget, cause error, d *Decision) error {
 	reason := store.ReasonOf(cause)
-	if reason == store.ReasonOverloaded {
-		l.h.Store().SawOverload()
-	}
 	switch {
 	case reason == store.ReasonFull:
 		return l.countHeld(ctx, keys, caps, cause, d)
 	case l.policy == Deny:
 		l.refuse(cause, caps, d)
+	case reason == store.ReasonOverloaded && l.h.Store().Shared():
+		// The other instances go on counting in the store: what this one
+		// admitted alone would race their admissions, unseen by either.
+		// The attempt waits for the store, as long as its request lasts.
+		return l.decide(store.Patient(ctx), keys, caps, d)
 	case l.policy == Allow && down(reason):
 		l.warn.Do(func() {
 			l.log.Warn("store unavailable: attempt allowed uncounted", "kind", KindFailOpen, "err", cause)

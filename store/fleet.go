@@ -52,9 +52,6 @@ type fleet struct {
 	// overload that made it count alone likely made the others do so too,
 	// so until then it takes every other member as owing.
 	assume atomic.Bool
-	// busyUntil is when, in Unix nanoseconds, the last overloaded answer
-	// this instance saw stops counting (see SawOverload).
-	busyUntil atomic.Int64
 	// seen packs the members counted at the last announcement (high 32
 	// bits) and this instance's rank among them by ID (low 32 bits); 0
 	// until an announcement succeeds, and rank 1<<32-1 when the entry had
@@ -229,14 +226,6 @@ func (s *Store) Owing(owes bool) {
 	}
 }
 
-// SawOverload records that a call of this instance was answered overloaded.
-// The store is busy for the others too, who may be counting alone without
-// having said so: for two announce intervals, Reserved takes every other
-// instance as owing.
-func (s *Store) SawOverload() {
-	s.fleet.busyUntil.Store(time.Now().Add(quietAfter * s.opts.Announce).UnixNano())
-}
-
 // Reserved returns how many of a key's budget of limit the other instances
 // that owe the store may have admitted alone: the sum of their shares of
 // the whole budget (see Share). Counting in the store, an instance keeps
@@ -253,7 +242,7 @@ func (s *Store) Reserved(key string, limit int64) int64 {
 		return 0
 	}
 	owed := f.owed.Load()
-	all := f.assume.Load() || time.Now().UnixNano() < f.busyUntil.Load()
+	all := f.assume.Load()
 	if !all && (owed == nil || len(*owed) == 0) {
 		return 0
 	}

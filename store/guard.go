@@ -25,13 +25,14 @@ type Options struct {
 	// record carries a stable "kind" attribute and the store's instance ID,
 	// never a key.
 	Logger *slog.Logger
-	// Deadline bounds every call; 0 means DefaultDeadline. A call past it is
-	// answered as unavailable even if it still runs in the backend.
+	// Deadline bounds every call in the backend, and its wait for a slot
+	// apart; 0 means DefaultDeadline. A call past it is answered as
+	// unavailable even if it still runs in the backend.
 	Deadline time.Duration
 	// MaxInFlight bounds the calls running in the backend at once, including
 	// those answered past their deadline that have not yet returned; 0 means
 	// DefaultMaxInFlight. A call past it waits for a slot, on its own
-	// goroutine, until its deadline (see MaxQueued). Calls to an Inline
+	// goroutine, up to its deadline (see MaxQueued and Patient). Calls to an Inline
 	// backend (the memory store) are not bounded: they never wait on I/O,
 	// so they cannot pile up behind a slow store.
 	MaxInFlight int
@@ -253,8 +254,10 @@ func (s *Store) acquire(ctx context.Context, l *lane) (waited bool, err error) {
 
 // call runs f under the deadline, the in-flight bound and l's breaker: on
 // the caller's goroutine for an inline backend (no deadline) or a prompt one
-// (under a deadline context), on a goroutine of its own otherwise. The wait
-// for a slot counts against the deadline.
+// (under a deadline context), on a goroutine of its own otherwise. A call
+// waits for a slot up to the deadline (a Patient call as long as ctx
+// lasts), then has the whole deadline in the backend: one that reached the
+// backend with its time nearly spent would waste the work done for it.
 func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) error) error {
 	if s.inline != nil {
 		if err := s.enter(); err != nil {
@@ -262,15 +265,20 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 		}
 		return s.classify(ctx, f(ctx))
 	}
-	dctx, cancel := context.WithTimeout(ctx, s.opts.Deadline)
-	defer cancel()
-	waited, err := s.acquire(dctx, l)
+	wctx, wcancel := ctx, context.CancelFunc(func() {})
+	if !IsPatient(ctx) {
+		wctx, wcancel = context.WithTimeout(ctx, s.opts.Deadline)
+	}
+	waited, err := s.acquire(wctx, l)
+	wcancel()
 	if err != nil {
 		if errors.Is(err, ErrWaitedOut) && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return err
 	}
+	dctx, cancel := context.WithTimeout(ctx, s.opts.Deadline)
+	defer cancel()
 	if s.prompt {
 		err := f(dctx)
 		s.slots.release()

@@ -42,8 +42,9 @@ var (
 type patientKey struct{}
 
 // Patient returns a context under which a call waits for a slot even when
-// its handle's queue is full (see Options.MaxQueued): for a call that has
-// no other way to be counted. It still waits no longer than its deadline.
+// its handle's queue is full (see Options.MaxQueued), and for as long as
+// ctx lasts: for a call that has no other way to be counted. In the
+// backend it still has no more than its deadline.
 func Patient(ctx context.Context) context.Context {
 	return context.WithValue(ctx, patientKey{}, true)
 }

@@ -188,6 +188,36 @@ func TestPatientWaitsPastFullQueue(t *testing.T) {
 	wg.Wait()
 }
 
+// A Patient call waits for a slot past its deadline, as long as its context
+// lasts, and then has its whole deadline in the backend; a call that is not
+// patient waits out its deadline and is answered overloaded.
+func TestPatientWaitsPastDeadline(t *testing.T) {
+	const deadline = 100 * time.Millisecond
+	st := newStuck(2)
+	f := &fake{update: st.ignoringCtx}
+	s, h := open(t, f, Options{MaxInFlight: 1, Deadline: deadline, Breaker: BreakerOptions{Failures: -1}})
+	held := make(chan error, 1) // holds the one slot until freed, answered at its deadline
+	go func() { held <- h.Update(context.Background(), []string{"k"}, nop) }()
+	<-st.started
+	if err := h.Update(context.Background(), []string{"k"}, nop); !errors.Is(err, ErrWaitedOut) {
+		t.Fatalf("a call waiting for the held slot: %v, want %v", err, ErrWaitedOut)
+	}
+	patient := make(chan error, 1)
+	go func() { patient <- h.Update(Patient(context.Background()), []string{"k"}, nop) }()
+	waitFor(t, "the patient call queued", func() bool { return s.Queued() == 1 })
+	time.Sleep(3 * deadline) // the patient call waits past its deadline
+	select {
+	case err := <-patient:
+		t.Fatalf("patient call answered while the slot was held: %v", err)
+	default:
+	}
+	st.free()
+	if err := <-patient; err != nil {
+		t.Errorf("patient call: %v, want it answered by the backend", err)
+	}
+	<-held
+}
+
 // Slots go to the handles with waiting calls in turn: a flood queued on one
 // handle does not delay another handle's call behind it.
 func TestSlotsInTurn(t *testing.T) {

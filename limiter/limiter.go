@@ -526,7 +526,7 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 		// admitted alone would race their admissions, unseen by either.
 		// The attempt waits for the store, as long as its request lasts.
 		return l.decide(store.Patient(ctx), keys, caps, d)
-	case l.policy == Allow && down(reason):
+	case l.policy == Allow && down(cause):
 		l.warn.Do(func() {
 			l.log.Warn("store unavailable: attempt allowed uncounted", "kind", KindFailOpen, "err", cause)
 		})
@@ -546,10 +546,13 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 	return nil
 }
 
-// down reports whether a store unavailable for reason r is down, rather
-// than busy or full.
-func down(r store.Reason) bool {
-	return r == store.ReasonDown || r == store.ReasonDeadline || r == store.ReasonClosed
+// down reports whether a store that could not answer with cause is down,
+// rather than busy or full. A call left unanswered at its deadline is not:
+// the store may only be saturated. Once such answers open the breaker, its
+// answers are down.
+func down(cause error) bool {
+	r := store.ReasonOf(cause)
+	return r == store.ReasonDown || r == store.ReasonClosed
 }
 
 // refuse decides an attempt refused because the store could not answer.

@@ -25,9 +25,10 @@ var errNoShare = errors.New("limiter: this instance has not reached the shared s
 // given counts every attempt this instance admitted alone in the key's
 // window in memory, sent or not: its share is of the budget less what
 // others were seen to admit, so that sending what it admitted never earns
-// it a second share.
+// it a second share. mine counts the attempts the store admitted for this
+// instance in the window ending at win.
 type known struct {
-	seen, alone, asked, sending, flying, win, given int64
+	seen, alone, asked, sending, flying, win, given, mine int64
 }
 
 // see records the store's count c of the key in its window ending at win
@@ -40,6 +41,9 @@ type known struct {
 func (k *known) see(c, win int64, fresh bool) {
 	switch {
 	case fresh || win > k.win:
+		if win != k.win {
+			k.mine = 0
+		}
 		k.seen, k.win = c, win
 	case win == k.win:
 		k.seen = max(k.seen, c)
@@ -79,7 +83,7 @@ func knownOf(e *store.Entry) (known, error) {
 		return known{}, nil
 	}
 	v := e.Value
-	if len(v) < 15 || v[0] != '[' || v[len(v)-1] != ']' {
+	if len(v) < 17 || v[0] != '[' || v[len(v)-1] != ']' {
 		return known{}, fmt.Errorf("limiter: memory holds %q, not a known count", v)
 	}
 	var k known
@@ -123,17 +127,21 @@ func (k known) put(e *store.Entry) {
 }
 
 // fields are k's numbers in the order memory keeps them.
-func (k *known) fields() [7]*int64 {
-	return [7]*int64{&k.seen, &k.alone, &k.asked, &k.sending, &k.flying, &k.win, &k.given}
+func (k *known) fields() [8]*int64 {
+	return [8]*int64{&k.seen, &k.alone, &k.asked, &k.sending, &k.flying, &k.win, &k.given, &k.mine}
 }
 
 // countAlone counts an attempt on keys in process memory, while the store
 // cannot count them. Each key admits at most this instance's share (see
 // store.Store.Share) of what was left of its budget when the store last
 // told its count: the budget itself for a key this instance never saw, and
-// nothing at all before this instance has reached a shared store. The
-// attempts this instance has sent to the store and not yet heard back of
-// count as admitted. What it admits is added to the store once the store
+// nothing at all before this instance has reached a shared store. Nor
+// does it admit more, with what the store admitted for it in the window,
+// than its share of the whole budget: the others' views of what was left
+// may be as old as its own, and the two bounds together keep the fleet
+// within the budget however the attempts were spread. The attempts this
+// instance has sent to the store and not yet heard back of count as
+// admitted. What it admits is added to the store once the store
 // answers again (see flushAlone). The tally's times are on memory's clock.
 func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Budget) (store.Tally, error) {
 	m := &memoCall{n: len(keys)}
@@ -162,7 +170,8 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 			// this instance sent of its own admitted alone.
 			others := k.seen - (k.given - k.unsent())
 			left := int64(cs[i].Limit) - max(others, 0)
-			if t.Limiting < 0 && max(k.given, k.unsent())+k.flying+1 > s.Share(m.keys[i], left) {
+			spent := max(k.given, k.unsent()) + k.flying + 1
+			if t.Limiting < 0 && (spent > s.Share(m.keys[i], left) || spent+k.mine > s.Share(m.keys[i], int64(cs[i].Limit))) {
 				t.Limiting = i
 			}
 		}

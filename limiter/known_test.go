@@ -13,7 +13,7 @@ func TestKnownRoundTrip(t *testing.T) {
 	exp := time.Now().Add(time.Minute)
 	for _, k := range []known{
 		{},
-		{seen: 3, alone: 2, asked: 1796140875371, sending: 1, flying: 12, win: 1796140935366, given: 4},
+		{seen: 3, alone: 2, asked: 1796140875371, sending: 1, flying: 12, win: 1796140935366, given: 4, mine: 5},
 		{seen: 100000, flying: 7},
 	} {
 		e := store.Entry{ExpiresAt: exp}
@@ -23,7 +23,7 @@ func TestKnownRoundTrip(t *testing.T) {
 			t.Errorf("%+v written as %s read back as %+v, %v", k, e.Value, got, err)
 		}
 	}
-	for _, v := range []string{`3`, `[1,2,3,4,5,6]`, `[1,2,3,4,5,6,7,8]`, `[1,2,x,4,5,6,7]`, `[1,,3,4,5,6,7]`, `[1,2,3,4,5,6,9999999999999999999]`, `[1,-2,3,4,5,6,7]`, `[]`} {
+	for _, v := range []string{`3`, `[1,2,3,4,5,6,7]`, `[1,2,3,4,5,6,7,8,9]`, `[1,2,x,4,5,6,7,8]`, `[1,,3,4,5,6,7,8]`, `[1,2,3,4,5,6,7,9999999999999999999]`, `[1,-2,3,4,5,6,7,8]`, `[]`} {
 		e := store.Entry{Value: []byte(v), ExpiresAt: exp}
 		if k, err := knownOf(&e); err == nil {
 			t.Errorf("memory holding %s read as %+v, want an error", v, k)

@@ -521,17 +521,36 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 		return l.countHeld(ctx, keys, caps, cause, d)
 	case l.policy == Deny:
 		l.refuse(cause, caps, d)
-	case reason == store.ReasonOverloaded && l.h.Store().Shared():
-		// The other instances go on counting in the store: what this one
-		// admitted alone would race their admissions, unseen by either.
-		// The attempt waits for the store, as long as its request lasts.
-		return l.decide(store.Patient(ctx), keys, caps, d)
 	case l.policy == Allow && down(cause):
 		l.warn.Do(func() {
 			l.log.Warn("store unavailable: attempt allowed uncounted", "kind", KindFailOpen, "err", cause)
 		})
 		*d = l.unavailable(true, cause, caps)
 	default:
+		if wait := l.h.Store().AloneAfter(); wait > 0 {
+			if !down(cause) {
+				// Busy or slow, not down: this instance reached the
+				// store lately, and the others go on counting in it. What
+				// it admitted alone would race their admissions, unseen
+				// by either: the attempt waits for the store, as long as
+				// its request lasts, or until the store has been out of
+				// reach long enough to count alone.
+				return l.decide(store.Patient(ctx), keys, caps, d)
+			}
+			// Down. Counted alone now, the attempt could race the other
+			// instances' admissions through the store, made before they
+			// keep room for this one's share. It waits until they do,
+			// and asks the store once more.
+			l.h.Store().WantAlone()
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return fmt.Errorf("limiter %q: %w", l.name, ctx.Err())
+			}
+			return l.decide(ctx, keys, caps, d)
+		}
 		err := l.countLocal(ctx, keys, caps, cause, d)
 		switch {
 		case err == nil:
@@ -618,7 +637,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	if l.memo {
 		// Remembered, so that the block is answered without a store call.
 		l.local.Update(ctx, []string{key}, func(now time.Time, es []store.Entry) error {
-			setKnown(&es[0], now, MaxLimit, win, true, now.Add(d))
+			setKnown(&es[0], now, MaxLimit, win, true, false, now.Add(d))
 			return nil
 		})
 	}

@@ -264,6 +264,9 @@ func (l *Limiter) settle(ctx context.Context, m *memoCall) {
 				k.flying = max(k.flying-1, 0)
 			}
 			k.see(t.Counts[i], t.ExpiresAt[i].UnixMilli(), m.asks>>i&1 == 1)
+			if t.Allowed {
+				k.mine++
+			}
 			k.sending = max(k.sending-m.send[i], 0)
 			k.asked = now.UnixMilli()
 			if exp := now.Add(t.ExpiresAt[i].Sub(t.Now)); !es[i].Live() || exp.After(es[i].ExpiresAt) {
@@ -301,7 +304,7 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 			if !es[i].Live() && !roomy && t.Counts[i] < int64(cs[i].Limit) {
 				continue
 			}
-			setKnown(&es[i], now, t.Counts[i], t.ExpiresAt[i].UnixMilli(), asks>>i&1 == 1, now.Add(t.ExpiresAt[i].Sub(t.Now)))
+			setKnown(&es[i], now, t.Counts[i], t.ExpiresAt[i].UnixMilli(), asks>>i&1 == 1, t.Allowed, now.Add(t.ExpiresAt[i].Sub(t.Now)))
 		}
 		return nil
 	})
@@ -407,8 +410,9 @@ func unfly(e *store.Entry, flew bool) {
 // (Unix milliseconds on the store's clock; exp on memory's), into what
 // memory holds of it in e, as asked about now (see known.see for fresh).
 // Attempts admitted alone and not yet in the store are kept, and so is the
-// window they were counted in while it ends later.
-func setKnown(e *store.Entry, now time.Time, n, win int64, fresh bool, exp time.Time) {
+// window they were counted in while it ends later. admitted tells that the
+// store admitted one attempt of this instance with that count.
+func setKnown(e *store.Entry, now time.Time, n, win int64, fresh, admitted bool, exp time.Time) {
 	k, err := knownOf(e)
 	if err != nil || !e.Live() {
 		k = known{}
@@ -418,6 +422,9 @@ func setKnown(e *store.Entry, now time.Time, n, win int64, fresh bool, exp time.
 		return
 	}
 	k.see(n, win, fresh)
+	if admitted && win == k.win {
+		k.mine++
+	}
 	k.asked = now.UnixMilli()
 	if k.unsent() == 0 || !e.Live() || exp.After(e.ExpiresAt) {
 		e.ExpiresAt = exp

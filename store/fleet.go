@@ -22,6 +22,13 @@ const memberLife = 30
 // the others take it as owing the store (see Store.Reserved).
 const quietAfter = 2
 
+// aloneGrace is how many announce intervals pass, after an instance's last
+// announcement or the first that said it may count alone, before it counts
+// alone: by then every other instance takes it as owing (quiet for
+// quietAfter intervals, read at their next announcement, one interval of
+// margin), or has seen it say so, and keeps room for its share.
+const aloneGrace = quietAfter + 3
+
 // The fleet's entry: one key, under a prefix no handle can have (a handle's
 // prefix ends in no particular way, but "gatecount.fleet\x00" holds a byte
 // no limiter name or prefix of this module uses).
@@ -52,6 +59,12 @@ type fleet struct {
 	// overload that made it count alone likely made the others do so too,
 	// so until then it takes every other member as owing.
 	assume atomic.Bool
+	// okAt and okFrom are when the last announcement that succeeded
+	// returned and began (Unix nanoseconds); markedAt, when the first of an
+	// unbroken run of them that said this instance may count alone
+	// returned (0 when the last said not); wantUntil, until when this
+	// instance says it may (see WantAlone).
+	okAt, okFrom, markedAt, wantUntil atomic.Int64
 	// seen packs the members counted at the last announcement (high 32
 	// bits) and this instance's rank among them by ID (low 32 bits); 0
 	// until an announcement succeeds, and rank 1<<32-1 when the entry had
@@ -119,14 +132,25 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 	var members, rank int
 	var owed []int
 	owing := f.owing.Load() > 0
+	marked := owing || time.Now().UnixNano() < f.wantUntil.Load()
+	from := time.Now().UnixNano()
 	err := s.call(ctx, &f.lane, func(ctx context.Context) error {
 		return s.b.Update(ctx, fleetPrefix, []string{fleetKey}, func(now time.Time, es []Entry) error {
-			members, rank, owed = f.rewrite(now, &es[0], leaving)
+			members, rank, owed = f.rewrite(now, &es[0], leaving, marked)
 			return nil
 		})
 	})
 	if err != nil || leaving {
 		return
+	}
+	at := time.Now().UnixNano()
+	f.okAt.Store(at)
+	f.okFrom.Store(from)
+	switch {
+	case !marked:
+		f.markedAt.Store(0)
+	case f.markedAt.Load() == 0:
+		f.markedAt.Store(at)
 	}
 	f.seen.Store(uint64(members)<<32 | uint64(uint32(rank)))
 	f.owed.Store(&owed)
@@ -137,10 +161,10 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 
 // rewrite updates the fleet's entry e: members past their time go, and
 // this instance is counted until memberLife intervals from now (or taken
-// out, when leaving), owing or not. It returns the members counted, this
+// out, when leaving), marked as owing the store when marked. It returns the members counted, this
 // instance's rank among them (noRank when the entry had no room for it),
 // and the ranks of the others that owe the store.
-func (f *fleet) rewrite(now time.Time, e *Entry, leaving bool) (members, rank int, owed []int) {
+func (f *fleet) rewrite(now time.Time, e *Entry, leaving, marked bool) (members, rank int, owed []int) {
 	m := map[string]int64{}
 	if e.Live() && json.Unmarshal(e.Value, &m) != nil {
 		m = map[string]int64{} // not ours: written again
@@ -153,7 +177,7 @@ func (f *fleet) rewrite(now time.Time, e *Entry, leaving bool) (members, rank in
 	}
 	delete(m, f.id)
 	until := now.Add(memberLife * f.every).UnixMilli()
-	if f.owing.Load() > 0 {
+	if marked {
 		until = -until
 	}
 	if !leaving {
@@ -226,6 +250,40 @@ func (s *Store) Owing(owes bool) {
 	}
 }
 
+// WantAlone records that this instance is about to count alone: its
+// announcements say so for the next two intervals, starting with one made
+// at once, so that the others keep room for its share (see AloneAfter).
+func (s *Store) WantAlone() {
+	f := &s.fleet
+	now := time.Now()
+	if f.wantUntil.Swap(now.Add(quietAfter*s.opts.Announce).UnixNano()) > now.UnixNano() || f.kick == nil {
+		return
+	}
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// AloneAfter returns how long this instance must wait before it counts
+// alone: until every other instance keeps room for its share, having
+// taken it as quiet since its last announcement, or having read that it
+// may count alone. It is 0 on a store no other instance sees, and once
+// those have passed. The others then keep that room for as long as it
+// says it may, or stays quiet.
+func (s *Store) AloneAfter() time.Duration {
+	if s.inline != nil || !s.b.Shared() {
+		return 0
+	}
+	f := &s.fleet
+	grace := int64(aloneGrace * s.opts.Announce)
+	at := f.okAt.Load() + grace
+	if m := f.markedAt.Load(); m != 0 {
+		at = min(at, m+grace)
+	}
+	return max(time.Duration(at-time.Now().UnixNano()), 0)
+}
+
 // Reserved returns how many of a key's budget of limit the other instances
 // that owe the store may have admitted alone: the sum of their shares of
 // the whole budget (see Share). Counting in the store, an instance keeps
@@ -233,7 +291,9 @@ func (s *Store) Owing(owes bool) {
 // fits; 0 when no other instance owes anything. An instance not heard from
 // for two announce intervals is taken as owing, since it may not have been
 // able to say so. While this instance owes the store, and until it has
-// heard since who else does, it takes every other instance as owing.
+// heard since who else does, it takes every other instance as owing; so it
+// does while its own last announcement is older than two intervals, its
+// view of the others being too old to tell.
 func (s *Store) Reserved(key string, limit int64) int64 {
 	f := &s.fleet
 	seen := f.seen.Load()
@@ -242,7 +302,7 @@ func (s *Store) Reserved(key string, limit int64) int64 {
 		return 0
 	}
 	owed := f.owed.Load()
-	all := f.assume.Load()
+	all := f.assume.Load() || time.Now().UnixNano()-f.okFrom.Load() > int64(quietAfter*s.opts.Announce)
 	if !all && (owed == nil || len(*owed) == 0) {
 		return 0
 	}

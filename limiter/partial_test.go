@@ -1,0 +1,142 @@
+package limiter_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gatecount/gatecount/internal/faultproxy"
+	"github.com/gatecount/gatecount/internal/servicetest"
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/store"
+)
+
+// instances starts n limiters named name on one store of kind, each
+// instance through a fault proxy of its own, and waits until each counts
+// all n. Announcements come every 100 ms.
+func instances(t *testing.T, kind string, n int, b limiter.Budget) ([]*limiter.Limiter, []*faultproxy.Proxy) {
+	t.Helper()
+	direct := servicetest.PostgresURL(t)
+	if kind == "redis" {
+		direct = servicetest.RedisURL(t)
+	} else {
+		migratePostgres(t, direct)
+	}
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	prefix := "fleet-" + hex.EncodeToString(secret[:4]) + ":"
+	ls := make([]*limiter.Limiter, n)
+	ps := make([]*faultproxy.Proxy, n)
+	ss := make([]*store.Store, n)
+	for i := range n {
+		var through string
+		ps[i], through = proxyTo(t, direct, kind)
+		s, release, err := store.OpenURL(context.Background(), through, store.URLOptions{Secret: secret, Store: store.Options{
+			Logger: quiet, Deadline: 500 * time.Millisecond, Announce: 100 * time.Millisecond,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			s.Close()
+			if release != nil {
+				release()
+			}
+		})
+		ss[i] = s
+		h, err := s.Handle(prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls[i], err = limiter.New(h, limiter.Options{Name: "fleet", Budget: b, Unavailable: limiter.Local, Logger: quiet}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ls[i].Close() })
+	}
+	for i, s := range ss {
+		for j := 0; s.Members() != n; j++ {
+			if j == 500 {
+				t.Fatalf("instance %d counts %d members, want %d", i, s.Members(), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return ls, ps
+}
+
+// A fleet whose instances each last saw a key's count at a different
+// point stays within the budget when the store goes away from all of them,
+// and within the budget and one instance's share when it goes away from
+// one only: attempts go round robin through the store (so that
+// each instance's view lags the others'), then the store is cut, and every
+// instance keeps attempting, alone or through the store, as fast as it
+// can. Three instances, budget 20, on PostgreSQL and on Redis.
+func TestFleetWithinBudgetThroughOutage(t *testing.T) {
+	const budget, before = 20, 10
+	for _, kind := range []string{"postgres", "redis"} {
+		for _, cut := range []string{"all", "one"} {
+			t.Run(kind+"/cut "+cut, func(t *testing.T) {
+				ls, ps := instances(t, kind, 3, limiter.Budget{Limit: budget, Window: time.Minute})
+				ctx := context.Background()
+				var mu sync.Mutex
+				admitted, alone := 0, 0
+				count := func(d limiter.Decision, err error) {
+					if err != nil {
+						t.Error(err)
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if d.Allowed {
+						admitted++
+						if d.Local {
+							alone++
+						}
+					}
+				}
+				for i := range before {
+					count(ls[i%len(ls)].Attempt(ctx, "alice"))
+				}
+				if admitted != before {
+					t.Fatalf("%d of the first %d attempts admitted through the store, want all", admitted, before)
+				}
+				if cut == "all" {
+					for _, p := range ps {
+						p.Cut()
+					}
+				} else {
+					ps[0].Cut()
+				}
+				var wg sync.WaitGroup
+				for _, l := range ls {
+					wg.Go(func() {
+						// past the wait for the others to keep room, and
+						// through it
+						for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+							count(l.Attempt(ctx, "alice"))
+							time.Sleep(5 * time.Millisecond)
+						}
+					})
+				}
+				wg.Wait()
+				t.Logf("%s: %d admitted in all, %d of them alone", cut, admitted, alone)
+				// Cut off from a store the others still reach, an instance
+				// cannot know what they admitted before they kept room
+				// for its share: the fleet may pass the budget by that
+				// share, never more (README, "a partial outage").
+				limit := budget
+				if cut == "one" {
+					limit += (budget + len(ls) - 1) / len(ls)
+				}
+				if admitted > limit {
+					t.Errorf("cut %s: the fleet admitted %d (%d alone), want at most %d", cut, admitted, alone, limit)
+				}
+				if alone == 0 {
+					t.Errorf("cut %s: no attempt was counted alone: the test tests nothing", cut)
+				}
+			})
+		}
+	}
+}

@@ -71,8 +71,9 @@ type Observer struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	decisionAttrs sync.Map // decisionKey → metric.MeasurementOption
-	callAttrs     sync.Map // callKey → metric.MeasurementOption
+	attrsMu       sync.RWMutex
+	decisionAttrs map[decisionKey][]metric.AddOption
+	callAttrs     map[callKey][]metric.RecordOption
 
 	mu     sync.Mutex
 	stores map[string]*store.Store
@@ -102,7 +103,11 @@ func New(mp metric.MeterProvider, namespace string) (*Observer, error) {
 		}
 		return namespace + "." + n
 	}
-	o := &Observer{stores: map[string]*store.Store{}}
+	o := &Observer{
+		stores:        map[string]*store.Store{},
+		decisionAttrs: map[decisionKey][]metric.AddOption{},
+		callAttrs:     map[callKey][]metric.RecordOption{},
+	}
 	var errs []error
 	check := func(n string, err error) {
 		if err != nil {
@@ -150,28 +155,42 @@ func New(mp metric.MeterProvider, namespace string) (*Observer, error) {
 
 // ObserveDecision counts a decision of the named limiter.
 func (o *Observer) ObserveDecision(name string, out limiter.Outcome) {
-	k := decisionKey{name, out}
-	attrs, ok := o.decisionAttrs.Load(k)
-	if !ok {
-		attrs, _ = o.decisionAttrs.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("limiter", name), attribute.String("outcome", out.String()))))
-	}
-	o.decisions.Add(context.Background(), 1, attrs.(metric.MeasurementOption))
+	attrs := cached(o, o.decisionAttrs, decisionKey{name, out}, func() []metric.AddOption {
+		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("limiter", name), attribute.String("outcome", out.String())))}
+	})
+	o.decisions.Add(context.Background(), 1, attrs...)
 }
 
 // ObserveCall records a store call by its kind, result and answer time.
 func (o *Observer) ObserveCall(e store.CallEvent) {
-	k := callKey{e.Op, e.Reason}
-	attrs, ok := o.callAttrs.Load(k)
-	if !ok {
+	attrs := cached(o, o.callAttrs, callKey{e.Op, e.Reason}, func() []metric.RecordOption {
 		result := "ok"
 		if e.Reason != 0 {
 			result = e.Reason.String()
 		}
-		attrs, _ = o.callAttrs.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("op", e.Op.String()), attribute.String("result", result))))
+		return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("op", e.Op.String()), attribute.String("result", result)))}
+	})
+	o.calls.Record(context.Background(), e.Duration.Seconds(), attrs...)
+}
+
+// cached returns the measurement options of k in m, made by mk the first
+// time.
+func cached[K comparable, V any](o *Observer, m map[K]V, k K, mk func() V) V {
+	o.attrsMu.RLock()
+	attrs, ok := m[k]
+	o.attrsMu.RUnlock()
+	if ok {
+		return attrs
 	}
-	o.calls.Record(context.Background(), e.Duration.Seconds(), attrs.(metric.MeasurementOption))
+	o.attrsMu.Lock()
+	defer o.attrsMu.Unlock()
+	if attrs, ok = m[k]; !ok {
+		attrs = mk()
+		m[k] = attrs
+	}
+	return attrs
 }
 
 // Watch reads s's Stats, as the store named name, at every collection. A

@@ -44,7 +44,8 @@
 //     store/memory, store/postgres, store/sqlite, store/redis;
 //     store/storetest proves your own.
 //   - metrics: decisions and store calls published through expvar;
-//     metrics/prometheus (a module of its own) for Prometheus.
+//     metrics/prometheus and metrics/otel (modules of their own) for
+//     Prometheus and OpenTelemetry.
 //   - cmd/gatecount: migrate a PostgreSQL database
 //     (go run github.com/gatecount/gatecount/cmd/gatecount migrate).
 //

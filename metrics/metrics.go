@@ -30,6 +30,12 @@
 // github.com/gatecount/gatecount/metrics/prometheus, of its own, has a
 // Collector that is a limiter.Observer, a store.Observer and a
 // prometheus.Collector.
+//
+// # OpenTelemetry
+//
+// Module github.com/gatecount/gatecount/metrics/otel, of its own too, has
+// an Observer that publishes the same figures through the OpenTelemetry
+// metrics API.
 package metrics
 
 import (

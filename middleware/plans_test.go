@@ -89,7 +89,9 @@ func TestInvalidCharge(t *testing.T) {
 	}{
 		{"budget error", func(*http.Request) (limiter.Budget, error) { return limiter.Budget{}, errPlan }, nil},
 		{"zero budget", func(*http.Request) (limiter.Budget, error) { return limiter.Budget{}, nil }, nil},
-		{"window too short", func(*http.Request) (limiter.Budget, error) { return limiter.Budget{Limit: 5, Window: time.Millisecond}, nil }, nil},
+		{"window too short", func(*http.Request) (limiter.Budget, error) {
+			return limiter.Budget{Limit: 5, Window: time.Millisecond}, nil
+		}, nil},
 		{"limit too high", func(*http.Request) (limiter.Budget, error) {
 			return limiter.Budget{Limit: limiter.MaxLimit + 1, Window: time.Minute}, nil
 		}, nil},

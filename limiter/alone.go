@@ -131,7 +131,7 @@ func (k *known) fields() [8]*int64 {
 	return [8]*int64{&k.seen, &k.alone, &k.asked, &k.sending, &k.flying, &k.win, &k.given, &k.mine}
 }
 
-// countAlone counts an attempt on keys in process memory, while the store
+// countAlone counts an attempt of cost n on keys in process memory, while the store
 // cannot count them. Each key admits at most this instance's share (see
 // store.Store.Share) of what was left of its budget when the store last
 // told its count: the budget itself for a key this instance never saw, and
@@ -143,8 +143,8 @@ func (k *known) fields() [8]*int64 {
 // instance has sent to the store and not yet heard back of count as
 // admitted. What it admits is added to the store once the store
 // answers again (see flushAlone). The tally's times are on memory's clock.
-func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Budget) (store.Tally, error) {
-	m := &memoCall{n: len(keys)}
+func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Budget, n int64) (store.Tally, error) {
+	m := &memoCall{n: len(keys), cost: n}
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
@@ -170,7 +170,7 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 			// this instance sent of its own admitted alone.
 			others := k.seen - (k.given - k.unsent())
 			left := int64(cs[i].Limit) - max(others, 0)
-			spent := max(k.given, k.unsent()) + k.flying + 1
+			spent := max(k.given, k.unsent()) + k.flying + m.cost
 			if t.Limiting < 0 && (spent > s.Share(m.keys[i], left) || spent+k.mine > s.Share(m.keys[i], int64(cs[i].Limit))) {
 				t.Limiting = i
 			}
@@ -180,8 +180,8 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 		}
 		for i := range es {
 			k := ks[i]
-			k.alone++
-			k.given++
+			k.alone += m.cost
+			k.given += m.cost
 			es[i].ExpiresAt = t.ExpiresAt[i]
 			k.put(&es[i])
 			t.Counts[i] = k.count()
@@ -305,7 +305,7 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 	if !d.Allowed || (d.Unavailable && !d.Local) || d.n == 0 {
 		return ErrNotRefundable
 	}
-	c := credit{until: time.Now()}
+	c := credit{until: time.Now(), n: max(int64(d.Cost), 1)}
 	for _, i := range refund {
 		if i < 0 || i >= int(d.n) {
 			continue
@@ -313,7 +313,7 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 		key := d.keys[i]
 		exp := d.expires[i]
 		if d.inMemory>>i&1 == 1 { // counted alone
-			if l.lowerAlone(ctx, key) {
+			if l.lowerAlone(ctx, key, c.n) {
 				continue // before it went to the store
 			}
 			exp = anyWindow // in the store already, in a window on its clock
@@ -338,7 +338,7 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 	}
 	for i, key := range c.keys {
 		if l.local != nil && c.expires[i] != anyWindow {
-			l.lower(ctx, key, c.expires[i] == 0)
+			l.lower(ctx, key, c.expires[i] == 0, c.n)
 		}
 	}
 	// A credit waits for the store however busy: it is owed.
@@ -353,11 +353,12 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 }
 
 // credit is a Credit's store update: each key with a window end (Unix
-// milliseconds) gives back one attempt in that window, each with anyWindow
-// one attempt in the window it has, each with 0 is cleared.
+// milliseconds) gives back n attempts in that window, each with anyWindow
+// n attempts in the window it has, each with 0 is cleared.
 type credit struct {
 	keys    []string
 	expires []int64
+	n       int64     // the cost of the decision credited
 	until   time.Time // after it, the credit is dropped
 }
 
@@ -376,7 +377,7 @@ func (l *Limiter) land(ctx context.Context, c *credit) error {
 					return err
 				}
 				if n > 0 {
-					e.Value = store.AppendCount(e.Value[:0], n-1)
+					e.Value = store.AppendCount(e.Value[:0], max(n-max(c.n, 1), 0))
 				}
 			}
 		}
@@ -389,17 +390,18 @@ func (l *Limiter) land(ctx context.Context, c *credit) error {
 // added to the store, whose window the store's clock keeps.
 const anyWindow = -1
 
-// lowerAlone takes one attempt off what memory holds of key as admitted
-// alone and not yet sent to the store, and reports whether there was one.
-func (l *Limiter) lowerAlone(ctx context.Context, key string) bool {
+// lowerAlone takes n attempts off what memory holds of key as admitted
+// alone and not yet sent to the store, and reports whether there were as
+// many: an attempt's cost is sent to the store whole, never in part.
+func (l *Limiter) lowerAlone(ctx context.Context, key string, n int64) bool {
 	took := false
 	l.local.Update(ctx, []string{key}, func(_ time.Time, es []store.Entry) error {
 		k, err := knownOf(&es[0])
-		if err != nil || !es[0].Live() || k.alone == 0 {
+		if err != nil || !es[0].Live() || k.alone < n {
 			return err
 		}
-		k.alone--
-		k.given = max(k.given-1, 0)
+		k.alone -= n
+		k.given = max(k.given-n, 0)
 		k.put(&es[0])
 		took = true
 		return nil
@@ -407,9 +409,9 @@ func (l *Limiter) lowerAlone(ctx context.Context, key string) bool {
 	return took
 }
 
-// lower takes one attempt off what memory holds of key, or forgets it
+// lower takes n attempts off what memory holds of key, or forgets it
 // when clear: the attempts admitted alone first, then the store's count.
-func (l *Limiter) lower(ctx context.Context, key string, clear bool) {
+func (l *Limiter) lower(ctx context.Context, key string, clear bool, n int64) {
 	l.local.Update(ctx, []string{key}, func(_ time.Time, es []store.Entry) error {
 		e := &es[0]
 		k, err := knownOf(e)
@@ -419,10 +421,10 @@ func (l *Limiter) lower(ctx context.Context, key string, clear bool) {
 		case clear:
 			e.Value = nil
 			return nil
-		case k.alone > 0:
-			k.alone--
-		case k.seen > 0:
-			k.seen--
+		default:
+			took := min(k.alone, n)
+			k.alone -= took
+			k.seen = max(k.seen-(n-took), 0)
 		}
 		k.asked = 0
 		k.put(e)

@@ -48,6 +48,24 @@ func ExampleLimiter_AttemptEach() {
 	// false 0
 }
 
+func ExampleLimiter_AttemptCost() {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	h, _ := s.Handle("batch:")
+	budget := limiter.Budget{Limit: 25, Window: time.Minute}
+	l, _ := limiter.New(h, limiter.Options{Name: "batch", Budget: budget})
+	defer l.Close()
+	for _, cost := range []int{10, 10, 10, 5} {
+		d, _ := l.AttemptCost(context.Background(), cost, limiter.Charge{Key: "alice", Budget: budget})
+		fmt.Println(cost, d.Allowed, d.Remaining)
+	}
+	// Output:
+	// 10 true 15
+	// 10 true 5
+	// 10 false 0
+	// 5 true 0
+}
+
 func ExampleLimiter_Refund() {
 	s := memory.New(memory.Options{})
 	defer s.Close()

@@ -18,7 +18,7 @@ const KindStoreFull = "limiter-store-full"
 // the store has no room for fall to the policy: under Deny the attempt is
 // refused; otherwise they are counted in process memory, and when memory
 // refuses them the store's keys are given back.
-func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Budget, cause error, d *Decision) error {
+func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Budget, n int64, cause error, d *Decision) error {
 	m := &memoCall{n: len(keys)} // what the apply holds, off the caller's stack
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
@@ -26,7 +26,7 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 	var fresh uint8 // bit i: keys[i] has no entry in the store
 	err := l.h.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
 		var err error
-		if fresh, err = readCounts(now, es, cs, t); err != nil {
+		if fresh, err = readCounts(now, es, cs, n, t); err != nil {
 			return err
 		}
 		if t.Limiting >= 0 || l.policy == Deny && fresh != 0 {
@@ -34,7 +34,7 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 		}
 		for i := range es {
 			if es[i].Live() {
-				t.Counts[i]++
+				t.Counts[i] += n
 				es[i].Value = store.AppendCount(es[i].Value[:0], t.Counts[i])
 			}
 		}
@@ -42,24 +42,24 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 	})
 	switch {
 	case err != nil && store.ReasonOf(err) == store.ReasonFull:
-		if err := l.countLocal(ctx, keys, caps, cause, d); err != nil { // no key is held after all
+		if err := l.countLocal(ctx, keys, caps, n, cause, d); err != nil { // no key is held after all
 			l.refuse(errors.Join(cause, err), caps, d)
 		}
 		return nil
 	case err != nil && errors.Is(err, store.ErrUnavailable):
-		return l.degraded(ctx, keys, caps, err, d)
+		return l.degraded(ctx, keys, caps, n, err, d)
 	case err != nil:
 		return err
 	case t.Limiting >= 0: // a held key is spent: the store's own refusal
 		decide(t, keys, caps, false, d)
 		if l.memo {
-			l.remember(ctx, keys, caps, t, nil)
+			l.remember(ctx, keys, caps, n, t, nil)
 		}
 		return nil
 	case fresh == 0: // every key was held by the time of the update
 		decide(t, keys, caps, false, d)
 		if l.memo {
-			l.remember(ctx, keys, caps, t, nil)
+			l.remember(ctx, keys, caps, n, t, nil)
 		}
 		return nil
 	case l.policy == Deny:
@@ -69,12 +69,13 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 	l.full.Do(func() {
 		l.log.Warn("store full: keys it holds are counted there, new keys in process memory", "kind", KindStoreFull, "err", cause)
 	})
-	return l.countFresh(ctx, keys, caps, cause, t, fresh, d)
+	return l.countFresh(ctx, keys, caps, n, cause, t, fresh, d)
 }
 
 // countFresh counts in process memory the keys marked in fresh, which the
-// store had no room for, after the store counted the others into t.
-func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Budget, cause error, t *store.Tally, fresh uint8, d *Decision) error {
+// store had no room for, after the store counted the others into t, at
+// cost n.
+func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Budget, cost int64, cause error, t *store.Tally, fresh uint8, d *Decision) error {
 	var sub [MaxKeys]string
 	var subCaps [MaxKeys]store.Budget
 	var at [MaxKeys]int
@@ -85,9 +86,9 @@ func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Bu
 			n++
 		}
 	}
-	lt, err := l.countAlone(ctx, sub[:n:n], subCaps[:n:n])
+	lt, err := l.countAlone(ctx, sub[:n:n], subCaps[:n:n], cost)
 	if err != nil || !lt.Allowed {
-		l.giveBackHeld(ctx, keys, t, fresh)
+		l.giveBackHeld(ctx, keys, t, fresh, cost)
 	}
 	if err != nil {
 		l.refuse(errors.Join(cause, err), caps, d)
@@ -99,7 +100,7 @@ func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Bu
 		t.Limiting = at[lt.Limiting]
 		for i := range keys { // as they were: nothing was counted
 			if fresh>>i&1 == 0 && t.ExpiresAt[i] != (time.Time{}) {
-				t.Counts[i]--
+				t.Counts[i] -= cost
 			}
 		}
 	}
@@ -118,9 +119,9 @@ func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Bu
 	return nil
 }
 
-// giveBackHeld takes back the count the store made of the held keys of t
-// (those not in fresh), in the windows it made them in.
-func (l *Limiter) giveBackHeld(ctx context.Context, keys []string, t *store.Tally, fresh uint8) {
+// giveBackHeld takes back the count, cost, the store made of the held keys
+// of t (those not in fresh), in the windows it made them in.
+func (l *Limiter) giveBackHeld(ctx context.Context, keys []string, t *store.Tally, fresh uint8, cost int64) {
 	var held [MaxKeys]string
 	var exp [MaxKeys]int64
 	n := 0
@@ -133,7 +134,7 @@ func (l *Limiter) giveBackHeld(ctx context.Context, keys []string, t *store.Tall
 	if n == 0 {
 		return
 	}
-	if err := l.land(ctx, &credit{keys: held[:n], expires: exp[:n]}); err != nil {
+	if err := l.land(ctx, &credit{keys: held[:n], expires: exp[:n], n: cost}); err != nil {
 		l.log.Warn("store full: giving back a refused attempt's count failed", "kind", KindStoreFull, "err", err)
 	}
 }

@@ -62,6 +62,10 @@ var ErrInvalidBudget = store.ErrInvalidBudget
 // MaxKeys, or keys the store refuses.
 var ErrInvalidKeys = errors.New("limiter: invalid keys")
 
+// ErrInvalidCost is returned for an attempt whose cost is below 1 or above
+// the limit of one of its budgets, which could never admit it.
+var ErrInvalidCost = errors.New("limiter: invalid cost")
+
 // MaxKeys is the most keys one attempt may count against.
 const MaxKeys = store.MaxCountKeys
 
@@ -368,6 +372,9 @@ type Decision struct {
 	// decided: Limiting when refused, the key with the least room left when
 	// allowed. Keys()[KeyIndex] is that key.
 	KeyIndex int
+	// Cost is what the attempt counted, or would have, on each of its
+	// keys: 1 but for AttemptCost. A Refund gives back as much.
+	Cost int
 
 	keys      [MaxKeys]string
 	expires   [MaxKeys]int64 // unix milliseconds, as the store keeps them; 0 for no window
@@ -422,7 +429,7 @@ func (l *Limiter) attempt(ctx context.Context, keys []string, d *Decision) error
 	if len(keys) == 0 || len(keys) > MaxKeys {
 		return errKeyCount(len(keys))
 	}
-	return l.count(ctx, keys, l.caps[:len(keys)], d)
+	return l.count(ctx, keys, l.caps[:len(keys)], 1, d)
 }
 
 // errKeyCount is the error of an attempt on n keys, out of 1 to MaxKeys.
@@ -439,6 +446,14 @@ type Charge struct {
 // AttemptEach counts one attempt against each charge's key, each with its own
 // budget, in one atomic store update, all or nothing, as Attempt does.
 func (l *Limiter) AttemptEach(ctx context.Context, charges ...Charge) (Decision, error) {
+	return l.AttemptCost(ctx, 1, charges...)
+}
+
+// AttemptCost counts cost attempts against each charge's key, each with its
+// own budget, in one atomic store update, all or nothing: a key with less
+// than cost left refuses the whole of it. It is exact as Attempt is. A cost
+// below 1 or above a charge's limit is an error matching ErrInvalidCost.
+func (l *Limiter) AttemptCost(ctx context.Context, cost int, charges ...Charge) (Decision, error) {
 	if len(charges) == 0 || len(charges) > MaxKeys {
 		return Decision{}, errKeyCount(len(charges))
 	}
@@ -448,77 +463,82 @@ func (l *Limiter) AttemptEach(ctx context.Context, charges ...Charge) (Decision,
 		if err := c.Budget.Validate(); err != nil {
 			return Decision{}, fmt.Errorf("limiter %q: key %d: %w", l.name, i, err)
 		}
+		if cost < 1 || cost > c.Budget.Limit {
+			return Decision{}, fmt.Errorf("%w: limiter %q: cost %d, want 1 to %d, the limit of key %d", ErrInvalidCost, l.name, cost, c.Budget.Limit, i)
+		}
 		keys[i], caps[i] = c.Key, c.Budget
 	}
 	n := len(charges)
 	var d Decision
-	err := l.count(ctx, keys[:n:n], caps[:n:n], &d)
+	err := l.count(ctx, keys[:n:n], caps[:n:n], int64(cost), &d)
 	return d, err
 }
 
-// count decides an attempt into d, which the caller holds, so that the
-// decision is not copied on its way out.
-func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Budget, d *Decision) error {
-	err := l.decide(ctx, keys, caps, d)
+// count decides an attempt of cost n into d, which the caller holds, so
+// that the decision is not copied on its way out.
+func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Budget, n int64, d *Decision) error {
+	err := l.decide(ctx, keys, caps, n, d)
+	d.Cost = int(n)
 	if l.obs != nil && err == nil {
 		l.obs.ObserveDecision(l.name, OutcomeOf(d))
 	}
 	return err
 }
 
-func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget, d *Decision) error {
+func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget, n int64, d *Decision) error {
 	var err error
 	var m *memoCall // what memory said, when the store is to be asked
 	if l.memo {
 		var refused bool
-		switch refused, m = l.recall(ctx, keys, caps, d); {
+		switch refused, m = l.recall(ctx, keys, caps, n, d); {
 		case refused:
 			return nil
 		case m != nil && m.sending: // attempts admitted alone go to the store with this one
 			if err = l.countSending(ctx, m, d); err == nil {
 				return nil
 			}
-			return l.failed(ctx, keys, caps, err, d)
+			return l.failed(ctx, keys, caps, n, err, d)
 		}
 	}
 	if len(keys) == 1 && !l.memo { // the store's one-key Count, with no Tally
 		var k store.KeyTally
-		if k, err = l.h.CountKey(ctx, keys[0], caps[0], 1); err == nil {
+		if k, err = l.h.CountKey(ctx, keys[0], caps[0], n); err == nil {
 			decideKey(k, keys[0], caps[0], d)
 			return nil
 		}
 	} else {
 		var t store.Tally
-		if err = l.h.CountInto(ctx, keys, caps, 1, &t); err == nil {
+		if err = l.h.CountInto(ctx, keys, caps, n, &t); err == nil {
 			decide(&t, keys, caps, false, d)
 			if l.memo {
-				l.remember(ctx, keys, caps, &t, m)
+				l.remember(ctx, keys, caps, n, &t, m)
 			}
 			return nil
 		}
 	}
 	l.landed(ctx, m)
-	return l.failed(ctx, keys, caps, err, d)
+	return l.failed(ctx, keys, caps, n, err, d)
 }
 
-// failed decides an attempt whose count in the store failed with err.
-func (l *Limiter) failed(ctx context.Context, keys []string, caps []store.Budget, err error, d *Decision) error {
+// failed decides an attempt of cost n whose count in the store failed with
+// err.
+func (l *Limiter) failed(ctx context.Context, keys []string, caps []store.Budget, n int64, err error, d *Decision) error {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return fmt.Errorf("limiter %q: %w", l.name, err)
 	}
 	if !errors.Is(err, store.ErrUnavailable) {
 		return fmt.Errorf("%w: limiter %q: %w", ErrInvalidKeys, l.name, err)
 	}
-	return l.degraded(ctx, keys, caps, err, d)
+	return l.degraded(ctx, keys, caps, n, err, d)
 }
 
-// degraded decides an attempt the store could not count, by the policy and
-// the reason.
-func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budget, cause error, d *Decision) error {
+// degraded decides an attempt of cost n the store could not count, by the
+// policy and the reason.
+func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budget, n int64, cause error, d *Decision) error {
 	reason := store.ReasonOf(cause)
 	switch {
 	case reason == store.ReasonFull:
-		return l.countHeld(ctx, keys, caps, cause, d)
+		return l.countHeld(ctx, keys, caps, n, cause, d)
 	case l.policy == Deny:
 		l.refuse(cause, caps, d)
 	case l.policy == Allow && down(cause):
@@ -535,7 +555,7 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 				// by either: the attempt waits for the store, as long as
 				// its request lasts, or until the store has been out of
 				// reach long enough to count alone.
-				return l.decide(store.Patient(ctx), keys, caps, d)
+				return l.decide(store.Patient(ctx), keys, caps, n, d)
 			}
 			// Down. Counted alone now, the attempt could race the other
 			// instances' admissions through the store, made before they
@@ -549,15 +569,15 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 			case <-ctx.Done():
 				return fmt.Errorf("limiter %q: %w", l.name, ctx.Err())
 			}
-			return l.decide(ctx, keys, caps, d)
+			return l.decide(ctx, keys, caps, n, d)
 		}
-		err := l.countLocal(ctx, keys, caps, cause, d)
+		err := l.countLocal(ctx, keys, caps, n, cause, d)
 		switch {
 		case err == nil:
 		case reason == store.ReasonOverloaded && !store.IsPatient(ctx):
 			// No room to count alone: wait for the store, however many
 			// calls already wait, rather than refuse.
-			return l.decide(store.Patient(ctx), keys, caps, d)
+			return l.decide(store.Patient(ctx), keys, caps, n, d)
 		default:
 			l.refuse(errors.Join(cause, err), caps, d)
 		}
@@ -582,11 +602,11 @@ func (l *Limiter) refuse(cause error, caps []store.Budget, d *Decision) {
 	*d = l.unavailable(false, cause, caps)
 }
 
-// countLocal counts the attempt in process memory, from what this instance
-// last knew of its keys. It returns the memory's error, having decided
-// nothing, when memory could not count it.
-func (l *Limiter) countLocal(ctx context.Context, keys []string, caps []store.Budget, cause error, d *Decision) error {
-	t, err := l.countAlone(ctx, keys, caps)
+// countLocal counts the attempt, of cost n, in process memory, from what
+// this instance last knew of its keys. It returns the memory's error,
+// having decided nothing, when memory could not count it.
+func (l *Limiter) countLocal(ctx context.Context, keys []string, caps []store.Budget, n int64, cause error, d *Decision) error {
+	t, err := l.countAlone(ctx, keys, caps, n)
 	if err != nil {
 		return err
 	}
@@ -637,7 +657,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	if l.memo {
 		// Remembered, so that the block is answered without a store call.
 		l.local.Update(ctx, []string{key}, func(now time.Time, es []store.Entry) error {
-			setKnown(&es[0], now, MaxLimit, win, true, false, now.Add(d))
+			setKnown(&es[0], now, MaxLimit, win, true, 0, now.Add(d))
 			return nil
 		})
 	}
@@ -709,7 +729,7 @@ func (l *Limiter) Peek(ctx context.Context, keys ...string) (Decision, error) {
 	caps := l.caps[:len(keys)]
 	var t store.Tally
 	err := l.h.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
-		_, err := readCounts(now, es, caps, &t)
+		_, err := readCounts(now, es, caps, 1, &t)
 		return err
 	})
 	if err != nil {
@@ -727,7 +747,7 @@ func (l *Limiter) Peek(ctx context.Context, keys ...string) (Decision, error) {
 // nothing: refused, or allowed uncounted while the store was unavailable.
 var ErrNotRefundable = errors.New("limiter: decision counted nothing to refund")
 
-// Refund gives back the attempt d counted, on each of its keys whose window
+// Refund gives back the attempt d counted (its Cost), on each of its keys whose window
 // is still the one d counted in. A window that has since reset is left
 // alone: the refund would otherwise be credited to a later window. The
 // limiter's memory of the keys is lowered too, so that its next attempt on

@@ -50,15 +50,15 @@ func newLocal(prefix string, max int, o store.Options) (*store.Handle, *memory.B
 const AskAgain = time.Second
 
 // recall fills d and reports true when memory shows a key of the attempt
-// without room for one more, and the store was asked about it within
+// without room for its cost n, and the store was asked about it within
 // AskAgain (or holds attempts admitted alone, which the store has not yet
 // seen), so that the store need not be asked. When the only such keys were
 // asked about earlier, this attempt claims asking again: memory records it
 // as asked now. When it reports false, it returns the attempts admitted
 // alone that it claimed (see claim), to be added to the store with the
 // attempt's count, or nil.
-func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget, d *Decision) (bool, *memoCall) {
-	m := &memoCall{n: len(keys)}
+func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget, n int64, d *Decision) (bool, *memoCall) {
+	m := &memoCall{n: len(keys), cost: n}
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
@@ -79,7 +79,9 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 			kn[i] = k
 			t.Counts[i], t.ExpiresAt[i] = k.count(), es[i].ExpiresAt
 			switch {
-			case k.count()+1 <= int64(cs[i].Limit):
+			case k.count()+n <= int64(cs[i].Limit):
+				// Room for this cost: a key memory refuses a larger one
+				// still admits it.
 			case k.unsent() > 0 || nowMs-k.asked < AskAgain.Milliseconds():
 				// Attempts admitted alone are not in the store yet: its
 				// count would not be the whole count.
@@ -99,7 +101,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 		for i := range es {
 			changed := stale>>i&1 == 1 || m.flew
 			if m.flew {
-				kn[i].flying++
+				kn[i].flying += n
 				if !es[i].Live() {
 					es[i].ExpiresAt = now.Add(cs[i].Window)
 				}
@@ -114,7 +116,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 				// for them too.
 				m.hold[i], m.sending = kn[i].sending+kn[i].flying, true
 				if m.flew {
-					m.hold[i]-- // this call's own
+					m.hold[i] -= n // this call's own
 				}
 			}
 			if kn[i].alone > 0 {
@@ -161,7 +163,7 @@ func (l *Limiter) landed(ctx context.Context, m *memoCall) {
 			if err != nil || !es[i].Live() {
 				continue
 			}
-			k.flying = max(k.flying-1, 0)
+			k.flying = max(k.flying-m.cost, 0)
 			if k.empty() {
 				es[i].Value = nil
 			} else {
@@ -218,14 +220,14 @@ func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) er
 			t.Counts[i] += m.send[i]
 			// what another call is adding may not be in the store yet:
 			// room is kept for it
-			if t.Limiting < 0 && t.Counts[i]+m.hold[i]+1 > int64(cs[i].Limit) {
+			if t.Limiting < 0 && t.Counts[i]+m.hold[i]+m.cost > int64(cs[i].Limit) {
 				t.Limiting = i
 			}
 		}
 		t.Allowed = t.Limiting < 0
 		for i := range es {
 			if t.Allowed {
-				t.Counts[i]++
+				t.Counts[i] += m.cost
 				if !live[i] && m.send[i] == 0 {
 					t.ExpiresAt[i] = now.Add(cs[i].Window)
 				}
@@ -253,19 +255,17 @@ func (l *Limiter) settle(ctx context.Context, m *memoCall) {
 	l.updateMemory(ctx, m.keys[:m.n], func(now time.Time, es []store.Entry) error {
 		for i := range es {
 			if t.ExpiresAt[i].IsZero() {
-				unfly(&es[i], m.flew)
+				unfly(&es[i], m.flown())
 				continue
 			}
 			k, err := knownOf(&es[i])
 			if err != nil || !es[i].Live() {
 				k = known{}
 			}
-			if m.flew {
-				k.flying = max(k.flying-1, 0)
-			}
+			k.flying = max(k.flying-m.flown(), 0)
 			k.see(t.Counts[i], t.ExpiresAt[i].UnixMilli(), m.asks>>i&1 == 1)
 			if t.Allowed {
-				k.mine++
+				k.mine += m.cost
 			}
 			k.sending = max(k.sending-m.send[i], 0)
 			k.asked = now.UnixMilli()
@@ -282,15 +282,16 @@ func (l *Limiter) settle(ctx context.Context, m *memoCall) {
 // asked about now, with its window as the store has it. Attempts this
 // instance admitted alone and has not yet added to the store still count,
 // until the later of the two windows ends. When sent is the call that got
-// t, memory no longer counts it as unanswered (see memoCall.flew).
-func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budget, tally *store.Tally, sent *memoCall) {
+// t, memory no longer counts it as unanswered (see memoCall.flew). n is
+// the attempt's cost, which t admitted or not.
+func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budget, n int64, tally *store.Tally, sent *memoCall) {
 	m := &memoCall{n: len(keys), t: *tally}
 	copy(m.keys[:], keys)
 	copy(m.caps[:], caps)
-	flew := sent != nil && sent.flew
+	var flew int64
 	var asks uint8
 	if sent != nil {
-		asks = sent.asks
+		flew, asks = sent.flown(), sent.asks
 	}
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	roomy := l.localB.Entries() < l.localB.MaxEntries()/4*memoRoom
@@ -304,7 +305,7 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 			if !es[i].Live() && !roomy && t.Counts[i] < int64(cs[i].Limit) {
 				continue
 			}
-			setKnown(&es[i], now, t.Counts[i], t.ExpiresAt[i].UnixMilli(), asks>>i&1 == 1, t.Allowed, now.Add(t.ExpiresAt[i].Sub(t.Now)))
+			setKnown(&es[i], now, t.Counts[i], t.ExpiresAt[i].UnixMilli(), asks>>i&1 == 1, admitted(t, n), now.Add(t.ExpiresAt[i].Sub(t.Now)))
 		}
 		return nil
 	})
@@ -312,21 +313,21 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 
 // readCounts fills t from the live counters in es, as of now, without
 // changing them: each key's count and window end, and the first key without
-// room for one more attempt under its budget in caps. It returns the keys
+// room for n more attempts under its budget in caps. It returns the keys
 // with no live counter, bit i for es[i].
-func readCounts(now time.Time, es []store.Entry, caps []store.Budget, t *store.Tally) (fresh uint8, err error) {
+func readCounts(now time.Time, es []store.Entry, caps []store.Budget, n int64, t *store.Tally) (fresh uint8, err error) {
 	*t = store.Tally{Now: now, Limiting: -1}
 	for i := range es {
 		if !es[i].Live() {
 			fresh |= 1 << i
 			continue
 		}
-		n, err := store.ParseCount(es[i].Value)
+		c, err := store.ParseCount(es[i].Value)
 		if err != nil {
 			return fresh, err
 		}
-		t.Counts[i], t.ExpiresAt[i] = n, es[i].ExpiresAt
-		if t.Limiting < 0 && n+1 > int64(caps[i].Limit) {
+		t.Counts[i], t.ExpiresAt[i] = c, es[i].ExpiresAt
+		if t.Limiting < 0 && c+n > int64(caps[i].Limit) {
 			t.Limiting = i
 		}
 	}
@@ -338,6 +339,7 @@ func readCounts(now time.Time, es []store.Entry, caps []store.Budget, t *store.T
 // escapes, and with it everything it holds.
 type memoCall struct {
 	n    int
+	cost int64 // the attempt's, counted on each key
 	keys [MaxKeys]string
 	caps [MaxKeys]store.Budget
 	t    store.Tally
@@ -349,13 +351,23 @@ type memoCall struct {
 	send, hold [MaxKeys]int64
 	left       [MaxKeys]time.Duration
 	sending    bool
-	// flew is set when memory counts this call among the attempts sent to
-	// the store and not answered (known.flying), until landed or remember.
+	// flew is set when memory counts this call's cost among the attempts
+	// sent to the store and not answered (known.flying), until landed or
+	// remember.
 	flew bool
 	// asks has bit i set when this call asks the store again about key i,
 	// memory having shown it spent for AskAgain: its answer is taken as it
 	// is (see known.see).
 	asks uint8
+}
+
+// flown is what m counts among the attempts sent and not answered: its
+// cost when it flew, else 0.
+func (m *memoCall) flown() int64 {
+	if !m.flew {
+		return 0
+	}
+	return m.cost
 }
 
 // updateMemory runs apply on memory's entries for keys. When memory has no
@@ -388,17 +400,17 @@ func (l *Limiter) updateMemory(ctx context.Context, keys []string, apply store.A
 	})
 }
 
-// unfly takes one unanswered attempt off what memory holds in e, when flew,
-// and drops e when nothing else is left of it.
-func unfly(e *store.Entry, flew bool) {
-	if !flew || !e.Live() {
+// unfly takes flew unanswered attempts off what memory holds in e, and
+// drops e when nothing else is left of it.
+func unfly(e *store.Entry, flew int64) {
+	if flew == 0 || !e.Live() {
 		return
 	}
 	k, err := knownOf(e)
 	if err != nil {
 		return
 	}
-	k.flying = max(k.flying-1, 0)
+	k.flying = max(k.flying-flew, 0)
 	if k.empty() {
 		e.Value = nil
 		return
@@ -411,8 +423,9 @@ func unfly(e *store.Entry, flew bool) {
 // memory holds of it in e, as asked about now (see known.see for fresh).
 // Attempts admitted alone and not yet in the store are kept, and so is the
 // window they were counted in while it ends later. admitted tells that the
-// store admitted one attempt of this instance with that count.
-func setKnown(e *store.Entry, now time.Time, n, win int64, fresh, admitted bool, exp time.Time) {
+// store admitted for this instance with that count: the attempt's cost,
+// or 0.
+func setKnown(e *store.Entry, now time.Time, n, win int64, fresh bool, admitted int64, exp time.Time) {
 	k, err := knownOf(e)
 	if err != nil || !e.Live() {
 		k = known{}
@@ -422,12 +435,20 @@ func setKnown(e *store.Entry, now time.Time, n, win int64, fresh, admitted bool,
 		return
 	}
 	k.see(n, win, fresh)
-	if admitted && win == k.win {
-		k.mine++
+	if win == k.win {
+		k.mine += admitted
 	}
 	k.asked = now.UnixMilli()
 	if k.unsent() == 0 || !e.Live() || exp.After(e.ExpiresAt) {
 		e.ExpiresAt = exp
 	}
 	k.put(e)
+}
+
+// admitted is what the tally t of an attempt of cost n admitted: n, or 0.
+func admitted(t *store.Tally, n int64) int64 {
+	if t.Allowed {
+		return n
+	}
+	return 0
 }

@@ -175,3 +175,53 @@ func ExampleNew() {
 	// "k2" 200
 	// "" 400
 }
+
+// A limiter whose budget is the caller's plan, and a batch route where each
+// request costs 10.
+func ExampleOptions_budgetFor() {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	free := limiter.Budget{Limit: 30, Window: time.Minute}
+	paid := limiter.Budget{Limit: 600, Window: time.Minute}
+	plan := map[string]limiter.Budget{"alice": paid} // the app's own records
+	h, _ := s.Handle("execute:")
+	perPlan, err := middleware.PerCaller(h, free, middleware.Options{
+		Name: "execute",
+		BudgetFor: func(r *http.Request) (limiter.Budget, error) {
+			id, _ := keyfunc.CallerIDFrom(r.Context())
+			if b, ok := plan[id]; ok {
+				return b, nil
+			}
+			return free, nil
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer perPlan.Close()
+	bh, _ := s.Handle("batch:")
+	batch, err := middleware.PerCaller(bh, limiter.Budget{Limit: 100, Window: time.Minute}, middleware.Options{
+		Name: "batch",
+		Cost: func(r *http.Request) (int, error) { return 10, nil }, // a batch of ten
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer batch.Close()
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+
+	for _, call := range []struct {
+		h      http.Handler
+		caller string
+	}{{perPlan.Wrap(ok), "alice"}, {perPlan.Wrap(ok), "bob"}, {batch.Wrap(ok), "bob"}} {
+		r := httptest.NewRequest("POST", "/", nil)
+		r = r.WithContext(keyfunc.WithCallerID(r.Context(), call.caller))
+		w := httptest.NewRecorder()
+		call.h.ServeHTTP(w, r)
+		fmt.Println(call.caller, w.Code, w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"))
+	}
+	// Output:
+	// alice 200 "execute";q=600;w=60 "execute";r=599;t=60
+	// bob 200 "execute";q=30;w=60 "execute";r=29;t=60
+	// bob 200 "batch";q=100;w=60 "batch";r=90;t=60
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gatecount/gatecount/limiter"
@@ -164,4 +165,45 @@ func ceilSeconds(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Second - 1) / time.Second)
+}
+
+// maxBudgetFields bounds the budgets whose fields a budgetFields keeps:
+// plans are few, and a BudgetFor that makes up budgets must not grow memory.
+const maxBudgetFields = 64
+
+// budgetFields holds the fields of each budget an Options.BudgetFor chose
+// for one limiter, built once per budget; past maxBudgetFields budgets, a
+// request's fields are built for it alone.
+type budgetFields struct {
+	name          string
+	hideRemaining bool
+	legacy        bool
+	m             sync.Map // limiter.Budget → *fields
+	n             atomic.Int32
+}
+
+// newBudgetFields returns the fields of limiter name's budgets, with f
+// those of its own budget b.
+func newBudgetFields(name string, b limiter.Budget, f *fields, hideRemaining, legacy bool) *budgetFields {
+	bf := &budgetFields{name: name, hideRemaining: hideRemaining, legacy: legacy}
+	bf.m.Store(b, f)
+	bf.n.Store(1)
+	return bf
+}
+
+// of returns the fields of budget b.
+func (bf *budgetFields) of(b limiter.Budget) *fields {
+	if f, ok := bf.m.Load(b); ok {
+		return f.(*fields)
+	}
+	f := newFields([]string{bf.name}, []limiter.Budget{b}, bf.hideRemaining, bf.legacy)
+	if bf.n.Add(1) <= maxBudgetFields {
+		if old, loaded := bf.m.LoadOrStore(b, f); loaded {
+			bf.n.Add(-1)
+			return old.(*fields)
+		}
+	} else {
+		bf.n.Add(-1)
+	}
+	return f
 }

@@ -133,6 +133,8 @@ type pass struct {
 	// refuse answers a refusal, after the fields; nil means the guard's
 	// OnLimit, or 429.
 	refuse http.Handler
+	// fields are those of the budget that applied; nil means the guard's.
+	fields *fields
 	// entries maps each key of the attempt to its budget among the
 	// guard's fields, and own are the keys an allowed attempt's fields
 	// may name (nil: every key); nil entries name the deciding key.
@@ -161,7 +163,7 @@ func (g *guard) serve(w http.ResponseWriter, d *limiter.Decision, p *pass) {
 		return
 	}
 	if !p.hide {
-		g.show(w.Header(), d, p.entries, p.own)
+		g.show(w.Header(), d, p.fields, p.entries, p.own)
 	}
 	switch {
 	case !d.Allowed && p.refuse != nil:
@@ -189,6 +191,7 @@ var (
 	problem400 = newProblem(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")
 	problem401 = newProblem(`{"type":"about:blank","title":"Unauthorized","status":401}` + "\n")
 	problem429 = newProblem(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Too many requests: retry after the time in the Retry-After header."}` + "\n")
+	problem500 = newProblem(`{"type":"about:blank","title":"Internal Server Error","status":500}` + "\n")
 	problem503 = newProblem(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limit store is unavailable: retry after the time in the Retry-After header."}` + "\n")
 
 	// Header values every problem response shares, as every response of a

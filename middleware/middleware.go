@@ -50,6 +50,14 @@
 // Options.LegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset;
 // Options.HideRemaining leaves out r.
 //
+// # Budgets and costs per request
+//
+// Options.BudgetFor chooses each request's budget (a caller's plan), and
+// Options.Cost what it counts (10 for a batch of ten). Both are exact as
+// the constructor's budget is; the RateLimit fields show the budget that
+// applied, in units of cost. A budget or cost out of range, or an error of
+// either, answers 500 and logs KindInvalidCharge: never a free pass.
+//
 // # Counting only failures
 //
 // With Options.CountFailures, an attempt is counted before the handler runs
@@ -66,6 +74,8 @@ import (
 	"net/http"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store"
@@ -75,6 +85,10 @@ import (
 const (
 	KindNoKey   = "ratelimit-no-key"
 	KindLimited = "ratelimit-limited"
+	// KindInvalidCharge is logged when Options.BudgetFor or Options.Cost
+	// fails, or gives a budget or cost out of range: the request is
+	// answered 500.
+	KindInvalidCharge = "ratelimit-invalid-charge"
 )
 
 // DefaultUnavailableRetryAfter is the Retry-After of a 503 answered while the
@@ -109,6 +123,14 @@ type Options struct {
 	// Skip, when it returns true, lets a request through uncounted: a
 	// platform's health checker, say.
 	Skip func(r *http.Request) bool
+	// BudgetFor, when set, chooses each request's budget in place of the
+	// constructor's: by the caller's plan, say. A budget out of range
+	// (limiter.Budget.Validate), or an error, answers 500.
+	BudgetFor func(r *http.Request) (limiter.Budget, error)
+	// Cost, when set, is what each request counts against its budget: 10
+	// for a batch of ten; nil counts 1. A cost below 1 or above the
+	// budget's limit, or an error, answers 500.
+	Cost func(r *http.Request) (int, error)
 	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (seconds until reset).
 	LegacyHeaders bool
@@ -137,6 +159,9 @@ type Middleware struct {
 	key     keyfunc.Func
 	o       Options
 	keyless problem // the answer to a request with no key, at KeyErrorStatus
+	budget  limiter.Budget
+	plans   *budgetFields // of the budgets BudgetFor chose; nil without it
+	invalid rate.Sometimes
 }
 
 // PerCaller returns a Middleware that limits each authenticated caller to
@@ -214,8 +239,12 @@ func build(h *store.Handle, budget limiter.Budget, o Options, policy limiter.Pol
 		return nil, err
 	}
 	status := o.KeyErrorStatus
-	m := &Middleware{guard: g, key: o.Key, o: o,
-		keyless: newProblem(fmt.Sprintf(`{"type":"about:blank","title":%q,"status":%d}`+"\n", http.StatusText(status), status))}
+	m := &Middleware{guard: g, key: o.Key, o: o, budget: budget,
+		keyless: newProblem(fmt.Sprintf(`{"type":"about:blank","title":%q,"status":%d}`+"\n", http.StatusText(status), status)),
+		invalid: rate.Sometimes{Interval: time.Second}}
+	if o.BudgetFor != nil {
+		m.plans = newBudgetFields(o.Name, budget, g.fields, o.HideRemaining, o.LegacyHeaders)
+	}
 	if ip != nil {
 		m.key = g.ip.Key
 	}
@@ -249,15 +278,62 @@ func (m *Middleware) count(w http.ResponseWriter, r *http.Request, next http.Han
 		ctx = context.WithoutCancel(ctx)
 		p.run = m
 	}
-	d, err := m.l.Attempt(ctx, key)
+	var d limiter.Decision
+	if m.o.BudgetFor == nil && m.o.Cost == nil {
+		d, err = m.l.Attempt(ctx, key)
+	} else {
+		d, err = m.attemptCharged(ctx, r, key, &p)
+	}
 	if err != nil {
-		if r.Context().Err() != nil {
-			return // the client is gone
+		switch {
+		case r.Context().Err() != nil:
+			// the client is gone
+		case errors.Is(err, errInvalidCharge):
+			m.invalidCharge(w, err)
+		default:
+			m.noKey(w, r, err)
 		}
-		m.noKey(w, r, err)
 		return
 	}
 	m.serve(w, &d, &p)
+}
+
+// errInvalidCharge marks a budget or cost a request could not be charged.
+var errInvalidCharge = errors.New("middleware: invalid budget or cost")
+
+// attemptCharged counts the request on key with the budget and cost that
+// Options.BudgetFor and Options.Cost choose for it, and sets the fields
+// of that budget in p. Its error matches errInvalidCharge when either
+// failed or chose out of range.
+func (m *Middleware) attemptCharged(ctx context.Context, r *http.Request, key string, p *pass) (limiter.Decision, error) {
+	b, cost := m.budget, 1
+	var err error
+	if m.o.BudgetFor != nil {
+		if b, err = m.o.BudgetFor(r); err != nil {
+			return limiter.Decision{}, fmt.Errorf("%w: BudgetFor: %w", errInvalidCharge, err)
+		}
+	}
+	if m.o.Cost != nil {
+		if cost, err = m.o.Cost(r); err != nil {
+			return limiter.Decision{}, fmt.Errorf("%w: Cost: %w", errInvalidCharge, err)
+		}
+	}
+	d, err := m.l.AttemptCost(ctx, cost, limiter.Charge{Key: key, Budget: b})
+	if errors.Is(err, limiter.ErrInvalidBudget) || errors.Is(err, limiter.ErrInvalidCost) {
+		return d, fmt.Errorf("%w: %w", errInvalidCharge, err)
+	}
+	if m.plans != nil {
+		p.fields = m.plans.of(b)
+	}
+	return d, err
+}
+
+// invalidCharge answers 500 to a request that could not be charged.
+func (m *Middleware) invalidCharge(w http.ResponseWriter, err error) {
+	m.invalid.Do(func() {
+		m.log.Error("request refused: no valid budget or cost", "kind", KindInvalidCharge, "err", err)
+	})
+	writeProblem(w, http.StatusInternalServerError, problem500)
 }
 
 // run runs next and refunds the attempt if it succeeded (CountFailures).

@@ -46,18 +46,23 @@ func shownKey(d *limiter.Decision, own []int) int {
 // show writes the RateLimit fields of d, and Retry-After when it refused,
 // for the key shownKey picks; entries maps each key of the attempt to its
 // budget among the guard's fields, and nil entries name the deciding key.
-func (g *guard) show(h http.Header, d *limiter.Decision, entries, own []int) {
+// Fields f, when not nil, replace the guard's: those of the budget that
+// applied.
+func (g *guard) show(h http.Header, d *limiter.Decision, f *fields, entries, own []int) {
 	k := -1
 	if entries != nil {
 		k = shownKey(d, own)
 	}
+	if f == nil {
+		f = g.fields
+	}
 	if k < 0 || k >= len(entries) {
-		g.fields.set(h, d)
+		f.set(h, d)
 		return
 	}
 	remaining := 0
 	if d.Allowed {
 		remaining = d.RemainingOf(k)
 	}
-	g.fields.write(h, entries[k], remaining, d.ResetOf(k), d.Now, d.Allowed)
+	f.write(h, entries[k], remaining, d.ResetOf(k), d.Now, d.Allowed)
 }

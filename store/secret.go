@@ -12,8 +12,9 @@ var ErrSecretMismatch = errors.New("store: the secret matches none of the store'
 
 // Secrets is implemented by backends that name entries under a secret (see
 // package keyhash). Fingerprint names the backend's own secret. Secrets
-// reports whether the store holds live entries under that secret, and the
-// fingerprint of one other secret with live entries, or "".
+// reports whether the store holds live entries under that secret and, when
+// it holds none, the fingerprint of one other secret with live entries, or
+// "". Other may be "" when own is true.
 type Secrets interface {
 	Fingerprint() string
 	Secrets(ctx context.Context) (own bool, other string, err error)

@@ -13,15 +13,17 @@ import (
 
 // Secrets reports whether Redis holds live entries under the store's secret,
 // and the fingerprint of one other secret with live entries, or ""
-// (store.Secrets). It sweeps, which recounts the secret's own live entries,
-// then scans every master for the tag sets of other secrets and looks for a
-// live member in their indexes. It is for tools, not for a request's path:
-// the scan visits every key of the server.
+// (store.Secrets). It sweeps, which recounts the secret's own live entries;
+// only when there are none does it scan every master for the tag sets of
+// other secrets and look for a live member in their indexes. It is for
+// tools, not for a request's path: the scan visits every key of the server.
 func (b *Backend) Secrets(ctx context.Context) (own bool, other string, err error) {
 	if _, err := b.Sweep(ctx); err != nil {
 		return false, "", fmt.Errorf("redis: counting the secret's live entries: %w", err)
 	}
-	own = b.Live() > 0
+	if b.Live() > 0 {
+		return true, "", nil
+	}
 	var mu sync.Mutex
 	var fps []string
 	each := func(ctx context.Context, c *goredis.Client) error {
@@ -43,23 +45,23 @@ func (b *Backend) Secrets(ctx context.Context) (own bool, other string, err erro
 		err = each(ctx, c)
 	}
 	if err != nil {
-		return own, "", fmt.Errorf("redis: scanning for other secrets: %w", err)
+		return false, "", fmt.Errorf("redis: scanning for other secrets: %w", err)
 	}
 	now := "(" + strconv.FormatInt(time.Now().UnixMilli(), 10)
 	for _, fp := range fps {
 		tags, err := b.c.SMembers(ctx, "gatecount:{"+fp+"}:tags").Result()
 		if err != nil {
-			return own, "", fmt.Errorf("redis: reading another secret's tags: %w", err)
+			return false, "", fmt.Errorf("redis: reading another secret's tags: %w", err)
 		}
 		for _, tag := range tags {
 			n, err := b.c.ZCount(ctx, "gatecount:{"+tag+"}:"+fp+":live", now, "+inf").Result()
 			if err != nil {
-				return own, "", fmt.Errorf("redis: reading another secret's index: %w", err)
+				return false, "", fmt.Errorf("redis: reading another secret's index: %w", err)
 			}
 			if n > 0 {
-				return own, fp, nil
+				return false, fp, nil
 			}
 		}
 	}
-	return own, "", nil
+	return false, "", nil
 }

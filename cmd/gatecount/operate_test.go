@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -81,9 +82,9 @@ func TestOperateUnreachable(t *testing.T) {
 }
 
 // app opens the store env names, as the app does, with a sign-in guard
-// named login on handle login:, and returns a function failing a sign-in
-// of account from ip.
-func app(t *testing.T, env map[string]string) (fail func(account, ip string) int) {
+// named name on handle name:, and returns a function failing a sign-in of
+// account from ip.
+func app(t *testing.T, env map[string]string, name string) (fail func(account, ip string) int) {
 	t.Helper()
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	c, err := config.FromEnv(lookup)
@@ -96,13 +97,14 @@ func app(t *testing.T, env map[string]string) (fail func(account, ip string) int
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { opened.Close() })
-	h, err := opened.Store.Handle("login:")
+	h, err := opened.Store.Handle(name + ":")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := config.NewVars(lookup).SignIn()
 	proxies, _ := keyfunc.ParseTrustedProxies("192.0.2.0/24")
 	g, err := middleware.SignIn(h, middleware.SignInOptions{
+		Name:              name,
 		AccountIPFailures: b.AccountIPFailures, AccountFailures: b.AccountFailures, IPAttempts: b.IPAttempts,
 		IP: keyfunc.IPOptions{TrustedProxies: proxies}, Logger: slog.New(slog.DiscardHandler),
 	})
@@ -174,7 +176,7 @@ func TestOperateAccount(t *testing.T) {
 			} else {
 				env["RATE_LIMIT_STORE_URL"] = servicetest.RedisURL(t)
 			}
-			fail := app(t, env)
+			fail := app(t, env, "login")
 			for i, ip := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5"} {
 				if c, want := fail("alice", ip), map[bool]int{true: 401, false: 429}[i < 4]; c != want {
 					t.Fatalf("failure %d: %d, want %d", i+1, c, want)
@@ -235,7 +237,7 @@ func TestOperateAccount(t *testing.T) {
 
 func TestOperateKey(t *testing.T) {
 	env := map[string]string{"GATECOUNT_SECRET": newSecret(), "DATABASE_URL": migratedURL(t)}
-	fail := app(t, env)
+	fail := app(t, env, "login")
 	for range 3 {
 		fail("bob", "198.51.100.7")
 	}
@@ -259,5 +261,34 @@ func TestOperateKey(t *testing.T) {
 	got.Count, got.Reset = -1, nil
 	if err := json.Unmarshal([]byte(cli("show", "-json", "-limiter", "login", "-key", key)), &got); err != nil || got.Count != 0 || got.Reset != nil {
 		t.Fatalf("show -key after reset: %+v, %v; want 0 and no window", got, err)
+	}
+}
+
+// TestOperateNamedGuard: -limiter selects a sign-in guard not named login,
+// here on SQLite.
+func TestOperateNamedGuard(t *testing.T) {
+	env := map[string]string{"GATECOUNT_SECRET": newSecret(), "DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "gatecount.db")}
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"migrate"}, envOf(env), &out, &errOut); code != 0 {
+		t.Fatalf("migrate: %d %s", code, errOut.String())
+	}
+	fail := app(t, env, "admin-login")
+	for range 5 {
+		fail("root", "198.51.100.3")
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"show", "-account", "root", "-limiter", "admin-login", "-ip", "198.51.100.3"}, "admin-login-account-ip  198.51.100.3  5     5"},
+		{[]string{"show", "-account", "root"}, "login-account  -        0     20"}, // the guard named login has counted nothing
+		{[]string{"unlock", "-account", "root", "-limiter", "admin-login", "-ip", "198.51.100.3"}, "unlocked account root on admin-login, and from 198.51.100.3"},
+		{[]string{"show", "-account", "root", "-limiter", "admin-login", "-ip", "198.51.100.3"}, "admin-login-account-ip  198.51.100.3  0     5"},
+	} {
+		out.Reset()
+		errOut.Reset()
+		if code := run(context.Background(), tc.args, envOf(env), &out, &errOut); code != 0 || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("gatecount %q: %d, %q %s; want 0 and %q", tc.args, code, out.String(), errOut.String(), tc.want)
+		}
 	}
 }

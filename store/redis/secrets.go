@@ -29,8 +29,9 @@ func (b *Backend) Secrets(ctx context.Context) (own bool, other string, err erro
 	each := func(ctx context.Context, c *goredis.Client) error {
 		iter := c.Scan(ctx, 0, "gatecount:{*}:tags", 1000).Iterator()
 		for iter.Next(ctx) {
-			fp, ok := strings.CutPrefix(iter.Val(), "gatecount:{")
-			if fp, ok = strings.CutSuffix(fp, "}:tags"); ok && len(fp) == 16 && fp != b.fp {
+			fp, pre := strings.CutPrefix(iter.Val(), "gatecount:{")
+			fp, suf := strings.CutSuffix(fp, "}:tags")
+			if pre && suf && len(fp) == 16 && fp != b.fp {
 				mu.Lock()
 				fps = append(fps, fp)
 				mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/clock"
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
@@ -162,5 +163,37 @@ func TestSendUnlock(t *testing.T) {
 	reset(h, "192.0.2.1", "alice@example.com")
 	if m.sent.Load() != 4 {
 		t.Fatalf("sent %d after Unlock, want 4", m.sent.Load())
+	}
+}
+
+// Unlock of an address ends its back-off lock-out and forgets its history:
+// the next lock-out from there is the first again.
+func TestSignInUnlockBackoff(t *testing.T) {
+	clk := clock.NewFake(t0)
+	g, _, h := signIn(t, clk, middleware.SignInOptions{
+		AccountIPFailures: limiter.Budget{Limit: 2, Window: time.Minute},
+		Backoff:           middleware.Backoff{Max: 10 * time.Minute},
+	})
+	lockOut := func() string {
+		login(h, "192.0.2.1", "alice", "wrong")
+		login(h, "192.0.2.1", "alice", "wrong")
+		return login(h, "192.0.2.1", "alice", "wrong").Header().Get("Retry-After")
+	}
+	if got := lockOut(); got != "60" {
+		t.Fatalf("first lock-out: Retry-After %q, want 60", got)
+	}
+	clk.Advance(time.Minute)
+	if got := lockOut(); got != "120" {
+		t.Fatalf("second lock-out: Retry-After %q, want 120", got)
+	}
+	if err := g.Unlock(context.Background(), "alice", netip.MustParseAddr("192.0.2.1")); err != nil {
+		t.Fatal(err)
+	}
+	if c := login(h, "192.0.2.1", "alice", "wrong").Code; c != 401 {
+		t.Fatalf("a failure right after Unlock: %d, want 401", c)
+	}
+	login(h, "192.0.2.1", "alice", "wrong")
+	if got := login(h, "192.0.2.1", "alice", "wrong").Header().Get("Retry-After"); got != "60" {
+		t.Fatalf("the lock-out after Unlock: Retry-After %q, want 60, the first's", got)
 	}
 }

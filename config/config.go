@@ -2,7 +2,8 @@
 // place, and opens the limit store they choose. It is for any app: it reads
 // where counts live, the secret, the bound and the trusted proxies; the
 // budgets of an app's routes are the app's own (Vars reads them with the
-// same checks).
+// same checks; Vars.SignIn and Vars.Send read the guards' RATE_LIMIT_LOGIN_*
+// and RATE_LIMIT_RESET_* budgets).
 //
 // The variables, with their defaults:
 //

@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -726,7 +727,30 @@ func (l *Limiter) Peek(ctx context.Context, keys ...string) (Decision, error) {
 	if len(keys) == 0 || len(keys) > MaxKeys {
 		return Decision{}, errKeyCount(len(keys))
 	}
-	caps := l.caps[:len(keys)]
+	return l.peek(ctx, keys, l.caps[:len(keys)])
+}
+
+// PeekEach reports what an attempt on the charges would be answered now,
+// each key with its own budget, without counting it: what AttemptEach
+// would answer. RemainingOf and ResetOf tell each key's state.
+func (l *Limiter) PeekEach(ctx context.Context, charges ...Charge) (Decision, error) {
+	if len(charges) == 0 || len(charges) > MaxKeys {
+		return Decision{}, errKeyCount(len(charges))
+	}
+	keys := make([]string, len(charges))
+	caps := make([]store.Budget, len(charges))
+	for i, c := range charges {
+		if err := c.Budget.Validate(); err != nil {
+			return Decision{}, fmt.Errorf("limiter %q: key %d: %w", l.name, i, err)
+		}
+		keys[i], caps[i] = c.Key, c.Budget
+	}
+	return l.peek(ctx, keys, caps)
+}
+
+// peek is Peek with a budget per key. A store that cannot answer is
+// reported in the Decision (Unavailable, Cause), as by Attempt.
+func (l *Limiter) peek(ctx context.Context, keys []string, caps []store.Budget) (Decision, error) {
 	var t store.Tally
 	err := l.h.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
 		_, err := readCounts(now, es, caps, 1, &t)
@@ -761,21 +785,34 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	return l.Credit(ctx, d, all[:d.n])
 }
 
-// Reset forgets the count of key: its next attempt opens a new window.
-func (l *Limiter) Reset(ctx context.Context, key string) error {
-	keys := []string{key}
-	err := l.h.Update(ctx, keys, func(_ time.Time, es []store.Entry) error {
-		es[0].Value = nil
-		return nil
-	})
-	if err == nil && l.local != nil {
-		err = l.local.Update(ctx, keys, func(_ time.Time, es []store.Entry) error {
-			es[0].Value = nil
-			return nil
-		})
+// Reset forgets the counts of keys: the next attempt on each opens a new
+// window. Keys are cleared in one store update per store.MaxKeys of them.
+// This instance forgets them at once; every other instance on the store asks
+// the store again about a key it remembers spent within about AskAgain, so
+// a Reset reaches the whole fleet in about a second.
+func (l *Limiter) Reset(ctx context.Context, keys ...string) error {
+	if len(keys) == 0 {
+		return errKeyCount(0)
 	}
-	if err != nil {
-		return fmt.Errorf("limiter %q: reset: %w", l.name, err)
+	keys = slices.Clone(keys)
+	slices.Sort(keys)
+	keys = slices.Compact(keys) // a key named twice is cleared once
+	clear := func(_ time.Time, es []store.Entry) error {
+		for i := range es {
+			es[i].Value = nil
+		}
+		return nil
+	}
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), store.MaxKeys)]
+		keys = keys[len(batch):]
+		err := l.h.Update(ctx, batch, clear)
+		if err == nil && l.local != nil {
+			err = l.local.Update(ctx, batch, clear)
+		}
+		if err != nil {
+			return fmt.Errorf("limiter %q: reset: %w", l.name, err)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -267,17 +268,70 @@ func TestRefund(t *testing.T) {
 }
 
 func TestReset(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spent int      // keys k0, k1, … spent before the reset
+		reset []string // the keys reset
+		free  int      // how many of the spent keys are free after it
+	}{
+		{"one key", 1, []string{"k0"}, 1},
+		{"several keys, one named twice", 3, []string{"k2", "k0", "k2"}, 2},
+		{"more keys than one store update takes", 20, func() []string {
+			var ks []string
+			for i := range 20 {
+				ks = append(ks, fmt.Sprintf("k%d", i))
+			}
+			return ks
+		}(), 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLimiter(t, nil, limiter.Options{Budget: limiter.Budget{Limit: 1, Window: time.Minute}})
+			ctx := context.Background()
+			for i := range tc.spent {
+				l.Attempt(ctx, fmt.Sprintf("k%d", i))
+			}
+			if err := l.Reset(ctx, tc.reset...); err != nil {
+				t.Fatal(err)
+			}
+			free := 0
+			for i := range tc.spent {
+				if d, _ := l.Attempt(ctx, fmt.Sprintf("k%d", i)); d.Allowed {
+					free++
+				}
+			}
+			if free != tc.free {
+				t.Fatalf("%d of %d spent keys free after Reset(%q), want %d", free, tc.spent, tc.reset, tc.free)
+			}
+		})
+	}
 	l := newLimiter(t, nil, limiter.Options{Budget: limiter.Budget{Limit: 1, Window: time.Minute}})
+	if err := l.Reset(context.Background()); !errors.Is(err, limiter.ErrInvalidKeys) {
+		t.Fatalf("Reset of no keys: %v, want ErrInvalidKeys", err)
+	}
+}
+
+// PeekEach reads each key under its own budget and counts nothing.
+func TestPeekEach(t *testing.T) {
+	l := newLimiter(t, nil, limiter.Options{Budget: limiter.Budget{Limit: 10, Window: time.Minute}})
 	ctx := context.Background()
-	l.Attempt(ctx, "k")
-	if d, _ := l.Attempt(ctx, "k"); d.Allowed {
-		t.Fatal("over budget allowed")
+	small := limiter.Budget{Limit: 2, Window: time.Minute}
+	big := limiter.Budget{Limit: 10, Window: time.Hour}
+	for range 2 {
+		if _, err := l.AttemptEach(ctx, limiter.Charge{Key: "a", Budget: small}, limiter.Charge{Key: "b", Budget: big}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := l.Reset(ctx, "k"); err != nil {
-		t.Fatal(err)
+	for range 2 { // twice: the first peek counted nothing
+		d, err := l.PeekEach(ctx, limiter.Charge{Key: "a", Budget: small}, limiter.Charge{Key: "b", Budget: big}, limiter.Charge{Key: "c", Budget: big})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed || d.Limiting != 0 || d.RemainingOf(0) != 0 || d.RemainingOf(1) != 8 || d.RemainingOf(2) != 10 || d.ResetOf(0).IsZero() || !d.ResetOf(2).IsZero() {
+			t.Fatalf("PeekEach = %+v, remaining %d %d %d; want a refused, 0, 8 and 10 left, c with no window", d, d.RemainingOf(0), d.RemainingOf(1), d.RemainingOf(2))
+		}
 	}
-	if d, _ := l.Attempt(ctx, "k"); !d.Allowed {
-		t.Fatal("refused after reset")
+	if _, err := l.PeekEach(ctx, limiter.Charge{Key: "a"}); !errors.Is(err, limiter.ErrInvalidBudget) {
+		t.Fatalf("PeekEach with the zero budget: %v, want ErrInvalidBudget", err)
 	}
 }
 

@@ -63,6 +63,8 @@ type SendOptions struct {
 
 // SendGuard throttles a handler that sends something to a destination the
 // client names: password-reset mail, sign-in codes. Build one with Send.
+// Its keys are keyfunc.JoinKeys("destination", DESTINATION), normalised,
+// and keyfunc.JoinKeys("ip", IP) (see SignInGuard); Unlock clears them.
 type SendGuard struct {
 	*guard
 	o     SendOptions

@@ -111,6 +111,19 @@ type SignInOptions struct {
 }
 
 // SignInGuard throttles a sign-in handler. Build one with SignIn.
+//
+// Its keys, in the store handle it counts in, are part of its contract.
+// ACCOUNT is the normalised account, IP the client's key
+// (keyfunc.IPKeyer.AddrKey), and each key is keyfunc.JoinKeys of the parts:
+//
+//	("account", ACCOUNT)              failures of the account: NAME-account
+//	("account-ip", ACCOUNT, IP)       failures of the account from IP: NAME-account-ip
+//	("ip", IP)                        attempts of IP on all accounts: NAME-ip
+//	("device", ACCOUNT, DEVICE)       failures of a known device: NAME-device
+//	("lockouts", ACCOUNT, IP)         lock-outs of the pair, under Backoff
+//
+// Unlock clears an account's keys, Show reads them, and the limiter's Reset
+// clears any one of them.
 type SignInGuard struct {
 	*guard
 	o       SignInOptions

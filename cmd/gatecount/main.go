@@ -13,7 +13,23 @@
 // chooses the store: postgres:// and postgresql:// for PostgreSQL,
 // sqlite:PATH and file:PATH for SQLite.
 //
-// Exit status: 0 on success, 1 when the command failed, 2 on a usage error.
+// The unlock, show and reset commands act on the counts of a running app's
+// limiters, in the store the app's environment names (DATABASE_URL or
+// RATE_LIMIT_STORE_URL, with GATECOUNT_SECRET):
+//
+//	gatecount unlock -account NAME [-ip ADDR]... [-limiter NAME] [-json]
+//	gatecount show -account NAME [-ip ADDR]... [-limiter NAME] [-json]
+//	gatecount show -limiter NAME -key KEY [-json]
+//	gatecount reset -limiter NAME -key KEY [-json]
+//
+// -account acts on the sign-in guard named login, or the one -limiter names,
+// with the budgets of RATE_LIMIT_LOGIN_*; -key on one key of any limiter.
+// A change reaches every instance within about a second. A secret the
+// store's live entries were not written under is an error, never a silent
+// reset of nothing.
+//
+// Exit status: 0 on success, 1 when the command failed (a store it cannot
+// reach, a secret that does not match), 2 on a usage error.
 package main
 
 import (
@@ -43,12 +59,24 @@ func main() {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintf(w, `usage: gatecount <command>
+	fmt.Fprintf(w, `usage: gatecount <command> [flags]
 
 commands:
   migrate   create or upgrade the limit store's tables in DATABASE_URL
             (schemes: %s)
-`, strings.Join(schemes(), ", "))
+  unlock    -account NAME [-ip ADDR]... [-limiter NAME] [-json]
+            let an account sign in again, from every address named too
+  show      -account NAME [-ip ADDR]... [-limiter NAME] [-json]
+            each budget's count, limit and reset, and whether it refuses now
+  show      -limiter NAME -key KEY [-json]
+            one key's count and reset, in any limiter
+  reset     -limiter NAME -key KEY [-json]
+            forget one key's count, in any limiter
+
+unlock, show and reset read the app's DATABASE_URL or RATE_LIMIT_STORE_URL,
+GATECOUNT_SECRET and RATE_LIMIT_LOGIN_*; -account acts on the sign-in guard
+named %s unless -limiter names another.
+`, strings.Join(schemes(), ", "), defaultSignIn)
 }
 
 func schemes() []string {
@@ -62,13 +90,19 @@ func schemes() []string {
 
 // run runs the command named in args and returns the exit status.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	if len(args) != 1 {
+	if len(args) == 0 {
 		usage(stderr)
 		return 2
 	}
 	switch args[0] {
 	case "migrate":
+		if len(args) != 1 {
+			usage(stderr)
+			return 2
+		}
 		return migrate(ctx, getenv("DATABASE_URL"), stdout, stderr)
+	case "unlock", "show", "reset":
+		return operate(ctx, args[0], args[1:], getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0

@@ -14,8 +14,10 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if built.dir != "" {
-			os.RemoveAll(built.dir)
+		for _, dir := range []string{built.dir, cli.dir} {
+			if dir != "" {
+				os.RemoveAll(dir)
+			}
 		}
 		os.Exit(code)
 	}))

@@ -8,4 +8,5 @@ var (
 	_ store.Prompt  = (*Backend)(nil)
 	_ store.Backing = (*Backend)(nil)
 	_ store.Sizer   = (*Backend)(nil)
+	_ store.Secrets = (*Backend)(nil)
 )

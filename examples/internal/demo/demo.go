@@ -43,25 +43,21 @@ const DefaultAPIKeys = "alice:alice-token,bob:bob-token"
 // Budgets are the budgets of the demo's routes, each read from its own
 // variable (the window is fixed).
 type Budgets struct {
-	Execute          limiter.Budget // RATE_LIMIT_EXECUTE_PER_MINUTE, per caller
-	Health           limiter.Budget // RATE_LIMIT_HEALTH_PER_MINUTE, per IP
-	LoginAccountIP   limiter.Budget // RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES, per 15 minutes
-	LoginAccount     limiter.Budget // RATE_LIMIT_LOGIN_ACCOUNT_FAILURES, per hour
-	LoginIP          limiter.Budget // RATE_LIMIT_LOGIN_IP_ATTEMPTS, per hour
-	ResetDestination limiter.Budget // RATE_LIMIT_RESET_PER_DESTINATION, per hour
-	ResetIP          limiter.Budget // RATE_LIMIT_RESET_PER_IP, per hour
+	Execute limiter.Budget       // RATE_LIMIT_EXECUTE_PER_MINUTE, per caller
+	Health  limiter.Budget       // RATE_LIMIT_HEALTH_PER_MINUTE, per IP
+	Login   config.SignInBudgets // RATE_LIMIT_LOGIN_*
+	Reset   config.SendBudgets   // RATE_LIMIT_RESET_*
 }
 
 // ReadBudgets reads the demo's budgets through v, defaults where unset.
+// The guards' budgets are read by config, as the gatecount command reads
+// them.
 func ReadBudgets(v *config.Vars) Budgets {
 	return Budgets{
-		Execute:          v.Budget("RATE_LIMIT_EXECUTE_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute}),
-		Health:           v.Budget("RATE_LIMIT_HEALTH_PER_MINUTE", limiter.Budget{Limit: 300, Window: time.Minute}),
-		LoginAccountIP:   v.Budget("RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", middleware.DefaultAccountIPFailures),
-		LoginAccount:     v.Budget("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", middleware.DefaultAccountFailures),
-		LoginIP:          v.Budget("RATE_LIMIT_LOGIN_IP_ATTEMPTS", middleware.DefaultIPAttempts),
-		ResetDestination: v.Budget("RATE_LIMIT_RESET_PER_DESTINATION", middleware.DefaultPerDestination),
-		ResetIP:          v.Budget("RATE_LIMIT_RESET_PER_IP", middleware.DefaultSendPerIP),
+		Execute: v.Budget("RATE_LIMIT_EXECUTE_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute}),
+		Health:  v.Budget("RATE_LIMIT_HEALTH_PER_MINUTE", limiter.Budget{Limit: 300, Window: time.Minute}),
+		Login:   v.SignIn(),
+		Reset:   v.Send(),
 	}
 }
 
@@ -159,9 +155,9 @@ func (a *App) limiters() error {
 	if a.Login, err = middleware.SignIn(h[2], middleware.SignInOptions{
 		// Named login, the default: budgets login-account-ip, login-account,
 		// login-device and login-ip.
-		AccountIPFailures: b.LoginAccountIP,
-		AccountFailures:   b.LoginAccount,
-		IPAttempts:        b.LoginIP,
+		AccountIPFailures: b.Login.AccountIPFailures,
+		AccountFailures:   b.Login.AccountFailures,
+		IPAttempts:        b.Login.IPAttempts,
 		IP:                ip,
 		Observer:          a.Metrics,
 		// Signed with GATECOUNT_SECRET when set; else with a key of this
@@ -174,8 +170,8 @@ func (a *App) limiters() error {
 	}
 	a.Reset, err = middleware.Send(h[3], middleware.SendOptions{
 		Name:           "reset",
-		PerDestination: b.ResetDestination,
-		PerIP:          b.ResetIP,
+		PerDestination: b.Reset.PerDestination,
+		PerIP:          b.Reset.PerIP,
 		IP:             ip,
 		Observer:       a.Metrics,
 		Logger:         a.Log,

@@ -1,0 +1,44 @@
+package config
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/middleware"
+)
+
+func TestGuardBudgets(t *testing.T) {
+	per := func(n int, w time.Duration) limiter.Budget { return limiter.Budget{Limit: n, Window: w} }
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		signIn SignInBudgets
+		send   SendBudgets
+		bad    string // the variable at fault
+	}{
+		{"unset", nil,
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts},
+			SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}, ""},
+		{"set", []string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", "3", "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "9", "RATE_LIMIT_LOGIN_IP_ATTEMPTS", "50",
+			"RATE_LIMIT_RESET_PER_DESTINATION", "2", "RATE_LIMIT_RESET_PER_IP", "7"},
+			SignInBudgets{per(3, 15*time.Minute), per(9, time.Hour), per(50, time.Hour)},
+			SendBudgets{per(2, time.Hour), per(7, time.Hour)}, ""},
+		{"bad", []string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "many"},
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts},
+			SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}, "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := NewVars(env(tc.env...))
+			signIn, send := v.SignIn(), v.Send()
+			if signIn != tc.signIn || send != tc.send {
+				t.Errorf("SignIn, Send = %v, %v; want %v, %v", signIn, send, tc.signIn, tc.send)
+			}
+			var ve *VarError
+			if err := v.Err(); (err != nil) != (tc.bad != "") || tc.bad != "" && (!errors.As(err, &ve) || ve.Var != tc.bad) {
+				t.Errorf("Err = %v, want one naming %q", err, tc.bad)
+			}
+		})
+	}
+}

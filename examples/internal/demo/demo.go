@@ -40,28 +40,19 @@ const DefaultAddr = "127.0.0.1:8080"
 // DefaultAPIKeys are the demo callers when API_KEYS is unset.
 const DefaultAPIKeys = "alice:alice-token,bob:bob-token"
 
-// Budgets are the budgets of the demo's routes, each read from its own
-// variable (the window is fixed).
+// Budgets are the budgets of the demo's own routes, each read from its own
+// variable (the window is fixed). The guards' budgets are config's
+// (RATE_LIMIT_LOGIN_*, RATE_LIMIT_RESET_*).
 type Budgets struct {
-	Execute          limiter.Budget // RATE_LIMIT_EXECUTE_PER_MINUTE, per caller
-	Health           limiter.Budget // RATE_LIMIT_HEALTH_PER_MINUTE, per IP
-	LoginAccountIP   limiter.Budget // RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES, per 15 minutes
-	LoginAccount     limiter.Budget // RATE_LIMIT_LOGIN_ACCOUNT_FAILURES, per hour
-	LoginIP          limiter.Budget // RATE_LIMIT_LOGIN_IP_ATTEMPTS, per hour
-	ResetDestination limiter.Budget // RATE_LIMIT_RESET_PER_DESTINATION, per hour
-	ResetIP          limiter.Budget // RATE_LIMIT_RESET_PER_IP, per hour
+	Execute limiter.Budget // RATE_LIMIT_EXECUTE_PER_MINUTE, per caller
+	Health  limiter.Budget // RATE_LIMIT_HEALTH_PER_MINUTE, per IP
 }
 
 // ReadBudgets reads the demo's budgets through v, defaults where unset.
 func ReadBudgets(v *config.Vars) Budgets {
 	return Budgets{
-		Execute:          v.Budget("RATE_LIMIT_EXECUTE_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute}),
-		Health:           v.Budget("RATE_LIMIT_HEALTH_PER_MINUTE", limiter.Budget{Limit: 300, Window: time.Minute}),
-		LoginAccountIP:   v.Budget("RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", middleware.DefaultAccountIPFailures),
-		LoginAccount:     v.Budget("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", middleware.DefaultAccountFailures),
-		LoginIP:          v.Budget("RATE_LIMIT_LOGIN_IP_ATTEMPTS", middleware.DefaultIPAttempts),
-		ResetDestination: v.Budget("RATE_LIMIT_RESET_PER_DESTINATION", middleware.DefaultPerDestination),
-		ResetIP:          v.Budget("RATE_LIMIT_RESET_PER_IP", middleware.DefaultSendPerIP),
+		Execute: v.Budget("RATE_LIMIT_EXECUTE_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute}),
+		Health:  v.Budget("RATE_LIMIT_HEALTH_PER_MINUTE", limiter.Budget{Limit: 300, Window: time.Minute}),
 	}
 }
 
@@ -156,30 +147,22 @@ func (a *App) limiters() error {
 	if a.Health, err = middleware.PerIP(h[1], b.Health, middleware.Options{Name: "health", IP: ip, Logger: a.Log, Observer: a.Metrics}); err != nil {
 		return err
 	}
-	if a.Login, err = middleware.SignIn(h[2], middleware.SignInOptions{
-		// Named login, the default: budgets login-account-ip, login-account,
-		// login-device and login-ip.
-		AccountIPFailures: b.LoginAccountIP,
-		AccountFailures:   b.LoginAccount,
-		IPAttempts:        b.LoginIP,
-		IP:                ip,
-		Observer:          a.Metrics,
-		// Signed with GATECOUNT_SECRET when set; else with a key of this
-		// process, so that device cookies stop working at a restart.
-		Device: middleware.DeviceOptions{Secret: a.Config.Secret},
-		Failed: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { signInFailed(w) }),
-		Logger: a.Log,
-	}); err != nil {
+	// Named login, the default: budgets login-account-ip, login-account,
+	// login-device and login-ip, from RATE_LIMIT_LOGIN_*. Device cookies
+	// are signed with GATECOUNT_SECRET when set; else with a key of this
+	// process, so that they stop working at a restart.
+	login := a.Config.SignInOptions()
+	login.Observer = a.Metrics
+	login.Failed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { signInFailed(w) })
+	login.Logger = a.Log
+	if a.Login, err = middleware.SignIn(h[2], login); err != nil {
 		return err
 	}
-	a.Reset, err = middleware.Send(h[3], middleware.SendOptions{
-		Name:           "reset",
-		PerDestination: b.ResetDestination,
-		PerIP:          b.ResetIP,
-		IP:             ip,
-		Observer:       a.Metrics,
-		Logger:         a.Log,
-	})
+	reset := a.Config.SendOptions() // budgets from RATE_LIMIT_RESET_*
+	reset.Name = "reset"
+	reset.Observer = a.Metrics
+	reset.Logger = a.Log
+	a.Reset, err = middleware.Send(h[3], reset)
 	return err
 }
 

@@ -1,8 +1,8 @@
 // Package config reads gatecount's settings from the environment, in one
 // place, and opens the limit store they choose. It is for any app: it reads
-// where counts live, the secret, the bound and the trusted proxies; the
-// budgets of an app's routes are the app's own (Vars reads them with the
-// same checks).
+// where counts live, the secret, the bound, the trusted proxies and the
+// budgets of the sign-in and send guards; the budgets of an app's other
+// routes are the app's own (Vars reads them with the same checks).
 //
 // The variables, with their defaults:
 //
@@ -13,9 +13,13 @@
 //	RATE_LIMIT_REDIS_ALLOW_EVICTION     false  true: accept a Redis that may evict live counts
 //	RATE_LIMIT_SINGLE_INSTANCE          false  true: the app runs one instance
 //	RATE_LIMIT_MAX_ENTRIES              the store's default (memory 100,000; others 1,000,000)
+//	RATE_LIMIT_STORE_MAX_QUEUED         16,384  calls of one limiter that may wait for the store
 //	TRUSTED_PROXIES                     unset  comma-separated CIDRs whose forwarding headers are believed
 //	TRUSTED_PROXY_HEADER                X-Forwarded-For  the one header they set: X-Forwarded-For or Forwarded
 //	GATECOUNT_SECRET                    unset  required by the shared stores; at least 32 bytes
+//
+// and the budgets of the sign-in and send guards (middleware.SignIn, Send):
+//
 //	RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES    5  sign-in failures per account and address, per 15 minutes
 //	RATE_LIMIT_LOGIN_ACCOUNT_FAILURES      20  sign-in failures per account, per hour
 //	RATE_LIMIT_LOGIN_IP_ATTEMPTS          100  sign-in attempts per address, per hour
@@ -46,9 +50,9 @@
 // RATE_LIMIT_STORE unset, is an error naming both: set it to choose. Set it
 // to memory to keep counts in memory when DATABASE_URL or REDIS_URL serves
 // the app for other things; a URL it does not choose is not read. The
-// memory store is not shared: on N
-// instances every budget is multiplied by N, and Open logs a warning that
-// says so unless RATE_LIMIT_SINGLE_INSTANCE=true.
+// memory store is not shared: on N instances every budget is multiplied by
+// N, and Open logs a warning that says so unless
+// RATE_LIMIT_SINGLE_INSTANCE=true.
 //
 // TRUSTED_PROXY_HEADER names the one forwarding header the proxies of
 // TRUSTED_PROXIES set; the other header is ignored, since a client could

@@ -280,7 +280,7 @@ func (l *Limits) Err() error {
 }
 
 // Store returns the store l counts in, for limiters built with package
-// middleware (SignIn, Send) on handles of their own.
+// middleware on handles of their own, and for metrics' Watch.
 func (l *Limits) Store() *store.Store { return l.s }
 
 // IP returns the client-address settings l's per-IP limiters use, for the

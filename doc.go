@@ -38,7 +38,8 @@
 //   - keyfunc: what a request is counted by: client address behind trusted
 //     proxies, caller ID, form and JSON fields, account normalisation.
 //   - config: the environment (store selection, GATECOUNT_SECRET, bound,
-//     trusted proxies) read in one place, and the store it chooses opened.
+//     trusted proxies, the guards' budgets) read in one place, and the
+//     store it chooses opened.
 //   - store: the contract every store honours, and the guard (deadline,
 //     in-flight bound, breaker) every store gets. The stores:
 //     store/memory, store/postgres, store/sqlite, store/redis;

@@ -1,6 +1,7 @@
 package gatecount
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gatecount/gatecount/config"
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
@@ -30,6 +32,16 @@ type Options struct {
 	Logger *slog.Logger
 	// Observer, when set, is told of every decision (metrics.Expvar, say).
 	Observer limiter.Observer
+	// Secret signs the device cookies of SignIn's guards
+	// (GATECOUNT_SECRET): at least 32 bytes, the same on every instance.
+	// Nil means a key of this process (see middleware.DeviceOptions).
+	Secret []byte
+	// SignIn holds the budgets of SignIn's guards where their options
+	// leave them zero (RATE_LIMIT_LOGIN_*); zero means middleware's.
+	SignIn config.SignInBudgets
+	// Send holds the budgets of Send's guards where their options leave
+	// them zero (RATE_LIMIT_RESET_*); zero means middleware's.
+	Send config.SendBudgets
 }
 
 // Limits makes limiters that count in one store, each on a store handle of
@@ -124,13 +136,79 @@ func (l *Limits) build(kind, name string, limit int, window time.Duration, make 
 	budget := limiter.Budget{Limit: limit, Window: window}
 	m, err := l.limiter(kind, name, budget, make)
 	if err != nil {
-		l.mu.Lock()
-		l.errs = append(l.errs, err)
-		l.mu.Unlock()
-		l.o.Logger.Error("rate limiter not built: every request it guards is answered 500", "kind", KindInvalidLimit, "err", err)
-		return refuseAll
+		return l.failed(err)
 	}
 	return m.Wrap
+}
+
+// failed records err, logs it, and returns the middleware that answers
+// every request 500.
+func (l *Limits) failed(err error) func(http.Handler) http.Handler {
+	l.mu.Lock()
+	l.errs = append(l.errs, err)
+	l.mu.Unlock()
+	l.o.Logger.Error("rate limiter not built: every request it guards is answered 500", "kind", KindInvalidLimit, "err", err)
+	return refuseAll
+}
+
+// SignIn returns the middleware of a sign-in guard (middleware.SignIn),
+// on a handle with prefix o.Name + ":" ("login:" when o.Name is empty).
+// Budgets o leaves zero are Options.SignIn's, a nil device secret is
+// Options.Secret, and the client address is PerIP's; a nil Logger or
+// Observer is l's. A guard it cannot build is reported as New describes.
+func (l *Limits) SignIn(o middleware.SignInOptions) func(http.Handler) http.Handler {
+	o.Name = cmp.Or(o.Name, "login")
+	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, l.o.SignIn.AccountIPFailures)
+	o.AccountFailures = cmp.Or(o.AccountFailures, l.o.SignIn.AccountFailures)
+	o.IPAttempts = cmp.Or(o.IPAttempts, l.o.SignIn.IPAttempts)
+	if o.Device.Secret == nil {
+		o.Device.Secret = l.o.Secret
+	}
+	o.IP = l.o.IP
+	o.Logger = cmp.Or(o.Logger, l.o.Logger)
+	if o.Observer == nil {
+		o.Observer = l.o.Observer
+	}
+	return l.addGuard(o.Name, func(h *store.Handle) (guard, error) { return middleware.SignIn(h, o) })
+}
+
+// Send returns the middleware of a send guard (middleware.Send), such as
+// password resets, on a handle with prefix o.Name + ":" ("send:" when
+// o.Name is empty). Budgets o leaves zero are Options.Send's, and the
+// client address is PerIP's; a nil Logger or Observer is l's. A guard it
+// cannot build is reported as New describes.
+func (l *Limits) Send(o middleware.SendOptions) func(http.Handler) http.Handler {
+	o.Name = cmp.Or(o.Name, "send")
+	o.PerDestination = cmp.Or(o.PerDestination, l.o.Send.PerDestination)
+	o.PerIP = cmp.Or(o.PerIP, l.o.Send.PerIP)
+	o.IP = l.o.IP
+	o.Logger = cmp.Or(o.Logger, l.o.Logger)
+	if o.Observer == nil {
+		o.Observer = l.o.Observer
+	}
+	return l.addGuard(o.Name, func(h *store.Handle) (guard, error) { return middleware.Send(h, o) })
+}
+
+// guard is what SignIn and Send build.
+type guard interface {
+	Wrap(http.Handler) http.Handler
+	Close() error
+}
+
+// addGuard builds a guard on a handle of its own, prefix name + ":".
+func (l *Limits) addGuard(name string, make func(*store.Handle) (guard, error)) func(http.Handler) http.Handler {
+	h, err := l.s.Handle(name + ":")
+	if err != nil {
+		return l.failed(fmt.Errorf("gatecount: guard %q: %w", name, err))
+	}
+	g, err := make(h)
+	if err != nil {
+		return l.failed(fmt.Errorf("gatecount: %w", err))
+	}
+	l.mu.Lock()
+	l.own = append(l.own, g.Close)
+	l.mu.Unlock()
+	return g.Wrap
 }
 
 func (l *Limits) limiter(kind, name string, budget limiter.Budget, make constructor) (*middleware.Middleware, error) {
@@ -202,7 +280,7 @@ func (l *Limits) Err() error {
 }
 
 // Store returns the store l counts in, for limiters built with package
-// middleware (SignIn, Send) on handles of their own.
+// middleware on handles of their own, and for metrics' Watch.
 func (l *Limits) Store() *store.Store { return l.s }
 
 // IP returns the client-address settings l's per-IP limiters use, for the

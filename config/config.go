@@ -1,21 +1,30 @@
 // Package config reads gatecount's settings from the environment, in one
 // place, and opens the limit store they choose. It is for any app: it reads
-// where counts live, the secret, the bound and the trusted proxies; the
-// budgets of an app's routes are the app's own (Vars reads them with the
-// same checks; Vars.SignIn and Vars.Send read the guards' RATE_LIMIT_LOGIN_*
-// and RATE_LIMIT_RESET_* budgets).
+// where counts live, the secret, the bound, the trusted proxies and the
+// budgets of the sign-in and send guards; the budgets of an app's other
+// routes are the app's own (Vars reads them with the same checks).
 //
 // The variables, with their defaults:
 //
 //	RATE_LIMIT_STORE                    (see below) memory, database or redis
 //	DATABASE_URL                        unset  postgres://…, sqlite:PATH or file:PATH
 //	RATE_LIMIT_STORE_URL                unset  redis://… or rediss://…, one server or any node of a Cluster
+//	REDIS_URL                           unset  redis://… or rediss://…, read when RATE_LIMIT_STORE_URL is unset
 //	RATE_LIMIT_REDIS_ALLOW_EVICTION     false  true: accept a Redis that may evict live counts
 //	RATE_LIMIT_SINGLE_INSTANCE          false  true: the app runs one instance
 //	RATE_LIMIT_MAX_ENTRIES              the store's default (memory 100,000; others 1,000,000)
+//	RATE_LIMIT_STORE_MAX_QUEUED         16,384  calls of one limiter that may wait for the store
 //	TRUSTED_PROXIES                     unset  comma-separated CIDRs whose forwarding headers are believed
 //	TRUSTED_PROXY_HEADER                X-Forwarded-For  the one header they set: X-Forwarded-For or Forwarded
 //	GATECOUNT_SECRET                    unset  required by the shared stores; at least 32 bytes
+//
+// and the budgets of the sign-in and send guards (middleware.SignIn, Send):
+//
+//	RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES    5  sign-in failures per account and address, per 15 minutes
+//	RATE_LIMIT_LOGIN_ACCOUNT_FAILURES      20  sign-in failures per account, per hour
+//	RATE_LIMIT_LOGIN_IP_ATTEMPTS          100  sign-in attempts per address, per hour
+//	RATE_LIMIT_RESET_PER_DESTINATION        3  sends (password resets, codes) per destination, per hour
+//	RATE_LIMIT_RESET_PER_IP                20  sends per address, per hour
 //
 // # Opening a store links only its driver
 //
@@ -36,11 +45,14 @@
 // accepts such a server, and the store logs the risk.
 //
 // RATE_LIMIT_STORE chooses where counts live. Unset, it is redis when
-// RATE_LIMIT_STORE_URL is set, database when DATABASE_URL is set, and memory
-// otherwise; set it to memory to keep counts in memory when DATABASE_URL
-// serves the app for other things. The memory store is not shared: on N
-// instances every budget is multiplied by N, and Open logs a warning that
-// says so unless RATE_LIMIT_SINGLE_INSTANCE=true.
+// RATE_LIMIT_STORE_URL or REDIS_URL is set, database when DATABASE_URL is
+// set, and memory otherwise. A Redis URL and DATABASE_URL both set, with
+// RATE_LIMIT_STORE unset, is an error naming both: set it to choose. Set it
+// to memory to keep counts in memory when DATABASE_URL or REDIS_URL serves
+// the app for other things; a URL it does not choose is not read. The
+// memory store is not shared: on N instances every budget is multiplied by
+// N, and Open logs a warning that says so unless
+// RATE_LIMIT_SINGLE_INSTANCE=true.
 //
 // TRUSTED_PROXY_HEADER names the one forwarding header the proxies of
 // TRUSTED_PROXIES set; the other header is ignored, since a client could
@@ -61,10 +73,10 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
 )
@@ -85,6 +97,7 @@ type Config struct {
 	Store          Kind   // RATE_LIMIT_STORE, or as the URLs imply
 	DatabaseURL    string // DATABASE_URL
 	StoreURL       string // RATE_LIMIT_STORE_URL
+	RedisURL       string // REDIS_URL; the Redis store's when StoreURL is ""
 	SingleInstance bool   // RATE_LIMIT_SINGLE_INSTANCE
 	MaxEntries     int    // RATE_LIMIT_MAX_ENTRIES; 0: the store's default
 	// MaxQueued is RATE_LIMIT_STORE_MAX_QUEUED, the calls of one limiter
@@ -101,6 +114,48 @@ type Config struct {
 	// RedisAllowEviction accepts a Redis that may evict live counts
 	// (RATE_LIMIT_REDIS_ALLOW_EVICTION).
 	RedisAllowEviction bool
+
+	// SignIn holds the sign-in guard's budgets (RATE_LIMIT_LOGIN_*).
+	SignIn SignInBudgets
+	// Send holds the send guard's budgets (RATE_LIMIT_RESET_*).
+	Send SendBudgets
+}
+
+// SignInBudgets are the budgets of a sign-in guard (middleware.SignIn),
+// middleware's defaults where unset.
+type SignInBudgets struct {
+	AccountIPFailures limiter.Budget // RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES, per 15 minutes
+	AccountFailures   limiter.Budget // RATE_LIMIT_LOGIN_ACCOUNT_FAILURES, per hour
+	IPAttempts        limiter.Budget // RATE_LIMIT_LOGIN_IP_ATTEMPTS, per hour
+}
+
+// SendBudgets are the budgets of a send guard (middleware.Send), such as
+// password resets, middleware's defaults where unset.
+type SendBudgets struct {
+	PerDestination limiter.Budget // RATE_LIMIT_RESET_PER_DESTINATION, per hour
+	PerIP          limiter.Budget // RATE_LIMIT_RESET_PER_IP, per hour
+}
+
+// SignInOptions returns a sign-in guard's options with c's budgets, client
+// address and device-cookie secret; the caller sets the rest.
+func (c Config) SignInOptions() middleware.SignInOptions {
+	return middleware.SignInOptions{
+		AccountIPFailures: c.SignIn.AccountIPFailures,
+		AccountFailures:   c.SignIn.AccountFailures,
+		IPAttempts:        c.SignIn.IPAttempts,
+		IP:                c.IP(),
+		Device:            middleware.DeviceOptions{Secret: c.Secret},
+	}
+}
+
+// SendOptions returns a send guard's options with c's budgets and client
+// address; the caller sets the rest.
+func (c Config) SendOptions() middleware.SendOptions {
+	return middleware.SendOptions{
+		PerDestination: c.Send.PerDestination,
+		PerIP:          c.Send.PerIP,
+		IP:             c.IP(),
+	}
 }
 
 // IP returns the client-address settings of TRUSTED_PROXIES and
@@ -156,7 +211,8 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		c.TrustedProxyHeader = m
 	}
 	c.RedisAllowEviction = r.boolean("RATE_LIMIT_REDIS_ALLOW_EVICTION")
-	c.Store = r.kind(c.DatabaseURL, c.StoreURL)
+	c.RedisURL = r.str("REDIS_URL")
+	c.Store = r.kind(c.DatabaseURL, c.StoreURL, c.RedisURL)
 	if secret := r.str("GATECOUNT_SECRET"); secret != "" {
 		if len(secret) < keyhash.MinSecretLen {
 			r.fail("GATECOUNT_SECRET", "(hidden)", fmt.Sprintf("at least %d bytes; %s", keyhash.MinSecretLen, keyhash.HowToMakeSecret))
@@ -165,6 +221,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	} else if c.Store != Memory && c.Store != "" {
 		r.fail("GATECOUNT_SECRET", "", fmt.Sprintf("required by the %s store, which keeps keys only as HMACs under it: at least %d bytes; %s", c.Store, keyhash.MinSecretLen, keyhash.HowToMakeSecret))
 	}
+	c.SignIn, c.Send = r.signIn(), r.send()
 	return c, errors.Join(r.errs...)
 }
 
@@ -187,7 +244,7 @@ func NewVars(lookup func(string) (string, bool)) *Vars {
 // Budget returns the budget of def's window whose limit is the variable
 // name, a whole number from 1 to limiter.MaxLimit; def when it is unset.
 func (v *Vars) Budget(name string, def limiter.Budget) limiter.Budget {
-	return v.r.budget(name, def.Limit, def.Window)
+	return v.r.budget(name, def)
 }
 
 // Err returns every bad value read so far, joined, each a *VarError; nil
@@ -221,12 +278,11 @@ func (r *reader) count(name string, most int) int {
 	return n
 }
 
-func (r *reader) budget(name string, def int, window time.Duration) limiter.Budget {
-	n := r.count(name, limiter.MaxLimit)
-	if n == 0 {
-		n = def
+func (r *reader) budget(name string, def limiter.Budget) limiter.Budget {
+	if n := r.count(name, limiter.MaxLimit); n != 0 {
+		def.Limit = n
 	}
-	return limiter.Budget{Limit: n, Window: window}
+	return def
 }
 
 func (r *reader) boolean(name string) bool {
@@ -241,29 +297,40 @@ func (r *reader) boolean(name string) bool {
 	return b
 }
 
-// kind resolves the store from RATE_LIMIT_STORE and the URLs.
-func (r *reader) kind(dbURL, storeURL string) Kind {
-	dbKind := Kind("")
-	if dbURL != "" {
+// kind resolves the store from RATE_LIMIT_STORE and the URLs. A URL is
+// checked only when it takes part in the choice: one RATE_LIMIT_STORE does
+// not choose may serve the app for other things.
+func (r *reader) kind(dbURL, storeURL, redisURL string) Kind {
+	redisVar := "RATE_LIMIT_STORE_URL"
+	if storeURL == "" && redisURL != "" {
+		redisVar, storeURL = "REDIS_URL", redisURL
+	}
+	database := func() Kind {
 		switch {
 		case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
-			dbKind = Postgres
+			return Postgres
 		case strings.HasPrefix(dbURL, "sqlite:"), strings.HasPrefix(dbURL, "file:"):
-			dbKind = SQLite
-		default:
-			r.fail("DATABASE_URL", store.RedactURL(dbURL), "a postgres://, postgresql://, sqlite: or file: URL")
+			return SQLite
 		}
+		r.fail("DATABASE_URL", store.RedactURL(dbURL), "a postgres://, postgresql://, sqlite: or file: URL")
+		return ""
 	}
-	if storeURL != "" && !strings.HasPrefix(storeURL, "redis://") && !strings.HasPrefix(storeURL, "rediss://") {
-		r.fail("RATE_LIMIT_STORE_URL", store.RedactURL(storeURL), "a redis:// or rediss:// URL")
+	redis := func() Kind {
+		if !strings.HasPrefix(storeURL, "redis://") && !strings.HasPrefix(storeURL, "rediss://") {
+			r.fail(redisVar, store.RedactURL(storeURL), "a redis:// or rediss:// URL")
+		}
+		return Redis
 	}
 	switch v := strings.ToLower(r.str("RATE_LIMIT_STORE")); v {
 	case "":
 		switch {
+		case storeURL != "" && dbURL != "":
+			r.fail("RATE_LIMIT_STORE", "", fmt.Sprintf("database or redis, to choose between DATABASE_URL and %s, which are both set", redisVar))
+			return ""
 		case storeURL != "":
-			return Redis
+			return redis()
 		case dbURL != "":
-			return dbKind
+			return database()
 		}
 		return Memory
 	case "memory":
@@ -271,13 +338,15 @@ func (r *reader) kind(dbURL, storeURL string) Kind {
 	case "database":
 		if dbURL == "" {
 			r.fail("RATE_LIMIT_STORE", v, "DATABASE_URL to be set when it is database")
+			return ""
 		}
-		return dbKind
+		return database()
 	case "redis":
 		if storeURL == "" {
-			r.fail("RATE_LIMIT_STORE", v, "RATE_LIMIT_STORE_URL to be set when it is redis")
+			r.fail("RATE_LIMIT_STORE", v, "RATE_LIMIT_STORE_URL or REDIS_URL to be set when it is redis")
+			return ""
 		}
-		return Redis
+		return redis()
 	default:
 		r.fail("RATE_LIMIT_STORE", v, "memory, database or redis")
 		return ""

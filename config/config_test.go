@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store"
 	_ "github.com/gatecount/gatecount/store/postgres"
 	redisstore "github.com/gatecount/gatecount/store/redis"
@@ -86,13 +88,156 @@ func TestStoreChoice(t *testing.T) {
 		{[]string{"DATABASE_URL", "postgres://u@h/db", "RATE_LIMIT_STORE", "memory"}, Memory},
 		{[]string{"DATABASE_URL", "postgres://u@h/db", "RATE_LIMIT_STORE", "database", "GATECOUNT_SECRET", secret}, Postgres},
 		{[]string{"RATE_LIMIT_STORE_URL", "redis://127.0.0.1:6379/0", "GATECOUNT_SECRET", secret}, Redis},
-		{[]string{"RATE_LIMIT_STORE_URL", "rediss://h:6380", "DATABASE_URL", "postgres://h/db", "GATECOUNT_SECRET", secret}, Redis},
+		{[]string{"RATE_LIMIT_STORE_URL", "rediss://h:6380", "DATABASE_URL", "postgres://h/db", "RATE_LIMIT_STORE", "redis", "GATECOUNT_SECRET", secret}, Redis},
 		{[]string{"RATE_LIMIT_STORE_URL", "redis://h", "DATABASE_URL", "postgres://h/db", "RATE_LIMIT_STORE", "database", "GATECOUNT_SECRET", secret}, Postgres},
+		{[]string{"REDIS_URL", "redis://h:6379/0", "GATECOUNT_SECRET", secret}, Redis},
+		{[]string{"REDIS_URL", "rediss://h:6380", "RATE_LIMIT_STORE", "redis", "GATECOUNT_SECRET", secret}, Redis},
+		{[]string{"REDIS_URL", "redis://h", "DATABASE_URL", "postgres://h/db", "RATE_LIMIT_STORE", "database", "GATECOUNT_SECRET", secret}, Postgres},
+		{[]string{"REDIS_URL", "redis://h", "DATABASE_URL", "sqlite:x.db", "RATE_LIMIT_STORE", "redis", "GATECOUNT_SECRET", secret}, Redis},
+		{[]string{"REDIS_URL", "redis://h", "RATE_LIMIT_STORE", "memory"}, Memory},
+		{[]string{"REDIS_URL", "redis://h", "DATABASE_URL", "postgres://h/db", "RATE_LIMIT_STORE", "memory"}, Memory},
+		// RATE_LIMIT_STORE_URL is the limits' own: REDIS_URL beside it
+		// serves the app for other things.
+		{[]string{"RATE_LIMIT_STORE_URL", "redis://counts", "REDIS_URL", "redis://sessions", "GATECOUNT_SECRET", secret}, Redis},
+		// A URL the store does not come from is not read.
+		{[]string{"DATABASE_URL", "mysql://h/db", "RATE_LIMIT_STORE", "memory"}, Memory},
+		{[]string{"REDIS_URL", "memcached://h", "DATABASE_URL", "postgres://h/db", "RATE_LIMIT_STORE", "database", "GATECOUNT_SECRET", secret}, Postgres},
 	} {
 		c, err := FromEnv(env(tc.env...))
 		if err != nil || c.Store != tc.want {
 			t.Errorf("%v: %v, %v; want %v", tc.env, c.Store, err, tc.want)
 		}
+	}
+}
+
+// The Redis store's URL is RATE_LIMIT_STORE_URL's, else REDIS_URL's, and
+// Open names the variable it came from.
+func TestRedisURL(t *testing.T) {
+	for _, tc := range []struct {
+		env                  []string
+		storeURL, redisURL   string
+		openErrorNames, hide string
+	}{
+		{[]string{"REDIS_URL", "redis://u:pa55word@127.0.0.1:1/0?dial_timeout=bogus"}, "", "redis://u:pa55word@127.0.0.1:1/0?dial_timeout=bogus", "REDIS_URL", "pa55word"},
+		{[]string{"RATE_LIMIT_STORE_URL", "redis://u:pa55word@127.0.0.1:1/0?dial_timeout=bogus", "REDIS_URL", "redis://h"}, "redis://u:pa55word@127.0.0.1:1/0?dial_timeout=bogus", "redis://h", "RATE_LIMIT_STORE_URL", "pa55word"},
+	} {
+		c, err := FromEnv(env(append(tc.env, "GATECOUNT_SECRET", secret)...))
+		if err != nil || c.Store != Redis || c.StoreURL != tc.storeURL || c.RedisURL != tc.redisURL {
+			t.Fatalf("%v: %+v, %v", tc.env, c, err)
+		}
+		_, err = Open(t.Context(), c, store.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err == nil || !strings.Contains(err.Error(), tc.openErrorNames) || strings.Contains(err.Error(), tc.hide) {
+			t.Errorf("%v: Open: %v, want an error naming %s", tc.env, err, tc.openErrorNames)
+		}
+	}
+}
+
+// A Redis URL and DATABASE_URL both set, with RATE_LIMIT_STORE unset, is an
+// error naming both variables and RATE_LIMIT_STORE, never a guess.
+func TestTwoStores(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want []string // named in the error
+	}{
+		{[]string{"DATABASE_URL", "postgres://h/db", "RATE_LIMIT_STORE_URL", "redis://h"}, []string{"DATABASE_URL", "RATE_LIMIT_STORE_URL"}},
+		{[]string{"DATABASE_URL", "sqlite:x.db", "REDIS_URL", "rediss://h"}, []string{"DATABASE_URL", "REDIS_URL"}},
+		{[]string{"DATABASE_URL", "postgres://h/db", "RATE_LIMIT_STORE_URL", "redis://h", "REDIS_URL", "redis://other"}, []string{"DATABASE_URL", "RATE_LIMIT_STORE_URL"}},
+		{[]string{"DATABASE_URL", "postgres://h/db", "REDIS_URL", "redis://h", "RATE_LIMIT_STORE", " "}, []string{"DATABASE_URL", "REDIS_URL"}},
+	} {
+		c, err := FromEnv(env(append(tc.env, "GATECOUNT_SECRET", secret)...))
+		var ve *VarError
+		if !errors.Is(err, ErrInvalid) || !errors.As(err, &ve) || ve.Var != "RATE_LIMIT_STORE" {
+			t.Errorf("%v: %v, %v; want an error naming RATE_LIMIT_STORE", tc.env, c.Store, err)
+			continue
+		}
+		for _, name := range tc.want {
+			if !strings.Contains(err.Error(), name) {
+				t.Errorf("%v: the error %q does not name %s", tc.env, err, name)
+			}
+		}
+	}
+}
+
+// The guards' budgets are read from the names README documents, with
+// middleware's defaults and windows.
+func TestGuardBudgets(t *testing.T) {
+	defSignIn := SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts}
+	defSend := SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}
+	for _, tc := range []struct {
+		env    []string
+		signIn SignInBudgets
+		send   SendBudgets
+		bad    string // the variable at fault
+	}{
+		{nil, defSignIn, defSend, ""},
+		{[]string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", "3"},
+			SignInBudgets{limiter.Budget{Limit: 3, Window: 15 * time.Minute}, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts}, defSend, ""},
+		{[]string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "50", "RATE_LIMIT_LOGIN_IP_ATTEMPTS", " 1000 "},
+			SignInBudgets{middleware.DefaultAccountIPFailures, limiter.Budget{Limit: 50, Window: time.Hour}, limiter.Budget{Limit: 1000, Window: time.Hour}}, defSend, ""},
+		{[]string{"RATE_LIMIT_RESET_PER_DESTINATION", "1", "RATE_LIMIT_RESET_PER_IP", "7"},
+			defSignIn, SendBudgets{limiter.Budget{Limit: 1, Window: time.Hour}, limiter.Budget{Limit: 7, Window: time.Hour}}, ""},
+		{[]string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", "0"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES"},
+		{[]string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "many"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES"},
+		{[]string{"RATE_LIMIT_LOGIN_IP_ATTEMPTS", "-1"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_IP_ATTEMPTS"},
+		{[]string{"RATE_LIMIT_RESET_PER_DESTINATION", "1e3"}, defSignIn, defSend, "RATE_LIMIT_RESET_PER_DESTINATION"},
+		{[]string{"RATE_LIMIT_RESET_PER_IP", "99999999999999999999"}, defSignIn, defSend, "RATE_LIMIT_RESET_PER_IP"},
+	} {
+		c, err := FromEnv(env(tc.env...))
+		var ve *VarError
+		if tc.bad != "" {
+			if !errors.Is(err, ErrInvalid) || !errors.As(err, &ve) || ve.Var != tc.bad {
+				t.Errorf("%v: %v, want an error naming %s", tc.env, err, tc.bad)
+			}
+			continue
+		}
+		if err != nil || c.SignIn != tc.signIn || c.Send != tc.send {
+			t.Errorf("%v: %+v %+v, %v; want %+v %+v", tc.env, c.SignIn, c.Send, err, tc.signIn, tc.send)
+		}
+	}
+}
+
+// SignInOptions and SendOptions carry the budgets, the client address and
+// the secret into the guards' options.
+func TestGuardOptions(t *testing.T) {
+	c, err := FromEnv(env("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "50", "RATE_LIMIT_RESET_PER_IP", "7",
+		"TRUSTED_PROXIES", "10.0.0.0/8", "TRUSTED_PROXY_HEADER", "Forwarded", "GATECOUNT_SECRET", secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, so := c.SignInOptions(), c.SendOptions()
+	for _, tc := range []struct {
+		what      string
+		got, want any
+	}{
+		{"sign-in account-IP failures", si.AccountIPFailures, middleware.DefaultAccountIPFailures},
+		{"sign-in account failures", si.AccountFailures, limiter.Budget{Limit: 50, Window: time.Hour}},
+		{"sign-in IP attempts", si.IPAttempts, middleware.DefaultIPAttempts},
+		{"sign-in device secret", string(si.Device.Secret), secret},
+		{"sign-in proxies", fmt.Sprint(si.IP.TrustedProxies), "[10.0.0.0/8]"},
+		{"sign-in header", si.IP.Header.String(), "Forwarded"},
+		{"send per destination", so.PerDestination, middleware.DefaultPerDestination},
+		{"send per IP", so.PerIP, limiter.Budget{Limit: 7, Window: time.Hour}},
+		{"send proxies", fmt.Sprint(so.IP.TrustedProxies), "[10.0.0.0/8]"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.what, tc.got, tc.want)
+		}
+	}
+}
+
+// REDIS_URL alone opens the Redis store, on the real server.
+func TestOpenRedisURL(t *testing.T) {
+	c, err := FromEnv(env("REDIS_URL", servicetest.RedisURL(t), "GATECOUNT_SECRET", secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Open(t.Context(), c, store.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if o.Kind != Redis || !o.Store.Shared() {
+		t.Errorf("REDIS_URL opened %s, shared %v", o.Kind, o.Store.Shared())
 	}
 }
 
@@ -109,6 +254,8 @@ func TestBadValues(t *testing.T) {
 		{[]string{"RATE_LIMIT_STORE", "dynamo"}, "RATE_LIMIT_STORE"},
 		{[]string{"RATE_LIMIT_STORE", "database"}, "RATE_LIMIT_STORE"},
 		{[]string{"RATE_LIMIT_STORE", "redis"}, "RATE_LIMIT_STORE"},
+		{[]string{"REDIS_URL", "memcached://h", "GATECOUNT_SECRET", secret}, "REDIS_URL"},
+		{[]string{"REDIS_URL", "redis://h"}, "GATECOUNT_SECRET"},
 		{[]string{"DATABASE_URL", "mysql://h/db", "GATECOUNT_SECRET", secret}, "DATABASE_URL"},
 		{[]string{"RATE_LIMIT_STORE_URL", "memcached://h", "GATECOUNT_SECRET", secret}, "RATE_LIMIT_STORE_URL"},
 		{[]string{"TRUSTED_PROXIES", "10.0.0.0/8,banana"}, "TRUSTED_PROXIES"},

@@ -9,7 +9,9 @@ import (
 	"github.com/gatecount/gatecount/middleware"
 )
 
-func TestGuardBudgets(t *testing.T) {
+// Vars reads the guards' budgets as FromEnv does, for a tool that reads
+// no other setting.
+func TestVarsGuardBudgets(t *testing.T) {
 	per := func(n int, w time.Duration) limiter.Budget { return limiter.Budget{Limit: n, Window: w} }
 	for _, tc := range []struct {
 		name   string

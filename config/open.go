@@ -90,6 +90,9 @@ func openShared(ctx context.Context, c Config, o store.Options) (*Opened, error)
 	url := c.DatabaseURL
 	if d.variable == "RATE_LIMIT_STORE_URL" {
 		url = c.StoreURL
+		if url == "" {
+			d.variable, url = "REDIS_URL", c.RedisURL
+		}
 	}
 	s, release, err := store.OpenURL(ctx, url, store.URLOptions{
 		Secret:        c.Secret,

@@ -41,6 +41,11 @@ const (
 	MaxDeviceLifetime = 400 * 24 * time.Hour
 )
 
+// KindDeviceKeyNotShared is the "kind" of the warning SignIn logs when it
+// issues device cookies on a shared store without DeviceOptions.Secret:
+// each instance then signs with a key of its own, and no other accepts it.
+const KindDeviceKeyNotShared = "ratelimit-device-key-not-shared"
+
 // DefaultDeviceFailures is the failures budget of one known device.
 var DefaultDeviceFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
 
@@ -73,7 +78,8 @@ type DeviceOptions struct {
 	// derived from it, so the same secret may key a store. Nil means a
 	// random key of this process: tokens stop working when it restarts and
 	// are not valid on other instances; such a client is counted as an
-	// unknown device until it signs in again.
+	// unknown device until it signs in again. On a shared store, SignIn
+	// then logs a warning of kind KindDeviceKeyNotShared.
 	Secret []byte
 	// Insecure leaves out the cookie's Secure attribute, for development
 	// over plain HTTP. Never set it in production: the token would travel

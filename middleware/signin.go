@@ -232,6 +232,10 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	if err != nil {
 		return nil, err
 	}
+	if dev != nil && o.Device.Secret == nil && h.Shared() {
+		g.log.Warn("device cookies are signed with a key of this process: other instances reject them, and a restart ends them. "+
+			"Set DeviceOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindDeviceKeyNotShared)
+	}
 	fIP := len(names) - 1
 	return &SignInGuard{
 		guard: g, o: o, account: keyfunc.BodyField(o.Field, o.Body), devices: dev,

@@ -40,13 +40,12 @@ const DefaultAddr = "127.0.0.1:8080"
 // DefaultAPIKeys are the demo callers when API_KEYS is unset.
 const DefaultAPIKeys = "alice:alice-token,bob:bob-token"
 
-// Budgets are the budgets of the demo's routes, each read from its own
-// variable (the window is fixed).
+// Budgets are the budgets of the demo's own routes, each read from its own
+// variable (the window is fixed). The guards' budgets are config's
+// (RATE_LIMIT_LOGIN_*, RATE_LIMIT_RESET_*).
 type Budgets struct {
-	Execute limiter.Budget       // RATE_LIMIT_EXECUTE_PER_MINUTE, per caller
-	Health  limiter.Budget       // RATE_LIMIT_HEALTH_PER_MINUTE, per IP
-	Login   config.SignInBudgets // RATE_LIMIT_LOGIN_*
-	Reset   config.SendBudgets   // RATE_LIMIT_RESET_*
+	Execute limiter.Budget // RATE_LIMIT_EXECUTE_PER_MINUTE, per caller
+	Health  limiter.Budget // RATE_LIMIT_HEALTH_PER_MINUTE, per IP
 }
 
 // ReadBudgets reads the demo's budgets through v, defaults where unset.
@@ -56,8 +55,6 @@ func ReadBudgets(v *config.Vars) Budgets {
 	return Budgets{
 		Execute: v.Budget("RATE_LIMIT_EXECUTE_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute}),
 		Health:  v.Budget("RATE_LIMIT_HEALTH_PER_MINUTE", limiter.Budget{Limit: 300, Window: time.Minute}),
-		Login:   v.SignIn(),
-		Reset:   v.Send(),
 	}
 }
 
@@ -152,30 +149,22 @@ func (a *App) limiters() error {
 	if a.Health, err = middleware.PerIP(h[1], b.Health, middleware.Options{Name: "health", IP: ip, Logger: a.Log, Observer: a.Metrics}); err != nil {
 		return err
 	}
-	if a.Login, err = middleware.SignIn(h[2], middleware.SignInOptions{
-		// Named login, the default: budgets login-account-ip, login-account,
-		// login-device and login-ip.
-		AccountIPFailures: b.Login.AccountIPFailures,
-		AccountFailures:   b.Login.AccountFailures,
-		IPAttempts:        b.Login.IPAttempts,
-		IP:                ip,
-		Observer:          a.Metrics,
-		// Signed with GATECOUNT_SECRET when set; else with a key of this
-		// process, so that device cookies stop working at a restart.
-		Device: middleware.DeviceOptions{Secret: a.Config.Secret},
-		Failed: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { signInFailed(w) }),
-		Logger: a.Log,
-	}); err != nil {
+	// Named login, the default: budgets login-account-ip, login-account,
+	// login-device and login-ip, from RATE_LIMIT_LOGIN_*. Device cookies
+	// are signed with GATECOUNT_SECRET when set; else with a key of this
+	// process, so that they stop working at a restart.
+	login := a.Config.SignInOptions()
+	login.Observer = a.Metrics
+	login.Failed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { signInFailed(w) })
+	login.Logger = a.Log
+	if a.Login, err = middleware.SignIn(h[2], login); err != nil {
 		return err
 	}
-	a.Reset, err = middleware.Send(h[3], middleware.SendOptions{
-		Name:           "reset",
-		PerDestination: b.Reset.PerDestination,
-		PerIP:          b.Reset.PerIP,
-		IP:             ip,
-		Observer:       a.Metrics,
-		Logger:         a.Log,
-	})
+	reset := a.Config.SendOptions() // budgets from RATE_LIMIT_RESET_*
+	reset.Name = "reset"
+	reset.Observer = a.Metrics
+	reset.Logger = a.Log
+	a.Reset, err = middleware.Send(h[3], reset)
 	return err
 }
 

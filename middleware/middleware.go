@@ -128,6 +128,14 @@ type Options struct {
 	Observer limiter.Observer
 	// Logger receives the middleware's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Shadow counts as the limiter would but refuses nothing and adds no
+	// fields: a would-be refusal is reported to the Observer as
+	// limiter.ShadowDenied and logged once per key per window.
+	Shadow bool
+	// Networks answers requests from its Block networks 403, counting
+	// nothing, and lets those from Exempt through PerIP uncounted. The
+	// client address is found as IP says.
+	Networks keyfunc.Networks
 }
 
 // Middleware limits the handlers it wraps with one limiter. It is safe for
@@ -209,6 +217,9 @@ func build(h *store.Handle, budget limiter.Budget, o Options, policy limiter.Pol
 		onLimit:       o.OnLimit,
 		logger:        o.Logger,
 		observer:      o.Observer,
+		shadow:        o.Shadow,
+		nets:          o.Networks,
+		netIP:         o.IP,
 	})
 	if err != nil {
 		return nil, err
@@ -230,7 +241,11 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 }
 
 func (m *Middleware) count(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if m.o.Skip != nil && m.o.Skip(r) {
+	exempt, ok := m.screen(w, r)
+	if !ok {
+		return
+	}
+	if (m.o.Skip != nil && m.o.Skip(r)) || (exempt && m.ip != nil) {
 		next.ServeHTTP(w, r)
 		return
 	}

@@ -16,6 +16,22 @@
 //	TRUSTED_PROXY_HEADER                X-Forwarded-For  the one header they set: X-Forwarded-For or Forwarded
 //	GATECOUNT_SECRET                    unset  required by the shared stores; at least 32 bytes
 //
+// Shadow, exemptions and blocks, for what an app builds from the
+// environment (gatecount.FromEnv):
+//
+//	RATE_LIMIT_SHADOW                   false  true: every limiter in shadow; or names, such as login,execute
+//	RATE_LIMIT_EXEMPT_NETWORKS          unset  comma-separated CIDRs whose requests skip the per-address budgets
+//	RATE_LIMIT_BLOCK_NETWORKS           unset  comma-separated CIDRs whose requests are answered 403
+//
+// A limiter in shadow counts as it would, and reports its would-be
+// refusals (metrics outcome shadow_denied, one log line per key per
+// window), but refuses nothing and adds no rate-limit fields. An exempt
+// request skips the per-IP limiters and the guards' address budgets, never
+// a caller's, an account's or a destination's. A blocked request is
+// answered 403 before anything is counted; block wins over exempt. Open
+// logs a warning (KindExemptEveryone, KindBlockEveryone) when either
+// holds every IPv4 or every IPv6 address.
+//
 // # Opening a store links only its driver
 //
 // Open opens a shared store through the driver its package registers
@@ -100,6 +116,11 @@ type Config struct {
 	// RedisAllowEviction accepts a Redis that may evict live counts
 	// (RATE_LIMIT_REDIS_ALLOW_EVICTION).
 	RedisAllowEviction bool
+
+	// Shadow, exemptions and blocks (traffic.go).
+	Shadow         Shadow         // RATE_LIMIT_SHADOW
+	ExemptNetworks []netip.Prefix // RATE_LIMIT_EXEMPT_NETWORKS
+	BlockNetworks  []netip.Prefix // RATE_LIMIT_BLOCK_NETWORKS
 }
 
 // IP returns the client-address settings of TRUSTED_PROXIES and
@@ -155,6 +176,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		c.TrustedProxyHeader = m
 	}
 	c.RedisAllowEviction = r.boolean("RATE_LIMIT_REDIS_ALLOW_EVICTION")
+	r.readTraffic(&c) // shadow, exemptions and blocks
 	c.Store = r.kind(c.DatabaseURL, c.StoreURL)
 	if secret := r.str("GATECOUNT_SECRET"); secret != "" {
 		if len(secret) < keyhash.MinSecretLen {

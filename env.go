@@ -12,7 +12,9 @@ import (
 // FromEnv opens the store the environment chooses (see package config:
 // RATE_LIMIT_STORE, DATABASE_URL, RATE_LIMIT_STORE_URL, GATECOUNT_SECRET,
 // RATE_LIMIT_MAX_ENTRIES, TRUSTED_PROXIES, TRUSTED_PROXY_HEADER…) and returns
-// a Limits counting in it, trusting the proxies it names. Close closes the
+// a Limits counting in it, trusting the proxies it names, with the shadow
+// limiters and the networks it names (RATE_LIMIT_SHADOW,
+// RATE_LIMIT_EXEMPT_NETWORKS, RATE_LIMIT_BLOCK_NETWORKS). Close closes the
 // limiters and then the store. A bad setting is an error naming every
 // variable at fault; a store chosen but not reachable is an error, never a
 // silent fall back to memory. A shared store opens through its package,
@@ -40,7 +42,7 @@ func FromLookup(ctx context.Context, lookup func(string) (string, bool), log *sl
 	if err != nil {
 		return nil, err
 	}
-	l := New(o.Store, Options{IP: c.IP(), Logger: log})
+	l := New(o.Store, Options{IP: c.IP(), Logger: log, Shadow: c.Shadow.On, Networks: c.Networks()})
 	l.own = append(l.own, o.Close)
 	return l, nil
 }

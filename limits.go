@@ -30,6 +30,23 @@ type Options struct {
 	Logger *slog.Logger
 	// Observer, when set, is told of every decision (metrics.Expvar, say).
 	Observer limiter.Observer
+	// Shadow reports whether the limiter of a name runs in shadow
+	// (middleware.Options.Shadow); nil: none does. FromEnv sets it from
+	// RATE_LIMIT_SHADOW.
+	Shadow func(name string) bool
+	// Networks answers requests from Block 403 and lets those from Exempt
+	// through the per-IP limiters uncounted (middleware.Options.Networks).
+	// FromEnv reads RATE_LIMIT_BLOCK_NETWORKS and RATE_LIMIT_EXEMPT_NETWORKS.
+	Networks keyfunc.Networks
+}
+
+// A RouteOption sets one limiter of PerIP, PerCaller or LimitByIP apart.
+type RouteOption func(*middleware.Options)
+
+// Skip lets the requests skip reports true for through the limiter
+// uncounted: a platform's health checker, say (middleware.Options.Skip).
+func Skip(skip func(r *http.Request) bool) RouteOption {
+	return func(o *middleware.Options) { o.Skip = skip }
 }
 
 // Limits makes limiters that count in one store, each on a store handle of
@@ -91,8 +108,8 @@ func Default() *Limits {
 // Options.IP.TrustedProxies (or take one from the environment with
 // FromEnv). A budget out of range is reported as New describes: every
 // request answered 500, the error logged and returned by Default().Err().
-func LimitByIP(limit int, window time.Duration) func(http.Handler) http.Handler {
-	return Default().PerIP("", limit, window)
+func LimitByIP(limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
+	return Default().PerIP("", limit, window, opts...)
 }
 
 // PerIP returns a middleware that limits each client address to limit
@@ -101,11 +118,8 @@ func LimitByIP(limit int, window time.Duration) func(http.Handler) http.Handler 
 // name is made from the budget: "ip-100-per-1m". When the store cannot
 // answer, requests go through (limiter.Allow), counted in memory when the
 // store is busy or full.
-func (l *Limits) PerIP(name string, limit int, window time.Duration) func(http.Handler) http.Handler {
-	return l.build("ip", name, limit, window, func(h *store.Handle, b limiter.Budget, o middleware.Options) (*middleware.Middleware, error) {
-		o.IP = l.o.IP
-		return middleware.PerIP(h, b, o)
-	})
+func (l *Limits) PerIP(name string, limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
+	return l.build("ip", name, limit, window, middleware.PerIP, opts)
 }
 
 // PerCaller returns a middleware that limits each authenticated caller to
@@ -114,15 +128,15 @@ func (l *Limits) PerIP(name string, limit int, window time.Duration) func(http.H
 // keyfunc.WithCallerID; a request without one is answered 401. Names are as
 // PerIP's, made "caller-30-per-1m" when empty. When the store cannot answer
 // it counts in process memory (limiter.Local).
-func (l *Limits) PerCaller(name string, limit int, window time.Duration) func(http.Handler) http.Handler {
-	return l.build("caller", name, limit, window, middleware.PerCaller)
+func (l *Limits) PerCaller(name string, limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
+	return l.build("caller", name, limit, window, middleware.PerCaller, opts)
 }
 
 type constructor func(*store.Handle, limiter.Budget, middleware.Options) (*middleware.Middleware, error)
 
-func (l *Limits) build(kind, name string, limit int, window time.Duration, make constructor) func(http.Handler) http.Handler {
+func (l *Limits) build(kind, name string, limit int, window time.Duration, make constructor, opts []RouteOption) func(http.Handler) http.Handler {
 	budget := limiter.Budget{Limit: limit, Window: window}
-	m, err := l.limiter(kind, name, budget, make)
+	m, err := l.limiter(kind, name, budget, make, opts)
 	if err != nil {
 		l.mu.Lock()
 		l.errs = append(l.errs, err)
@@ -133,7 +147,7 @@ func (l *Limits) build(kind, name string, limit int, window time.Duration, make 
 	return m.Wrap
 }
 
-func (l *Limits) limiter(kind, name string, budget limiter.Budget, make constructor) (*middleware.Middleware, error) {
+func (l *Limits) limiter(kind, name string, budget limiter.Budget, make constructor, opts []RouteOption) (*middleware.Middleware, error) {
 	if err := budget.Validate(); err != nil {
 		if name == "" {
 			name = kind
@@ -147,7 +161,12 @@ func (l *Limits) limiter(kind, name string, budget limiter.Budget, make construc
 	if err != nil {
 		return nil, fmt.Errorf("gatecount: limiter %q: %w", name, err)
 	}
-	m, err := make(h, budget, middleware.Options{Name: name, Logger: l.o.Logger, Observer: l.o.Observer})
+	o := middleware.Options{Name: name, Logger: l.o.Logger, Observer: l.o.Observer, IP: l.o.IP,
+		Shadow: l.ShadowOn(name), Networks: l.o.Networks}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m, err := make(h, budget, o)
 	if err != nil {
 		return nil, fmt.Errorf("gatecount: %w", err)
 	}
@@ -208,6 +227,14 @@ func (l *Limits) Store() *store.Store { return l.s }
 // IP returns the client-address settings l's per-IP limiters use, for the
 // limiters built with package middleware.
 func (l *Limits) IP() keyfunc.IPOptions { return l.o.IP }
+
+// ShadowOn reports whether l's limiter named name runs in shadow, for the
+// limiters built with package middleware.
+func (l *Limits) ShadowOn(name string) bool { return l.o.Shadow != nil && l.o.Shadow(name) }
+
+// Networks returns the exempt and blocked networks of l's limiters, for the
+// limiters built with package middleware.
+func (l *Limits) Networks() keyfunc.Networks { return l.o.Networks }
 
 // Close closes l's limiters, then what l opened (the store, when FromEnv
 // opened it). The middlewares must not be used after.

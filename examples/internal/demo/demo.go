@@ -149,11 +149,16 @@ func (a *App) limiters() error {
 	}
 	ip := a.Config.IP()
 	b := a.Budgets
+	// RATE_LIMIT_SHADOW names limiters by these names; RATE_LIMIT_EXEMPT_NETWORKS
+	// and RATE_LIMIT_BLOCK_NETWORKS apply to every limiter.
+	shadow, nets := a.Config.Shadow.On, a.Config.Networks()
 	var err error
-	if a.Execute, err = middleware.PerCaller(h[0], b.Execute, middleware.Options{Name: "execute", Logger: a.Log, Observer: a.Metrics}); err != nil {
+	if a.Execute, err = middleware.PerCaller(h[0], b.Execute, middleware.Options{Name: "execute", IP: ip, Logger: a.Log, Observer: a.Metrics,
+		Shadow: shadow("execute"), Networks: nets}); err != nil {
 		return err
 	}
-	if a.Health, err = middleware.PerIP(h[1], b.Health, middleware.Options{Name: "health", IP: ip, Logger: a.Log, Observer: a.Metrics}); err != nil {
+	if a.Health, err = middleware.PerIP(h[1], b.Health, middleware.Options{Name: "health", IP: ip, Logger: a.Log, Observer: a.Metrics,
+		Shadow: shadow("health"), Networks: nets}); err != nil {
 		return err
 	}
 	if a.Login, err = middleware.SignIn(h[2], middleware.SignInOptions{
@@ -166,9 +171,11 @@ func (a *App) limiters() error {
 		Observer:          a.Metrics,
 		// Signed with GATECOUNT_SECRET when set; else with a key of this
 		// process, so that device cookies stop working at a restart.
-		Device: middleware.DeviceOptions{Secret: a.Config.Secret},
-		Failed: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { signInFailed(w) }),
-		Logger: a.Log,
+		Device:   middleware.DeviceOptions{Secret: a.Config.Secret},
+		Failed:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { signInFailed(w) }),
+		Logger:   a.Log,
+		Shadow:   shadow("login"),
+		Networks: nets,
 	}); err != nil {
 		return err
 	}
@@ -179,6 +186,8 @@ func (a *App) limiters() error {
 		IP:             ip,
 		Observer:       a.Metrics,
 		Logger:         a.Log,
+		Shadow:         shadow("reset"),
+		Networks:       nets,
 	})
 	return err
 }

@@ -50,6 +50,16 @@
 // Options.LegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset;
 // Options.HideRemaining leaves out r.
 //
+// # Shadow, Skip and Networks
+//
+// Every form takes Shadow: it counts as it would, but refuses nothing and
+// adds no fields; a would-be refusal reaches the handler, is reported as
+// limiter.ShadowDenied and is logged once per key per window. Skip lets the
+// requests it picks through uncounted. Networks answers blocked client
+// networks 403 before anything is counted, and lets exempt ones skip the
+// budgets of the client address, never a caller's, an account's or a
+// destination's.
+//
 // # Counting only failures
 //
 // With Options.CountFailures, an attempt is counted before the handler runs

@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -106,5 +107,34 @@ func TestShadowUnavailable(t *testing.T) {
 	}
 	if got := limiter.OutcomeOf(&d); got != limiter.AllowedUnavailable || obs.n[limiter.AllowedUnavailable] != 1 {
 		t.Errorf("outcome %v (observed %v), want %v", got, obs.n, limiter.AllowedUnavailable)
+	}
+}
+
+// The shadow log's memory is bounded: past 4,096 keys logged in live
+// windows, the would-be refusals of new keys are logged only now and then,
+// and still counted.
+func TestShadowLogBounded(t *testing.T) {
+	var logs bytes.Buffer
+	obs := &outcomes{}
+	s := memory.New(memory.Options{Store: store.Options{Logger: quiet}})
+	t.Cleanup(func() { s.Close() })
+	h, _ := s.Handle("b:")
+	l, err := limiter.New(h, limiter.Options{Name: "b", Budget: limiter.Budget{Limit: 1, Window: time.Hour},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Observer: obs, Shadow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	const keys = 6000
+	for i := range keys {
+		for range 2 {
+			if _, err := l.Attempt(context.Background(), fmt.Sprint("key-", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	lines := strings.Count(logs.String(), "kind="+limiter.KindShadowDenied)
+	if lines < 4096 || lines >= keys || obs.n[limiter.ShadowDenied] != keys {
+		t.Errorf("%d lines for %d keys refused (%d counted), want 4,096 and a few", lines, keys, obs.n[limiter.ShadowDenied])
 	}
 }

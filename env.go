@@ -40,7 +40,9 @@ func WithObserver(obs limiter.Observer) Option {
 // FromEnv opens the store the environment chooses (see package config:
 // RATE_LIMIT_STORE, DATABASE_URL, RATE_LIMIT_STORE_URL, REDIS_URL,
 // GATECOUNT_SECRET, RATE_LIMIT_MAX_ENTRIES, TRUSTED_PROXIES…) and returns
-// a Limits counting in it, trusting the proxies it names. Its SignIn and
+// a Limits counting in it, trusting the proxies it names, with the shadow
+// limiters and the networks it names (RATE_LIMIT_SHADOW,
+// RATE_LIMIT_EXEMPT_NETWORKS, RATE_LIMIT_BLOCK_NETWORKS). Its SignIn and
 // Send guards take the budgets of RATE_LIMIT_LOGIN_* and RATE_LIMIT_RESET_*,
 // and sign device cookies with GATECOUNT_SECRET. Close closes the limiters
 // and then the store. A bad setting is an error naming every variable at
@@ -82,6 +84,8 @@ func FromEnv(ctx context.Context, opts ...Option) (*Limits, error) {
 		Secret:   c.Secret,
 		SignIn:   c.SignIn,
 		Send:     c.Send,
+		Shadow:   c.Shadow.On,
+		Networks: c.Networks(),
 	})
 	l.own = append(l.own, opened.Close)
 	return l, nil

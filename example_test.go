@@ -97,3 +97,25 @@ func clientOf(l *gatecount.Limits) string {
 	key, _ := k.Key(r)
 	return key
 }
+
+// Skip sets requests apart from a one-line limiter: here a platform's
+// health checker, which is never counted.
+func ExampleSkip() {
+	isChecker := func(r *http.Request) bool { return r.Header.Get("User-Agent") == "platform-checker" }
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	health := gatecount.LimitByIP(1, time.Hour, gatecount.Skip(isChecker))(ok)
+
+	for _, ua := range []string{"platform-checker", "platform-checker", "browser", "browser"} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/health", nil)
+		r.RemoteAddr = "192.0.2.1:1234"
+		r.Header.Set("User-Agent", ua)
+		health.ServeHTTP(w, r)
+		fmt.Println(ua, w.Code)
+	}
+	// Output:
+	// platform-checker 200
+	// platform-checker 200
+	// browser 200
+	// browser 429
+}

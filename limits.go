@@ -42,6 +42,23 @@ type Options struct {
 	// Send holds the budgets of Send's guards where their options leave
 	// them zero (RATE_LIMIT_RESET_*); zero means middleware's.
 	Send config.SendBudgets
+	// Shadow reports whether the limiter of a name runs in shadow
+	// (middleware.Options.Shadow); nil: none does. FromEnv sets it from
+	// RATE_LIMIT_SHADOW.
+	Shadow func(name string) bool
+	// Networks answers requests from Block 403 and lets those from Exempt
+	// through the per-IP limiters uncounted (middleware.Options.Networks).
+	// FromEnv reads RATE_LIMIT_BLOCK_NETWORKS and RATE_LIMIT_EXEMPT_NETWORKS.
+	Networks keyfunc.Networks
+}
+
+// A RouteOption sets one limiter of PerIP, PerCaller or LimitByIP apart.
+type RouteOption func(*middleware.Options)
+
+// Skip lets the requests skip reports true for through the limiter
+// uncounted: a platform's health checker, say (middleware.Options.Skip).
+func Skip(skip func(r *http.Request) bool) RouteOption {
+	return func(o *middleware.Options) { o.Skip = skip }
 }
 
 // Limits makes limiters that count in one store, each on a store handle of
@@ -103,8 +120,8 @@ func Default() *Limits {
 // Options.IP.TrustedProxies (or take one from the environment with
 // FromEnv). A budget out of range is reported as New describes: every
 // request answered 500, the error logged and returned by Default().Err().
-func LimitByIP(limit int, window time.Duration) func(http.Handler) http.Handler {
-	return Default().PerIP("", limit, window)
+func LimitByIP(limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
+	return Default().PerIP("", limit, window, opts...)
 }
 
 // PerIP returns a middleware that limits each client address to limit
@@ -113,11 +130,8 @@ func LimitByIP(limit int, window time.Duration) func(http.Handler) http.Handler 
 // name is made from the budget: "ip-100-per-1m". When the store cannot
 // answer, requests go through (limiter.Allow), counted in memory when the
 // store is busy or full.
-func (l *Limits) PerIP(name string, limit int, window time.Duration) func(http.Handler) http.Handler {
-	return l.build("ip", name, limit, window, func(h *store.Handle, b limiter.Budget, o middleware.Options) (*middleware.Middleware, error) {
-		o.IP = l.o.IP
-		return middleware.PerIP(h, b, o)
-	})
+func (l *Limits) PerIP(name string, limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
+	return l.build("ip", name, limit, window, middleware.PerIP, opts)
 }
 
 // PerCaller returns a middleware that limits each authenticated caller to
@@ -126,15 +140,15 @@ func (l *Limits) PerIP(name string, limit int, window time.Duration) func(http.H
 // keyfunc.WithCallerID; a request without one is answered 401. Names are as
 // PerIP's, made "caller-30-per-1m" when empty. When the store cannot answer
 // it counts in process memory (limiter.Local).
-func (l *Limits) PerCaller(name string, limit int, window time.Duration) func(http.Handler) http.Handler {
-	return l.build("caller", name, limit, window, middleware.PerCaller)
+func (l *Limits) PerCaller(name string, limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
+	return l.build("caller", name, limit, window, middleware.PerCaller, opts)
 }
 
 type constructor func(*store.Handle, limiter.Budget, middleware.Options) (*middleware.Middleware, error)
 
-func (l *Limits) build(kind, name string, limit int, window time.Duration, make constructor) func(http.Handler) http.Handler {
+func (l *Limits) build(kind, name string, limit int, window time.Duration, make constructor, opts []RouteOption) func(http.Handler) http.Handler {
 	budget := limiter.Budget{Limit: limit, Window: window}
-	m, err := l.limiter(kind, name, budget, make)
+	m, err := l.limiter(kind, name, budget, make, opts)
 	if err != nil {
 		return l.failed(err)
 	}
@@ -154,8 +168,9 @@ func (l *Limits) failed(err error) func(http.Handler) http.Handler {
 // SignIn returns the middleware of a sign-in guard (middleware.SignIn),
 // on a handle with prefix o.Name + ":" ("login:" when o.Name is empty).
 // Budgets o leaves zero are Options.SignIn's, a nil device secret is
-// Options.Secret, and the client address is PerIP's; a nil Logger or
-// Observer is l's. A guard it cannot build is reported as New describes.
+// Options.Secret, and the client address, shadow and networks are as for
+// PerIP; a nil Logger or Observer is l's. A guard it cannot build is
+// reported as New describes.
 func (l *Limits) SignIn(o middleware.SignInOptions) func(http.Handler) http.Handler {
 	o.Name = cmp.Or(o.Name, "login")
 	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, l.o.SignIn.AccountIPFailures)
@@ -164,11 +179,7 @@ func (l *Limits) SignIn(o middleware.SignInOptions) func(http.Handler) http.Hand
 	if o.Device.Secret == nil {
 		o.Device.Secret = l.o.Secret
 	}
-	o.IP = l.o.IP
-	o.Logger = cmp.Or(o.Logger, l.o.Logger)
-	if o.Observer == nil {
-		o.Observer = l.o.Observer
-	}
+	l.shared(o.Name, &o.IP, &o.Logger, &o.Observer, &o.Shadow, &o.Networks)
 	return l.addGuard(o.Name, func(h *store.Handle) (guard, error) { return middleware.SignIn(h, o) })
 }
 
@@ -181,12 +192,25 @@ func (l *Limits) Send(o middleware.SendOptions) func(http.Handler) http.Handler 
 	o.Name = cmp.Or(o.Name, "send")
 	o.PerDestination = cmp.Or(o.PerDestination, l.o.Send.PerDestination)
 	o.PerIP = cmp.Or(o.PerIP, l.o.Send.PerIP)
-	o.IP = l.o.IP
-	o.Logger = cmp.Or(o.Logger, l.o.Logger)
-	if o.Observer == nil {
-		o.Observer = l.o.Observer
-	}
+	l.shared(o.Name, &o.IP, &o.Logger, &o.Observer, &o.Shadow, &o.Networks)
 	return l.addGuard(o.Name, func(h *store.Handle) (guard, error) { return middleware.Send(h, o) })
+}
+
+// shared sets a guard's client address to PerIP's, a nil logger or
+// observer to l's, shadow when Options.Shadow names it, and zero networks
+// to Options.Networks.
+func (l *Limits) shared(name string, ip *keyfunc.IPOptions, log **slog.Logger, obs *limiter.Observer, shadow *bool, nets *keyfunc.Networks) {
+	*ip = l.o.IP
+	*log = cmp.Or(*log, l.o.Logger)
+	if *obs == nil {
+		*obs = l.o.Observer
+	}
+	if l.ShadowOn(name) {
+		*shadow = true
+	}
+	if nets.IsZero() {
+		*nets = l.o.Networks
+	}
 }
 
 // guard is what SignIn and Send build.
@@ -211,7 +235,7 @@ func (l *Limits) addGuard(name string, make func(*store.Handle) (guard, error)) 
 	return g.Wrap
 }
 
-func (l *Limits) limiter(kind, name string, budget limiter.Budget, make constructor) (*middleware.Middleware, error) {
+func (l *Limits) limiter(kind, name string, budget limiter.Budget, make constructor, opts []RouteOption) (*middleware.Middleware, error) {
 	if err := budget.Validate(); err != nil {
 		if name == "" {
 			name = kind
@@ -225,7 +249,12 @@ func (l *Limits) limiter(kind, name string, budget limiter.Budget, make construc
 	if err != nil {
 		return nil, fmt.Errorf("gatecount: limiter %q: %w", name, err)
 	}
-	m, err := make(h, budget, middleware.Options{Name: name, Logger: l.o.Logger, Observer: l.o.Observer})
+	o := middleware.Options{Name: name, Logger: l.o.Logger, Observer: l.o.Observer, IP: l.o.IP,
+		Shadow: l.ShadowOn(name), Networks: l.o.Networks}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m, err := make(h, budget, o)
 	if err != nil {
 		return nil, fmt.Errorf("gatecount: %w", err)
 	}
@@ -286,6 +315,14 @@ func (l *Limits) Store() *store.Store { return l.s }
 // IP returns the client-address settings l's per-IP limiters use, for the
 // limiters built with package middleware.
 func (l *Limits) IP() keyfunc.IPOptions { return l.o.IP }
+
+// ShadowOn reports whether l's limiter named name runs in shadow, for the
+// limiters built with package middleware.
+func (l *Limits) ShadowOn(name string) bool { return l.o.Shadow != nil && l.o.Shadow(name) }
+
+// Networks returns the exempt and blocked networks of l's limiters, for the
+// limiters built with package middleware.
+func (l *Limits) Networks() keyfunc.Networks { return l.o.Networks }
 
 // Close closes l's limiters, then what l opened (the store, when FromEnv
 // opened it). The middlewares must not be used after.

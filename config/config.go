@@ -26,6 +26,22 @@
 //	RATE_LIMIT_RESET_PER_DESTINATION        3  sends (password resets, codes) per destination, per hour
 //	RATE_LIMIT_RESET_PER_IP                20  sends per address, per hour
 //
+// Shadow, exemptions and blocks, for what an app builds from the
+// environment (gatecount.FromEnv):
+//
+//	RATE_LIMIT_SHADOW                   false  true: every limiter in shadow; or names, such as login,execute
+//	RATE_LIMIT_EXEMPT_NETWORKS          unset  comma-separated CIDRs whose requests skip the per-address budgets
+//	RATE_LIMIT_BLOCK_NETWORKS           unset  comma-separated CIDRs whose requests are answered 403
+//
+// A limiter in shadow counts as it would, and reports its would-be
+// refusals (metrics outcome shadow_denied, one log line per key per
+// window), but refuses nothing and adds no rate-limit fields. An exempt
+// request skips the per-IP limiters and the guards' address budgets, never
+// a caller's, an account's or a destination's. A blocked request is
+// answered 403 before anything is counted; block wins over exempt. Open
+// logs a warning (KindExemptEveryone, KindBlockEveryone) when either
+// holds every IPv4 or every IPv6 address.
+//
 // # Opening a store links only its driver
 //
 // Open opens a shared store through the driver its package registers
@@ -119,6 +135,10 @@ type Config struct {
 	SignIn SignInBudgets
 	// Send holds the send guard's budgets (RATE_LIMIT_RESET_*).
 	Send SendBudgets
+	// Shadow, exemptions and blocks (traffic.go).
+	Shadow         Shadow         // RATE_LIMIT_SHADOW
+	ExemptNetworks []netip.Prefix // RATE_LIMIT_EXEMPT_NETWORKS
+	BlockNetworks  []netip.Prefix // RATE_LIMIT_BLOCK_NETWORKS
 }
 
 // SignInBudgets are the budgets of a sign-in guard (middleware.SignIn),
@@ -211,6 +231,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		c.TrustedProxyHeader = m
 	}
 	c.RedisAllowEviction = r.boolean("RATE_LIMIT_REDIS_ALLOW_EVICTION")
+	r.readTraffic(&c) // shadow, exemptions and blocks
 	c.RedisURL = r.str("REDIS_URL")
 	c.Store = r.kind(c.DatabaseURL, c.StoreURL, c.RedisURL)
 	if secret := r.str("GATECOUNT_SECRET"); secret != "" {

@@ -64,6 +64,7 @@ func Open(ctx context.Context, c Config, o store.Options) (*Opened, error) {
 		o.MaxQueued = c.MaxQueued
 	}
 	warnTrustsEveryone(c, log)
+	warnEveryone(c, log)
 	var opened *Opened
 	switch c.Store {
 	case Memory:

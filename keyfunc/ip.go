@@ -143,6 +143,11 @@ func canonicalPrefix(p netip.Prefix) (netip.Prefix, bool) {
 // malformed element yields an error matching [ErrInvalidOption] that names
 // the element and its position.
 func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
+	return parseNetworks(s, "trusted proxy")
+}
+
+// parseNetworks is ParseNetworks, naming each element what.
+func parseNetworks(s, what string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for i, elem := range strings.Split(s, ",") {
 		elem = strings.TrimSpace(elem)
@@ -164,7 +169,7 @@ func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: trusted proxy element %d %q: %v", ErrInvalidOption, i+1, elem, err)
+			return nil, fmt.Errorf("%w: %s element %d %q: %v", ErrInvalidOption, what, i+1, elem, err)
 		}
 		c, _ := canonicalPrefix(p)
 		out = append(out, c)

@@ -163,6 +163,12 @@ type Options struct {
 	LocalMaxEntries int
 	// Observer, when set, is told of every decision (see Observer).
 	Observer Observer
+	// Shadow runs the limiter in shadow: it counts exactly as it would,
+	// and each decision says so (Decision.Shadow), for the caller to let
+	// every attempt through. A would-be refusal is reported to the
+	// Observer as ShadowDenied and logged once per key per window (kind
+	// KindShadowDenied).
+	Shadow bool
 }
 
 // Outcome is what a decision came to, for an Observer.
@@ -187,6 +193,9 @@ const (
 	// DeniedMemory: refused from process memory, without a store call,
 	// since the store had shown a key of the attempt spent.
 	DeniedMemory
+	// ShadowDenied: over budget, and let through, since the limiter runs
+	// in shadow.
+	ShadowDenied
 )
 
 // String names the outcome as metrics label it.
@@ -206,13 +215,21 @@ func (o Outcome) String() string {
 		return "denied_local"
 	case DeniedMemory:
 		return "denied_memory"
+	case ShadowDenied:
+		return "shadow_denied"
 	}
 	return "unknown"
 }
 
-// OutcomeOf returns what d came to.
+// OutcomeOf returns what d came to. In shadow, an attempt refused for
+// want of a store is AllowedUnavailable, and one over budget ShadowDenied:
+// both went ahead.
 func OutcomeOf(d *Decision) Outcome {
 	switch {
+	case d.Shadow && !d.Allowed && d.Unavailable && !d.Local:
+		return AllowedUnavailable
+	case d.Shadow && !d.Allowed:
+		return ShadowDenied
 	case d.Remembered:
 		return DeniedMemory
 	case d.Local && d.Allowed:
@@ -254,6 +271,7 @@ type Limiter struct {
 
 	memoFull rate.Sometimes
 	out      outbox
+	shadow   *shadowLog // nil unless the limiter runs in shadow
 }
 
 // New returns a Limiter counting in h, which it claims: a handle already
@@ -294,6 +312,9 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 	}
 	for i := range l.caps {
 		l.caps[i] = o.Budget
+	}
+	if o.Shadow {
+		l.shadow = newShadowLog()
 	}
 	if l.memo || o.Unavailable != Deny {
 		max := o.LocalMaxEntries
@@ -336,8 +357,12 @@ func (l *Limiter) Close() error {
 
 // Decision is the outcome of an attempt.
 type Decision struct {
-	// Allowed reports whether the attempt may go ahead.
+	// Allowed reports whether the attempt may go ahead. In shadow it says
+	// what the limiter would answer, and the attempt goes ahead anyway.
 	Allowed bool
+	// Shadow reports that the limiter runs in shadow (Options.Shadow):
+	// the caller lets the attempt through whatever Allowed says.
+	Shadow bool
 	// Unavailable reports that the store could not answer, so the limiter's
 	// Policy decided; Cause says why.
 	Unavailable bool
@@ -479,11 +504,20 @@ func (l *Limiter) AttemptCost(ctx context.Context, cost int, charges ...Charge) 
 // that the decision is not copied on its way out.
 func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Budget, n int64, d *Decision) error {
 	err := l.decide(ctx, keys, caps, n, d)
+	if err != nil {
+		return err
+	}
 	d.Cost = int(n)
-	if l.obs != nil && err == nil {
+	if l.shadow != nil {
+		d.Shadow = true
+		if !d.Allowed && (!d.Unavailable || d.Local) {
+			l.shadow.refused(l, d)
+		}
+	}
+	if l.obs != nil {
 		l.obs.ObserveDecision(l.name, OutcomeOf(d))
 	}
-	return err
+	return nil
 }
 
 func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget, n int64, d *Decision) error {

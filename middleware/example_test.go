@@ -225,3 +225,65 @@ func ExampleOptions_budgetFor() {
 	// bob 200 "execute";q=30;w=60 "execute";r=29;t=60
 	// bob 200 "batch";q=100;w=60 "batch";r=90;t=60
 }
+
+type outcomePrinter struct{}
+
+func (outcomePrinter) ObserveDecision(name string, o limiter.Outcome) { fmt.Println(name, o) }
+
+func ExamplePerCaller_shadow() {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	h, _ := s.Handle("execute:")
+	m, err := middleware.PerCaller(h, limiter.Budget{Limit: 1, Window: time.Minute}, middleware.Options{
+		Name:     "execute",
+		Shadow:   true, // count and report, refuse nothing
+		Observer: outcomePrinter{},
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	execute := m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+
+	for range 2 {
+		r := httptest.NewRequest("POST", "/execute", nil)
+		r = r.WithContext(keyfunc.WithCallerID(r.Context(), "alice"))
+		w := httptest.NewRecorder()
+		execute.ServeHTTP(w, r)
+		fmt.Printf("%d RateLimit=%q\n", w.Code, w.Header().Get("RateLimit"))
+	}
+	// Output:
+	// execute allowed
+	// 200 RateLimit=""
+	// execute shadow_denied
+	// 200 RateLimit=""
+}
+
+func ExamplePerIP_networks() {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	h, _ := s.Handle("health:")
+	exempt, _ := keyfunc.ParseNetworks("10.0.0.0/8")
+	block, _ := keyfunc.ParseNetworks("192.0.2.0/24")
+	m, _ := middleware.PerIP(h, limiter.Budget{Limit: 1, Window: time.Minute}, middleware.Options{
+		Name:     "health",
+		Networks: keyfunc.Networks{Exempt: exempt, Block: block},
+	})
+	defer m.Close()
+	health := m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+
+	for _, addr := range []string{"10.0.0.5", "10.0.0.5", "198.51.100.7", "198.51.100.7", "192.0.2.1"} {
+		r := httptest.NewRequest("GET", "/health", nil)
+		r.RemoteAddr = addr + ":5000"
+		w := httptest.NewRecorder()
+		health.ServeHTTP(w, r)
+		fmt.Println(addr, w.Code)
+	}
+	// Output:
+	// 10.0.0.5 200
+	// 10.0.0.5 200
+	// 198.51.100.7 200
+	// 198.51.100.7 429
+	// 192.0.2.1 403
+}

@@ -29,6 +29,8 @@ type guard struct {
 	onLimit  func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
 	log      *slog.Logger
 	warn     rate.Sometimes
+	nets     keyfunc.Networks
+	addr     *keyfunc.IPKeyer // finds the client address for nets; nil without nets
 }
 
 // guardOptions are the settings a guard is built from.
@@ -45,6 +47,9 @@ type guardOptions struct {
 	onLimit       func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
 	logger        *slog.Logger
 	observer      limiter.Observer
+	shadow        bool
+	nets          keyfunc.Networks
+	netIP         keyfunc.IPOptions // the client address for nets, when ip is nil
 }
 
 func newGuard(h *store.Handle, o guardOptions) (*guard, error) {
@@ -76,12 +81,23 @@ func newGuard(h *store.Handle, o guardOptions) (*guard, error) {
 		}
 		g.ip, g.fwd = ip, newForwardedWarning(*o.ip, g.log)
 	}
+	if !o.nets.IsZero() {
+		g.nets, g.addr = o.nets, g.ip
+		if g.addr == nil {
+			ip, err := keyfunc.NewIP(o.netIP)
+			if err != nil {
+				return nil, fmt.Errorf("middleware %q: %w", o.name, err)
+			}
+			g.addr = ip
+		}
+	}
 	l, err := limiter.New(h, limiter.Options{
 		Name:        o.name,
 		Budget:      o.budgets[len(o.budgets)-1],
 		Unavailable: o.unavailable.Or(o.policy),
 		Logger:      o.logger,
 		Observer:    o.observer,
+		Shadow:      o.shadow,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
@@ -108,6 +124,25 @@ func (g *guard) clientIP(w http.ResponseWriter, r *http.Request) (string, bool) 
 		return "", false
 	}
 	return ip, true
+}
+
+// screen answers 403 to a request from a blocked network, and reports
+// whether the request goes on and whether its client address is exempt
+// (see keyfunc.Networks). A request whose address cannot be found is
+// neither: the key function answers it.
+func (g *guard) screen(w http.ResponseWriter, r *http.Request) (exempt, ok bool) {
+	if g.addr == nil {
+		return false, true
+	}
+	a, err := g.addr.ClientAddr(r)
+	if err != nil {
+		return false, true
+	}
+	if g.nets.Blocked(a) {
+		writeProblem(w, http.StatusForbidden, problem403)
+		return false, false
+	}
+	return g.nets.Exempted(a), true
 }
 
 // attempt counts one attempt against every charge, even if the client hangs
@@ -151,8 +186,14 @@ type runner interface {
 // serve answers a request by its decision d: 503 when the store is
 // unavailable and the policy refuses, the handler uncounted when the policy
 // lets it through, and otherwise the RateLimit fields then the handler or,
-// over budget, a refusal that never reaches it.
+// over budget, a refusal that never reaches it. In shadow it adds no fields
+// and refuses nothing: a would-be refusal runs the handler alone, with no
+// refund to follow, since nothing was counted.
 func (g *guard) serve(w http.ResponseWriter, d *limiter.Decision, p *pass) {
+	if d.Shadow && !d.Allowed {
+		p.next.ServeHTTP(w, p.r) // a would-be refusal, in shadow: as if no limiter were there
+		return
+	}
 	if d.Unavailable && !d.Local {
 		if !d.Allowed {
 			w.Header()["Retry-After"] = g.retry503
@@ -162,7 +203,7 @@ func (g *guard) serve(w http.ResponseWriter, d *limiter.Decision, p *pass) {
 		p.next.ServeHTTP(w, p.r) // fail open: nothing was counted
 		return
 	}
-	if !p.hide {
+	if !p.hide && !d.Shadow {
 		g.show(w.Header(), d, p.fields, p.entries, p.own)
 	}
 	switch {
@@ -189,6 +230,7 @@ const tokenChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234567
 
 var (
 	problem400 = newProblem(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")
+	problem403 = newProblem(`{"type":"about:blank","title":"Forbidden","status":403}` + "\n")
 	problem401 = newProblem(`{"type":"about:blank","title":"Unauthorized","status":401}` + "\n")
 	problem429 = newProblem(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Too many requests: retry after the time in the Retry-After header."}` + "\n")
 	problem500 = newProblem(`{"type":"about:blank","title":"Internal Server Error","status":500}` + "\n")

@@ -58,6 +58,16 @@
 // applied, in units of cost. A budget or cost out of range, or an error of
 // either, answers 500 and logs KindInvalidCharge: never a free pass.
 //
+// # Shadow, Skip and Networks
+//
+// Every form takes Shadow: it counts as it would, but refuses nothing and
+// adds no fields; a would-be refusal reaches the handler, is reported as
+// limiter.ShadowDenied and is logged once per key per window. Skip lets the
+// requests it picks through uncounted. Networks answers blocked client
+// networks 403 before anything is counted, and lets exempt ones skip the
+// budgets of the client address, never a caller's, an account's or a
+// destination's.
+//
 // # Counting only failures
 //
 // With Options.CountFailures, an attempt is counted before the handler runs
@@ -150,6 +160,14 @@ type Options struct {
 	Observer limiter.Observer
 	// Logger receives the middleware's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Shadow counts as the limiter would but refuses nothing and adds no
+	// fields: a would-be refusal is reported to the Observer as
+	// limiter.ShadowDenied and logged once per key per window.
+	Shadow bool
+	// Networks answers requests from its Block networks 403, counting
+	// nothing, and lets those from Exempt through PerIP uncounted. The
+	// client address is found as IP says.
+	Networks keyfunc.Networks
 }
 
 // Middleware limits the handlers it wraps with one limiter. It is safe for
@@ -234,6 +252,9 @@ func build(h *store.Handle, budget limiter.Budget, o Options, policy limiter.Pol
 		onLimit:       o.OnLimit,
 		logger:        o.Logger,
 		observer:      o.Observer,
+		shadow:        o.Shadow,
+		nets:          o.Networks,
+		netIP:         o.IP,
 	})
 	if err != nil {
 		return nil, err
@@ -259,7 +280,11 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 }
 
 func (m *Middleware) count(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if m.o.Skip != nil && m.o.Skip(r) {
+	exempt, ok := m.screen(w, r)
+	if !ok {
+		return
+	}
+	if (m.o.Skip != nil && m.o.Skip(r)) || (exempt && m.ip != nil) {
 		next.ServeHTTP(w, r)
 		return
 	}

@@ -59,6 +59,16 @@ type SendOptions struct {
 	Observer limiter.Observer
 	// Logger receives the guard's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Skip, when it returns true, lets a request through uncounted, with
+	// its destination read (an unreadable one is answered as when counted).
+	Skip func(r *http.Request) bool
+	// Shadow counts as the guard would but refuses nothing and adds no
+	// fields (see Options.Shadow).
+	Shadow bool
+	// Networks answers requests from its Block networks 403, counting
+	// nothing; those from Exempt are not charged to the address budget
+	// (NAME-ip), and still to the destination's.
+	Networks keyfunc.Networks
 }
 
 // SendGuard throttles a handler that sends something to a destination the
@@ -104,6 +114,8 @@ func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 		ip:          &o.IP,
 		logger:      o.Logger,
 		observer:    o.Observer,
+		shadow:      o.Shadow,
+		nets:        o.Networks,
 	})
 	if err != nil {
 		return nil, err
@@ -117,9 +129,16 @@ func (g *SendGuard) Wrap(next http.Handler) http.Handler {
 }
 
 func (g *SendGuard) count(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	ip, ok := g.clientIP(w, r)
+	exempt, ok := g.screen(w, r)
 	if !ok {
 		return
+	}
+	skip := g.o.Skip != nil && g.o.Skip(r)
+	ip := ""
+	if !skip {
+		if ip, ok = g.clientIP(w, r); !ok {
+			return
+		}
 	}
 	dest := ""
 	raw, err := g.dest(r)
@@ -134,24 +153,36 @@ func (g *SendGuard) count(w http.ResponseWriter, r *http.Request, next http.Hand
 		// not tell, so it is Accepted's; the client's address still pays.
 		g.warn.Do(func() { g.log.Info("request not sent: no readable destination", "kind", KindNoKey, "err", err) })
 		if !g.o.Reveal {
-			g.l.Attempt(context.WithoutCancel(r.Context()), keyfunc.JoinKeys("ip", ip))
+			if !skip && !exempt {
+				g.l.Attempt(context.WithoutCancel(r.Context()), keyfunc.JoinKeys("ip", ip))
+			}
 			g.o.Accepted.ServeHTTP(w, r)
 			return
 		}
 		writeProblem(w, http.StatusBadRequest, problem400)
 		return
 	}
-	d, ok := g.attempt(w, r,
-		limiter.Charge{Key: keyfunc.JoinKeys("destination", dest), Budget: g.o.PerDestination},
-		limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.PerIP},
-	)
+	r = r.WithContext(context.WithValue(r.Context(), outcomeKey{}, &outcome{account: dest}))
+	if skip {
+		next.ServeHTTP(w, r)
+		return
+	}
+	charges := [2]limiter.Charge{
+		{Key: keyfunc.JoinKeys("destination", dest), Budget: g.o.PerDestination},
+		{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.PerIP},
+	}
+	n := len(charges)
+	if exempt { // the address budget comes last
+		n--
+	}
+	d, ok := g.attempt(w, r, charges[:n]...)
 	if !ok {
 		return
 	}
-	if !d.Allowed && (!d.Unavailable || d.Local) {
+	if !d.Allowed && (!d.Unavailable || d.Local) && !d.Shadow {
 		g.throttled(&d)
 	}
-	p := pass{r: r.WithContext(context.WithValue(r.Context(), outcomeKey{}, &outcome{account: dest})), next: next, entries: sendEntries}
+	p := pass{r: r, next: next, entries: sendEntries[:n]}
 	if !g.o.Reveal {
 		p.hide, p.refuse = true, g.o.Accepted
 	}

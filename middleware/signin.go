@@ -108,6 +108,17 @@ type SignInOptions struct {
 	Observer limiter.Observer
 	// Logger receives the guard's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Skip, when it returns true, lets a request through uncounted, with
+	// its account read (an unreadable one is answered by Failed) and no
+	// device cookie issued.
+	Skip func(r *http.Request) bool
+	// Shadow counts as the guard would but refuses nothing and adds no
+	// fields (see Options.Shadow).
+	Shadow bool
+	// Networks answers requests from its Block networks 403, counting
+	// nothing; those from Exempt are not charged to the address budget
+	// (NAME-ip), and still to the account's.
+	Networks keyfunc.Networks
 }
 
 // SignInGuard throttles a sign-in handler. Build one with SignIn.
@@ -228,6 +239,8 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 		onLimit:       o.OnLimit,
 		logger:        o.Logger,
 		observer:      o.Observer,
+		shadow:        o.Shadow,
+		nets:          o.Networks,
 	})
 	if err != nil {
 		return nil, err
@@ -271,13 +284,21 @@ func (g *SignInGuard) Wrap(next http.Handler) http.Handler {
 }
 
 func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	exempt, ok := g.screen(w, r)
+	if !ok {
+		return
+	}
+	if g.o.Skip != nil && g.o.Skip(r) {
+		g.skip(w, r, next)
+		return
+	}
 	ip, ok := g.clientIP(w, r)
 	if !ok {
 		return
 	}
 	account, err := g.ReadAccount(r)
 	if err != nil {
-		g.unreadable(w, r, ip, err)
+		g.unreadable(w, r, ip, exempt, err)
 		return
 	}
 	a := &signInAttempt{g: g, out: outcome{account: account}, ip: ip}
@@ -292,12 +313,18 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 		d, ok = g.attempt(w, r, limiter.Charge{Key: a.device, Budget: g.o.Device.Failures})
 		p.entries = g.devEntry[:]
 	} else {
-		d, ok = g.attempt(w, r,
-			limiter.Charge{Key: a.accountIP, Budget: g.o.AccountIPFailures},
-			limiter.Charge{Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
-			limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts},
-		)
+		charges := [3]limiter.Charge{
+			keyAccountIP: {Key: a.accountIP, Budget: g.o.AccountIPFailures},
+			keyAccount:   {Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
+			keyIP:        {Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts},
+		}
+		n := len(charges)
 		p.entries, p.own = g.entries[:], ownKeys
+		if exempt { // the address budget comes last
+			n--
+			p.entries, p.own = g.entries[:n], ownKeys[:1]
+		}
+		d, ok = g.attempt(w, r, charges[:n]...)
 	}
 	if ok {
 		g.serve(w, &d, &p)
@@ -349,12 +376,27 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 // unreadable counts an attempt whose account cannot be read against the
 // client address's budget, and answers it as Failed does, or 429 when that
 // budget is spent; the handler does not run.
-func (g *SignInGuard) unreadable(w http.ResponseWriter, r *http.Request, ip string, err error) {
+func (g *SignInGuard) unreadable(w http.ResponseWriter, r *http.Request, ip string, exempt bool, err error) {
 	g.warn.Do(func() { g.log.Info("sign-in attempt without a readable account", "kind", KindNoKey, "err", err) })
+	if exempt {
+		g.o.Failed.ServeHTTP(w, r)
+		return
+	}
 	d, ok := g.attempt(w, r, limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts})
 	if ok {
 		g.serve(w, &d, &pass{r: r, next: g.o.Failed, entries: g.ipEntry[:]})
 	}
+}
+
+// skip runs next for a request Skip lets through, uncounted, with its
+// account read as for a counted one.
+func (g *SignInGuard) skip(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	account, err := g.ReadAccount(r)
+	if err != nil {
+		g.o.Failed.ServeHTTP(w, r)
+		return
+	}
+	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), outcomeKey{}, &outcome{account: account})))
 }
 
 // succeeded refunds the account's failure and clears the (account, IP)

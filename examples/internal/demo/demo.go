@@ -142,11 +142,16 @@ func (a *App) limiters() error {
 	}
 	ip := a.Config.IP()
 	b := a.Budgets
+	// RATE_LIMIT_SHADOW names limiters by these names; RATE_LIMIT_EXEMPT_NETWORKS
+	// and RATE_LIMIT_BLOCK_NETWORKS apply to every limiter.
+	shadow, nets := a.Config.Shadow.On, a.Config.Networks()
 	var err error
-	if a.Execute, err = middleware.PerCaller(h[0], b.Execute, middleware.Options{Name: "execute", Logger: a.Log, Observer: a.Metrics}); err != nil {
+	if a.Execute, err = middleware.PerCaller(h[0], b.Execute, middleware.Options{Name: "execute", IP: ip, Logger: a.Log, Observer: a.Metrics,
+		Shadow: shadow("execute"), Networks: nets}); err != nil {
 		return err
 	}
-	if a.Health, err = middleware.PerIP(h[1], b.Health, middleware.Options{Name: "health", IP: ip, Logger: a.Log, Observer: a.Metrics}); err != nil {
+	if a.Health, err = middleware.PerIP(h[1], b.Health, middleware.Options{Name: "health", IP: ip, Logger: a.Log, Observer: a.Metrics,
+		Shadow: shadow("health"), Networks: nets}); err != nil {
 		return err
 	}
 	// Named login, the default: budgets login-account-ip, login-account,
@@ -157,6 +162,7 @@ func (a *App) limiters() error {
 	login.Observer = a.Metrics
 	login.Failed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { signInFailed(w) })
 	login.Logger = a.Log
+	login.Shadow, login.Networks = shadow("login"), nets
 	if a.Login, err = middleware.SignIn(h[2], login); err != nil {
 		return err
 	}
@@ -164,6 +170,7 @@ func (a *App) limiters() error {
 	reset.Name = "reset"
 	reset.Observer = a.Metrics
 	reset.Logger = a.Log
+	reset.Shadow, reset.Networks = shadow("reset"), nets
 	a.Reset, err = middleware.Send(h[3], reset)
 	return err
 }

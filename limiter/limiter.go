@@ -503,6 +503,12 @@ func (l *Limiter) AttemptCost(ctx context.Context, cost int, charges ...Charge) 
 // count decides an attempt of cost n into d, which the caller holds, so
 // that the decision is not copied on its way out.
 func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Budget, n int64, d *Decision) error {
+	if l.policy != Deny && l.h.Store().Shared() {
+		// Waiting for a shared store is the only exact answer when it is
+		// busy (see degraded): the attempt keeps its place in the queue
+		// rather than being turned away at a full one and queued again.
+		ctx = store.Patient(ctx)
+	}
 	err := l.decide(ctx, keys, caps, n, d)
 	if err != nil {
 		return err

@@ -265,9 +265,12 @@ type Limiter struct {
 	local  *store.Handle   // process memory, when the limiter has any
 	localB *memory.Backend // local's backend
 	memo   bool            // local remembers the store's counts: it does I/O
-	warn   rate.Sometimes
-	full   rate.Sometimes
-	obs    Observer
+	// patient is set when the limiter's attempts wait for its store
+	// whatever the queue: a shared store, under Local or Allow.
+	patient bool
+	warn    rate.Sometimes
+	full    rate.Sometimes
+	obs     Observer
 
 	memoFull rate.Sometimes
 	out      outbox
@@ -298,15 +301,16 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 		o.Logger = slog.Default()
 	}
 	l := &Limiter{
-		h:      h,
-		name:   o.Name,
-		budget: o.Budget,
-		policy: o.Unavailable,
-		log:    o.Logger.With("limiter", o.Name, "prefix", h.Prefix()),
-		warn:   rate.Sometimes{Interval: time.Second},
-		full:   rate.Sometimes{Interval: time.Minute},
-		obs:    o.Observer,
-		memo:   !h.Store().Inline(),
+		h:       h,
+		name:    o.Name,
+		budget:  o.Budget,
+		policy:  o.Unavailable,
+		log:     o.Logger.With("limiter", o.Name, "prefix", h.Prefix()),
+		warn:    rate.Sometimes{Interval: time.Second},
+		full:    rate.Sometimes{Interval: time.Minute},
+		obs:     o.Observer,
+		memo:    !h.Store().Inline(),
+		patient: o.Unavailable != Deny && h.Store().Shared(),
 
 		memoFull: rate.Sometimes{Interval: time.Minute},
 	}
@@ -503,12 +507,6 @@ func (l *Limiter) AttemptCost(ctx context.Context, cost int, charges ...Charge) 
 // count decides an attempt of cost n into d, which the caller holds, so
 // that the decision is not copied on its way out.
 func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Budget, n int64, d *Decision) error {
-	if l.policy != Deny && l.h.Store().Shared() {
-		// Waiting for a shared store is the only exact answer when it is
-		// busy (see degraded): the attempt keeps its place in the queue
-		// rather than being turned away at a full one and queued again.
-		ctx = store.Patient(ctx)
-	}
 	err := l.decide(ctx, keys, caps, n, d)
 	if err != nil {
 		return err
@@ -540,6 +538,12 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 			}
 			return l.failed(ctx, keys, caps, n, err, d)
 		}
+	}
+	if l.patient && !store.IsPatient(ctx) {
+		// Waiting for a shared store is the only exact answer when it is
+		// busy (see degraded): the attempt keeps its place in the queue
+		// rather than being turned away at a full one and queued again.
+		ctx = store.Patient(ctx)
 	}
 	if len(keys) == 1 && !l.memo { // the store's one-key Count, with no Tally
 		var k store.KeyTally

@@ -97,7 +97,11 @@ func TestFleetWithinBudgetThroughOutage(t *testing.T) {
 					}
 				}
 				for i := range before {
-					count(ls[i%len(ls)].Attempt(ctx, "alice"))
+					d, err := ls[i%len(ls)].Attempt(ctx, "alice")
+					if !d.Allowed || d.Local || err != nil {
+						t.Fatalf("attempt %d through the store: %+v, %v; want admitted by the store", i+1, d, err)
+					}
+					count(d, err)
 				}
 				if admitted != before {
 					t.Fatalf("%d of the first %d attempts admitted through the store, want all", admitted, before)

@@ -59,12 +59,16 @@ type fleet struct {
 	// overload that made it count alone likely made the others do so too,
 	// so until then it takes every other member as owing.
 	assume atomic.Bool
-	// okAt and okFrom are when the last announcement that succeeded
-	// returned and began (Unix nanoseconds); markedAt, when the first of an
+	// okAt is when the last announcement that succeeded returned (Unix
+	// nanoseconds); markedAt, when the first of an
 	// unbroken run of them that said this instance may count alone
 	// returned (0 when the last said not); wantUntil, until when this
 	// instance says it may (see WantAlone).
-	okAt, okFrom, markedAt, wantUntil atomic.Int64
+	okAt, markedAt, wantUntil atomic.Int64
+	// joinedAt is when Join began the announcements (Unix nanoseconds):
+	// an instance that has reached no store yet is not taken as out of
+	// reach before the grace has passed since.
+	joinedAt atomic.Int64
 	// seen packs the members counted at the last announcement (high 32
 	// bits) and this instance's rank among them by ID (low 32 bits); 0
 	// until an announcement succeeds, and rank 1<<32-1 when the entry had
@@ -95,6 +99,7 @@ func (s *Store) Join() {
 	f.every = s.opts.Announce
 	f.lane.breaker.init(BreakerOptions{Failures: -1}, s.now, s.opts.Logger, fleetPrefix)
 	f.kick = make(chan struct{}, 1)
+	f.joinedAt.Store(time.Now().UnixNano())
 	f.loop = Go(context.Background(), func(ctx context.Context) {
 		t := time.NewTicker(f.every)
 		defer t.Stop()
@@ -133,7 +138,6 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 	var owed []int
 	owing := f.owing.Load() > 0
 	marked := owing || time.Now().UnixNano() < f.wantUntil.Load()
-	from := time.Now().UnixNano()
 	err := s.call(ctx, &f.lane, func(ctx context.Context) error {
 		return s.b.Update(ctx, fleetPrefix, []string{fleetKey}, func(now time.Time, es []Entry) error {
 			members, rank, owed = f.rewrite(now, &es[0], leaving, marked)
@@ -145,7 +149,6 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 	}
 	at := time.Now().UnixNano()
 	f.okAt.Store(at)
-	f.okFrom.Store(from)
 	switch {
 	case !marked:
 		f.markedAt.Store(0)
@@ -277,7 +280,7 @@ func (s *Store) AloneAfter() time.Duration {
 	}
 	f := &s.fleet
 	grace := int64(aloneGrace * s.opts.Announce)
-	at := f.okAt.Load() + grace
+	at := max(f.okAt.Load(), f.joinedAt.Load()) + grace
 	if m := f.markedAt.Load(); m != 0 {
 		at = min(at, m+grace)
 	}
@@ -291,9 +294,7 @@ func (s *Store) AloneAfter() time.Duration {
 // fits; 0 when no other instance owes anything. An instance not heard from
 // for two announce intervals is taken as owing, since it may not have been
 // able to say so. While this instance owes the store, and until it has
-// heard since who else does, it takes every other instance as owing; so it
-// does while its own last announcement is older than two intervals, its
-// view of the others being too old to tell.
+// heard since who else does, it takes every other instance as owing.
 func (s *Store) Reserved(key string, limit int64) int64 {
 	f := &s.fleet
 	seen := f.seen.Load()
@@ -302,7 +303,7 @@ func (s *Store) Reserved(key string, limit int64) int64 {
 		return 0
 	}
 	owed := f.owed.Load()
-	all := f.assume.Load() || time.Now().UnixNano()-f.okFrom.Load() > int64(quietAfter*s.opts.Announce)
+	all := f.assume.Load()
 	if !all && (owed == nil || len(*owed) == 0) {
 		return 0
 	}

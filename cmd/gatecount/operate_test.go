@@ -288,10 +288,10 @@ func TestOperateNamedGuard(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"show", "-account", "root", "-limiter", "admin-login", "-ip", "198.51.100.3"}, "admin-login-account-ip  198.51.100.3  5     5"},
-		{[]string{"show", "-account", "root"}, "login-account  -        0     20"}, // the guard named login has counted nothing
+		{[]string{"show", "-account", "root", "-limiter", "admin-login", "-ip", "198.51.100.3"}, "admin-login-account-ip   198.51.100.3  5     5"},
+		{[]string{"show", "-account", "root"}, "login-account      -        0     20"}, // the guard named login has counted nothing
 		{[]string{"unlock", "-account", "root", "-limiter", "admin-login", "-ip", "198.51.100.3"}, "unlocked account root on admin-login, and from 198.51.100.3"},
-		{[]string{"show", "-account", "root", "-limiter", "admin-login", "-ip", "198.51.100.3"}, "admin-login-account-ip  198.51.100.3  0     5"},
+		{[]string{"show", "-account", "root", "-limiter", "admin-login", "-ip", "198.51.100.3"}, "admin-login-account-ip   198.51.100.3  0     5"},
 	} {
 		out.Reset()
 		errOut.Reset()

@@ -24,7 +24,7 @@ const (
 	// recovery.
 	EventCapReached EventKind = "ratelimit-account-cap-reached"
 	// EventKnownDevice: a known device signed in while the account was at
-	// its cap. The success clears the cap.
+	// its cap, which stays: one event per such sign-in.
 	EventKnownDevice EventKind = "ratelimit-account-known-device"
 	// EventUnlocked: an operator unlocked the account (Unlock).
 	EventUnlocked EventKind = KindUnlocked

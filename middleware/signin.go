@@ -108,10 +108,11 @@ type SignInOptions struct {
 	// Backoff lengthens repeated lock-outs; the zero value is off.
 	Backoff Backoff
 	// ConsecutiveFailures caps the failures of an account since its last
-	// success, from every client without a known device, whatever the
-	// windows (NAME-consecutive). At the cap the account admits such
-	// clients no more until Unlock or Recovered; known devices still sign
-	// in. Zero means MaxConsecutiveFailures (100), which also bounds it.
+	// success, whatever the windows (NAME-consecutive). At the cap the
+	// account admits no client without a known device until Unlock or
+	// Recovered; known devices still sign in, and their successes no longer
+	// clear the count. Zero means MaxConsecutiveFailures (100), which also
+	// bounds it.
 	ConsecutiveFailures int
 	// Delay makes further attempts wait from a threshold toward the cap
 	// (NAME-delay); the zero value gives the defaults.
@@ -511,13 +512,20 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 	account := a.out.account
 	switch {
 	case success(rw.status) && a.known:
-		err := g.l.Credit(ctx, d, nil, a.device, keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
+		// The count before this attempt, which counted one. Below the cap
+		// the success clears it; at the cap only Unlock or Recovered do,
+		// so that the owner's daily sign-in never reopens the account to
+		// another hundred guesses.
+		n := limiter.MaxLimit - d.RemainingOf(keyDeviceConsecutive) - 1
+		var err error
+		if locked := counted(&d) && n >= g.consecutive.Limit; locked {
+			err = g.l.Credit(ctx, d, []int{keyDeviceConsecutive}, a.device)
+			g.event(ctx, r, Event{Kind: EventKnownDevice, Account: account, Budget: g.o.Name + "-consecutive", Failures: n, Limit: g.consecutive.Limit, Time: d.Now})
+		} else {
+			err = g.l.Credit(ctx, d, nil, a.device, keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
+		}
 		if err != nil {
 			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
-		}
-		// The count before this attempt, which counted one.
-		if n := limiter.MaxLimit - d.RemainingOf(keyDeviceConsecutive) - 1; counted(&d) && n >= g.consecutive.Limit {
-			g.event(ctx, r, Event{Kind: EventKnownDevice, Account: account, Budget: g.o.Name + "-consecutive", Failures: n, Limit: g.consecutive.Limit, Time: d.Now})
 		}
 	case success(rw.status):
 		g.succeeded(ctx, &d, account, a.ip)

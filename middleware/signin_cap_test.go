@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -59,28 +60,13 @@ func TestSignInConsecutiveCap(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
-		// free lets alice in again once the cap is reached, and reports
-		// the event it must emit.
-		free func(t *testing.T, g *middleware.SignInGuard, h func(ip, pw string) *httptest.ResponseRecorder, device *httptestCookie) middleware.EventKind
+		free func(g *middleware.SignInGuard) error // lets alice in again
+		kind middleware.EventKind
 	}{
-		{"Recovered", func(t *testing.T, g *middleware.SignInGuard, _ func(string, string) *httptest.ResponseRecorder, _ *httptestCookie) middleware.EventKind {
-			if err := g.Recovered(ctx, "Alice"); err != nil {
-				t.Fatal(err)
-			}
-			return middleware.EventRecovered
-		}},
-		{"Unlock", func(t *testing.T, g *middleware.SignInGuard, _ func(string, string) *httptest.ResponseRecorder, _ *httptestCookie) middleware.EventKind {
-			if err := g.Unlock(ctx, "alice"); err != nil {
-				t.Fatal(err)
-			}
-			return middleware.EventUnlocked
-		}},
-		{"a known device signs in", func(t *testing.T, _ *middleware.SignInGuard, h func(string, string) *httptest.ResponseRecorder, device *httptestCookie) middleware.EventKind {
-			if w := device.login("203.0.113.50", "right"); w.Code != 200 {
-				t.Fatalf("alice from her device at the cap: %d, want 200", w.Code)
-			}
-			return middleware.EventKnownDevice
-		}},
+		{"Recovered", func(g *middleware.SignInGuard) error {
+			return g.Recovered(ctx, "Alice", netip.MustParseAddr("203.0.113.3"))
+		}, middleware.EventRecovered},
+		{"Unlock", func(g *middleware.SignInGuard) error { return g.Unlock(ctx, "alice") }, middleware.EventUnlocked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := outOfTheWay
@@ -90,8 +76,7 @@ func TestSignInConsecutiveCap(t *testing.T) {
 			o.OnEvent = ev.on
 			g, p, h := signIn(t, nil, o)
 			alice := func(ip, pw string) *httptest.ResponseRecorder { return post(h, ip, formCT, form("alice", pw)) }
-			w := alice("203.0.113.1", "right")
-			device := &httptestCookie{h: h, c: deviceCookie(t, w)}
+			device := deviceCookie(t, alice("203.0.113.1", "right"))
 
 			// A guesser over 500 addresses, all at once: exactly the cap
 			// reaches the password check.
@@ -105,9 +90,13 @@ func TestSignInConsecutiveCap(t *testing.T) {
 			if n := p.checks.Load(); n != limit {
 				t.Fatalf("%d of 500 guesses reached the check, want %d", n, limit)
 			}
-			if w := alice("203.0.113.2", "right"); w.Code != 429 || retryAfter(t, w) < 300*24*3600 {
-				t.Fatalf("alice without her device at the cap: %d Retry-After %q, want 429 until unlocked", w.Code, w.Header().Get("Retry-After"))
+			refused := func(when string) {
+				t.Helper()
+				if w := alice("203.0.113.2", "right"); w.Code != 429 || retryAfter(t, w) < 300*24*3600 {
+					t.Fatalf("alice without her device %s: %d Retry-After %q, want 429 until unlocked", when, w.Code, w.Header().Get("Retry-After"))
+				}
 			}
+			refused("at the cap")
 			if got := ev.of(middleware.EventCapReached); len(got) != 1 || got[0].Account != "alice" || got[0].Failures != limit || !got[0].Addr.IsValid() {
 				t.Fatalf("cap events %+v, want one for alice with the address that tipped it", got)
 			}
@@ -115,9 +104,22 @@ func TestSignInConsecutiveCap(t *testing.T) {
 				t.Fatalf("Show = %+v, %v; want alice refused by login-consecutive", s, err)
 			}
 
-			want := tc.free(t, g, alice, device)
-			if got := ev.of(want); len(got) != 1 || got[0].Account != "alice" {
-				t.Fatalf("%s events %+v, want one for alice", want, got)
+			// Her device signs in, twice; the cap stays.
+			for range 2 {
+				if w := post(h, "203.0.113.50", formCT, form("alice", "right"), device); w.Code != 200 {
+					t.Fatalf("alice from her device at the cap: %d, want 200", w.Code)
+				}
+			}
+			if got := ev.of(middleware.EventKnownDevice); len(got) != 2 || got[0].Account != "alice" || got[0].Addr != netip.MustParseAddr("203.0.113.50") {
+				t.Fatalf("known-device events %+v, want one per sign-in", got)
+			}
+			refused("after her device signed in")
+
+			if err := tc.free(g); err != nil {
+				t.Fatal(err)
+			}
+			if got := ev.of(tc.kind); len(got) != 1 || got[0].Account != "alice" {
+				t.Fatalf("%s events %+v, want one for alice", tc.kind, got)
 			}
 			if w := alice("203.0.113.3", "right"); w.Code != 200 {
 				t.Fatalf("alice without her device after %s: %d, want 200", tc.name, w.Code)
@@ -128,29 +130,20 @@ func TestSignInConsecutiveCap(t *testing.T) {
 
 const formCT = "application/x-www-form-urlencoded"
 
-// httptestCookie signs alice in with her device cookie.
-type httptestCookie struct {
-	h http.Handler
-	c *http.Cookie
-}
-
-func (d *httptestCookie) login(ip, pw string) *httptest.ResponseRecorder {
-	return post(d.h, ip, formCT, form("alice", pw), d.c)
-}
-
 // A success, from any client, restarts the count.
 func TestSignInSuccessRestartsConsecutive(t *testing.T) {
 	const limit = 5
 	o := outOfTheWay
 	o.ConsecutiveFailures, o.Delay.After = limit, limit
 	_, p, h := signIn(t, nil, o)
-	for round, ip := range []string{"203.0.113.1", "203.0.113.2"} {
+	device := deviceCookie(t, post(h, "203.0.113.9", formCT, form("alice", "right")))
+	for round, cookies := range [][]*http.Cookie{nil, nil, {device}} {
 		for i := range limit - 1 {
 			if w := post(h, guessAddr(i), formCT, form("alice", "wrong")); w.Code != 401 {
 				t.Fatalf("round %d guess %d: %d", round, i, w.Code)
 			}
 		}
-		if w := post(h, ip, formCT, form("alice", "right")); w.Code != 200 {
+		if w := post(h, fmt.Sprintf("203.0.113.%d", round), formCT, form("alice", "right"), cookies...); w.Code != 200 {
 			t.Fatalf("round %d: alice %d, want 200 after %d failures", round, w.Code, limit-1)
 		}
 	}

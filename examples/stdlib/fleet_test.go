@@ -4,6 +4,7 @@ import (
 	"context"
 	"expvar"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/url"
@@ -84,6 +85,12 @@ func aliceSignsIn(int) url.Values {
 // returns once every server counts n instances on the store.
 func startFleet(t *testing.T, n int, env map[string]string) ([]*demotest.Server, []string) {
 	t.Helper()
+	return startFleetLogged(t, n, env, slog.New(slog.DiscardHandler))
+}
+
+// startFleetLogged is startFleet with the servers' logs going to log.
+func startFleetLogged(t *testing.T, n int, env map[string]string, log *slog.Logger) ([]*demotest.Server, []string) {
+	t.Helper()
 	var fingerprint string
 	if u := env["DATABASE_URL"]; u != "" && !strings.HasPrefix(u, "sqlite:") {
 		t.Cleanup(func() { // registered first: runs after the servers stop
@@ -95,7 +102,7 @@ func startFleet(t *testing.T, n int, env map[string]string) ([]*demotest.Server,
 	var servers []*demotest.Server
 	var urls []string
 	for range n {
-		s := demotest.Start(t, routes, env)
+		s := demotest.StartLogged(t, routes, env, log)
 		servers, urls = append(servers, s), append(urls, s.URL)
 	}
 	if b, ok := servers[0].App.Store.Store.Backend().(*postgres.Backend); ok {

@@ -55,7 +55,9 @@ func TestConsecutiveCapFleet(t *testing.T) {
 		"RATE_LIMIT_LOGIN_DELAY_AFTER=100")
 	logs := &capLogs{}
 	servers, _ := startFleetLogged(t, 2, env, slog.New(slog.NewTextHandler(logs, nil)))
-	checks := func() int { return servers[0].App.PasswordChecksFor("alice") + servers[1].App.PasswordChecksFor("alice") }
+	checks := func() int {
+		return servers[0].App.PasswordChecksFor("alice") + servers[1].App.PasswordChecksFor("alice")
+	}
 	login := func(s *demotest.Server, ip, password string, cookies ...*http.Cookie) *http.Response {
 		body := url.Values{"username": {"alice"}, "password": {password}}.Encode()
 		res, _ := demotest.PostBody(t, s.URL+"/login", ip, "application/x-www-form-urlencoded", body, cookies...)

@@ -517,7 +517,8 @@ func TestSaturationIsNotOutage(t *testing.T) {
 // PostgreSQL and on Redis: alice's account budget is spent by 20 wrong
 // passwords from 20 addresses, split over both, and each server then
 // refuses her right password once (so each remembers her key spent). Her
-// keys are reset through A's sign-in limiter; within 2 s B admits her
+// keys (the cap's and the delay's among them) are reset through A's
+// sign-in limiter; within 2 s B admits her
 // right password from a new address (asked every 100 ms, each time from an
 // address of its own), and then A does too.
 func TestResetReachesFleet(t *testing.T) {
@@ -546,7 +547,9 @@ func TestResetReachesFleet(t *testing.T) {
 
 			ctx := context.Background()
 			l := a.App.Login.Limiter()
-			keys := []string{keyfunc.JoinKeys("account", "alice")}
+			// The account's failures, its consecutive failures and the delay
+			// its 20th failure imposed (RATE_LIMIT_LOGIN_DELAY_AFTER).
+			keys := []string{keyfunc.JoinKeys("account", "alice"), keyfunc.JoinKeys("consecutive", "alice"), keyfunc.JoinKeys("delay", "alice")}
 			for i := range accountFailures {
 				keys = append(keys, keyfunc.JoinKeys("account-ip", "alice", spender(i)), keyfunc.JoinKeys("ip", spender(i)))
 			}

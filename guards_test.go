@@ -72,6 +72,8 @@ func TestFromEnvGuardBudgets(t *testing.T) {
 		{"sign-in failures per account and address", map[string]string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES": "2"}, false, 8, 2},
 		{"sign-in failures per account", map[string]string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES": "3"}, false, 8, 3},
 		{"sign-in attempts per address", map[string]string{"RATE_LIMIT_LOGIN_IP_ATTEMPTS": "1"}, false, 8, 1},
+		{"sign-in consecutive failures", map[string]string{"RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES": "2"}, false, 8, 2},
+		{"sign-in delays", map[string]string{"RATE_LIMIT_LOGIN_DELAY_AFTER": "3"}, false, 8, 3}, // the 4th waits 30 s
 		{"sends per destination, default", nil, true, 8, 3},
 		{"sends per destination", map[string]string{"RATE_LIMIT_RESET_PER_DESTINATION": "1"}, true, 8, 1},
 		{"sends per address", map[string]string{"RATE_LIMIT_RESET_PER_DESTINATION": "5", "RATE_LIMIT_RESET_PER_IP": "4"}, true, 8, 4},

@@ -167,7 +167,8 @@ func (l *Limits) failed(err error) func(http.Handler) http.Handler {
 
 // SignIn returns the middleware of a sign-in guard (middleware.SignIn),
 // on a handle with prefix o.Name + ":" ("login:" when o.Name is empty).
-// Budgets o leaves zero are Options.SignIn's, a nil device secret is
+// Budgets o leaves zero are Options.SignIn's (the cap and the delay
+// threshold too), a nil device secret is
 // Options.Secret, and the client address, shadow and networks are as for
 // PerIP; a nil Logger or Observer is l's. A guard it cannot build is
 // reported as New describes.
@@ -176,6 +177,8 @@ func (l *Limits) SignIn(o middleware.SignInOptions) func(http.Handler) http.Hand
 	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, l.o.SignIn.AccountIPFailures)
 	o.AccountFailures = cmp.Or(o.AccountFailures, l.o.SignIn.AccountFailures)
 	o.IPAttempts = cmp.Or(o.IPAttempts, l.o.SignIn.IPAttempts)
+	o.ConsecutiveFailures = cmp.Or(o.ConsecutiveFailures, l.o.SignIn.ConsecutiveFailures)
+	o.Delay.After = cmp.Or(o.Delay.After, l.o.SignIn.DelayAfter)
 	if o.Device.Secret == nil {
 		o.Device.Secret = l.o.Secret
 	}

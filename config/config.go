@@ -23,6 +23,8 @@
 //	RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES    5  sign-in failures per account and address, per 15 minutes
 //	RATE_LIMIT_LOGIN_ACCOUNT_FAILURES      20  sign-in failures per account, per hour
 //	RATE_LIMIT_LOGIN_IP_ATTEMPTS          100  sign-in attempts per address, per hour
+//	RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES 100  an account's failures since its last success, at most 100 (NIST SP 800-63B)
+//	RATE_LIMIT_LOGIN_DELAY_AFTER           20  consecutive failures before attempts wait 30s, doubling to 1h; the cap or above: never
 //	RATE_LIMIT_RESET_PER_DESTINATION        3  sends (password resets, codes) per destination, per hour
 //	RATE_LIMIT_RESET_PER_IP                20  sends per address, per hour
 //
@@ -147,6 +149,13 @@ type SignInBudgets struct {
 	AccountIPFailures limiter.Budget // RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES, per 15 minutes
 	AccountFailures   limiter.Budget // RATE_LIMIT_LOGIN_ACCOUNT_FAILURES, per hour
 	IPAttempts        limiter.Budget // RATE_LIMIT_LOGIN_IP_ATTEMPTS, per hour
+	// ConsecutiveFailures caps an account's failures since its last
+	// success (RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES), at most
+	// middleware.MaxConsecutiveFailures.
+	ConsecutiveFailures int
+	// DelayAfter is the consecutive failures before attempts wait
+	// (RATE_LIMIT_LOGIN_DELAY_AFTER; see middleware.Delay).
+	DelayAfter int
 }
 
 // SendBudgets are the budgets of a send guard (middleware.Send), such as
@@ -160,11 +169,13 @@ type SendBudgets struct {
 // address and device-cookie secret; the caller sets the rest.
 func (c Config) SignInOptions() middleware.SignInOptions {
 	return middleware.SignInOptions{
-		AccountIPFailures: c.SignIn.AccountIPFailures,
-		AccountFailures:   c.SignIn.AccountFailures,
-		IPAttempts:        c.SignIn.IPAttempts,
-		IP:                c.IP(),
-		Device:            middleware.DeviceOptions{Secret: c.Secret},
+		AccountIPFailures:   c.SignIn.AccountIPFailures,
+		AccountFailures:     c.SignIn.AccountFailures,
+		IPAttempts:          c.SignIn.IPAttempts,
+		ConsecutiveFailures: c.SignIn.ConsecutiveFailures,
+		Delay:               middleware.Delay{After: c.SignIn.DelayAfter},
+		IP:                  c.IP(),
+		Device:              middleware.DeviceOptions{Secret: c.Secret},
 	}
 }
 

@@ -1,6 +1,12 @@
 package config
 
-import "github.com/gatecount/gatecount/middleware"
+import (
+	"cmp"
+	"fmt"
+
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/middleware"
+)
 
 // SignIn reads the sign-in guard's budgets (RATE_LIMIT_LOGIN_*),
 // middleware's defaults where unset: as FromEnv reads them into
@@ -13,10 +19,28 @@ func (v *Vars) Send() SendBudgets { return v.r.send() }
 
 func (r *reader) signIn() SignInBudgets {
 	return SignInBudgets{
-		AccountIPFailures: r.budget("RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", middleware.DefaultAccountIPFailures),
-		AccountFailures:   r.budget("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", middleware.DefaultAccountFailures),
-		IPAttempts:        r.budget("RATE_LIMIT_LOGIN_IP_ATTEMPTS", middleware.DefaultIPAttempts),
+		AccountIPFailures:   r.budget("RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", middleware.DefaultAccountIPFailures),
+		AccountFailures:     r.budget("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", middleware.DefaultAccountFailures),
+		IPAttempts:          r.budget("RATE_LIMIT_LOGIN_IP_ATTEMPTS", middleware.DefaultIPAttempts),
+		ConsecutiveFailures: r.consecutive("RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES"),
+		DelayAfter:          cmp.Or(r.count("RATE_LIMIT_LOGIN_DELAY_AFTER", middleware.MaxConsecutiveFailures), middleware.DefaultDelayAfter),
 	}
+}
+
+// consecutive reads a cap on consecutive failures: 1 to NIST SP
+// 800-63B's 100, which it names when refusing more.
+func (r *reader) consecutive(name string) int {
+	v := r.str(name)
+	n := r.count(name, limiter.MaxLimit)
+	switch {
+	case n == 0:
+		return middleware.MaxConsecutiveFailures
+	case n > middleware.MaxConsecutiveFailures:
+		r.fail(name, v, fmt.Sprintf("a whole number from 1 to %d: NIST SP 800-63B (§3.2.2) allows at most %d consecutive failed attempts on an account",
+			middleware.MaxConsecutiveFailures, middleware.MaxConsecutiveFailures))
+		return middleware.MaxConsecutiveFailures
+	}
+	return n
 }
 
 func (r *reader) send() SendBudgets {

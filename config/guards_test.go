@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,14 +22,14 @@ func TestVarsGuardBudgets(t *testing.T) {
 		bad    string // the variable at fault
 	}{
 		{"unset", nil,
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts},
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter},
 			SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}, ""},
 		{"set", []string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", "3", "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "9", "RATE_LIMIT_LOGIN_IP_ATTEMPTS", "50",
 			"RATE_LIMIT_RESET_PER_DESTINATION", "2", "RATE_LIMIT_RESET_PER_IP", "7"},
-			SignInBudgets{per(3, 15*time.Minute), per(9, time.Hour), per(50, time.Hour)},
+			SignInBudgets{per(3, 15*time.Minute), per(9, time.Hour), per(50, time.Hour), middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter},
 			SendBudgets{per(2, time.Hour), per(7, time.Hour)}, ""},
 		{"bad", []string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "many"},
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts},
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter},
 			SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}, "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,5 +43,14 @@ func TestVarsGuardBudgets(t *testing.T) {
 				t.Errorf("Err = %v, want one naming %q", err, tc.bad)
 			}
 		})
+	}
+}
+
+// A cap above NIST SP 800-63B's 100 is refused with an error naming it.
+func TestConsecutiveAboveNIST(t *testing.T) {
+	_, err := FromEnv(env("RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES", "500"))
+	var ve *VarError
+	if !errors.As(err, &ve) || ve.Var != "RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES" || !strings.Contains(err.Error(), "NIST SP 800-63B") {
+		t.Fatalf("RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES=500: %v, want an error naming NIST SP 800-63B", err)
 	}
 }

@@ -25,6 +25,53 @@ var (
 // DefaultBackoffHistory is how long Backoff remembers lock-outs by default.
 const DefaultBackoffHistory = 24 * time.Hour
 
+// MaxConsecutiveFailures is the most consecutive failed attempts NIST SP
+// 800-63B allows on one account; the cap's default and its bound.
+const MaxConsecutiveFailures = 100
+
+// Defaults of Delay, after NIST SP 800-63B's example: 30 seconds, doubling
+// to an hour.
+const (
+	DefaultDelayAfter = 20
+	DefaultDelayFirst = 30 * time.Second
+	DefaultDelayMax   = time.Hour
+)
+
+// ErrAboveNIST is matched by the error of a cap on consecutive failures
+// above MaxConsecutiveFailures.
+var ErrAboveNIST = fmt.Errorf("%w: NIST SP 800-63B allows at most %d consecutive failed attempts on an account", limiter.ErrInvalidBudget, MaxConsecutiveFailures)
+
+// Delay makes attempts on an account that keeps failing wait, from a
+// threshold of consecutive failures toward the cap. Past After failures
+// since the account's last success, an attempt without a known device is
+// refused, with Retry-After, until a delay has passed since the attempt
+// before it: First for the first, doubling with each further failure, up
+// to Max. The k-th consecutive attempt, k > After, waits
+// min(First × 2^(k-After-1), Max) after the (k-1)-th. The server never
+// sleeps.
+type Delay struct {
+	// After is how many consecutive failures pass undelayed; zero means
+	// DefaultDelayAfter (20). At or above the cap, no attempt is delayed.
+	After int
+	// First is the first delay; zero means DefaultDelayFirst (30s).
+	First time.Duration
+	// Max caps a delay; zero means DefaultDelayMax (1h).
+	Max time.Duration
+}
+
+// wait returns how long the k-th consecutive attempt waits after the one
+// before it; zero when it is not delayed.
+func (d Delay) wait(k int) time.Duration {
+	if k <= d.After {
+		return 0
+	}
+	w := d.First
+	for i := d.After + 1; i < k && w < d.Max; i++ {
+		w *= 2
+	}
+	return min(w, d.Max)
+}
+
 // Backoff lengthens the lock-outs of an (account, client IP) pair that keeps
 // failing. The first time its failures budget is spent, the pair waits out
 // the rest of that budget's window, as without Backoff. Each further time
@@ -60,6 +107,19 @@ type SignInOptions struct {
 	IPAttempts limiter.Budget
 	// Backoff lengthens repeated lock-outs; the zero value is off.
 	Backoff Backoff
+	// ConsecutiveFailures caps the failures of an account since its last
+	// success, whatever the windows (NAME-consecutive). At the cap the
+	// account admits no client without a known device until Unlock or
+	// Recovered; known devices still sign in, and their successes no longer
+	// clear the count. Zero means MaxConsecutiveFailures (100), which also
+	// bounds it.
+	ConsecutiveFailures int
+	// Delay makes further attempts wait from a threshold toward the cap
+	// (NAME-delay); the zero value gives the defaults.
+	Delay Delay
+	// OnEvent, when set, is told of each Event of the guard's accounts, on
+	// the request's goroutine: it must not block for long.
+	OnEvent func(Event)
 	// Field is the form or JSON body field holding the account name; ""
 	// means "username".
 	Field string
@@ -132,9 +192,11 @@ type SignInOptions struct {
 //	("ip", IP)                        attempts of IP on all accounts: NAME-ip
 //	("device", ACCOUNT, DEVICE)       failures of a known device: NAME-device
 //	("lockouts", ACCOUNT, IP)         lock-outs of the pair, under Backoff
+//	("consecutive", ACCOUNT)          failures since the last success: NAME-consecutive
+//	("delay", ACCOUNT)                the wait of the next attempt: NAME-delay
 //
-// Unlock clears an account's keys, Show reads them, and the limiter's Reset
-// clears any one of them.
+// Unlock and Recovered clear an account's keys, Show reads them, and the
+// limiter's Reset clears any one of them.
 type SignInGuard struct {
 	*guard
 	o       SignInOptions
@@ -142,17 +204,33 @@ type SignInGuard struct {
 	devices *devices // nil when off
 	// entries maps the keys of an attempt of an unknown device to the
 	// budgets of the RateLimit fields; ipEntry and devEntry hold the
-	// entries of the address and device budgets.
-	entries           [3]int
-	ipEntry, devEntry [1]int
+	// entries of the address and known device's attempts.
+	entries  [4]int
+	ipEntry  [1]int
+	devEntry [2]int
+	// consecutive is the cap's budget; delayFields name NAME-delay.
+	consecutive limiter.Budget
+	delayFields *fields
 }
 
-// The indexes of the keys of one sign-in attempt of an unknown device.
+// The indexes of the keys of one sign-in attempt of an unknown device; the
+// address comes last, left out for an exempt address.
 const (
 	keyAccountIP = iota
 	keyAccount
+	keyConsecutive
 	keyIP
 )
+
+// The indexes of the keys of one sign-in attempt of a known device.
+const (
+	keyDevice = iota
+	keyDeviceConsecutive
+)
+
+// deviceConsecutive is the budget a known device's attempt charges the
+// cap's key with: it counts, and never refuses.
+var deviceConsecutive = limiter.Budget{Limit: limiter.MaxLimit, Window: limiter.MaxWindow}
 
 // ownKeys are the keys of an attempt that describe the client's own use:
 // the fields of an attempt that is not refused name one of them, never the
@@ -162,10 +240,12 @@ var ownKeys = []int{keyAccountIP, keyIP}
 // SignIn returns a guard for a sign-in handler, counting in h (which it
 // claims). Each attempt is counted in one atomic store update against three
 // budgets: failures per (account, client IP), failures per account, and
-// attempts per client IP. The attempt is charged before the handler runs, so
+// attempts per client IP; and against the cap on the account's consecutive
+// failures (see ConsecutiveFailures and Delay). The attempt is charged before the handler runs, so
 // that concurrent guesses cannot all reach the password check, and when the
 // handler reports success (ReportSuccess, or a status Success accepts) the
-// account's failure is refunded and the (account, IP) failures are cleared.
+// account's failure is refunded, and the (account, IP) failures and the
+// account's consecutive failures are cleared.
 //
 // The guard reads the account once, and the handler reads it from the guard
 // (Account): the account checked is the one counted. An attempt whose
@@ -199,6 +279,18 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	if o.Success == nil {
 		o.Success = defaultSuccess
 	}
+	o.ConsecutiveFailures = cmp.Or(o.ConsecutiveFailures, MaxConsecutiveFailures)
+	if o.ConsecutiveFailures < 1 || o.ConsecutiveFailures > MaxConsecutiveFailures {
+		return nil, fmt.Errorf("middleware %q: ConsecutiveFailures %d: %w", cmp.Or(o.Name, "login"), o.ConsecutiveFailures, ErrAboveNIST)
+	}
+	o.Delay.After = cmp.Or(o.Delay.After, DefaultDelayAfter)
+	o.Delay.First = cmp.Or(o.Delay.First, DefaultDelayFirst)
+	o.Delay.Max = cmp.Or(o.Delay.Max, DefaultDelayMax)
+	if o.Delay.After < 0 || o.Delay.First < limiter.MinWindow || o.Delay.Max < o.Delay.First || o.Delay.Max > limiter.MaxWindow ||
+		o.Delay.First%time.Millisecond != 0 || o.Delay.Max%time.Millisecond != 0 {
+		return nil, fmt.Errorf("middleware %q: Delay after %d, first %v, max %v: %w: want after ≥ 0, and whole milliseconds from %v ≤ first ≤ max ≤ %v",
+			o.Name, o.Delay.After, o.Delay.First, o.Delay.Max, limiter.ErrInvalidBudget, limiter.MinWindow, limiter.MaxWindow)
+	}
 	if o.Backoff.Max != 0 {
 		o.Backoff.History = cmp.Or(o.Backoff.History, DefaultBackoffHistory)
 		if o.Backoff.Max < o.AccountIPFailures.Window || o.Backoff.Max > limiter.MaxWindow || o.Backoff.History < time.Minute || o.Backoff.History > limiter.MaxWindow {
@@ -211,8 +303,9 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 			writeProblem(w, http.StatusUnauthorized, problem401)
 		})
 	}
-	names := []string{o.Name + "-account-ip", o.Name + "-account"}
-	budgets := []limiter.Budget{o.AccountIPFailures, o.AccountFailures}
+	consecutive := limiter.Budget{Limit: o.ConsecutiveFailures, Window: limiter.MaxWindow}
+	names := []string{o.Name + "-account-ip", o.Name + "-account", o.Name + "-consecutive"}
+	budgets := []limiter.Budget{o.AccountIPFailures, o.AccountFailures, consecutive}
 	var dev *devices
 	if !o.Device.Off {
 		var err error
@@ -250,9 +343,15 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 			"Set DeviceOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindDeviceKeyNotShared)
 	}
 	fIP := len(names) - 1
+	delayName := o.Name + "-delay"
+	if !isToken(delayName) {
+		return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
+	}
 	return &SignInGuard{
 		guard: g, o: o, account: keyfunc.BodyField(o.Field, o.Body), devices: dev,
-		entries: [3]int{keyAccountIP, keyAccount, fIP}, ipEntry: [1]int{fIP}, devEntry: [1]int{fIP - 1},
+		entries: [4]int{keyAccountIP, keyAccount, keyConsecutive, fIP}, ipEntry: [1]int{fIP}, devEntry: [2]int{fIP - 1, keyConsecutive},
+		consecutive: consecutive,
+		delayFields: newFields([]string{delayName}, []limiter.Budget{{Limit: 1, Window: o.Delay.Max}}, !o.ShowRemaining, o.LegacyHeaders),
 	}, nil
 }
 
@@ -308,15 +407,19 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 	a.accountIP = keyfunc.JoinKeys("account-ip", account, ip)
 	p := pass{r: r.WithContext(context.WithValue(r.Context(), outcomeKey{}, &a.out)), next: next, run: a}
 	var d limiter.Decision
+	consecutive := keyfunc.JoinKeys("consecutive", account)
 	if a.known {
 		a.device = keyfunc.JoinKeys("device", account, a.device)
-		d, ok = g.attempt(w, r, limiter.Charge{Key: a.device, Budget: g.o.Device.Failures})
-		p.entries = g.devEntry[:]
+		d, ok = g.attempt(w, r,
+			limiter.Charge{Key: a.device, Budget: g.o.Device.Failures},
+			limiter.Charge{Key: consecutive, Budget: deviceConsecutive})
+		p.entries, p.own = g.devEntry[:], deviceOwn
 	} else {
-		charges := [3]limiter.Charge{
-			keyAccountIP: {Key: a.accountIP, Budget: g.o.AccountIPFailures},
-			keyAccount:   {Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
-			keyIP:        {Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts},
+		charges := [4]limiter.Charge{
+			keyAccountIP:   {Key: a.accountIP, Budget: g.o.AccountIPFailures},
+			keyAccount:     {Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
+			keyConsecutive: {Key: consecutive, Budget: g.consecutive},
+			keyIP:          {Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts},
 		}
 		n := len(charges)
 		p.entries, p.own = g.entries[:], ownKeys
@@ -324,11 +427,52 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 			n--
 			p.entries, p.own = g.entries[:n], ownKeys[:1]
 		}
-		d, ok = g.attempt(w, r, charges[:n]...)
+		if d, ok = g.attempt(w, r, charges[:n]...); ok && counted(&d) {
+			ok = g.delay(w, r, &d, a)
+		}
 	}
 	if ok {
 		g.serve(w, &d, &p)
 	}
+}
+
+// deviceOwn are the keys of a known device's attempt its fields may name:
+// the device's, never the account's cap.
+var deviceOwn = []int{keyDevice}
+
+// counted reports whether d admitted an attempt it counted, in the store or
+// in process memory, so that its counts are known.
+func counted(d *limiter.Decision) bool {
+	return d.Allowed && !d.Shadow && (!d.Unavailable || d.Local)
+}
+
+// delay applies the delay ladder to the attempt d admitted: past the
+// threshold, the attempt takes the account's one slot of the delay, which
+// it holds for the wait of the attempt after it. With no slot free it
+// gives back d, answers the refusal and reports false.
+func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.Decision, a *signInAttempt) bool {
+	n := g.consecutive.Limit - d.RemainingOf(keyConsecutive) // this attempt included
+	wait := g.o.Delay.wait(n + 1)
+	if wait == 0 || n >= g.consecutive.Limit {
+		return true
+	}
+	ctx := context.WithoutCancel(r.Context())
+	dd, err := g.l.AttemptEach(ctx, limiter.Charge{Key: keyfunc.JoinKeys("delay", a.out.account), Budget: limiter.Budget{Limit: 1, Window: wait}})
+	switch {
+	case err != nil:
+		g.log.Error("delay not counted", "kind", "ratelimit-count-failed", "err", err)
+		return true // the attempt itself was counted
+	case dd.Allowed || dd.Shadow:
+		if counted(&dd) {
+			a.delayed, a.failures = &dd, n
+		}
+		return true
+	}
+	if err := g.l.Refund(ctx, *d); err != nil {
+		g.log.Warn("delayed attempt not refunded", "kind", "ratelimit-refund-failed", "err", err)
+	}
+	g.serve(w, &dd, &pass{r: r, fields: g.delayFields})
+	return false
 }
 
 // signInAttempt is one counted sign-in attempt: what the handler is told,
@@ -339,6 +483,10 @@ type signInAttempt struct {
 	ip, accountIP string
 	device        string // the device key, when known
 	known         bool
+	// delayed is the decision that took the account's delay slot, and
+	// failures the consecutive count it was taken at; nil when none.
+	delayed  *limiter.Decision
+	failures int
 }
 
 // run runs the handler of an allowed attempt, issues a device cookie with
@@ -361,16 +509,62 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 		rw.final(http.StatusOK) // nothing written: net/http answers 200 with the header as it stands
 	}
 	ctx := context.WithoutCancel(r.Context())
+	account := a.out.account
 	switch {
 	case success(rw.status) && a.known:
-		if err := g.l.Credit(ctx, d, nil, a.device); err != nil {
+		// The count before this attempt, which counted one. Below the cap
+		// the success clears it; at the cap only Unlock or Recovered do,
+		// so that the owner's daily sign-in never reopens the account to
+		// another hundred guesses.
+		n := limiter.MaxLimit - d.RemainingOf(keyDeviceConsecutive) - 1
+		var err error
+		if locked := counted(&d) && n >= g.consecutive.Limit; locked {
+			err = g.l.Credit(ctx, d, []int{keyDeviceConsecutive}, a.device)
+			g.event(ctx, r, Event{Kind: EventKnownDevice, Account: account, Budget: g.o.Name + "-consecutive", Failures: n, Limit: g.consecutive.Limit, Time: d.Now})
+		} else {
+			err = g.l.Credit(ctx, d, nil, a.device, keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
+		}
+		if err != nil {
 			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
 		}
 	case success(rw.status):
-		g.succeeded(ctx, &d, a.out.account, a.ip)
-	case !a.known && g.o.Backoff.Max > 0 && d.RemainingOf(keyAccountIP) == 0:
+		g.succeeded(ctx, &d, account, a.ip)
+	case !a.known:
+		g.failed(ctx, r, &d, a)
+	}
+}
+
+// failed does what follows a failure of an unknown client: the back-off,
+// and an event for each budget the failure spent.
+func (g *SignInGuard) failed(ctx context.Context, r *http.Request, d *limiter.Decision, a *signInAttempt) {
+	if g.o.Backoff.Max > 0 && d.RemainingOf(keyAccountIP) == 0 {
 		g.lockOut(ctx, a.accountIP, a.out.account, a.ip)
 	}
+	if !counted(d) {
+		return
+	}
+	account := a.out.account
+	if d.RemainingOf(keyAccount) == 0 {
+		g.event(ctx, r, Event{Kind: EventBudgetSpent, Account: account, Budget: g.o.Name + "-account",
+			Failures: g.o.AccountFailures.Limit, Limit: g.o.AccountFailures.Limit, Until: d.ResetOf(keyAccount), Time: d.Now})
+	}
+	if d.RemainingOf(keyConsecutive) == 0 {
+		g.event(ctx, r, Event{Kind: EventCapReached, Account: account, Budget: g.o.Name + "-consecutive",
+			Failures: g.consecutive.Limit, Limit: g.consecutive.Limit, Time: d.Now})
+	}
+	if dd := a.delayed; dd != nil {
+		g.event(ctx, r, Event{Kind: EventDelayed, Account: account, Budget: g.o.Name + "-delay",
+			Failures: a.failures, Limit: g.consecutive.Limit, Until: dd.Reset, Time: dd.Now})
+	}
+}
+
+// event emits e, of the guard, from r's client address.
+func (g *SignInGuard) event(ctx context.Context, r *http.Request, e Event) {
+	e.Guard = g.o.Name
+	if a, err := g.ip.ClientAddr(r); err == nil {
+		e.Addr = a
+	}
+	g.emit(ctx, g.o.OnEvent, e)
 }
 
 // unreadable counts an attempt whose account cannot be read against the
@@ -400,10 +594,12 @@ func (g *SignInGuard) skip(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // succeeded refunds the account's failure and clears the (account, IP)
-// failures and lock-outs, in one store update, retried until it lands (see
+// failures and lock-outs, and the account's consecutive failures and
+// delay, in one store update, retried until it lands (see
 // limiter.Limiter.Credit).
 func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, account, ip string) {
-	err := g.l.Credit(ctx, *d, []int{keyAccount}, d.Keys()[keyAccountIP], keyfunc.JoinKeys("lockouts", account, ip))
+	err := g.l.Credit(ctx, *d, []int{keyAccount}, keyfunc.JoinKeys("account-ip", account, ip), keyfunc.JoinKeys("lockouts", account, ip),
+		keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
 	if err != nil {
 		g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
 	}

@@ -41,10 +41,12 @@ type BudgetState struct {
 type Standing struct {
 	// Key is the account or destination, normalised as the guard counts it.
 	Key string
-	// Refused reports that its own budget is spent: an attempt naming it
-	// from any address is refused (but a sign-in from a known device).
+	// Refused reports that one of its own budgets is spent: an attempt
+	// naming it from any address is refused (but a sign-in from a known
+	// device).
 	Refused bool
-	// Budgets are its own budget, then those of each address asked about.
+	// Budgets are its own budgets (an account's: its failures, then its
+	// consecutive failures), then those of each address asked about.
 	Budgets []BudgetState
 }
 
@@ -59,44 +61,65 @@ func (s Standing) RefusedFrom(a netip.Addr) bool {
 }
 
 // Unlock lets account sign in again, on every instance within about
-// limiter.AskAgain. It clears the account's failures from all clients, and
-// for each of addrs the account's failures and lock-outs from it and its
-// attempts budget. Afterwards the account signs in from any address whose
+// limiter.AskAgain. It clears the account's failures from all clients, its
+// consecutive failures and delay, and for each of addrs the account's
+// failures and lock-outs from it and its attempts budget. Afterwards the account signs in from any address whose
 // own budgets are not spent, and from every address named; any other
 // address keeps its own budgets as they were. A device's failures are left
 // alone: they are that device's. The account is normalised as the guard
 // normalises it; a name it rejects is an error matching
-// keyfunc.ErrInvalidAccount.
+// keyfunc.ErrInvalidAccount. It emits EventUnlocked.
 func (g *SignInGuard) Unlock(ctx context.Context, account string, addrs ...netip.Addr) error {
+	return g.clear(ctx, EventUnlocked, account, addrs)
+}
+
+// Recovered tells the guard that the owner of account proved it another
+// way, such as a completed password reset, from each of addrs: it clears
+// what Unlock clears, the cap on consecutive failures included, so that
+// the account signs in again from any client. It emits EventRecovered.
+func (g *SignInGuard) Recovered(ctx context.Context, account string, addrs ...netip.Addr) error {
+	return g.clear(ctx, EventRecovered, account, addrs)
+}
+
+// clear clears the keys of account and of addrs (see Unlock), and emits an
+// event of kind.
+func (g *SignInGuard) clear(ctx context.Context, kind EventKind, account string, addrs []netip.Addr) error {
 	name, ips, err := g.accountOf(account, addrs)
 	if err != nil {
 		return err
 	}
-	keys := []string{keyfunc.JoinKeys("account", name)}
+	keys := []string{keyfunc.JoinKeys("account", name), keyfunc.JoinKeys("consecutive", name), keyfunc.JoinKeys("delay", name)}
 	for _, ip := range ips {
 		keys = append(keys,
 			keyfunc.JoinKeys("account-ip", name, ip),
 			keyfunc.JoinKeys("lockouts", name, ip),
 			keyfunc.JoinKeys("ip", ip))
 	}
-	if err := g.l.Reset(ctx, keys...); err != nil {
-		return fmt.Errorf("middleware %q: unlock: %w", g.o.Name, err)
+	what := "unlock"
+	if kind == EventRecovered {
+		what = "recovered"
 	}
-	g.log.Info("account unlocked", "kind", KindUnlocked, "addresses", len(ips))
+	if err := g.l.Reset(ctx, keys...); err != nil {
+		return fmt.Errorf("middleware %q: %s: %w", g.o.Name, what, err)
+	}
+	g.emit(ctx, g.o.OnEvent, Event{Kind: kind, Guard: g.o.Name, Account: name})
 	return nil
 }
 
-// Show reads, without counting, the account's failures budget and, for
-// each of addrs, the account's failures from it and its attempts budget.
-// A store that cannot answer is an error matching store.ErrUnavailable.
+// Show reads, without counting, the account's failures budget and its
+// consecutive failures and, for each of addrs, the account's failures from
+// it and its attempts budget. A store that cannot answer is an error
+// matching store.ErrUnavailable.
 func (g *SignInGuard) Show(ctx context.Context, account string, addrs ...netip.Addr) (Standing, error) {
 	name, ips, err := g.accountOf(account, addrs)
 	if err != nil {
 		return Standing{}, err
 	}
 	s := Standing{Key: name}
-	err = g.read(ctx, &s, netip.Addr{}, check{g.o.Name + "-account", limiter.Charge{Key: keyfunc.JoinKeys("account", name), Budget: g.o.AccountFailures}})
-	s.Refused = err == nil && s.Budgets[0].Refused
+	err = g.read(ctx, &s, netip.Addr{},
+		check{g.o.Name + "-account", limiter.Charge{Key: keyfunc.JoinKeys("account", name), Budget: g.o.AccountFailures}},
+		check{g.o.Name + "-consecutive", limiter.Charge{Key: keyfunc.JoinKeys("consecutive", name), Budget: g.consecutive}})
+	s.Refused = err == nil && (s.Budgets[0].Refused || s.Budgets[1].Refused)
 	for i := 0; i < len(ips) && err == nil; i++ {
 		err = g.read(ctx, &s, addrs[i],
 			check{g.o.Name + "-account-ip", limiter.Charge{Key: keyfunc.JoinKeys("account-ip", name, ips[i]), Budget: g.o.AccountIPFailures}},

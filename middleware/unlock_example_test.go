@@ -59,6 +59,7 @@ func ExampleSignInGuard_Unlock() {
 	// before: true 429
 	// after: 401
 	// login-account, all clients: 1 of 20
+	// login-consecutive, all clients: 1 of 100
 	// login-account-ip, 198.51.100.7: 1 of 5
 	// login-ip, 198.51.100.7: 1 of 100
 }

@@ -78,6 +78,7 @@ func TestSignInShow(t *testing.T) {
 	}
 	want := []row{
 		{"login-account", netip.Addr{}, 6, true},
+		{"login-consecutive", netip.Addr{}, 6, false},
 		{"login-account-ip", own, 2, true},
 		{"login-ip", own, 2, false},
 		{"login-account-ip", stranger, 2, true},

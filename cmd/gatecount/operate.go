@@ -156,14 +156,15 @@ func operate(ctx context.Context, cmd string, args []string, getenv func(string)
 	}
 	if q.account != "" {
 		o := middleware.SignInOptions{
-			Name:              q.limiter,
-			AccountIPFailures: budgets.AccountIPFailures,
-			AccountFailures:   budgets.AccountFailures,
-			IPAttempts:        budgets.IPAttempts,
-			IP:                c.IP(),
-			Device:            middleware.DeviceOptions{Off: true}, // a device's keys are its own
-			Unavailable:       limiter.Deny,                        // nothing to count alone, and no fleet to join
-			Logger:            log,
+			Name:                q.limiter,
+			AccountIPFailures:   budgets.AccountIPFailures,
+			AccountFailures:     budgets.AccountFailures,
+			IPAttempts:          budgets.IPAttempts,
+			ConsecutiveFailures: budgets.ConsecutiveFailures,
+			IP:                  c.IP(),
+			Device:              middleware.DeviceOptions{Off: true}, // a device's keys are its own
+			Unavailable:         limiter.Deny,                        // nothing to count alone, and no fleet to join
+			Logger:              log,
 		}
 		g, err := middleware.SignIn(h, o)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"expvar"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/url"
@@ -77,6 +78,12 @@ func aliceSignsIn(int) url.Values {
 // returns once every server counts n instances on the store.
 func startFleet(t *testing.T, n int, env map[string]string) ([]*demotest.Server, []string) {
 	t.Helper()
+	return startFleetLogged(t, n, env, slog.New(slog.DiscardHandler))
+}
+
+// startFleetLogged is startFleet with the servers' logs going to log.
+func startFleetLogged(t *testing.T, n int, env map[string]string, log *slog.Logger) ([]*demotest.Server, []string) {
+	t.Helper()
 	var fingerprint string
 	if u := env["DATABASE_URL"]; u != "" && !strings.HasPrefix(u, "sqlite:") {
 		t.Cleanup(func() { // registered first: runs after the servers stop
@@ -88,7 +95,7 @@ func startFleet(t *testing.T, n int, env map[string]string) ([]*demotest.Server,
 	var servers []*demotest.Server
 	var urls []string
 	for range n {
-		s := demotest.Start(t, routes, env)
+		s := demotest.StartLogged(t, routes, env, log)
 		servers, urls = append(servers, s), append(urls, s.URL)
 	}
 	if b, ok := servers[0].App.Store.Store.Backend().(*postgres.Backend); ok {
@@ -486,7 +493,8 @@ func TestSaturationIsNotOutage(t *testing.T) {
 // PostgreSQL and on Redis: alice's account budget is spent by 20 wrong
 // passwords from 20 addresses, split over both, and each server then
 // refuses her right password once (so each remembers her key spent). Her
-// keys are reset through A's sign-in limiter; within 2 s B admits her
+// keys (the cap's and the delay's among them) are reset through A's
+// sign-in limiter; within 2 s B admits her
 // right password from a new address (asked every 100 ms, each time from an
 // address of its own), and then A does too.
 func TestResetReachesFleet(t *testing.T) {
@@ -515,7 +523,9 @@ func TestResetReachesFleet(t *testing.T) {
 
 			ctx := context.Background()
 			l := a.App.Login.Limiter()
-			keys := []string{keyfunc.JoinKeys("account", "alice")}
+			// The account's failures, its consecutive failures and the delay
+			// its 20th failure imposed (RATE_LIMIT_LOGIN_DELAY_AFTER).
+			keys := []string{keyfunc.JoinKeys("account", "alice"), keyfunc.JoinKeys("consecutive", "alice"), keyfunc.JoinKeys("delay", "alice")}
 			for i := range accountFailures {
 				keys = append(keys, keyfunc.JoinKeys("account-ip", "alice", spender(i)), keyfunc.JoinKeys("ip", spender(i)))
 			}

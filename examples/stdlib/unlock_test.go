@@ -119,13 +119,13 @@ func TestUnlockReachesFleet(t *testing.T) {
 				return s
 			}
 			before := show()
-			if !before.Refused || len(before.Budgets) != 1 || before.Budgets[0].Used != accountFailures || before.Budgets[0].Limit != accountFailures {
+			if !before.Refused || len(before.Budgets) != 2 || before.Budgets[0].Used != accountFailures || before.Budgets[0].Limit != accountFailures || before.Budgets[1].Used != accountFailures {
 				t.Fatalf("gatecount show before unlock: %+v; want alice refused, %d of %d failures", before, accountFailures, accountFailures)
 			}
 
 			gatecount(t, env, "unlock", "-account", "alice")
 			unlocked := time.Now()
-			if after := show(); after.Refused || after.Budgets[0].Used != 0 {
+			if after := show(); after.Refused || after.Budgets[0].Used != 0 || after.Budgets[1].Used != 0 {
 				t.Fatalf("gatecount show after unlock: %+v; want alice free, 0 failures", after)
 			}
 			for i, s := range servers {

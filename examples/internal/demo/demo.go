@@ -76,9 +76,11 @@ type App struct {
 	Log     *slog.Logger
 
 	tokens map[string]string // token → caller
-	users  map[string]user   // name → user
+	ip     *keyfunc.IPKeyer  // the client address, as the guards find it
 
 	mu         sync.Mutex
+	users      map[string]user      // name → user
+	codes      map[string]resetCode // address → the code last sent to it
 	executions map[string]int64
 	signIns    map[string]int
 	// passwordChecks counts the sign-in attempts that reached the check,
@@ -98,7 +100,8 @@ func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 		return nil, err
 	}
 	a := &App{Config: c, Budgets: budgets, Addr: DefaultAddr, Metrics: sharedMetrics(), Log: log,
-		executions: map[string]int64{}, signIns: map[string]int{}, codesSent: map[string]int{}, checksFor: map[string]int{}}
+		executions: map[string]int64{}, signIns: map[string]int{}, codesSent: map[string]int{}, checksFor: map[string]int{},
+		codes: map[string]resetCode{}}
 	if v, ok := lookup("ADDR"); ok && v != "" {
 		a.Addr = v
 	}
@@ -117,6 +120,9 @@ func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 		users = v
 	}
 	if a.users, err = parseUsers(users); err != nil {
+		return nil, err
+	}
+	if a.ip, err = keyfunc.NewIP(c.IP()); err != nil {
 		return nil, err
 	}
 	if a.Store, err = config.Open(ctx, c, store.Options{Logger: log, Observer: a.Metrics}); err != nil {
@@ -155,7 +161,8 @@ func (a *App) limiters() error {
 		return err
 	}
 	// Named login, the default: budgets login-account-ip, login-account,
-	// login-device and login-ip, from RATE_LIMIT_LOGIN_*. Device cookies
+	// login-consecutive, login-device and login-ip, and the delays
+	// (login-delay), from RATE_LIMIT_LOGIN_*. Device cookies
 	// are signed with GATECOUNT_SECRET when set; else with a key of this
 	// process, so that they stop working at a restart.
 	login := a.Config.SignInOptions()

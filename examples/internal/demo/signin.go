@@ -1,13 +1,16 @@
 package demo
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/middleware"
@@ -85,8 +88,8 @@ func (a *App) LoginHandler() http.Handler {
 		if ok {
 			a.checksFor[name]++
 		}
-		a.mu.Unlock()
 		u, known := a.users[name]
+		a.mu.Unlock()
 		want := unknownDigest
 		if ok && known {
 			want = u.digest
@@ -116,18 +119,76 @@ func (a *App) PasswordResetHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		email, ok := account(r, credentials(r, "email"), "email", keyfunc.NormalizeEmail)
 		if local, domain, _ := strings.Cut(email, "@"); ok && domain == "example.com" {
-			if _, known := a.users[local]; known {
-				var code [4]byte
-				rand.Read(code[:])
-				a.mu.Lock()
+			a.mu.Lock()
+			_, known := a.users[local]
+			var code string
+			if known {
+				var b [4]byte
+				rand.Read(b[:])
+				code = hex.EncodeToString(b[:])
 				a.codesSent[email]++
-				a.mu.Unlock()
-				a.Log.Info("password reset code sent", "kind", "password-reset-sent", "account", local, "code", hex.EncodeToString(code[:]))
+				a.codes[email] = resetCode{code: code, expires: time.Now().Add(resetCodeLifetime)}
+			}
+			a.mu.Unlock()
+			if known {
+				a.Log.Info("password reset code sent", "kind", "password-reset-sent", "account", local, "code", code)
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusAccepted)
 		w.Write([]byte(middleware.DefaultAcceptedBody))
+	})
+}
+
+// resetCodeLifetime is how long a reset code may complete a reset.
+const resetCodeLifetime = 15 * time.Minute
+
+// resetCode is a reset code sent, and when it stops working.
+type resetCode struct {
+	code    string
+	expires time.Time
+}
+
+// resetCompleteFailed is the answer to a reset completion whose code is
+// wrong, used or expired, or whose address is unknown: the same for all.
+func resetCompleteFailed(w http.ResponseWriter) {
+	writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid or expired code"})
+}
+
+// PasswordResetCompleteHandler completes a password reset: the fields
+// email, code (the code PasswordResetHandler logged) and password set the
+// account's new password, use the code up, and tell the sign-in guard of
+// the recovery (SignInGuard.Recovered), which lifts its cap on
+// consecutive failures. It answers 200, or 400 for any code that does not
+// complete a reset. Codes and passwords live in this instance's memory:
+// complete a reset on the instance that sent its code.
+func (a *App) PasswordResetCompleteHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := credentials(r, "email", "code", "password")
+		email, err := keyfunc.NormalizeEmail(c["email"])
+		local, domain, _ := strings.Cut(email, "@")
+		a.mu.Lock()
+		sent, found := a.codes[email]
+		match := subtle.ConstantTimeCompare([]byte(sent.code), []byte(c["code"])) == 1
+		_, known := a.users[local]
+		ok := err == nil && domain == "example.com" && known && found && match && time.Now().Before(sent.expires) && c["password"] != ""
+		if ok {
+			delete(a.codes, email) // used up
+			a.users[local] = user{name: local, digest: sha256.Sum256([]byte(c["password"]))}
+		}
+		a.mu.Unlock()
+		if !ok {
+			resetCompleteFailed(w)
+			return
+		}
+		var addrs []netip.Addr
+		if addr, err := a.ip.ClientAddr(r); err == nil {
+			addrs = append(addrs, addr)
+		}
+		if err := a.Login.Recovered(context.WithoutCancel(r.Context()), local, addrs...); err != nil {
+			a.Log.Error("recovery not recorded", "kind", "password-reset-recovery-failed", "err", err)
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "password changed"})
 	})
 }
 

@@ -1,0 +1,72 @@
+package middleware_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+
+	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/store/memory"
+)
+
+// A guesser spread over many addresses reaches the cap on alice's
+// consecutive failures; the app hears of it through OnEvent, and a
+// completed password reset lifts it with Recovered.
+func ExampleSignInGuard_Recovered() {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	h, _ := s.Handle("login:")
+	g, err := middleware.SignIn(h, middleware.SignInOptions{
+		ConsecutiveFailures: 3,
+		Delay:               middleware.Delay{After: 3}, // no delays before the cap
+		Logger:              slog.New(slog.DiscardHandler),
+		OnEvent: func(e middleware.Event) {
+			fmt.Printf("event %s: %s, %d failures, from %v\n", e.Kind, e.Account, e.Failures, e.Addr)
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	signIn := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, _ := middleware.Account(r)
+		if name == "alice" && r.PostFormValue("password") == "right" {
+			middleware.ReportSuccess(r)
+			return
+		}
+		middleware.ReportFailure(r)
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	attempt := func(ip, password string) int {
+		form := url.Values{"username": {"alice"}, "password": {password}}
+		r := httptest.NewRequest("POST", "/login", strings.NewReader(form.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.RemoteAddr = ip + ":4000"
+		w := httptest.NewRecorder()
+		signIn.ServeHTTP(w, r)
+		return w.Code
+	}
+	for i := range 4 {
+		fmt.Println("guess:", attempt(fmt.Sprintf("198.51.100.%d", i+1), "wrong"))
+	}
+	fmt.Println("alice:", attempt("203.0.113.7", "right"))
+
+	// In the password-reset completion handler, once the code checked out:
+	if err := g.Recovered(context.Background(), "alice"); err != nil {
+		panic(err)
+	}
+	fmt.Println("alice after the reset:", attempt("203.0.113.7", "right"))
+	// Output:
+	// guess: 401
+	// guess: 401
+	// event ratelimit-account-cap-reached: alice, 3 failures, from 198.51.100.3
+	// guess: 401
+	// guess: 429
+	// alice: 429
+	// event ratelimit-account-recovered: alice, 0 failures, from invalid IP
+	// alice after the reset: 200
+}

@@ -160,13 +160,13 @@ func TestFaultBlackHole(t *testing.T) {
 // unavailable; one slower but within it answers.
 func TestFaultDelay(t *testing.T) {
 	p, h := faultStore(t, Options{Store: store.Options{
-		Deadline: 300 * time.Millisecond,
+		Deadline: time.Second,
 		Breaker:  store.BreakerOptions{Failures: -1},
 	}})
 	if err := count(h); err != nil {
 		t.Fatal(err)
 	}
-	p.Delay(time.Second)
+	p.Delay(3 * time.Second)
 	if err := count(h); store.ReasonOf(err) != store.ReasonDeadline {
 		t.Fatalf("call to a database slower than the deadline: %v, want unavailable (deadline)", err)
 	}

@@ -20,7 +20,7 @@ func TestPoolWaitIsOverload(t *testing.T) {
 	pool := openPool(t, testURL(), "PostgreSQL", "set GATECOUNT_TEST_POSTGRES_URL", func(c *pgxpool.Config) { c.MaxConns = 1 })
 	newPool(t) // migrated
 	s, err := New(context.Background(), pool, Options{Secret: randomSecret(), Store: store.Options{
-		Deadline: 100 * time.Millisecond,
+		Deadline: 500 * time.Millisecond,
 		Breaker:  store.BreakerOptions{Failures: 2},
 	}})
 	if err != nil {

@@ -2,8 +2,6 @@ package limiter_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"testing"
 	"time"
@@ -11,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gatecount/gatecount/internal/faultproxy"
-	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/postgres"
@@ -23,59 +20,15 @@ import (
 // budget, for budgets of 1, 5, 20 and 30: each admits its share, and the
 // shares sum to the budget. When the store answers again, each key's count
 // in it includes every attempt admitted alone. On PostgreSQL and on Redis,
-// through a proxy that cuts every connection.
+// each instance through a fault proxy of its own, all cut at once.
 func TestSplitAcrossInstances(t *testing.T) {
 	budgets := []int{1, 5, 20, 30}
 	for _, kind := range []string{"postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
-			direct := servicetest.PostgresURL(t)
-			if kind == "redis" {
-				direct = servicetest.RedisURL(t)
-			} else {
-				migratePostgres(t, direct)
+			ls, proxies := instances(t, kind, 3, limiter.Budget{Limit: 1, Window: time.Minute})
+			for _, p := range proxies {
+				p.Cut()
 			}
-			proxy, through := proxyTo(t, direct, kind)
-			secret := make([]byte, 32)
-			rand.Read(secret)
-			prefix := "split-" + hex.EncodeToString(secret[:4]) + ":"
-			open := func(u string) *store.Store {
-				s, release, err := store.OpenURL(context.Background(), u, store.URLOptions{Secret: secret, Store: store.Options{
-					Logger: quiet, Deadline: 500 * time.Millisecond, Announce: 100 * time.Millisecond,
-				}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					s.Close()
-					if release != nil {
-						release()
-					}
-				})
-				return s
-			}
-			var ls [3]*limiter.Limiter
-			var ss [3]*store.Store
-			for i := range ls {
-				ss[i] = open(through)
-				h, err := ss[i].Handle(prefix)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if ls[i], err = limiter.New(h, limiter.Options{Name: "split", Budget: limiter.Budget{Limit: 1, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet}); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { ls[i].Close() })
-			}
-			for i, s := range ss {
-				for j := 0; s.Members() != len(ss); j++ {
-					if j == 500 {
-						t.Fatalf("instance %d counts %d members, want %d", i, s.Members(), len(ss))
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
-
-			proxy.Cut()
 			ctx := context.Background()
 			admitted := map[int]int{}
 			for _, b := range budgets {
@@ -102,7 +55,9 @@ func TestSplitAcrossInstances(t *testing.T) {
 				}
 			}
 
-			proxy.Restore()
+			for _, p := range proxies {
+				p.Restore()
+			}
 			for _, b := range budgets {
 				key := fmt.Sprintf("key-%d", b)
 				var got int64

@@ -140,24 +140,43 @@ type SignInGuard struct {
 	o       SignInOptions
 	account keyfunc.Func
 	devices *devices // nil when off
+	rules   accountRules
 	// entries maps the keys of an attempt of an unknown device to the
-	// budgets of the RateLimit fields; ipEntry and devEntry hold the
-	// entries of the address and device budgets.
-	entries           [3]int
+	// budgets of the RateLimit fields, the address's last; own are the keys
+	// that describe the client's own use (see ownKeys); ipEntry and devEntry
+	// hold the entries of the address and device budgets.
+	entries           []int
+	own               [2]int
 	ipEntry, devEntry [1]int
 }
 
-// The indexes of the keys of one sign-in attempt of an unknown device.
+// accountRules are what sets a guard of an account's failures apart from
+// SignIn's: Verify's, for one-time codes.
+type accountRules struct {
+	// consecutive bounds the account's failures since its last success;
+	// the zero Budget: no such bound.
+	consecutive limiter.Budget
+	// clearAccount clears the account's failures on a success, rather
+	// than refunding the attempt's.
+	clearAccount bool
+	// account reads the account from the request; nil: the body field.
+	account keyfunc.Func
+}
+
+// The indexes of the keys of one sign-in attempt of an unknown device. The
+// consecutive key is there only with such a bound; the address's comes
+// last, and only when the address is not exempt.
 const (
 	keyAccountIP = iota
 	keyAccount
-	keyIP
+	keyConsecutive
 )
 
-// ownKeys are the keys of an attempt that describe the client's own use:
-// the fields of an attempt that is not refused name one of them, never the
-// account's budget, which would tell how others have used the account.
-var ownKeys = []int{keyAccountIP, keyIP}
+// ownKeys are the keys of an attempt that describe the client's own use,
+// the address's last: the fields of an attempt that is not refused name
+// one of them, never the account's budgets, which would tell how others
+// have used the account.
+var ownKeys = [2]int{keyAccountIP, -1}
 
 // SignIn returns a guard for a sign-in handler, counting in h (which it
 // claims). Each attempt is counted in one atomic store update against three
@@ -188,6 +207,12 @@ var ownKeys = []int{keyAccountIP, keyIP}
 // have used the account; those of a refusal name the refusing budget whose
 // window ends last, so that Retry-After is never early.
 func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
+	return newSignIn(h, o, accountRules{})
+}
+
+// newSignIn returns a guard of an account's failures: SignIn's, or with
+// rules, Verify's.
+func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGuard, error) {
 	o.Name = cmp.Or(o.Name, "login")
 	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, DefaultAccountIPFailures)
 	o.AccountFailures = cmp.Or(o.AccountFailures, DefaultAccountFailures)
@@ -223,6 +248,12 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 		names = append(names, o.Name+"-device")
 		budgets = append(budgets, o.Device.Failures)
 	}
+	entries := []int{keyAccountIP, keyAccount}
+	if rules.consecutive.Limit > 0 {
+		entries = append(entries, len(names))
+		names = append(names, o.Name+"-consecutive")
+		budgets = append(budgets, rules.consecutive)
+	}
 	// The address budget comes last: it is the limiter's own.
 	names = append(names, o.Name+"-ip")
 	budgets = append(budgets, o.IPAttempts)
@@ -250,9 +281,16 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 			"Set DeviceOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindDeviceKeyNotShared)
 	}
 	fIP := len(names) - 1
+	entries = append(entries, fIP)
+	own := ownKeys
+	own[1] = len(entries) - 1
+	account := rules.account
+	if account == nil {
+		account = keyfunc.BodyField(o.Field, o.Body)
+	}
 	return &SignInGuard{
-		guard: g, o: o, account: keyfunc.BodyField(o.Field, o.Body), devices: dev,
-		entries: [3]int{keyAccountIP, keyAccount, fIP}, ipEntry: [1]int{fIP}, devEntry: [1]int{fIP - 1},
+		guard: g, o: o, account: account, devices: dev, rules: rules,
+		entries: entries, own: own, ipEntry: [1]int{fIP}, devEntry: [1]int{fIP - 1},
 	}, nil
 }
 
@@ -313,16 +351,21 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 		d, ok = g.attempt(w, r, limiter.Charge{Key: a.device, Budget: g.o.Device.Failures})
 		p.entries = g.devEntry[:]
 	} else {
-		charges := [3]limiter.Charge{
+		charges := [4]limiter.Charge{
 			keyAccountIP: {Key: a.accountIP, Budget: g.o.AccountIPFailures},
 			keyAccount:   {Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
-			keyIP:        {Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts},
 		}
-		n := len(charges)
-		p.entries, p.own = g.entries[:], ownKeys
+		n := keyConsecutive
+		if c := g.rules.consecutive; c.Limit > 0 {
+			charges[n] = limiter.Charge{Key: keyfunc.JoinKeys("consecutive", account), Budget: c}
+			n++
+		}
+		p.entries, p.own = g.entries, g.own[:]
 		if exempt { // the address budget comes last
-			n--
-			p.entries, p.own = g.entries[:n], ownKeys[:1]
+			p.entries, p.own = g.entries[:n], g.own[:1]
+		} else {
+			charges[n] = limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts}
+			n++
 		}
 		d, ok = g.attempt(w, r, charges[:n]...)
 	}
@@ -399,11 +442,20 @@ func (g *SignInGuard) skip(w http.ResponseWriter, r *http.Request, next http.Han
 	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), outcomeKey{}, &outcome{account: account})))
 }
 
-// succeeded refunds the account's failure and clears the (account, IP)
-// failures and lock-outs, in one store update, retried until it lands (see
-// limiter.Limiter.Credit).
+// succeeded refunds the account's failure (or clears the account's
+// failures, under rules.clearAccount) and clears the (account, IP)
+// failures, the lock-outs and the consecutive failures, in one store
+// update, retried until it lands (see limiter.Limiter.Credit).
 func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, account, ip string) {
-	err := g.l.Credit(ctx, *d, []int{keyAccount}, d.Keys()[keyAccountIP], keyfunc.JoinKeys("lockouts", account, ip))
+	keys := d.Keys()
+	refund, clear := []int{keyAccount}, append(make([]string, 0, 4), keys[keyAccountIP], keyfunc.JoinKeys("lockouts", account, ip))
+	if g.rules.clearAccount {
+		refund, clear = nil, append(clear, keys[keyAccount])
+	}
+	if g.rules.consecutive.Limit > 0 {
+		clear = append(clear, keys[keyConsecutive])
+	}
+	err := g.l.Credit(ctx, *d, refund, clear...)
 	if err != nil {
 		g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
 	}

@@ -44,7 +44,8 @@ type Standing struct {
 	// Refused reports that its own budget is spent: an attempt naming it
 	// from any address is refused (but a sign-in from a known device).
 	Refused bool
-	// Budgets are its own budget, then those of each address asked about.
+	// Budgets are its own budgets (the account's, then, under Verify, its
+	// consecutive failures), then those of each address asked about.
 	Budgets []BudgetState
 }
 
@@ -73,6 +74,9 @@ func (g *SignInGuard) Unlock(ctx context.Context, account string, addrs ...netip
 		return err
 	}
 	keys := []string{keyfunc.JoinKeys("account", name)}
+	if g.rules.consecutive.Limit > 0 {
+		keys = append(keys, keyfunc.JoinKeys("consecutive", name))
+	}
 	for _, ip := range ips {
 		keys = append(keys,
 			keyfunc.JoinKeys("account-ip", name, ip),
@@ -95,8 +99,14 @@ func (g *SignInGuard) Show(ctx context.Context, account string, addrs ...netip.A
 		return Standing{}, err
 	}
 	s := Standing{Key: name}
-	err = g.read(ctx, &s, netip.Addr{}, check{g.o.Name + "-account", limiter.Charge{Key: keyfunc.JoinKeys("account", name), Budget: g.o.AccountFailures}})
-	s.Refused = err == nil && s.Budgets[0].Refused
+	own := []check{{g.o.Name + "-account", limiter.Charge{Key: keyfunc.JoinKeys("account", name), Budget: g.o.AccountFailures}}}
+	if c := g.rules.consecutive; c.Limit > 0 {
+		own = append(own, check{g.o.Name + "-consecutive", limiter.Charge{Key: keyfunc.JoinKeys("consecutive", name), Budget: c}})
+	}
+	err = g.read(ctx, &s, netip.Addr{}, own...)
+	for i := 0; i < len(own) && err == nil; i++ {
+		s.Refused = s.Refused || s.Budgets[i].Refused
+	}
 	for i := 0; i < len(ips) && err == nil; i++ {
 		err = g.read(ctx, &s, addrs[i],
 			check{g.o.Name + "-account-ip", limiter.Charge{Key: keyfunc.JoinKeys("account-ip", name, ips[i]), Budget: g.o.AccountIPFailures}},

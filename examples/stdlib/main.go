@@ -5,6 +5,7 @@
 //	GET  /ready    limited per IP
 //	POST /login           sign-in, throttled per account, account and IP, and IP
 //	POST /password-reset  throttled per address and IP, silently
+//	POST /verify          the code a reset logged, throttled per address, address and IP, and IP
 //
 // It reads its settings from the environment (see the README), listens on
 // ADDR (default 127.0.0.1:8080) and shuts down gracefully on SIGINT or
@@ -27,5 +28,6 @@ func routes(app *demo.App) http.Handler {
 	mux.Handle("GET /ready", app.Health.Wrap(app.ReadyHandler()))
 	mux.Handle("POST /login", app.Login.Wrap(app.LoginHandler()))
 	mux.Handle("POST /password-reset", app.Reset.Wrap(app.PasswordResetHandler()))
+	mux.Handle("POST /verify", app.Verify.Wrap(app.VerifyHandler()))
 	return mux
 }

@@ -73,6 +73,7 @@ type App struct {
 	Health  *middleware.Middleware  // GET /health and /ready, per IP
 	Login   *middleware.SignInGuard // POST /login
 	Reset   *middleware.SendGuard   // POST /password-reset
+	Verify  *middleware.VerifyGuard // POST /verify
 	Log     *slog.Logger
 
 	tokens map[string]string // token → caller
@@ -86,6 +87,10 @@ type App struct {
 	passwordChecks int
 	checksFor      map[string]int
 	codesSent      map[string]int
+	// codes holds the last code sent to each address, until POST /verify
+	// uses it; codeChecks counts the attempts that reached its check.
+	codes      map[string]string
+	codeChecks int
 }
 
 // New builds the app from the environment read through lookup: the
@@ -98,7 +103,7 @@ func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 		return nil, err
 	}
 	a := &App{Config: c, Budgets: budgets, Addr: DefaultAddr, Metrics: sharedMetrics(), Log: log,
-		executions: map[string]int64{}, signIns: map[string]int{}, codesSent: map[string]int{}, checksFor: map[string]int{}}
+		executions: map[string]int64{}, signIns: map[string]int{}, codesSent: map[string]int{}, checksFor: map[string]int{}, codes: map[string]string{}}
 	if v, ok := lookup("ADDR"); ok && v != "" {
 		a.Addr = v
 	}
@@ -133,8 +138,8 @@ func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 // limiters builds the limiters, each on its own store handle.
 func (a *App) limiters() error {
 	s := a.Store.Store
-	var h [4]*store.Handle
-	for i, prefix := range []string{"execute:", "health:", "login:", "reset:"} {
+	var h [5]*store.Handle
+	for i, prefix := range []string{"execute:", "health:", "login:", "reset:", "verify:"} {
 		var err error
 		if h[i], err = s.Handle(prefix); err != nil {
 			return err
@@ -171,7 +176,16 @@ func (a *App) limiters() error {
 	reset.Observer = a.Metrics
 	reset.Logger = a.Log
 	reset.Shadow, reset.Networks = shadow("reset"), nets
-	a.Reset, err = middleware.Send(h[3], reset)
+	if a.Reset, err = middleware.Send(h[3], reset); err != nil {
+		return err
+	}
+	// Named verify, the default: the codes' budgets, apart from the
+	// password's, with their defaults.
+	a.Verify, err = middleware.Verify(h[4], middleware.VerifyOptions{
+		Field: "email", Normalize: keyfunc.NormalizeEmail, IP: ip, Logger: a.Log, Observer: a.Metrics,
+		Failed: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { codeFailed(w) }),
+		Shadow: shadow("verify"), Networks: nets,
+	})
 	return err
 }
 
@@ -189,6 +203,9 @@ func (a *App) Close() error {
 	}
 	if a.Reset != nil {
 		errs = append(errs, a.Reset.Close())
+	}
+	if a.Verify != nil {
+		errs = append(errs, a.Verify.Close())
 	}
 	errs = append(errs, a.Store.Close())
 	return errors.Join(errs...)

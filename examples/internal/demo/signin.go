@@ -121,6 +121,7 @@ func (a *App) PasswordResetHandler() http.Handler {
 				rand.Read(code[:])
 				a.mu.Lock()
 				a.codesSent[email]++
+				a.codes[email] = hex.EncodeToString(code[:])
 				a.mu.Unlock()
 				a.Log.Info("password reset code sent", "kind", "password-reset-sent", "account", local, "code", hex.EncodeToString(code[:]))
 			}

@@ -142,9 +142,12 @@ type SignInGuard struct {
 	devices *devices // nil when off
 	rules   accountRules
 	// entries maps the keys of an attempt of an unknown device to the
-	// budgets of the RateLimit fields, the address's last; own are the keys
-	// that describe the client's own use (see ownKeys); ipEntry and devEntry
-	// hold the entries of the address and device budgets.
+	// budgets of the RateLimit fields, the address's last. own are the keys
+	// that describe the client's own use, the address's last: the fields
+	// of an attempt that is not refused name one of them, never the
+	// account's budgets, which would tell how others have used the account.
+	// ipEntry and devEntry hold the entries of the address and device
+	// budgets.
 	entries           []int
 	own               [2]int
 	ipEntry, devEntry [1]int
@@ -171,12 +174,6 @@ const (
 	keyAccount
 	keyConsecutive
 )
-
-// ownKeys are the keys of an attempt that describe the client's own use,
-// the address's last: the fields of an attempt that is not refused name
-// one of them, never the account's budgets, which would tell how others
-// have used the account.
-var ownKeys = [2]int{keyAccountIP, -1}
 
 // SignIn returns a guard for a sign-in handler, counting in h (which it
 // claims). Each attempt is counted in one atomic store update against three
@@ -282,15 +279,13 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 	}
 	fIP := len(names) - 1
 	entries = append(entries, fIP)
-	own := ownKeys
-	own[1] = len(entries) - 1
 	account := rules.account
 	if account == nil {
 		account = keyfunc.BodyField(o.Field, o.Body)
 	}
 	return &SignInGuard{
 		guard: g, o: o, account: account, devices: dev, rules: rules,
-		entries: entries, own: own, ipEntry: [1]int{fIP}, devEntry: [1]int{fIP - 1},
+		entries: entries, own: [2]int{keyAccountIP, len(entries) - 1}, ipEntry: [1]int{fIP}, devEntry: [1]int{fIP - 1},
 	}, nil
 }
 

@@ -41,6 +41,18 @@ const (
 // above MaxConsecutiveFailures.
 var ErrAboveNIST = fmt.Errorf("%w: NIST SP 800-63B allows at most %d consecutive failed attempts on an account", limiter.ErrInvalidBudget, MaxConsecutiveFailures)
 
+// consecutiveBudget returns the budget of an account's failures since its
+// last success: n of them (0 means MaxConsecutiveFailures) in the longest
+// window. Below 1 or above MaxConsecutiveFailures is an error matching
+// ErrAboveNIST.
+func consecutiveBudget(name string, n int) (limiter.Budget, error) {
+	n = cmp.Or(n, MaxConsecutiveFailures)
+	if n < 1 || n > MaxConsecutiveFailures {
+		return limiter.Budget{}, fmt.Errorf("middleware %q: ConsecutiveFailures %d: %w", name, n, ErrAboveNIST)
+	}
+	return limiter.Budget{Limit: n, Window: limiter.MaxWindow}, nil
+}
+
 // Delay makes attempts on an account that keeps failing wait, from a
 // threshold of consecutive failures toward the cap. Past After failures
 // since the account's last success, an attempt without a known device is
@@ -202,15 +214,29 @@ type SignInGuard struct {
 	o       SignInOptions
 	account keyfunc.Func
 	devices *devices // nil when off
+	rules   accountRules
 	// entries maps the keys of an attempt of an unknown device to the
 	// budgets of the RateLimit fields; ipEntry and devEntry hold the
 	// entries of the address and known device's attempts.
 	entries  [4]int
 	ipEntry  [1]int
 	devEntry [2]int
-	// consecutive is the cap's budget; delayFields name NAME-delay.
-	consecutive limiter.Budget
+	// delayFields name NAME-delay.
 	delayFields *fields
+}
+
+// accountRules are what sets a guard of an account's failures apart:
+// SignIn's, or Verify's for one-time codes.
+type accountRules struct {
+	// consecutive bounds the account's failures since its last success.
+	consecutive limiter.Budget
+	// delay turns the delay ladder (SignInOptions.Delay) on.
+	delay bool
+	// clearAccount clears the account's failures on a success, rather
+	// than refunding the attempt's.
+	clearAccount bool
+	// account reads the account from the request; nil: the body field.
+	account keyfunc.Func
 }
 
 // The indexes of the keys of one sign-in attempt of an unknown device; the
@@ -269,6 +295,18 @@ var ownKeys = []int{keyAccountIP, keyIP}
 // window ends last, so that Retry-After is never early.
 func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	o.Name = cmp.Or(o.Name, "login")
+	consecutive, err := consecutiveBudget(o.Name, o.ConsecutiveFailures)
+	if err != nil {
+		return nil, err
+	}
+	o.ConsecutiveFailures = consecutive.Limit
+	return newSignIn(h, o, accountRules{consecutive: consecutive, delay: true})
+}
+
+// newSignIn returns a guard of an account's failures under rules: SignIn's,
+// or Verify's.
+func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGuard, error) {
+	o.Name = cmp.Or(o.Name, "login")
 	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, DefaultAccountIPFailures)
 	o.AccountFailures = cmp.Or(o.AccountFailures, DefaultAccountFailures)
 	o.IPAttempts = cmp.Or(o.IPAttempts, DefaultIPAttempts)
@@ -278,10 +316,6 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	}
 	if o.Success == nil {
 		o.Success = defaultSuccess
-	}
-	o.ConsecutiveFailures = cmp.Or(o.ConsecutiveFailures, MaxConsecutiveFailures)
-	if o.ConsecutiveFailures < 1 || o.ConsecutiveFailures > MaxConsecutiveFailures {
-		return nil, fmt.Errorf("middleware %q: ConsecutiveFailures %d: %w", cmp.Or(o.Name, "login"), o.ConsecutiveFailures, ErrAboveNIST)
 	}
 	o.Delay.After = cmp.Or(o.Delay.After, DefaultDelayAfter)
 	o.Delay.First = cmp.Or(o.Delay.First, DefaultDelayFirst)
@@ -303,9 +337,8 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 			writeProblem(w, http.StatusUnauthorized, problem401)
 		})
 	}
-	consecutive := limiter.Budget{Limit: o.ConsecutiveFailures, Window: limiter.MaxWindow}
 	names := []string{o.Name + "-account-ip", o.Name + "-account", o.Name + "-consecutive"}
-	budgets := []limiter.Budget{o.AccountIPFailures, o.AccountFailures, consecutive}
+	budgets := []limiter.Budget{o.AccountIPFailures, o.AccountFailures, rules.consecutive}
 	var dev *devices
 	if !o.Device.Off {
 		var err error
@@ -343,14 +376,17 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 			"Set DeviceOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindDeviceKeyNotShared)
 	}
 	fIP := len(names) - 1
+	account := rules.account
+	if account == nil {
+		account = keyfunc.BodyField(o.Field, o.Body)
+	}
 	delayName := o.Name + "-delay"
 	if !isToken(delayName) {
 		return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
 	}
 	return &SignInGuard{
-		guard: g, o: o, account: keyfunc.BodyField(o.Field, o.Body), devices: dev,
+		guard: g, o: o, account: account, devices: dev, rules: rules,
 		entries: [4]int{keyAccountIP, keyAccount, keyConsecutive, fIP}, ipEntry: [1]int{fIP}, devEntry: [2]int{fIP - 1, keyConsecutive},
-		consecutive: consecutive,
 		delayFields: newFields([]string{delayName}, []limiter.Budget{{Limit: 1, Window: o.Delay.Max}}, !o.ShowRemaining, o.LegacyHeaders),
 	}, nil
 }
@@ -418,7 +454,7 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 		charges := [4]limiter.Charge{
 			keyAccountIP:   {Key: a.accountIP, Budget: g.o.AccountIPFailures},
 			keyAccount:     {Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
-			keyConsecutive: {Key: consecutive, Budget: g.consecutive},
+			keyConsecutive: {Key: consecutive, Budget: g.rules.consecutive},
 			keyIP:          {Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts},
 		}
 		n := len(charges)
@@ -427,7 +463,7 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 			n--
 			p.entries, p.own = g.entries[:n], ownKeys[:1]
 		}
-		if d, ok = g.attempt(w, r, charges[:n]...); ok && counted(&d) {
+		if d, ok = g.attempt(w, r, charges[:n]...); ok && g.rules.delay && counted(&d) {
 			ok = g.delay(w, r, &d, a)
 		}
 	}
@@ -451,9 +487,9 @@ func counted(d *limiter.Decision) bool {
 // it holds for the wait of the attempt after it. With no slot free it
 // gives back d, answers the refusal and reports false.
 func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.Decision, a *signInAttempt) bool {
-	n := g.consecutive.Limit - d.RemainingOf(keyConsecutive) // this attempt included
+	n := g.rules.consecutive.Limit - d.RemainingOf(keyConsecutive) // this attempt included
 	wait := g.o.Delay.wait(n + 1)
-	if wait == 0 || n >= g.consecutive.Limit {
+	if wait == 0 || n >= g.rules.consecutive.Limit {
 		return true
 	}
 	ctx := context.WithoutCancel(r.Context())
@@ -518,9 +554,9 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 		// another hundred guesses.
 		n := limiter.MaxLimit - d.RemainingOf(keyDeviceConsecutive) - 1
 		var err error
-		if locked := counted(&d) && n >= g.consecutive.Limit; locked {
+		if locked := counted(&d) && n >= g.rules.consecutive.Limit; locked {
 			err = g.l.Credit(ctx, d, []int{keyDeviceConsecutive}, a.device)
-			g.event(ctx, r, Event{Kind: EventKnownDevice, Account: account, Budget: g.o.Name + "-consecutive", Failures: n, Limit: g.consecutive.Limit, Time: d.Now})
+			g.event(ctx, r, Event{Kind: EventKnownDevice, Account: account, Budget: g.o.Name + "-consecutive", Failures: n, Limit: g.rules.consecutive.Limit, Time: d.Now})
 		} else {
 			err = g.l.Credit(ctx, d, nil, a.device, keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
 		}
@@ -550,11 +586,11 @@ func (g *SignInGuard) failed(ctx context.Context, r *http.Request, d *limiter.De
 	}
 	if d.RemainingOf(keyConsecutive) == 0 {
 		g.event(ctx, r, Event{Kind: EventCapReached, Account: account, Budget: g.o.Name + "-consecutive",
-			Failures: g.consecutive.Limit, Limit: g.consecutive.Limit, Time: d.Now})
+			Failures: g.rules.consecutive.Limit, Limit: g.rules.consecutive.Limit, Time: d.Now})
 	}
 	if dd := a.delayed; dd != nil {
 		g.event(ctx, r, Event{Kind: EventDelayed, Account: account, Budget: g.o.Name + "-delay",
-			Failures: a.failures, Limit: g.consecutive.Limit, Until: dd.Reset, Time: dd.Now})
+			Failures: a.failures, Limit: g.rules.consecutive.Limit, Until: dd.Reset, Time: dd.Now})
 	}
 }
 
@@ -593,13 +629,19 @@ func (g *SignInGuard) skip(w http.ResponseWriter, r *http.Request, next http.Han
 	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), outcomeKey{}, &outcome{account: account})))
 }
 
-// succeeded refunds the account's failure and clears the (account, IP)
+// succeeded refunds the account's failure (or clears the account's
+// failures, under rules.clearAccount) and clears the (account, IP)
 // failures and lock-outs, and the account's consecutive failures and
 // delay, in one store update, retried until it lands (see
 // limiter.Limiter.Credit).
 func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, account, ip string) {
-	err := g.l.Credit(ctx, *d, []int{keyAccount}, keyfunc.JoinKeys("account-ip", account, ip), keyfunc.JoinKeys("lockouts", account, ip),
+	refund, cleared := []int{keyAccount}, make([]string, 0, 5)
+	if g.rules.clearAccount {
+		refund, cleared = nil, append(cleared, keyfunc.JoinKeys("account", account))
+	}
+	cleared = append(cleared, keyfunc.JoinKeys("account-ip", account, ip), keyfunc.JoinKeys("lockouts", account, ip),
 		keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
+	err := g.l.Credit(ctx, *d, refund, cleared...)
 	if err != nil {
 		g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
 	}

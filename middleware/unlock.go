@@ -118,7 +118,7 @@ func (g *SignInGuard) Show(ctx context.Context, account string, addrs ...netip.A
 	s := Standing{Key: name}
 	err = g.read(ctx, &s, netip.Addr{},
 		check{g.o.Name + "-account", limiter.Charge{Key: keyfunc.JoinKeys("account", name), Budget: g.o.AccountFailures}},
-		check{g.o.Name + "-consecutive", limiter.Charge{Key: keyfunc.JoinKeys("consecutive", name), Budget: g.consecutive}})
+		check{g.o.Name + "-consecutive", limiter.Charge{Key: keyfunc.JoinKeys("consecutive", name), Budget: g.rules.consecutive}})
 	s.Refused = err == nil && (s.Budgets[0].Refused || s.Budgets[1].Refused)
 	for i := 0; i < len(ips) && err == nil; i++ {
 		err = g.read(ctx, &s, addrs[i],

@@ -24,5 +24,6 @@ func routes(app *demo.App) http.Handler {
 	r.Handle("/login", app.Login.Wrap(app.LoginHandler())).Methods("POST")
 	r.Handle("/password-reset", app.Reset.Wrap(app.PasswordResetHandler())).Methods("POST")
 	r.Handle("/password-reset/complete", app.PasswordResetCompleteHandler()).Methods("POST")
+	r.Handle("/verify", app.Verify.Wrap(app.VerifyHandler())).Methods("POST")
 	return r
 }

@@ -6,6 +6,7 @@
 //	POST /login           sign-in, throttled per account, account and IP, and IP
 //	POST /password-reset  throttled per address and IP, silently
 //	POST /password-reset/complete  a code sent and a new password: the account recovers
+//	POST /verify          the code a reset logged, throttled per address, address and IP, and IP
 //
 // It reads its settings from the environment (see the README), listens on
 // ADDR (default 127.0.0.1:8080) and shuts down gracefully on SIGINT or
@@ -29,5 +30,6 @@ func routes(app *demo.App) http.Handler {
 	mux.Handle("POST /login", app.Login.Wrap(app.LoginHandler()))
 	mux.Handle("POST /password-reset", app.Reset.Wrap(app.PasswordResetHandler()))
 	mux.Handle("POST /password-reset/complete", app.PasswordResetCompleteHandler())
+	mux.Handle("POST /verify", app.Verify.Wrap(app.VerifyHandler()))
 	return mux
 }

@@ -73,14 +73,17 @@ type App struct {
 	Health  *middleware.Middleware  // GET /health and /ready, per IP
 	Login   *middleware.SignInGuard // POST /login
 	Reset   *middleware.SendGuard   // POST /password-reset
+	Verify  *middleware.VerifyGuard // POST /verify
 	Log     *slog.Logger
 
 	tokens map[string]string // token → caller
 	ip     *keyfunc.IPKeyer  // the client address, as the guards find it
 
-	mu         sync.Mutex
-	users      map[string]user      // name → user
-	codes      map[string]resetCode // address → the code last sent to it
+	mu    sync.Mutex
+	users map[string]user // name → user
+	// codes holds the code last sent to each address, until a reset
+	// completion or POST /verify uses it up, or it expires.
+	codes      map[string]resetCode
 	executions map[string]int64
 	signIns    map[string]int
 	// passwordChecks counts the sign-in attempts that reached the check,
@@ -88,6 +91,8 @@ type App struct {
 	passwordChecks int
 	checksFor      map[string]int
 	codesSent      map[string]int
+	// codeChecks counts the attempts that reached POST /verify's check.
+	codeChecks int
 }
 
 // New builds the app from the environment read through lookup: the
@@ -139,8 +144,8 @@ func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 // limiters builds the limiters, each on its own store handle.
 func (a *App) limiters() error {
 	s := a.Store.Store
-	var h [4]*store.Handle
-	for i, prefix := range []string{"execute:", "health:", "login:", "reset:"} {
+	var h [5]*store.Handle
+	for i, prefix := range []string{"execute:", "health:", "login:", "reset:", "verify:"} {
 		var err error
 		if h[i], err = s.Handle(prefix); err != nil {
 			return err
@@ -178,7 +183,16 @@ func (a *App) limiters() error {
 	reset.Observer = a.Metrics
 	reset.Logger = a.Log
 	reset.Shadow, reset.Networks = shadow("reset"), nets
-	a.Reset, err = middleware.Send(h[3], reset)
+	if a.Reset, err = middleware.Send(h[3], reset); err != nil {
+		return err
+	}
+	// Named verify, the default: the codes' budgets, apart from the
+	// password's, with their defaults.
+	a.Verify, err = middleware.Verify(h[4], middleware.VerifyOptions{
+		Field: "email", Normalize: keyfunc.NormalizeEmail, IP: ip, Logger: a.Log, Observer: a.Metrics,
+		Failed: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { codeFailed(w) }),
+		Shadow: shadow("verify"), Networks: nets,
+	})
 	return err
 }
 
@@ -196,6 +210,9 @@ func (a *App) Close() error {
 	}
 	if a.Reset != nil {
 		errs = append(errs, a.Reset.Close())
+	}
+	if a.Verify != nil {
+		errs = append(errs, a.Verify.Close())
 	}
 	errs = append(errs, a.Store.Close())
 	return errors.Join(errs...)

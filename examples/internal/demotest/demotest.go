@@ -193,6 +193,9 @@ func CheckExample(t *testing.T, routes Routes) {
 	t.Run("reset logs", func(t *testing.T) {
 		CheckResetLogs(t, routes)
 	})
+	t.Run("verify", func(t *testing.T) {
+		CheckVerify(t, routes)
+	})
 	t.Run("debug vars", func(t *testing.T) {
 		CheckDebugVars(t, routes)
 	})

@@ -23,7 +23,7 @@ func routes(app *demo.App) http.Handler {
 	})
 	r.With(app.Login.Wrap).Post("/login", app.LoginHandler().ServeHTTP)
 	r.With(app.Reset.Wrap).Post("/password-reset", app.PasswordResetHandler().ServeHTTP)
-	r.Post("/password-reset/complete", app.PasswordResetCompleteHandler().ServeHTTP)
+	r.With(app.Verify.Wrap).Post("/password-reset/complete", app.PasswordResetCompleteHandler().ServeHTTP)
 	r.With(app.Verify.Wrap).Post("/verify", app.VerifyHandler().ServeHTTP)
 	return r
 }

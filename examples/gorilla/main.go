@@ -23,7 +23,7 @@ func routes(app *demo.App) http.Handler {
 	health.Handle("/ready", app.ReadyHandler()).Methods("GET")
 	r.Handle("/login", app.Login.Wrap(app.LoginHandler())).Methods("POST")
 	r.Handle("/password-reset", app.Reset.Wrap(app.PasswordResetHandler())).Methods("POST")
-	r.Handle("/password-reset/complete", app.PasswordResetCompleteHandler()).Methods("POST")
+	r.Handle("/password-reset/complete", app.Verify.Wrap(app.PasswordResetCompleteHandler())).Methods("POST")
 	r.Handle("/verify", app.Verify.Wrap(app.VerifyHandler())).Methods("POST")
 	return r
 }

@@ -5,7 +5,7 @@
 //	GET  /ready    limited per IP
 //	POST /login           sign-in, throttled per account, account and IP, and IP
 //	POST /password-reset  throttled per address and IP, silently
-//	POST /password-reset/complete  a code sent and a new password: the account recovers
+//	POST /password-reset/complete  a code sent and a new password, throttled as /verify: the account recovers
 //	POST /verify          the code a reset logged, throttled per address, address and IP, and IP
 //
 // It reads its settings from the environment (see the README), listens on
@@ -29,7 +29,7 @@ func routes(app *demo.App) http.Handler {
 	mux.Handle("GET /ready", app.Health.Wrap(app.ReadyHandler()))
 	mux.Handle("POST /login", app.Login.Wrap(app.LoginHandler()))
 	mux.Handle("POST /password-reset", app.Reset.Wrap(app.PasswordResetHandler()))
-	mux.Handle("POST /password-reset/complete", app.PasswordResetCompleteHandler())
+	mux.Handle("POST /password-reset/complete", app.Verify.Wrap(app.PasswordResetCompleteHandler()))
 	mux.Handle("POST /verify", app.Verify.Wrap(app.VerifyHandler()))
 	return mux
 }

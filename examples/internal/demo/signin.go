@@ -178,9 +178,11 @@ func (a *App) PasswordResetCompleteHandler() http.Handler {
 		}
 		a.mu.Unlock()
 		if !ok {
+			middleware.ReportFailure(r) // a wrong code is a failure of the code guard
 			resetCompleteFailed(w)
 			return
 		}
+		middleware.ReportSuccess(r)
 		var addrs []netip.Addr
 		if addr, err := a.ip.ClientAddr(r); err == nil {
 			addrs = append(addrs, addr)

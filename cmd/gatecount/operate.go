@@ -43,6 +43,7 @@ type request struct {
 // addrs is the -ip flag: a client address, given once per address.
 type addrs struct{ list *[]netip.Addr }
 
+// String returns the addresses given, comma-separated (flag.Value).
 func (a addrs) String() string {
 	if a.list == nil {
 		return ""
@@ -54,6 +55,8 @@ func (a addrs) String() string {
 	return strings.Join(s, ",")
 }
 
+// Set adds the address v, refusing anything but one IPv4 or IPv6 address
+// (flag.Value).
 func (a addrs) Set(v string) error {
 	ip, err := netip.ParseAddr(strings.TrimSpace(v))
 	if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -15,24 +14,10 @@ import (
 	"github.com/gatecount/gatecount/middleware"
 )
 
-// capLogs collects the servers' logs, for the reset codes they "send".
-type capLogs struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *capLogs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lastCode returns the last reset code logged for alice.
-func (l *capLogs) lastCode(t *testing.T) string {
+// lastCode returns the last reset code logs hold for alice.
+func lastCode(t *testing.T, logs *demotest.Logs) string {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := regexp.MustCompile(`kind=password-reset-sent account=alice code=([0-9a-f]+)`).FindAllStringSubmatch(l.b.String(), -1)
+	m := regexp.MustCompile(`kind=password-reset-sent account=alice code=([0-9a-f]+)`).FindAllStringSubmatch(logs.String(), -1)
 	if len(m) == 0 {
 		t.Fatal("no reset code logged for alice")
 	}
@@ -53,7 +38,7 @@ func TestConsecutiveCapFleet(t *testing.T) {
 		"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES=1000000",
 		"RATE_LIMIT_LOGIN_IP_ATTEMPTS=1000000",
 		"RATE_LIMIT_LOGIN_DELAY_AFTER=100")
-	logs := &capLogs{}
+	logs := &demotest.Logs{}
 	servers, _ := startFleetLogged(t, 2, env, slog.New(slog.NewTextHandler(logs, nil)))
 	checks := func() int {
 		return servers[0].App.PasswordChecksFor("alice") + servers[1].App.PasswordChecksFor("alice")
@@ -129,7 +114,7 @@ func TestConsecutiveCapFleet(t *testing.T) {
 	if res, body := demotest.Post(t, servers[0].URL+"/password-reset", "192.0.2.5", url.Values{"email": {"alice@example.com"}}); res.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST /password-reset: %d %s", res.StatusCode, body)
 	}
-	code := logs.lastCode(t)
+	code := lastCode(t, logs)
 	complete := func(code string) int {
 		res, _ := demotest.Post(t, servers[0].URL+"/password-reset/complete", "192.0.2.5",
 			url.Values{"email": {"alice@example.com"}, "code": {code}, "password": {"new-horse"}})

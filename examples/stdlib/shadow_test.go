@@ -1,33 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gatecount/gatecount/examples/internal/demotest"
 	"github.com/gatecount/gatecount/limiter"
 )
-
-// logBuffer collects a server's logs.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Issue 27's shadow acceptance: with RATE_LIMIT_SHADOW=true, 40 POST
 // /execute for one caller (budget 30) all reach the handler, none carries a
@@ -43,7 +23,7 @@ func TestShadowAcceptance(t *testing.T) {
 		{"health", 30, 0, 10, 10},
 	} {
 		t.Run("RATE_LIMIT_SHADOW="+tc.shadow, func(t *testing.T) {
-			logs := &logBuffer{}
+			logs := &demotest.Logs{}
 			s := demotest.StartLogged(t, routes, map[string]string{"RATE_LIMIT_SHADOW": tc.shadow, "RATE_LIMIT_EXECUTE_PER_MINUTE": "30"},
 				slog.New(slog.NewTextHandler(logs, nil)))
 			before := counters(s)

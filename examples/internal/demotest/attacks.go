@@ -280,23 +280,31 @@ func CheckForwarding(t *testing.T, routes Routes) {
 	}
 }
 
-// logBuffer collects a server's logs.
-type logBuffer struct {
+// Logs collects a server's logs, as a slog handler's writer; safe for
+// concurrent use.
+type Logs struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *logBuffer) Write(p []byte) (int, error) {
+// Write appends p to the logs.
+func (l *Logs) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *logBuffer) lines(kind string) []string {
+// String returns every line logged so far.
+func (l *Logs) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Lines returns the lines logged so far whose kind is kind.
+func (l *Logs) Lines(kind string) []string {
 	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		if strings.Contains(line, "kind="+kind+" ") || strings.HasSuffix(line, "kind="+kind) {
 			out = append(out, line)
 		}
@@ -309,14 +317,14 @@ func (l *logBuffer) lines(kind string) []string {
 // line naming the limiter but neither address nor client, and an unknown
 // address logs nothing.
 func CheckResetLogs(t *testing.T, routes Routes) {
-	logs := &logBuffer{}
+	logs := &Logs{}
 	env := map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "DEMO_USERS": AttackEnv["DEMO_USERS"]}
 	s := StartLogged(t, routes, env, slog.New(slog.NewTextHandler(logs, nil)))
 	for range 4 {
 		Post(t, s.URL+"/password-reset", "192.0.2.141", url.Values{"email": {"alice@example.com"}})
 	}
 	Post(t, s.URL+"/password-reset", "192.0.2.142", url.Values{"email": {"ghost@example.com"}})
-	sent := logs.lines("password-reset-sent")
+	sent := logs.Lines("password-reset-sent")
 	if len(sent) != 3 {
 		t.Fatalf("%d codes logged, want 3: %q", len(sent), sent)
 	}
@@ -325,7 +333,7 @@ func CheckResetLogs(t *testing.T, routes Routes) {
 			t.Fatalf("code sent without its account: %q", l)
 		}
 	}
-	throttled := logs.lines("ratelimit-limited")
+	throttled := logs.Lines("ratelimit-limited")
 	if len(throttled) != 1 || !strings.Contains(throttled[0], "limiter=reset") || !strings.Contains(throttled[0], "budget=reset-destination") ||
 		strings.Contains(throttled[0], "192.0.2") || strings.Contains(throttled[0], "alice") {
 		t.Fatalf("throttled resets logged as %q", throttled)

@@ -15,11 +15,11 @@ import (
 // answered alike; the code POST /password-reset logged then verifies once
 // from another address, and never again.
 func CheckVerify(t *testing.T, routes Routes) {
-	logs := &logBuffer{}
+	logs := &Logs{}
 	env := map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "DEMO_USERS": AttackEnv["DEMO_USERS"]}
 	s := StartLogged(t, routes, env, slog.New(slog.NewTextHandler(logs, nil)))
 	Post(t, s.URL+"/password-reset", "192.0.2.150", url.Values{"email": {"alice@example.com"}})
-	sent := logs.lines("password-reset-sent")
+	sent := logs.Lines("password-reset-sent")
 	_, code, ok := strings.Cut(strings.Join(sent, ""), " code=")
 	if len(sent) != 1 || !ok || code == "" {
 		t.Fatalf("no code logged: %q", sent)

@@ -40,11 +40,12 @@ func BenchmarkVersusRedisRate(b *testing.B) {
 // over the iterations of gatecount's throughput over redis_rate's, on the
 // hot key and on random keys, with the median ops/s of each. The machine is
 // shared: what slows one phase slows the next alike, where two separate
-// benchmarks a minute apart see different loads. BENCHMARKS.md runs it six
-// times:
+// benchmarks a minute apart see different loads. BENCHMARKS.md runs both
+// six times, interleaved:
 //
 //	for i in 1 2 3 4 5 6; do
-//	  go test -run '^$' -bench 'VersusRedisRate$|VersusRedisRateRatio' -benchtime 20x -count 1 ./store/redis/
+//	  go test -run '^$' -bench 'VersusRedisRate$' ./store/redis/
+//	  go test -run '^$' -bench VersusRedisRateRatio -benchtime 10x ./store/redis/
 //	done
 func BenchmarkVersusRedisRateRatio(b *testing.B) {
 	const conc, ratioOps = 8, 2000

@@ -527,9 +527,15 @@ func (l *Limiter) count(ctx context.Context, keys []string, caps []store.Budget,
 func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget, n int64, d *Decision) error {
 	var err error
 	var m *memoCall // what memory said, when the store is to be asked
+	unheld := false // memory holds none of the keys, and serves only to refuse
 	if l.memo {
 		var refused bool
-		switch refused, m = l.recall(ctx, keys, caps, n, d); {
+		if unheld = l.unheld(keys); unheld {
+			m = l.owe(nil, keys, caps, n)
+		} else {
+			refused, m = l.recall(ctx, keys, caps, n, d)
+		}
+		switch {
 		case refused:
 			return nil
 		case m != nil && m.sending: // attempts admitted alone go to the store with this one
@@ -555,7 +561,7 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 		var t store.Tally
 		if err = l.h.CountInto(ctx, keys, caps, n, &t); err == nil {
 			decide(&t, keys, caps, false, d)
-			if l.memo {
+			if l.memo && !(unheld && roomLeft(&t, caps, n)) {
 				l.remember(ctx, keys, caps, n, &t, m)
 			}
 			return nil

@@ -22,7 +22,10 @@ import (
 // The memory is an in-process memory store, bounded by
 // Options.LocalMaxEntries. Counts of keys the store admitted are remembered
 // only while it is less than three quarters full, so that a flood of fresh
-// keys cannot crowd out the refusals, which save the most.
+// keys cannot crowd out the refusals, which save the most. A limiter under
+// Deny never counts in memory: it remembers an admitted count only when it
+// leaves the key without room for another attempt, and passes memory over
+// for keys it does not hold (see unheld).
 
 // memoRoom is the share of the local store that counts of admitted keys
 // may fill, in quarters.
@@ -133,13 +136,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 		return false, nil // memory is full: nothing was claimed or marked
 	}
 	if t.Limiting < 0 {
-		s := l.h.Store()
-		for i := range m.n { // room for what other instances owe the store
-			if r := s.Reserved(m.keys[i], int64(m.caps[i].Limit)); r > 0 {
-				m.hold[i] += r
-				m.sending = true
-			}
-		}
+		l.owe(m, ks, cs, n)
 		if m.sending || m.flew {
 			return false, m
 		}
@@ -148,6 +145,52 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 	decide(t, keys, caps, false, d)
 	d.Remembered = true
 	return true, nil
+}
+
+// owe adds to m.hold, for each of keys, the room kept for what other
+// instances owe the store (see store.Store.Reserved). When m is nil, it
+// makes one for an attempt of cost n on keys with caps, if anything is
+// owed. It returns m.
+func (l *Limiter) owe(m *memoCall, keys []string, caps []store.Budget, n int64) *memoCall {
+	s := l.h.Store()
+	for i := range keys {
+		r := s.Reserved(keys[i], int64(caps[i].Limit))
+		if r <= 0 {
+			continue
+		}
+		if m == nil {
+			m = &memoCall{n: len(keys), cost: n}
+			copy(m.keys[:], keys)
+			copy(m.caps[:], caps)
+		}
+		m.hold[i] += r
+		m.sending = true
+	}
+	return m
+}
+
+// unheld reports whether memory holds none of keys, for a limiter whose
+// memory serves only to refuse: under Deny, it never counts in memory.
+// Memory then has nothing to refuse, claim or mark for an attempt on keys,
+// and recall is passed over; the store's answer is remembered only when
+// it leaves a key without room (see roomLeft).
+func (l *Limiter) unheld(keys []string) bool {
+	return l.policy == Deny && !l.localB.Holds(l.local.Prefix(), keys)
+}
+
+// roomLeft reports whether the tally t of an attempt of cost n admitted it
+// and left every key room for another such attempt: memory, which only
+// refuses, has nothing to learn from it.
+func roomLeft(t *store.Tally, caps []store.Budget, n int64) bool {
+	if !t.Allowed {
+		return false
+	}
+	for i := range caps {
+		if t.Counts[i]+n > int64(caps[i].Limit) {
+			return false
+		}
+	}
+	return true
 }
 
 // landed records that the store answered the call m marked as sent (see

@@ -241,15 +241,21 @@ func (s *Store) acquire(ctx context.Context, l *lane) (waited bool, err error) {
 	if waited, err = s.slots.acquire(ctx, l, s.opts.MaxQueued); err != nil {
 		return waited, err
 	}
+	return waited, s.admit(l)
+}
+
+// admit admits a call of lane l that holds a slot, or gives the slot back
+// and answers why not.
+func (s *Store) admit(l *lane) error {
 	if s.closed.Load() { // Close began meanwhile, and may not wait for us
 		s.slots.release()
-		return waited, errClosed
+		return errClosed
 	}
 	if err := l.breaker.allow(); err != nil {
 		s.slots.release()
-		return waited, err
+		return err
 	}
-	return waited, nil
+	return nil
 }
 
 // call runs f under the deadline, the in-flight bound and l's breaker: on
@@ -265,12 +271,19 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 		}
 		return s.classify(ctx, f(ctx))
 	}
-	wctx, wcancel := ctx, context.CancelFunc(func() {})
-	if !IsPatient(ctx) {
-		wctx, wcancel = context.WithTimeout(ctx, s.opts.Deadline)
+	var waited bool
+	var err error
+	if !s.closed.Load() && s.slots.tryAcquire() {
+		// A free slot: no wait, so no context to bound it.
+		err = s.admit(l)
+	} else {
+		wctx, wcancel := ctx, context.CancelFunc(func() {})
+		if !IsPatient(ctx) {
+			wctx, wcancel = context.WithTimeout(ctx, s.opts.Deadline)
+		}
+		waited, err = s.acquire(wctx, l)
+		wcancel()
 	}
-	waited, err := s.acquire(wctx, l)
-	wcancel()
 	if err != nil {
 		if errors.Is(err, ErrWaitedOut) && ctx.Err() != nil {
 			return ctx.Err()

@@ -93,7 +93,7 @@ type slots struct {
 // call had to wait.
 func (sl *slots) acquire(ctx context.Context, l *lane, maxQueued int) (waited bool, err error) {
 	sl.mu.Lock()
-	if sl.waiting == 0 && sl.running < sl.max {
+	if sl.free() {
 		sl.running++
 		sl.mu.Unlock()
 		return false, nil
@@ -132,6 +132,22 @@ func (sl *slots) acquire(ctx context.Context, l *lane, maxQueued int) (waited bo
 	waiterPool.Put(w)
 	return true, errWaitedOut
 }
+
+// tryAcquire takes a slot when one is free and no call waits for one, and
+// reports whether it did: acquire without a wait.
+func (sl *slots) tryAcquire() bool {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if !sl.free() {
+		return false
+	}
+	sl.running++
+	return true
+}
+
+// free reports whether a call may take a slot at once: one is free, and no
+// call waits for one. The caller holds sl.mu.
+func (sl *slots) free() bool { return sl.waiting == 0 && sl.running < sl.max }
 
 // release gives back a slot: to the first waiter of the next lane in turn,
 // or to the pool when nobody waits.

@@ -500,6 +500,24 @@ func (b *Backend) update(prefix string, keys []string, apply, check store.ApplyF
 	return false, false, nil
 }
 
+// Holds reports whether a live entry of prefix is held under any of keys,
+// without copying it: a look that neither allocates nor writes.
+func (b *Backend) Holds(prefix string, keys []string) bool {
+	nowMs := b.now()
+	for _, k := range keys {
+		h := b.hash(prefix, k)
+		sh := &b.shards[b.shardOf(h)]
+		sh.mu.Lock()
+		it := sh.find(h, prefix, k)
+		live := it != nil && it.exp > nowMs
+		sh.mu.Unlock()
+		if live {
+			return true
+		}
+	}
+	return false
+}
+
 // Read implements store.Backend.
 func (b *Backend) Read(_ context.Context, prefix string, keys []string) ([]store.Entry, error) {
 	var ls lockSet

@@ -48,20 +48,21 @@ var writeLayout = strings.NewReplacer(
 // countLayout puts the layout above into the count script's source.
 var countLayout = strings.NewReplacer("$HEAD", strconv.Itoa(countHead), "$PER", strconv.Itoa(countPer))
 
-// countArgs returns the count script's arguments but for the live entries
-// elsewhere (args[countElsewhere]), which the caller sets before each run.
-func countArgs(n int64, maxEntries int, members []string, caps []store.Budget) []any {
-	args := make([]any, countHead+countPer*len(members))
-	args[0], args[1] = n, maxEntries
-	for i := range members {
-		o := countHead + countPer*i
-		args[o], args[o+1], args[o+2] = members[i], int64(caps[i].Limit), caps[i].Window.Milliseconds()
+// setArgs lays out the count script's command in c, for an amount n on
+// the keys c.ks names, with caps, and returns it (see cmdArgs). The live
+// entries elsewhere point to c.others, which the caller sets before each
+// run.
+func (c *countCall) setArgs(b *Backend, n int64, caps []store.Budget) []any {
+	ks := &c.ks
+	c.n, c.max = n, int64(b.max)
+	a := c.cmd[:cmdArgs(c.cmd[:], ks.names)]
+	a = append(a, &c.n, &c.max, &c.others)
+	for i := range ks.members {
+		c.limits[i], c.windows[i] = int64(caps[i].Limit), caps[i].Window.Milliseconds()
+		a = append(a, &ks.members[i], &c.limits[i], &c.windows[i])
 	}
-	return args
+	return a
 }
-
-// countElsewhere is the index of the count script's live entries elsewhere.
-const countElsewhere = 2
 
 // setHead sets the arguments before the keys'; maxEntries is the backend's.
 func (u *updateCall) setHead(maxEntries *int) {

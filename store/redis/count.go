@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/gatecount/gatecount/store"
@@ -24,12 +25,13 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 		}
 	}
 	sp := b.space(prefix)
-	ks := b.keys(sp, prefix, keys)
-	args := countArgs(n, b.max, ks.members, caps)
+	c := countCalls.Get().(*countCall)
+	defer c.done()
+	b.nameKeys(&c.ks, sp, prefix, keys)
+	cmd := c.setArgs(b, n, caps)
 	for swept := false; ; {
-		others := b.elsewhere(sp)
-		args[countElsewhere] = others
-		res, err := b.eval(ctx, countScript, ks.names, args...).Int64Slice()
+		c.others = b.elsewhere(sp)
+		res, err := b.evalInts(ctx, countScript, cmd)
 		if err != nil {
 			return err
 		}
@@ -56,7 +58,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 		}
 		b.clock.observe(res[1])
 		if t.Allowed {
-			b.counted(ctx, sp, prefix, res[3], others)
+			b.counted(ctx, sp, prefix, res[3], c.others)
 		}
 		return nil
 	}
@@ -68,4 +70,26 @@ func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []strin
 	return b.Update(ctx, prefix, keys, func(now time.Time, es []store.Entry) error {
 		return store.ApplyCount(now, es, caps, n, t)
 	})
+}
+
+// countCall is the scratch of one Count: its keys and the script's command,
+// whose arguments point into it rather than hold copies (a string or a
+// large number put in an interface would be an allocation of its own).
+// Counts take them from countCalls, so that a Count allocates none.
+type countCall struct {
+	ks      keySet
+	cmd     [3 + store.MaxCountKeys + 1 + countHead + countPer*store.MaxCountKeys]any
+	n       int64 // the amount
+	max     int64 // the backend's max entries
+	others  int64 // live entries under other tags
+	limits  [store.MaxCountKeys]int64
+	windows [store.MaxCountKeys]int64 // ms
+}
+
+var countCalls = sync.Pool{New: func() any { return new(countCall) }}
+
+// done clears c and gives it back to countCalls.
+func (c *countCall) done() {
+	*c = countCall{}
+	countCalls.Put(c)
 }

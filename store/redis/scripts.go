@@ -7,13 +7,19 @@ import (
 )
 
 // script is a Lua script the store runs by its SHA-1 (EVALSHA), loading it
-// again (EVAL) on a server that lost it.
+// again (EVAL) on a server that lost it. hash and src hold the SHA-1 and
+// the source as command arguments, put in an interface once.
 type script struct {
-	src string
-	rs  *goredis.Script
+	src  string
+	rs   *goredis.Script
+	hash any
+	body any
 }
 
-func newScript(src string) *script { return &script{src: src, rs: goredis.NewScript(src)} }
+func newScript(src string) *script {
+	rs := goredis.NewScript(src)
+	return &script{src: src, rs: rs, hash: rs.Hash(), body: src}
+}
 
 // load loads the script on the server, or on every master of a Cluster.
 func (s *script) load(ctx context.Context, c goredis.UniversalClient) error {
@@ -29,13 +35,25 @@ type noRetry struct{ *goredis.Cmd }
 // NoRetry reports true.
 func (noRetry) NoRetry() bool { return true }
 
+// noRetryInts is noRetry for a script that answers integers.
+type noRetryInts struct{ *goredis.IntSliceCmd }
+
+// NoRetry reports true.
+func (noRetryInts) NoRetry() bool { return true }
+
 // eval runs s on keys with args, on the server or Cluster node that holds
 // the keys. An OOM answer is the store being full (see storeErr).
 func (b *Backend) eval(ctx context.Context, s *script, keys []string, args ...any) *goredis.Cmd {
-	cmd := evalCmd(ctx, "evalsha", s.rs.Hash(), keys, args)
+	a := make([]any, 3+len(keys)+len(args))
+	a = append(a[:cmdArgs(a, keys)], args...)
+	a[0], a[1] = "evalsha", s.hash
+	cmd := goredis.NewCmd(ctx, a...)
+	cmd.SetFirstKeyPos(3)
 	_ = b.c.Process(ctx, noRetry{cmd})
 	if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = evalCmd(ctx, "eval", s.src, keys, args)
+		a[0], a[1] = "eval", s.body
+		cmd = goredis.NewCmd(ctx, a...)
+		cmd.SetFirstKeyPos(3)
 		_ = b.c.Process(ctx, noRetry{cmd})
 	}
 	if err := cmd.Err(); err != nil {
@@ -44,18 +62,36 @@ func (b *Backend) eval(ctx context.Context, s *script, keys []string, args ...an
 	return cmd
 }
 
-// evalCmd returns the command EVAL or EVALSHA (name) of payload on keys
-// with args.
-func evalCmd(ctx context.Context, name, payload string, keys []string, args []any) *goredis.Cmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, name, payload, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	a = append(a, args...)
-	cmd := goredis.NewCmd(ctx, a...)
+// evalInts runs the command a, laid out by cmdArgs and followed by the
+// script's arguments, as eval runs s, for a script that answers an array
+// of integers: they are read as such, with no interface to hold each.
+func (b *Backend) evalInts(ctx context.Context, s *script, a []any) ([]int64, error) {
+	a[0], a[1] = "evalsha", s.hash
+	cmd := goredis.NewIntSliceCmd(ctx, a...)
 	cmd.SetFirstKeyPos(3)
-	return cmd
+	_ = b.c.Process(ctx, noRetryInts{cmd})
+	if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		a[0], a[1] = "eval", s.body
+		cmd = goredis.NewIntSliceCmd(ctx, a...)
+		cmd.SetFirstKeyPos(3)
+		_ = b.c.Process(ctx, noRetryInts{cmd})
+	}
+	if err := cmd.Err(); err != nil {
+		return nil, b.storeErr(err)
+	}
+	return cmd.Val(), nil
+}
+
+// cmdArgs lays out the start of an EVAL or EVALSHA of keys in a: two
+// places for the command and the script (set when it is sent), the number
+// of keys, then the keys, each as a pointer to its name (a string put in an
+// interface would be copied). It returns how many places it filled.
+func cmdArgs(a []any, keys []string) int {
+	a[2] = len(keys)
+	for i := range keys {
+		a[3+i] = &keys[i]
+	}
+	return 3 + len(keys)
 }
 
 // The Lua scripts the store runs. Each takes the server's time with TIME and

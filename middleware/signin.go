@@ -307,6 +307,12 @@ var sprayOwn = []int{keyAccountIP, keySprayIP}
 // out, while clients without one, a distributed guesser's, keep the three
 // budgets.
 //
+// With Spray on, as by default, the attempt's password is counted too, by
+// its bucket (see PasswordBuckets), in the same update: a password that
+// failed against more accounts than its budget is refused on every
+// account, but from known devices. A success gives its charge back, and an
+// (account, password) pair counted before counts no more.
+//
 // The guard never learns whether an account exists, so its answers for a
 // known and an unknown account are the same at every attempt count: status,
 // headers and body. The handler must keep that too: answer an unknown

@@ -6,8 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gatecount/gatecount/keyfunc"
@@ -51,8 +53,8 @@ const sprayKeyLabel = "gatecount password spray key v1"
 
 // sprayer names the spray counters of passwords.
 type sprayer struct {
-	o   SprayOptions
-	key []byte
+	o    SprayOptions
+	macs sync.Pool // of HMACs under the spray key
 }
 
 // newSprayer checks o and derives its key from secret (see
@@ -71,15 +73,22 @@ func newSprayer(o SprayOptions, account string, secret []byte) (*sprayer, error)
 	}
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(sprayKeyLabel))
-	return &sprayer{o: o, key: m.Sum(nil)}, nil
+	key := m.Sum(nil)
+	s := &sprayer{o: o}
+	s.macs.New = func() any { return hmac.New(sha256.New, key) }
+	return s, nil
 }
 
 // bucket returns the bucket of password: HMAC-SHA-256 under the spray key,
 // truncated to 16 bits.
 func (s *sprayer) bucket(password string) uint16 {
-	m := hmac.New(sha256.New, s.key)
+	m := s.macs.Get().(hash.Hash)
+	m.Reset()
 	m.Write([]byte(password))
-	return binary.BigEndian.Uint16(m.Sum(nil))
+	var sum [sha256.Size]byte
+	b := binary.BigEndian.Uint16(m.Sum(sum[:0]))
+	s.macs.Put(m)
+	return b
 }
 
 // keys returns the keys an attempt with password on account charges: the

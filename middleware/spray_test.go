@@ -2,6 +2,8 @@ package middleware_test
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,10 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/postgres"
 )
 
 // checker is a sign-in handler that counts the checks of each password:
@@ -226,8 +232,8 @@ func TestSprayKnownDeviceSignsIn(t *testing.T) {
 	}
 }
 
-// A request without a password is not counted per password, Off counts
-// none, Field and Budget apply, and bad options are refused.
+// A request without a password is not counted per password, Off and
+// Verify count none, Field and Budget apply, and bad options are refused.
 func TestSprayOptions(t *testing.T) {
 	c := newChecker(nil)
 	h := sprayGuard(t, memStore(t, nil), middleware.SignInOptions{}, c)
@@ -252,6 +258,18 @@ func TestSprayOptions(t *testing.T) {
 			t.Fatalf("field pw, attempt %d: %d, want %d", i, w.Code, want)
 		}
 	}
+	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+	v, err := middleware.Verify(handle(t, memStore(t, nil), "verify:"), middleware.VerifyOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	h = v.Wrap(c)
+	for i := range 30 {
+		if w := login(h, sprayAddr(i), fmt.Sprintf("user%d", i), "same"); w.Code != 401 {
+			t.Fatalf("Verify, attempt %d with one password field: %d; it counts codes, not passwords", i, w.Code)
+		}
+	}
 	s := memStore(t, nil)
 	for _, tc := range []struct {
 		name string
@@ -266,4 +284,71 @@ func TestSprayOptions(t *testing.T) {
 			t.Errorf("%s: %v, want an error matching %v", tc.name, err, tc.want)
 		}
 	}
+}
+
+// Two instances on one shared store, without a secret as with one, spend
+// one budget per password: of 200 concurrent attempts of one password on
+// 200 accounts from 200 addresses, alternating between them, exactly the
+// budget reach the check.
+func TestSprayFleetExact(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		url    func(testing.TB) string
+		secret []byte
+	}{
+		{"redis, no secret", servicetest.RedisURL, nil},
+		{"redis, a secret", servicetest.RedisURL, deviceSecret},
+		{"postgres, a secret", migratedPostgres, deviceSecret},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := tc.url(t)
+			storeSecret := make([]byte, 32)
+			rand.Read(storeSecret)
+			prefix := fresh("fleet")
+			c := newChecker(nil)
+			var hs [2]http.Handler
+			for i := range hs {
+				s, release, err := store.OpenURL(context.Background(), u, store.URLOptions{Secret: storeSecret, Store: store.Options{Logger: quiet, Deadline: 30 * time.Second}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					s.Close()
+					if release != nil {
+						release()
+					}
+				})
+				proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+				g, err := middleware.SignIn(handle(t, s, prefix), middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: tc.secret}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { g.Close() })
+				hs[i] = g.Wrap(c)
+			}
+			var wg sync.WaitGroup
+			for i := range 200 {
+				wg.Go(func() { login(hs[i%2], sprayAddr(i), fmt.Sprintf("user%d", i), "Summer2026!") })
+			}
+			wg.Wait()
+			if n, want := c.count("Summer2026!"), middleware.DefaultPasswordSpray.Limit; n != want {
+				t.Fatalf("%d of 200 concurrent attempts on two instances reached the check, want exactly %d", n, want)
+			}
+		})
+	}
+}
+
+// migratedPostgres returns the URL of the test PostgreSQL server, its
+// tables made.
+func migratedPostgres(t testing.TB) string {
+	u := servicetest.PostgresURL(t)
+	pool, err := pgxpool.New(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

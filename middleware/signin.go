@@ -415,9 +415,10 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 			"Set DeviceOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindDeviceKeyNotShared)
 	}
 	fIP := len(names) - 1
-	read := readAccount(rules.account)
+	var read func(r *http.Request) (string, string, error)
 	switch {
 	case rules.account != nil:
+		read = readAccount(rules.account)
 	case spray != nil:
 		read = keyfunc.BodyFieldAndSecret(o.Field, o.Spray.Field, o.Body)
 	default:
@@ -468,9 +469,6 @@ func (g *SignInGuard) readAttempt(r *http.Request) (account, password string, er
 // readAccount adapts f, which reads an account alone, to a reader of an
 // account and its password, which it never has.
 func readAccount(f keyfunc.Func) func(r *http.Request) (string, string, error) {
-	if f == nil {
-		return nil
-	}
 	return func(r *http.Request) (string, string, error) {
 		v, err := f(r)
 		return v, "", err
@@ -603,8 +601,10 @@ type signInAttempt struct {
 	failures int
 }
 
-// run runs the handler of an allowed attempt, issues a device cookie with
-// a successful answer, and credits or backs off by the outcome.
+// run runs the handler of an allowed attempt, counted (run is never
+// called for one let through uncounted), issues a device cookie with a
+// successful answer, and credits or backs off by the outcome. The charge
+// of a password on a pair counted before is given back first.
 func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Handler, d limiter.Decision) {
 	g := a.g
 	success := func(status int) bool {
@@ -618,7 +618,7 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 			}
 		}
 	}
-	if a.sprayed && counted(&d) && limiter.MaxLimit-d.RemainingOf(keyMarker) > 1 {
+	if a.sprayed && limiter.MaxLimit-d.RemainingOf(keyMarker) > 1 {
 		// The pair was counted before: one owner retyping a password
 		// counts once.
 		a.repeat = true
@@ -720,10 +720,10 @@ func (g *SignInGuard) skip(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // succeeded refunds the account's failure (or clears the account's
-// failures, under rules.clearAccount) and clears the (account, IP)
-// failures and lock-outs, and the account's consecutive failures and
-// delay, in one store update, retried until it lands (see
-// limiter.Limiter.Credit).
+// failures, under rules.clearAccount) and the password's, and clears the
+// (account, IP) failures and lock-outs, the account's consecutive failures
+// and delay, and the marker of the (account, password) pair, in one store
+// update, retried until it lands (see limiter.Limiter.Credit).
 func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, a *signInAttempt) {
 	account, ip := a.out.account, a.ip
 	refund, cleared := make([]int, 0, 2), make([]string, 0, 6)

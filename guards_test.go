@@ -2,6 +2,7 @@ package gatecount_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -259,6 +260,49 @@ func TestNewGuardBudgets(t *testing.T) {
 			}
 			if got := c.runs.Load(); got != int64(tc.want) {
 				t.Errorf("%d attempts reached the handler, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// Limits.SignIn counts failures per password as RATE_LIMIT_LOGIN_SPRAY and
+// RATE_LIMIT_LOGIN_SPRAY_FIELD say: one password on 10 accounts from 10
+// addresses reaches the handler the budget's times, or 10 when off.
+func TestFromEnvSpray(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		vars  map[string]string
+		field string
+		want  int
+	}{
+		{"budget", map[string]string{"RATE_LIMIT_LOGIN_SPRAY": "3"}, "password", 3},
+		{"off", map[string]string{"RATE_LIMIT_LOGIN_SPRAY": "off"}, "password", 10},
+		{"field", map[string]string{"RATE_LIMIT_LOGIN_SPRAY": "4", "RATE_LIMIT_LOGIN_SPRAY_FIELD": "pw"}, "pw", 4},
+		{"another field than the one read", map[string]string{"RATE_LIMIT_LOGIN_SPRAY": "4", "RATE_LIMIT_LOGIN_SPRAY_FIELD": "pw"}, "password", 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vars := map[string]string{"RATE_LIMIT_SINGLE_INSTANCE": "true"}
+			for k, v := range tc.vars {
+				vars[k] = v
+			}
+			l := fromEnv(t, vars)
+			mw := l.SignIn(middleware.SignInOptions{})
+			if err := l.Err(); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			reached := 0
+			h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				reached++
+				mu.Unlock()
+				signIn.ServeHTTP(w, r)
+			}))
+			for i := range 10 {
+				postForm(h, fmt.Sprintf("192.0.2.%d", i+1), url.Values{"username": {fmt.Sprintf("user%d", i)}, tc.field: {"Summer2026!"}})
+			}
+			if reached != tc.want {
+				t.Errorf("%d of 10 accounts reached the handler, want %d", reached, tc.want)
 			}
 		})
 	}

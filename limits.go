@@ -167,8 +167,9 @@ func (l *Limits) failed(err error) func(http.Handler) http.Handler {
 
 // SignIn returns the middleware of a sign-in guard (middleware.SignIn),
 // on a handle with prefix o.Name + ":" ("login:" when o.Name is empty).
-// Budgets o leaves zero are Options.SignIn's (the cap and the delay
-// threshold too), a nil device secret is
+// Budgets o leaves zero are Options.SignIn's (the cap, the delay
+// threshold and the password count's budget and field too; its Off either
+// turns the count off), a nil device secret is
 // Options.Secret, and the client address, shadow and networks are as for
 // PerIP; a nil Logger or Observer is l's. A guard it cannot build is
 // reported as New describes.
@@ -179,6 +180,9 @@ func (l *Limits) SignIn(o middleware.SignInOptions) func(http.Handler) http.Hand
 	o.IPAttempts = cmp.Or(o.IPAttempts, l.o.SignIn.IPAttempts)
 	o.ConsecutiveFailures = cmp.Or(o.ConsecutiveFailures, l.o.SignIn.ConsecutiveFailures)
 	o.Delay.After = cmp.Or(o.Delay.After, l.o.SignIn.DelayAfter)
+	o.Spray.Off = o.Spray.Off || l.o.SignIn.Spray.Off
+	o.Spray.Field = cmp.Or(o.Spray.Field, l.o.SignIn.Spray.Field)
+	o.Spray.Budget = cmp.Or(o.Spray.Budget, l.o.SignIn.Spray.Budget)
 	if o.Device.Secret == nil {
 		o.Device.Secret = l.o.Secret
 	}

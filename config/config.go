@@ -25,6 +25,8 @@
 //	RATE_LIMIT_LOGIN_IP_ATTEMPTS          100  sign-in attempts per address, per hour
 //	RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES 100  an account's failures since its last success, at most 100 (NIST SP 800-63B)
 //	RATE_LIMIT_LOGIN_DELAY_AFTER           20  consecutive failures before attempts wait 30s, doubling to 1h; the cap or above: never
+//	RATE_LIMIT_LOGIN_SPRAY                 20  accounts a password may fail against, per hour, then refused for everyone; or off
+//	RATE_LIMIT_LOGIN_SPRAY_FIELD     password  the body field holding the password
 //	RATE_LIMIT_RESET_PER_DESTINATION        3  sends (password resets, codes) per destination, per hour
 //	RATE_LIMIT_RESET_PER_IP                20  sends per address, per hour
 //
@@ -156,6 +158,9 @@ type SignInBudgets struct {
 	// DelayAfter is the consecutive failures before attempts wait
 	// (RATE_LIMIT_LOGIN_DELAY_AFTER; see middleware.Delay).
 	DelayAfter int
+	// Spray counts failures per password (RATE_LIMIT_LOGIN_SPRAY, per
+	// hour, or off; RATE_LIMIT_LOGIN_SPRAY_FIELD).
+	Spray middleware.SprayOptions
 }
 
 // SendBudgets are the budgets of a send guard (middleware.Send), such as
@@ -174,6 +179,7 @@ func (c Config) SignInOptions() middleware.SignInOptions {
 		IPAttempts:          c.SignIn.IPAttempts,
 		ConsecutiveFailures: c.SignIn.ConsecutiveFailures,
 		Delay:               middleware.Delay{After: c.SignIn.DelayAfter},
+		Spray:               c.SignIn.Spray,
 		IP:                  c.IP(),
 		Device:              middleware.DeviceOptions{Secret: c.Secret},
 	}

@@ -3,6 +3,8 @@ package config
 import (
 	"cmp"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
@@ -24,7 +26,31 @@ func (r *reader) signIn() SignInBudgets {
 		IPAttempts:          r.budget("RATE_LIMIT_LOGIN_IP_ATTEMPTS", middleware.DefaultIPAttempts),
 		ConsecutiveFailures: r.consecutive("RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES"),
 		DelayAfter:          cmp.Or(r.count("RATE_LIMIT_LOGIN_DELAY_AFTER", middleware.MaxConsecutiveFailures), middleware.DefaultDelayAfter),
+		Spray:               r.spray(),
 	}
+}
+
+// spray reads the count of failures per password: RATE_LIMIT_LOGIN_SPRAY,
+// the accounts a password may fail against per hour, or off; and
+// RATE_LIMIT_LOGIN_SPRAY_FIELD, the body field of the password.
+func (r *reader) spray() middleware.SprayOptions {
+	const name = "RATE_LIMIT_LOGIN_SPRAY"
+	o := middleware.SprayOptions{Field: middleware.DefaultPasswordField, Budget: middleware.DefaultPasswordSpray}
+	switch v := r.str(name); {
+	case strings.EqualFold(v, "off"):
+		o.Off = true
+	case v != "":
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > limiter.MaxLimit {
+			r.fail(name, v, fmt.Sprintf("a whole number from 1 to %d, or off", limiter.MaxLimit))
+			break
+		}
+		o.Budget.Limit = n
+	}
+	if f := r.str("RATE_LIMIT_LOGIN_SPRAY_FIELD"); f != "" {
+		o.Field = f
+	}
+	return o
 }
 
 // consecutive reads a cap on consecutive failures: 1 to NIST SP

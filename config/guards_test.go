@@ -22,14 +22,14 @@ func TestVarsGuardBudgets(t *testing.T) {
 		bad    string // the variable at fault
 	}{
 		{"unset", nil,
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter},
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray},
 			SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}, ""},
 		{"set", []string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", "3", "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "9", "RATE_LIMIT_LOGIN_IP_ATTEMPTS", "50",
 			"RATE_LIMIT_RESET_PER_DESTINATION", "2", "RATE_LIMIT_RESET_PER_IP", "7"},
-			SignInBudgets{per(3, 15*time.Minute), per(9, time.Hour), per(50, time.Hour), middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter},
+			SignInBudgets{per(3, 15*time.Minute), per(9, time.Hour), per(50, time.Hour), middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray},
 			SendBudgets{per(2, time.Hour), per(7, time.Hour)}, ""},
 		{"bad", []string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "many"},
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter},
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray},
 			SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}, "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,6 +43,34 @@ func TestVarsGuardBudgets(t *testing.T) {
 				t.Errorf("Err = %v, want one naming %q", err, tc.bad)
 			}
 		})
+	}
+}
+
+var defSpray = middleware.SprayOptions{Field: middleware.DefaultPasswordField, Budget: middleware.DefaultPasswordSpray}
+
+// The count of failures per password is read with its field, or turned
+// off; a bad value is named.
+func TestVarsSpray(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want middleware.SprayOptions
+		bad  bool
+	}{
+		{nil, defSpray, false},
+		{[]string{"RATE_LIMIT_LOGIN_SPRAY", "50", "RATE_LIMIT_LOGIN_SPRAY_FIELD", "pw"},
+			middleware.SprayOptions{Field: "pw", Budget: limiter.Budget{Limit: 50, Window: time.Hour}}, false},
+		{[]string{"RATE_LIMIT_LOGIN_SPRAY", "Off"}, middleware.SprayOptions{Off: true, Field: "password", Budget: middleware.DefaultPasswordSpray}, false},
+		{[]string{"RATE_LIMIT_LOGIN_SPRAY", "0"}, defSpray, true},
+		{[]string{"RATE_LIMIT_LOGIN_SPRAY", "20/1h"}, defSpray, true},
+	} {
+		v := NewVars(env(tc.env...))
+		if got := v.SignIn().Spray; got != tc.want {
+			t.Errorf("%v: %+v, want %+v", tc.env, got, tc.want)
+		}
+		var ve *VarError
+		if err := v.Err(); tc.bad != (err != nil) || tc.bad && (!errors.As(err, &ve) || ve.Var != "RATE_LIMIT_LOGIN_SPRAY" || !strings.Contains(err.Error(), "or off")) {
+			t.Errorf("%v: Err = %v", tc.env, err)
+		}
 	}
 }
 

@@ -169,7 +169,7 @@ func BodyField(name string, opts BodyOptions) Func {
 
 func fieldFunc(name string, opts BodyOptions, forms bodyForms) Func {
 	return func(r *http.Request) (string, error) {
-		vs, err := readFields(r, opts, forms, []string{name})
+		vs, err := readFields(r, opts, forms, []string{name}, nil)
 		if err == nil {
 			vs[0], err = checkValue(vs[0], opts)
 		}
@@ -189,15 +189,38 @@ func fieldFunc(name string, opts BodyOptions, forms bodyForms) Func {
 // included), or [ErrValueTooLong] for a value of names over
 // opts.MaxValueBytes. The body is restored for the handler.
 func BodyFields(r *http.Request, opts BodyOptions, names ...string) ([]string, error) {
-	vs, err := readFields(r, opts, anyBody, names)
+	vs, err := readFields(r, opts, anyBody, names, nil)
 	if err != nil {
 		return nil, fmt.Errorf("keyfunc: body fields: %w", err)
 	}
 	return vs, nil
 }
 
+// BodyFieldAndSecret returns a reader of two fields of r's body in one
+// reading: name, as [BodyField] reads it, and secret, such as a password.
+// The secret is read with the same rules, given more than once in any
+// letter case it is malformed too, but its value is bounded only by
+// opts.MaxBytes; absent or empty, it is "". Errors never hold its value.
+// The body is restored for the handler.
+func BodyFieldAndSecret(name, secret string, opts BodyOptions) func(r *http.Request) (value, secretValue string, err error) {
+	names := []string{name, secret}
+	maxes := []int{opts.maxValue(), int(opts.maxBytes())}
+	return func(r *http.Request) (string, string, error) {
+		vs, err := readFields(r, opts, anyBody, names, maxes)
+		if err == nil {
+			vs[0], err = checkValue(vs[0], opts)
+		}
+		if err != nil {
+			return "", "", fmt.Errorf("keyfunc: body field %q: %w", name, err)
+		}
+		return vs[0], vs[1], nil
+	}
+}
+
 // readFields reads the values of names from r's body, in one of forms.
-func readFields(r *http.Request, opts BodyOptions, forms bodyForms, names []string) ([]string, error) {
+// maxes[i] bounds the value of names[i]; nil means opts.MaxValueBytes for
+// each.
+func readFields(r *http.Request, opts BodyOptions, forms bodyForms, names []string, maxes []int) ([]string, error) {
 	mt, params, err := mediaType(r)
 	if err != nil {
 		return nil, err
@@ -229,7 +252,13 @@ func readFields(r *http.Request, opts BodyOptions, forms bodyForms, names []stri
 	if err != nil {
 		return nil, err
 	}
-	f := fields{names: names, vals: make([]string, len(names)), found: make([]bool, len(names)), max: opts.maxValue()}
+	if maxes == nil {
+		maxes = make([]int, len(names))
+		for i := range maxes {
+			maxes[i] = opts.maxValue()
+		}
+	}
+	f := fields{names: names, vals: make([]string, len(names)), found: make([]bool, len(names)), max: maxes}
 	switch form {
 	case formBody:
 		err = f.form(body)
@@ -249,7 +278,7 @@ type fields struct {
 	names []string
 	vals  []string
 	found []bool
-	max   int
+	max   []int // of each value
 }
 
 // index returns the index of key among names, matched case-insensitively,
@@ -268,8 +297,8 @@ func (f *fields) set(i int, v string) error {
 	if f.found[i] {
 		return fmt.Errorf("%w: field %q given more than once", ErrMalformedBody, clip(f.names[i], 64))
 	}
-	if len(v) > f.max {
-		return fmt.Errorf("field %q value of %d bytes over %d: %w", clip(f.names[i], 64), len(v), f.max, ErrValueTooLong)
+	if len(v) > f.max[i] {
+		return fmt.Errorf("field %q value of %d bytes over %d: %w", clip(f.names[i], 64), len(v), f.max[i], ErrValueTooLong)
 	}
 	f.vals[i], f.found[i] = v, true
 	return nil
@@ -330,7 +359,7 @@ func (f *fields) multipart(body []byte, boundary string) error {
 		if p.FileName() != "" {
 			return fmt.Errorf("%w: file part under field %q", ErrMalformedBody, clip(f.names[i], 64))
 		}
-		v, err := io.ReadAll(io.LimitReader(p, int64(f.max)+1))
+		v, err := io.ReadAll(io.LimitReader(p, int64(f.max[i])+1))
 		if err != nil {
 			return fmt.Errorf("%w: multipart: %v", ErrMalformedBody, err)
 		}

@@ -350,3 +350,44 @@ func BenchmarkBodyField(b *testing.B) {
 		})
 	}
 }
+
+// BodyFieldAndSecret reads both fields in one reading; the secret may be
+// longer than an account, is "" when absent, and is never in an error.
+func TestBodyFieldAndSecret(t *testing.T) {
+	long := strings.Repeat("s", 4*MaxAccountInput)
+	read := BodyFieldAndSecret("username", "password", BodyOptions{})
+	for _, tc := range []struct {
+		name, ct, body   string
+		account, secret  string
+		wantErr          error
+		mustNotMentionPw string
+	}{
+		{name: "form", ct: ctForm, body: "username=alice&password=" + long, account: "alice", secret: long},
+		{name: "json", ct: ctJSON, body: `{"username":"alice","password":"x y"}`, account: "alice", secret: "x y"},
+		{name: "absent secret", ct: ctForm, body: "username=alice", account: "alice"},
+		{name: "empty secret", ct: ctForm, body: "username=alice&password=", account: "alice"},
+		{name: "secret twice", ct: ctForm, body: "username=alice&password=hunter2&PassWord=hunter3", wantErr: ErrMalformedBody, mustNotMentionPw: "hunter"},
+		{name: "secret not a string", ct: ctJSON, body: `{"username":"alice","password":12345678}`, wantErr: ErrMalformedBody, mustNotMentionPw: "12345678"},
+		{name: "no account", ct: ctForm, body: "password=hunter2", wantErr: ErrNoKey, mustNotMentionPw: "hunter2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := bodyRequest(http.MethodPost, tc.ct, tc.body)
+			account, secret, err := read(r)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) || !errors.Is(err, ErrNoKey) || account != "" || secret != "" {
+					t.Fatalf("= %q, %q, %v; want %v", account, secret, err, tc.wantErr)
+				}
+				if strings.Contains(err.Error(), tc.mustNotMentionPw) {
+					t.Fatalf("error %q holds the secret", err)
+				}
+				return
+			}
+			if err != nil || account != tc.account || secret != tc.secret {
+				t.Fatalf("= %q, %.20q, %v; want %q, %.20q", account, secret, err, tc.account, tc.secret)
+			}
+			if rest, _ := io.ReadAll(r.Body); string(rest) != tc.body {
+				t.Fatal("body not restored")
+			}
+		})
+	}
+}

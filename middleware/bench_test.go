@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +110,44 @@ func BenchmarkLimiterAttempt(b *testing.B) {
 		if d, err := l.Attempt(ctx, "192.0.2.7"); err != nil || !d.Allowed {
 			b.Fatalf("%v %v", d.Allowed, err)
 		}
+	}
+}
+
+// BenchmarkSignInSuccess is one successful sign-in through SignIn, on the
+// memory store, with the count of failures per password off and on: what
+// the password's bucket (an HMAC), its two keys and their credit cost.
+func BenchmarkSignInSuccess(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		spray middleware.SprayOptions
+	}{
+		{"spray-off", middleware.SprayOptions{Off: true}},
+		{"spray-on", middleware.SprayOptions{}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			g, err := middleware.SignIn(handle(b, memStore(b, nil), "signin:"), middleware.SignInOptions{
+				Logger: quiet, Spray: tc.spray, Device: middleware.DeviceOptions{Off: true},
+				IPAttempts: limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour}, // every attempt counts here
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer g.Close()
+			h := g.Wrap(ok)
+			const body = "username=alice&password=correct+horse+battery+staple"
+			w := &reusedWriter{h: make(http.Header)}
+			b.ReportAllocs()
+			for b.Loop() {
+				r := httptest.NewRequest("POST", "/login", strings.NewReader(body))
+				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				r.RemoteAddr = "192.0.2.7:41000"
+				clear(w.h)
+				w.status = 0
+				h.ServeHTTP(w, r)
+				if w.status != http.StatusOK {
+					b.Fatalf("status %d", w.status)
+				}
+			}
+		})
 	}
 }

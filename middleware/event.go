@@ -31,11 +31,17 @@ const (
 	// EventRecovered: the app reported a recovery of the account
 	// (Recovered), such as a completed password reset.
 	EventRecovered EventKind = "ratelimit-account-recovered"
+	// EventPasswordSprayed: a failure spent a password's budget of failed
+	// accounts (NAME-spray). Attempts with a password of its bucket are
+	// refused, but from known devices, until Until. Account is "": the
+	// event concerns a password, which no event carries.
+	EventPasswordSprayed EventKind = "ratelimit-password-sprayed"
 )
 
 // Event is something an app may route to its audit log or its owner: a
 // lock-out begun, a delay imposed, an unlock. A guard emits at most one
-// per account per window of the budget concerned, never one per request.
+// per account (per password bucket, for EventPasswordSprayed) per window
+// of the budget concerned, never one per request.
 // It never carries a password or a request body.
 type Event struct {
 	Kind EventKind
@@ -76,12 +82,13 @@ func (e Event) LogValue() slog.Value {
 
 // eventMessages are the log messages of each kind of event.
 var eventMessages = map[EventKind]string{
-	EventBudgetSpent: "account budget spent",
-	EventDelayed:     "account attempts delayed",
-	EventCapReached:  "account reached its cap on consecutive failures",
-	EventKnownDevice: "known device signed in to an account at its cap",
-	EventUnlocked:    "account unlocked",
-	EventRecovered:   "account recovered",
+	EventBudgetSpent:     "account budget spent",
+	EventDelayed:         "account attempts delayed",
+	EventCapReached:      "account reached its cap on consecutive failures",
+	EventKnownDevice:     "known device signed in to an account at its cap",
+	EventUnlocked:        "account unlocked",
+	EventRecovered:       "account recovered",
+	EventPasswordSprayed: "password sprayed: refused on every account",
 }
 
 // emit logs e, with its kind and never its account, and hands it to on,

@@ -135,6 +135,9 @@ type SignInOptions struct {
 	// Field is the form or JSON body field holding the account name; ""
 	// means "username".
 	Field string
+	// Spray counts failures per password across accounts and addresses
+	// (NAME-spray); the zero value turns it on (see SprayOptions).
+	Spray SprayOptions
 	// Normalize canonicalises the account name; nil means
 	// keyfunc.NormalizeUsername. A name it rejects is treated as an
 	// unreadable account (see Failed).
@@ -206,21 +209,29 @@ type SignInOptions struct {
 //	("lockouts", ACCOUNT, IP)         lock-outs of the pair, under Backoff
 //	("consecutive", ACCOUNT)          failures since the last success: NAME-consecutive
 //	("delay", ACCOUNT)                the wait of the next attempt: NAME-delay
+//	("password", H)                   failed accounts of a password bucket: NAME-spray
+//	("password-account", H, ACCOUNT)  attempts of the bucket on the account
+//
+// H is a password's bucket, 4 hexadecimal digits of 16 bits (see
+// PasswordBuckets): no key holds more of a password.
 //
 // Unlock and Recovered clear an account's keys, Show reads them, and the
 // limiter's Reset clears any one of them.
 type SignInGuard struct {
 	*guard
 	o       SignInOptions
-	account keyfunc.Func
+	reader  func(r *http.Request) (account, password string, err error)
 	devices *devices // nil when off
+	spray   *sprayer // nil when off
 	rules   accountRules
 	// entries maps the keys of an attempt of an unknown device to the
-	// budgets of the RateLimit fields; ipEntry and devEntry hold the
-	// entries of the address and known device's attempts.
-	entries  [4]int
-	ipEntry  [1]int
-	devEntry [2]int
+	// budgets of the RateLimit fields, sprayEntries those of one with a
+	// password; ipEntry and devEntry hold the entries of the address and
+	// known device's attempts.
+	entries      [4]int
+	sprayEntries [6]int
+	ipEntry      [1]int
+	devEntry     [2]int
 	// delayFields name NAME-delay.
 	delayFields *fields
 }
@@ -248,6 +259,14 @@ const (
 	keyIP
 )
 
+// The indexes of the keys of a password, in an attempt of an unknown
+// device with one: the address moves after them.
+const (
+	keySpray = keyIP + iota
+	keyMarker
+	keySprayIP
+)
+
 // The indexes of the keys of one sign-in attempt of a known device.
 const (
 	keyDevice = iota
@@ -262,6 +281,9 @@ var deviceConsecutive = limiter.Budget{Limit: limiter.MaxLimit, Window: limiter.
 // the fields of an attempt that is not refused name one of them, never the
 // account's budget, which would tell how others have used the account.
 var ownKeys = []int{keyAccountIP, keyIP}
+
+// sprayOwn are ownKeys in an attempt with a password.
+var sprayOwn = []int{keyAccountIP, keySprayIP}
 
 // SignIn returns a guard for a sign-in handler, counting in h (which it
 // claims). Each attempt is counted in one atomic store update against three
@@ -284,6 +306,12 @@ var ownKeys = []int{keyAccountIP, keyIP}
 // above: strangers' failures on the account or the address never lock it
 // out, while clients without one, a distributed guesser's, keep the three
 // budgets.
+//
+// With Spray on, as by default, the attempt's password is counted too, by
+// its bucket (see PasswordBuckets), in the same update: a password that
+// failed against more accounts than its budget is refused on every
+// account, but from known devices. A success gives its charge back, and an
+// (account, password) pair counted before counts no more.
 //
 // The guard never learns whether an account exists, so its answers for a
 // known and an unknown account are the same at every attempt count: status,
@@ -339,6 +367,17 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 	}
 	names := []string{o.Name + "-account-ip", o.Name + "-account", o.Name + "-consecutive"}
 	budgets := []limiter.Budget{o.AccountIPFailures, o.AccountFailures, rules.consecutive}
+	var spray *sprayer
+	fSpray := len(names)
+	if !o.Spray.Off && rules.account == nil {
+		var err error
+		if spray, err = newSprayer(o.Spray, o.Field, o.Device.Secret); err != nil {
+			return nil, fmt.Errorf("middleware %q: %w", o.Name, err)
+		}
+		o.Spray = spray.o
+		names = append(names, o.Name+"-spray")
+		budgets = append(budgets, o.Spray.Budget)
+	}
 	var dev *devices
 	if !o.Device.Off {
 		var err error
@@ -376,17 +415,24 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 			"Set DeviceOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindDeviceKeyNotShared)
 	}
 	fIP := len(names) - 1
-	account := rules.account
-	if account == nil {
-		account = keyfunc.BodyField(o.Field, o.Body)
+	var read func(r *http.Request) (string, string, error)
+	switch {
+	case rules.account != nil:
+		read = readAccount(rules.account)
+	case spray != nil:
+		read = keyfunc.BodyFieldAndSecret(o.Field, o.Spray.Field, o.Body)
+	default:
+		read = readAccount(keyfunc.BodyField(o.Field, o.Body))
 	}
 	delayName := o.Name + "-delay"
 	if !isToken(delayName) {
 		return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
 	}
 	return &SignInGuard{
-		guard: g, o: o, account: account, devices: dev, rules: rules,
-		entries: [4]int{keyAccountIP, keyAccount, keyConsecutive, fIP}, ipEntry: [1]int{fIP}, devEntry: [2]int{fIP - 1, keyConsecutive},
+		guard: g, o: o, reader: read, devices: dev, spray: spray, rules: rules,
+		entries:      [4]int{keyAccountIP, keyAccount, keyConsecutive, fIP},
+		sprayEntries: [6]int{keyAccountIP, keyAccount, keyConsecutive, fSpray, fSpray, fIP},
+		ipEntry:      [1]int{fIP}, devEntry: [2]int{fIP - 1, keyConsecutive},
 		delayFields: newFields([]string{delayName}, []limiter.Budget{{Limit: 1, Window: o.Delay.Max}}, !o.ShowRemaining, o.LegacyHeaders),
 	}, nil
 }
@@ -396,9 +442,16 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 // when the body cannot be read (see SignInOptions.Failed) or Normalize
 // rejects the name. The body is restored for the handler.
 func (g *SignInGuard) ReadAccount(r *http.Request) (string, error) {
-	raw, err := g.account(r)
+	name, _, err := g.readAttempt(r)
+	return name, err
+}
+
+// readAttempt returns the account of r, as ReadAccount does, and its
+// password when the guard counts them: "" when off or absent.
+func (g *SignInGuard) readAttempt(r *http.Request) (account, password string, err error) {
+	raw, password, err := g.reader(r)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	name, err := g.o.Normalize(raw)
 	if err == nil && name == "" {
@@ -406,11 +459,20 @@ func (g *SignInGuard) ReadAccount(r *http.Request) (string, error) {
 	}
 	if err != nil {
 		if errors.Is(err, keyfunc.ErrNoKey) {
-			return "", fmt.Errorf("middleware: account: %w", err)
+			return "", "", fmt.Errorf("middleware: account: %w", err)
 		}
-		return "", fmt.Errorf("middleware: account: %w: %w", keyfunc.ErrInvalidAccount, err)
+		return "", "", fmt.Errorf("middleware: account: %w: %w", keyfunc.ErrInvalidAccount, err)
 	}
-	return name, nil
+	return name, password, nil
+}
+
+// readAccount adapts f, which reads an account alone, to a reader of an
+// account and its password, which it never has.
+func readAccount(f keyfunc.Func) func(r *http.Request) (string, string, error) {
+	return func(r *http.Request) (string, string, error) {
+		v, err := f(r)
+		return v, "", err
+	}
 }
 
 // Wrap returns next guarded by g.
@@ -431,7 +493,7 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 	if !ok {
 		return
 	}
-	account, err := g.ReadAccount(r)
+	account, password, err := g.readAttempt(r)
 	if err != nil {
 		g.unreadable(w, r, ip, exempt, err)
 		return
@@ -451,17 +513,25 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 			limiter.Charge{Key: consecutive, Budget: deviceConsecutive})
 		p.entries, p.own = g.devEntry[:], deviceOwn
 	} else {
-		charges := [4]limiter.Charge{
+		charges := [6]limiter.Charge{
 			keyAccountIP:   {Key: a.accountIP, Budget: g.o.AccountIPFailures},
 			keyAccount:     {Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
 			keyConsecutive: {Key: consecutive, Budget: g.rules.consecutive},
-			keyIP:          {Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts},
 		}
-		n := len(charges)
+		n := keyIP
 		p.entries, p.own = g.entries[:], ownKeys
+		if a.sprayed = g.spray != nil && password != ""; a.sprayed {
+			a.spray, a.marker = g.spray.keys(password, account)
+			charges[keySpray] = limiter.Charge{Key: a.spray, Budget: g.o.Spray.Budget}
+			charges[keyMarker] = limiter.Charge{Key: a.marker, Budget: sprayMarker(g.o.Spray.Budget)}
+			n = keySprayIP
+			p.entries, p.own = g.sprayEntries[:], sprayOwn
+		}
 		if exempt { // the address budget comes last
-			n--
-			p.entries, p.own = g.entries[:n], ownKeys[:1]
+			p.entries, p.own = p.entries[:n], p.own[:1]
+		} else {
+			charges[n] = limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts}
+			n++
 		}
 		if d, ok = g.attempt(w, r, charges[:n]...); ok && g.rules.delay && counted(&d) {
 			ok = g.delay(w, r, &d, a)
@@ -519,14 +589,22 @@ type signInAttempt struct {
 	ip, accountIP string
 	device        string // the device key, when known
 	known         bool
+	// sprayed reports that the attempt charged its password's keys, spray
+	// and marker; repeat that its pair was counted before, so that its
+	// charge of spray was given back.
+	sprayed       bool
+	spray, marker string
+	repeat        bool
 	// delayed is the decision that took the account's delay slot, and
 	// failures the consecutive count it was taken at; nil when none.
 	delayed  *limiter.Decision
 	failures int
 }
 
-// run runs the handler of an allowed attempt, issues a device cookie with
-// a successful answer, and credits or backs off by the outcome.
+// run runs the handler of an allowed attempt, counted (run is never
+// called for one let through uncounted), issues a device cookie with a
+// successful answer, and credits or backs off by the outcome. The charge
+// of a password on a pair counted before is given back first.
 func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Handler, d limiter.Decision) {
 	g := a.g
 	success := func(status int) bool {
@@ -538,6 +616,14 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 			if success(status) {
 				g.devices.issue(w.Header(), a.out.account)
 			}
+		}
+	}
+	if a.sprayed && limiter.MaxLimit-d.RemainingOf(keyMarker) > 1 {
+		// The pair was counted before: one owner retyping a password
+		// counts once.
+		a.repeat = true
+		if err := g.l.Credit(context.WithoutCancel(r.Context()), d, []int{keySpray}); err != nil {
+			g.log.Warn("repeated password not given back", "kind", "ratelimit-refund-failed", "err", err)
 		}
 	}
 	next.ServeHTTP(rw, r)
@@ -564,7 +650,7 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
 		}
 	case success(rw.status):
-		g.succeeded(ctx, &d, account, a.ip)
+		g.succeeded(ctx, &d, a)
 	case !a.known:
 		g.failed(ctx, r, &d, a)
 	}
@@ -587,6 +673,10 @@ func (g *SignInGuard) failed(ctx context.Context, r *http.Request, d *limiter.De
 	if d.RemainingOf(keyConsecutive) == 0 {
 		g.event(ctx, r, Event{Kind: EventCapReached, Account: account, Budget: g.o.Name + "-consecutive",
 			Failures: g.rules.consecutive.Limit, Limit: g.rules.consecutive.Limit, Time: d.Now})
+	}
+	if a.sprayed && !a.repeat && d.RemainingOf(keySpray) == 0 {
+		g.event(ctx, r, Event{Kind: EventPasswordSprayed, Budget: g.o.Name + "-spray",
+			Failures: g.o.Spray.Budget.Limit, Limit: g.o.Spray.Budget.Limit, Until: d.ResetOf(keySpray), Time: d.Now})
 	}
 	if dd := a.delayed; dd != nil {
 		g.event(ctx, r, Event{Kind: EventDelayed, Account: account, Budget: g.o.Name + "-delay",
@@ -621,7 +711,7 @@ func (g *SignInGuard) unreadable(w http.ResponseWriter, r *http.Request, ip stri
 // skip runs next for a request Skip lets through, uncounted, with its
 // account read as for a counted one.
 func (g *SignInGuard) skip(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	account, err := g.ReadAccount(r)
+	account, _, err := g.readAttempt(r)
 	if err != nil {
 		g.o.Failed.ServeHTTP(w, r)
 		return
@@ -630,14 +720,25 @@ func (g *SignInGuard) skip(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // succeeded refunds the account's failure (or clears the account's
-// failures, under rules.clearAccount) and clears the (account, IP)
-// failures and lock-outs, and the account's consecutive failures and
-// delay, in one store update, retried until it lands (see
-// limiter.Limiter.Credit).
-func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, account, ip string) {
-	refund, cleared := []int{keyAccount}, make([]string, 0, 5)
+// failures, under rules.clearAccount) and the password's, and clears the
+// (account, IP) failures and lock-outs, the account's consecutive failures
+// and delay, and the marker of the (account, password) pair, in one store
+// update, retried until it lands (see limiter.Limiter.Credit).
+func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, a *signInAttempt) {
+	account, ip := a.out.account, a.ip
+	refund, cleared := make([]int, 0, 2), make([]string, 0, 6)
 	if g.rules.clearAccount {
-		refund, cleared = nil, append(cleared, keyfunc.JoinKeys("account", account))
+		cleared = append(cleared, keyfunc.JoinKeys("account", account))
+	} else {
+		refund = append(refund, keyAccount)
+	}
+	if a.sprayed {
+		// A right password is no spray, and its bucket is not left
+		// beside the account.
+		if !a.repeat {
+			refund = append(refund, keySpray)
+		}
+		cleared = append(cleared, a.marker)
 	}
 	cleared = append(cleared, keyfunc.JoinKeys("account-ip", account, ip), keyfunc.JoinKeys("lockouts", account, ip),
 		keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))

@@ -282,7 +282,7 @@ func TestSignInRetryAfterLatestReset(t *testing.T) {
 	}
 	clk.Advance(10 * time.Minute)
 	for i := range 95 {
-		login(h, "192.0.2.1", fmt.Sprintf("user%d", i), "x")
+		login(h, "192.0.2.1", fmt.Sprintf("user%d", i), fmt.Sprintf("x%d", i))
 	}
 	// The account-and-address budget resets in 5 minutes, the address
 	// budget in 50.

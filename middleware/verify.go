@@ -127,6 +127,7 @@ func Verify(h *store.Handle, o VerifyOptions) (*VerifyGuard, error) {
 		Body:                  o.Body,
 		Failed:                o.Failed,
 		Device:                DeviceOptions{Off: true},
+		Spray:                 SprayOptions{Off: true},
 		IP:                    o.IP,
 		Success:               o.Success,
 		ShowRemaining:         o.ShowRemaining,

@@ -201,7 +201,8 @@ func CheckUnreadable(t *testing.T, s *Server) {
 
 // CheckRetryAfter checks, against a server started with AttackEnv, that a
 // refusal's Retry-After is the latest among the budgets that refuse: 5
-// wrong passwords for alice and 95 other names from one address, then
+// wrong passwords for alice and 95 other names, each with a password of
+// its own, from one address, then
 // alice waits at least as long as the address budget refuses.
 func CheckRetryAfter(t *testing.T, s *Server) {
 	const ip = "192.0.2.131"
@@ -209,7 +210,7 @@ func CheckRetryAfter(t *testing.T, s *Server) {
 		PostBody(t, s.URL+"/login", ip, formType, credentials("alice", "wrong"))
 	}
 	for i := range 95 {
-		PostBody(t, s.URL+"/login", ip, formType, credentials(fmt.Sprintf("user%d", i), "x"))
+		PostBody(t, s.URL+"/login", ip, formType, credentials(fmt.Sprintf("user%d", i), fmt.Sprintf("x%d", i)))
 	}
 	res, _ := PostBody(t, s.URL+"/login", ip, formType, credentials("alice", "correct-horse"))
 	aliceWait, err := strconv.Atoi(res.Header.Get("Retry-After"))

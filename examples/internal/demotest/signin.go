@@ -48,6 +48,7 @@ func CheckSignIn(t *testing.T, s *Server) {
 		{"only failures count", checkOnlyFailuresCount},
 		{"credential stuffing", checkCredentialStuffing},
 		{"distributed guessing", checkDistributedGuessing},
+		{"password spraying", checkPasswordSpray},
 		{"enumeration", checkEnumeration},
 		{"client gone", checkClientGone},
 		{"password reset", checkPasswordReset},
@@ -103,12 +104,12 @@ func checkOnlyFailuresCount(t *testing.T, s *Server) {
 	}
 }
 
-// checkCredentialStuffing: one address trying 1,000 accounts reaches the
-// check 100 times.
+// checkCredentialStuffing: one address trying 1,000 accounts, each with a
+// leaked password of its own, reaches the check 100 times.
 func checkCredentialStuffing(t *testing.T, s *Server) {
 	passed := 0
 	for i := range 1000 {
-		if res, _ := login(t, s, "198.51.100.1", fmt.Sprintf("user%d", i), "guess"); res.StatusCode == 401 {
+		if res, _ := login(t, s, "198.51.100.1", fmt.Sprintf("user%d", i), fmt.Sprintf("leaked%d", i)); res.StatusCode == 401 {
 			passed++
 		}
 	}
@@ -136,6 +137,77 @@ func checkDistributedGuessing(t *testing.T, s *Server) {
 	}
 	if passed != 20 {
 		t.Fatalf("%d of 100 guesses reached the check, want 20", passed)
+	}
+}
+
+// checkPasswordSpray: one wrong password against 1,000 accounts from
+// 1,000 addresses reaches the check 20 times (RATE_LIMIT_LOGIN_SPRAY's
+// default), known and unknown accounts answered alike; another password
+// is unaffected; an owner retyping her old password 10 times counts once.
+func checkPasswordSpray(t *testing.T, s *Server) {
+	const budget = 20
+	before := s.App.PasswordChecks()
+	users := []string{"alice", "bob"}
+	answers := map[int]string{}
+	login429 := func(t *testing.T, s *Server, user string) string {
+		res, body := login(t, s, "10.99.0.1", user, "Spring2026!")
+		res.Header.Del("Retry-After")
+		return body + "\n" + shape(res.Header)
+	}
+	for i := range 1000 {
+		user := fmt.Sprintf("spray%d", i)
+		if i < len(users) {
+			user = users[i] // known accounts among the first, with the unknown
+		}
+		res, body := login(t, s, fmt.Sprintf("10.%d.%d.1", i/256, i%256), user, "Spring2026!")
+		want := 401
+		if i >= budget {
+			want = 429
+		}
+		if res.StatusCode != want {
+			t.Fatalf("spray attempt %d (%s): %d %s, want %d", i+1, user, res.StatusCode, body, want)
+		}
+		res.Header.Del("Retry-After") // the seconds left may tick between attempts
+		answer := body + "\n" + shape(res.Header)
+		if first, ok := answers[want]; !ok {
+			answers[want] = answer
+		} else if answer != first {
+			t.Fatalf("spray attempt %d (%s) answered apart from the first %d:\n%s\n%s", i+1, user, want, answer, first)
+		}
+	}
+	if user := users[0]; login429(t, s, user) != answers[429] || login429(t, s, "nobody-sprayed") != answers[429] {
+		t.Fatalf("a known or an unknown account answered the sprayed password apart")
+	}
+	if n := s.App.PasswordChecks() - before; n != budget {
+		t.Fatalf("the sprayed password reached the check %d times, want %d", n, budget)
+	}
+	// The server has no secret, so buckets are fixed: Winter2026? shares
+	// none with the other checks' passwords (Autumn2026? shares leaked56's,
+	// and would be refused at its 20th account: the cost README tells).
+	before = s.App.PasswordChecks()
+	for i := range budget {
+		if res, _ := login(t, s, fmt.Sprintf("10.9.%d.1", i), fmt.Sprintf("other%d", i), "Winter2026?"); res.StatusCode != 401 {
+			t.Fatalf("another password, attempt %d: %d", i+1, res.StatusCode)
+		}
+	}
+	if n := s.App.PasswordChecks() - before; n != budget {
+		t.Fatalf("another password reached the check %d times, want %d", n, budget)
+	}
+	// Bob retypes an old password 10 times, from two addresses (5 each:
+	// his per-address budget); it then reaches 19 other accounts.
+	for i := range 10 {
+		if res, _ := login(t, s, fmt.Sprintf("192.0.2.%d", 40+i/5), "bob", "old-battery"); res.StatusCode != 401 {
+			t.Fatalf("bob's try %d: %d", i+1, res.StatusCode)
+		}
+	}
+	reached := 0
+	for i := range 50 {
+		if res, _ := login(t, s, fmt.Sprintf("10.10.%d.1", i), fmt.Sprintf("spray%d", i), "old-battery"); res.StatusCode == 401 {
+			reached++
+		}
+	}
+	if reached != budget-1 {
+		t.Fatalf("after bob's 10 tries, his old password reached %d other accounts, want %d: his tries count once", reached, budget-1)
 	}
 }
 

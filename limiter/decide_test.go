@@ -18,10 +18,10 @@ func TestDecideKeyMatchesDecide(t *testing.T) {
 		name string
 		t    store.Tally
 	}{
-		{"allowed", store.Tally{Allowed: true, Now: now, Limiting: -1, Counts: [4]int64{1}, ExpiresAt: [4]time.Time{end}}},
-		{"allowed to its cap", store.Tally{Allowed: true, Now: now, Limiting: -1, Counts: [4]int64{3}, ExpiresAt: [4]time.Time{end}}},
-		{"refused", store.Tally{Now: now, Limiting: 0, Counts: [4]int64{3}, ExpiresAt: [4]time.Time{end}}},
-		{"refused past its cap", store.Tally{Now: now, Limiting: 0, Counts: [4]int64{9}, ExpiresAt: [4]time.Time{end}}},
+		{"allowed", store.Tally{Allowed: true, Now: now, Limiting: -1, Counts: [store.MaxCountKeys]int64{1}, ExpiresAt: [store.MaxCountKeys]time.Time{end}}},
+		{"allowed to its cap", store.Tally{Allowed: true, Now: now, Limiting: -1, Counts: [store.MaxCountKeys]int64{3}, ExpiresAt: [store.MaxCountKeys]time.Time{end}}},
+		{"refused", store.Tally{Now: now, Limiting: 0, Counts: [store.MaxCountKeys]int64{3}, ExpiresAt: [store.MaxCountKeys]time.Time{end}}},
+		{"refused past its cap", store.Tally{Now: now, Limiting: 0, Counts: [store.MaxCountKeys]int64{9}, ExpiresAt: [store.MaxCountKeys]time.Time{end}}},
 		{"refused with no window", store.Tally{Now: now, Limiting: 0}},
 	} {
 		var want, got Decision

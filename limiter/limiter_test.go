@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -213,7 +214,11 @@ func TestAttemptEachBudgets(t *testing.T) {
 func TestInvalidKeys(t *testing.T) {
 	l := newLimiter(t, nil, limiter.Options{Budget: limiter.Budget{Limit: 1, Window: time.Minute}})
 	ctx := context.Background()
-	for _, keys := range [][]string{nil, {""}, {"a", "a"}, {"1", "2", "3", "4", "5"}} {
+	over := make([]string, limiter.MaxKeys+1)
+	for i := range over {
+		over[i] = strconv.Itoa(i)
+	}
+	for _, keys := range [][]string{nil, {""}, {"a", "a"}, over} {
 		if _, err := l.Attempt(ctx, keys...); !errors.Is(err, limiter.ErrInvalidKeys) {
 			t.Errorf("keys %q: %v", keys, err)
 		}

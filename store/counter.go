@@ -10,7 +10,7 @@ import (
 )
 
 // MaxCountKeys is the most keys one Count may name.
-const MaxCountKeys = 4
+const MaxCountKeys = 8
 
 // Budget is Limit attempts per Window: the bound and window of one key's
 // counter in a Count, and a limiter's budget (limiter.Budget is this type).

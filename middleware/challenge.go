@@ -158,7 +158,7 @@ func (c *challenger) readAnswer(r *http.Request) string {
 // address an attempt, and the attempt goes on as one without an answer.
 func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, a *signInAttempt, exempt bool) bool {
 	c := g.challenge
-	answer := c.readAnswer(r)
+	answer := c.readAnswer(p.r) // the handler's request, whose body it restores
 	if answer == "" {
 		return false
 	}

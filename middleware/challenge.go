@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gatecount/gatecount/keyfunc"
@@ -93,9 +94,23 @@ type challenger struct {
 	// to them.
 	fields  *fields
 	entries [5]int
-	// spent names NAME-challenge alone, for a refusal before a challenge.
-	spent *fields
+	// failures remembers, for limiter.AskAgain, each account's
+	// challenged failures as the store last told them, so that a flood of
+	// challenged refusals asks the store once a second per account, as a
+	// flood of refusals does.
+	mu       sync.Mutex
+	failures map[string]recalled
 }
+
+// recalled is an account's challenged failures, read at a time.
+type recalled struct {
+	failures int
+	at       time.Time
+}
+
+// maxRecalled bounds the accounts whose challenged failures a guard
+// remembers; past it, it forgets them all.
+const maxRecalled = 10_000
 
 // The indexes of the keys of a challenged attempt; the address comes last,
 // left out for an exempt address.
@@ -127,10 +142,10 @@ func newChallenger(o *SignInOptions, consecutive limiter.Budget) (*challenger, e
 	budgets := []limiter.Budget{o.AccountIPFailures, o.ChallengeBudget, consecutive, o.IPAttempts}
 	return &challenger{
 		c: o.Challenge, budget: o.ChallengeBudget,
-		answer:  keyfunc.BodyField(AnswerField, o.Body),
-		fields:  newFields(names, budgets, !o.ShowRemaining, o.LegacyHeaders),
-		entries: [5]int{chalAccountIP: 0, chalChallenge: 1, chalPuzzle: 1, chalConsecutive: 2, chalIP: 3},
-		spent:   newFields(names[1:2], budgets[1:2], !o.ShowRemaining, o.LegacyHeaders),
+		answer:   keyfunc.BodyField(AnswerField, o.Body),
+		fields:   newFields(names, budgets, !o.ShowRemaining, o.LegacyHeaders),
+		entries:  [5]int{chalAccountIP: 0, chalChallenge: 1, chalPuzzle: 1, chalConsecutive: 2, chalIP: 3},
+		failures: map[string]recalled{},
 	}, nil
 }
 
@@ -228,14 +243,20 @@ func challengeable(d *limiter.Decision, exempt bool) bool {
 func (g *SignInGuard) issue(w http.ResponseWriter, r *http.Request, d *limiter.Decision, p *pass, a *signInAttempt) {
 	c := g.challenge
 	ctx := context.WithoutCancel(r.Context())
-	failures := c.budget.Limit // the hardest, unless the store tells
-	pd, err := g.l.PeekEach(ctx, limiter.Charge{Key: keyfunc.JoinKeys("challenge", a.out.account), Budget: c.budget})
-	switch {
-	case err == nil && !pd.Unavailable && pd.RemainingOf(0) == 0:
-		g.serve(w, &pd, &pass{r: r, fields: c.spent}) // no challenged attempt left
+	failures, ok := c.recall(a.out.account)
+	if !ok {
+		// Unless the store tells, the base difficulty: the challenge
+		// budget, counted with the attempt, still bounds the guesses.
+		failures = 0
+		pd, err := g.l.PeekEach(ctx, limiter.Charge{Key: keyfunc.JoinKeys("challenge", a.out.account), Budget: c.budget})
+		if err == nil && !pd.Unavailable {
+			failures = c.budget.Limit - pd.RemainingOf(0)
+			c.remember(a.out.account, failures)
+		}
+	}
+	if failures >= c.budget.Limit { // no challenged attempt left: the refusal stands
+		g.serve(w, d, p)
 		return
-	case err == nil && !pd.Unavailable:
-		failures = c.budget.Limit - pd.RemainingOf(0)
 	}
 	is, err := c.c.Issue(ctx, ChallengeFor{Account: a.out.account, Addr: a.ip, Failures: failures})
 	if err == nil {
@@ -248,6 +269,28 @@ func (g *SignInGuard) issue(w http.ResponseWriter, r *http.Request, d *limiter.D
 	}
 	p.refuse = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeChallenge(w, is) })
 	g.serve(w, d, p)
+}
+
+// recall returns account's challenged failures as the store told them
+// within limiter.AskAgain, and whether it knows them.
+func (c *challenger) recall(account string) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.failures[account]
+	if !ok || time.Since(r.at) >= limiter.AskAgain {
+		return 0, false
+	}
+	return r.failures, true
+}
+
+// remember records account's challenged failures as the store told them.
+func (c *challenger) remember(account string, failures int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.failures) >= maxRecalled {
+		clear(c.failures)
+	}
+	c.failures[account] = recalled{failures, time.Now()}
 }
 
 // checkIssued refuses a challenge the wire format cannot carry.
@@ -299,6 +342,7 @@ func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *lim
 			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
 		}
 		if counted(d) {
+			g.challenge.remember(account, 0)
 			g.event(ctx, r, Event{Kind: EventChallengePassed, Account: account, Budget: g.o.Name + "-challenge",
 				Failures: g.challenge.budget.Limit - d.RemainingOf(chalChallenge) - 1, Limit: g.challenge.budget.Limit, Time: d.Now})
 		}
@@ -310,6 +354,7 @@ func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *lim
 	if !counted(d) {
 		return
 	}
+	g.challenge.remember(account, g.challenge.budget.Limit-d.RemainingOf(chalChallenge))
 	g.event(ctx, r, Event{Kind: EventChallengeFailed, Account: account, Budget: g.o.Name + "-challenge",
 		Failures: g.challenge.budget.Limit - d.RemainingOf(chalChallenge), Limit: g.challenge.budget.Limit, Until: d.ResetOf(chalChallenge), Time: d.Now})
 	if d.RemainingOf(chalConsecutive) == 0 {

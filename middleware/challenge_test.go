@@ -156,8 +156,8 @@ func TestSignInChallenge(t *testing.T) {
 		ip := guessAddr(100 + i)
 		c, ok := challengeOf(t, alice(ip, "guess"))
 		if !ok {
-			if w := alice(ip, "guess"); w.Code != 429 || !strings.Contains(w.Header().Get("RateLimit"), `"login-challenge"`) {
-				t.Fatalf("guess %d without a challenge: %d %q, want 429 of login-challenge", i, w.Code, w.Header())
+			if w := alice(ip, "guess"); w.Code != 429 || !strings.Contains(w.Header().Get("RateLimit"), `"login-account"`) {
+				t.Fatalf("guess %d without a challenge: %d %q, want the refusal of login-account", i, w.Code, w.Header())
 			}
 			break
 		}

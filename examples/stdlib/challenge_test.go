@@ -145,8 +145,8 @@ func TestChallengeFleet(t *testing.T) {
 			run.tr.add(res, body)
 			_, bits, ok := challengeOf(res, body)
 			if !ok {
-				if res.StatusCode != http.StatusTooManyRequests || !strings.Contains(res.Header.Get("RateLimit"), `"login-challenge"`) {
-					t.Fatalf("%s, guess %d: %d %q, want a challenge or 429 naming login-challenge", run.user, g, res.StatusCode, res.Header)
+				if res.StatusCode != http.StatusTooManyRequests || !strings.Contains(res.Header.Get("RateLimit"), `"login-account"`) {
+					t.Fatalf("%s, guess %d: %d %q, want a challenge, or the refusal of login-account once the challenges are spent", run.user, g, res.StatusCode, res.Header)
 				}
 				break
 			}

@@ -131,7 +131,8 @@ type SignInOptions struct {
 	Delay Delay
 	// Challenge, when set, answers an attempt that the account's budget
 	// or delay refuses with a challenge (see Challenge): a client that
-	// answers it gets one more attempt. Nil refuses, as before.
+	// answers it gets one more attempt. Nil refuses, as before. The
+	// guard writes a challenged refusal itself, never OnLimit.
 	Challenge Challenge
 	// ChallengeBudget bounds an account's challenged attempts
 	// (NAME-challenge); zero means DefaultChallengeBudget (10 per hour).

@@ -31,6 +31,8 @@ const (
 	// MaxAnswerBytes bounds an answer in AnswerHeader; one in the body is
 	// bounded as the account field is (SignInOptions.Body).
 	MaxAnswerBytes = 4096
+	// MaxChallengeID bounds Solved.ID.
+	MaxChallengeID = 128
 )
 
 // KindChallengeRefused is the "kind" of the log line of an answer the
@@ -77,8 +79,8 @@ type Issued struct {
 
 // Solved is what Verify learns of a valid answer.
 type Solved struct {
-	// ID names the challenge answered, unique among all challenges; the
-	// guard refuses it again until Expires.
+	// ID names the challenge answered, unique among all challenges: 1 to
+	// MaxChallengeID bytes. The guard refuses it again until Expires.
 	ID string
 	// Expires is when the challenge stops being answerable.
 	Expires time.Time
@@ -179,6 +181,9 @@ func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, 
 	}
 	account := a.out.account
 	s, err := c.c.Verify(r.Context(), answer, ChallengeFor{Account: account, Addr: a.ip})
+	if err == nil && (s.ID == "" || len(s.ID) > MaxChallengeID) {
+		err = fmt.Errorf("middleware: challenge answer with an ID of %d bytes, want 1 to %d", len(s.ID), MaxChallengeID)
+	}
 	if err != nil {
 		return g.answerRefused(w, r, a.ip, exempt, err)
 	}

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -358,5 +359,68 @@ func TestVerifyChallenge(t *testing.T) {
 	a, _ := solve(t, c)
 	if w := answer(h, "203.0.113.7", "alice", "right", a); w.Code != 200 || len(ev.of(middleware.EventChallengePassed)) != 1 {
 		t.Fatalf("Verify with an answer: %d, events %+v", w.Code, ev.list)
+	}
+}
+
+// captcha is an app's own provider: its answer is "ok:" and an ID.
+type captcha struct {
+	issued middleware.Issued
+	err    error
+}
+
+func (c captcha) Issue(context.Context, middleware.ChallengeFor) (middleware.Issued, error) {
+	return c.issued, c.err
+}
+
+func (c captcha) Verify(_ context.Context, answer string, _ middleware.ChallengeFor) (middleware.Solved, error) {
+	id, ok := strings.CutPrefix(answer, "ok:")
+	if !ok {
+		return middleware.Solved{}, errors.New("wrong answer")
+	}
+	return middleware.Solved{ID: id, Expires: time.Now().Add(time.Minute)}, nil
+}
+
+// An app's own provider: what it issues is sent as it is, unless the
+// wire cannot carry it; its IDs are taken once and must be short.
+func TestSignInChallengeProvider(t *testing.T) {
+	widget := middleware.Issued{Scheme: "captcha", Token: "site-key-123"}
+	for _, tc := range []struct {
+		name      string
+		c         captcha
+		answer    string
+		challenge bool // the refusal carries a challenge
+		status    int  // of the attempt with the answer
+	}{
+		{"issued and answered", captcha{issued: widget}, "ok:abc", true, 200},
+		{"answered twice", captcha{issued: widget}, "ok:abc", true, 429},
+		{"wrong answer", captcha{issued: widget}, "no", true, 429},
+		{"ID too long", captcha{issued: widget}, "ok:" + strings.Repeat("x", middleware.MaxChallengeID+1), true, 429},
+		{"empty ID", captcha{issued: widget}, "ok:", true, 429},
+		{"issue failed", captcha{err: errors.New("provider down")}, "ok:def", false, 200},
+		{"token with a quote", captcha{issued: middleware.Issued{Scheme: "captcha", Token: `a"b`}}, "ok:ghi", false, 200},
+		{"scheme not a token", captcha{issued: middleware.Issued{Scheme: "a b", Token: "t"}}, "ok:jkl", false, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ev events
+			o := challengeOptions(t, &ev)
+			o.Challenge = tc.c
+			_, _, h := signIn(t, nil, o)
+			for i := range 3 {
+				post(h, guessAddr(i), formCT, form("alice", "wrong"))
+			}
+			w := post(h, "203.0.113.7", formCT, form("alice", "right"))
+			if w.Code != 429 || (w.Header().Get(middleware.ChallengeHeader) != "") != tc.challenge {
+				t.Fatalf("refusal: %d %q, want 429 with a challenge: %v", w.Code, w.Header(), tc.challenge)
+			}
+			if tc.challenge && w.Header().Get(middleware.ChallengeHeader) != `scheme="captcha", token="site-key-123", bits=0` {
+				t.Fatalf("challenge %q", w.Header().Get(middleware.ChallengeHeader))
+			}
+			if tc.name == "answered twice" {
+				answer(h, "203.0.113.7", "alice", "right", tc.answer)
+			}
+			if w := answer(h, "203.0.113.7", "alice", "right", tc.answer); w.Code != tc.status {
+				t.Fatalf("with the answer %.20q: %d, want %d", tc.answer, w.Code, tc.status)
+			}
+		})
 	}
 }

@@ -34,6 +34,11 @@ const (
 	DefaultPuzzleLifetime = 5 * time.Minute
 )
 
+// KindChallengeKeyNotShared is the "kind" of the warning SignIn logs when
+// its ProofOfWork has no Secret on a shared store: each instance then signs
+// puzzles with a key of its own, and no other accepts their answers.
+const KindChallengeKeyNotShared = "ratelimit-challenge-key-not-shared"
+
 // ProofOfWorkScheme is the Scheme of ProofOfWork's challenges.
 const ProofOfWorkScheme = "pow"
 
@@ -44,7 +49,7 @@ type ProofOfWorkOptions struct {
 	// same on every instance (GATECOUNT_SECRET). The puzzle key is derived
 	// from it apart from every other use. Nil means a random key of this
 	// process: a puzzle is then answered only on the instance that issued
-	// it, and SignIn logs a warning of kind KindDeviceKeyNotShared on a
+	// it, and SignIn logs a warning of kind KindChallengeKeyNotShared on a
 	// shared store.
 	Secret []byte
 	// Bits is the difficulty of a puzzle for an account with no challenged

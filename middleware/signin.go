@@ -402,7 +402,7 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 	}
 	if p, ok := o.Challenge.(*ProofOfWork); ok && !p.shared() && h.Shared() {
 		g.log.Warn("puzzles are signed with a key of this process: other instances reject their answers, and a restart ends them. "+
-			"Set ProofOfWorkOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindDeviceKeyNotShared)
+			"Set ProofOfWorkOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindChallengeKeyNotShared)
 	}
 	return &SignInGuard{
 		guard: g, o: o, account: account, devices: dev, rules: rules, challenge: chal,

@@ -22,8 +22,8 @@ import (
 
 // Defaults and bounds of ProofOfWorkOptions.
 const (
-	// DefaultProofOfWorkBits is the base difficulty: about a second of the
-	// served script on a phone (see DESIGN.md).
+	// DefaultProofOfWorkBits is the base difficulty, chosen for the served
+	// script on a phone (DESIGN.md gives its cost).
 	DefaultProofOfWorkBits = 17
 	// DefaultProofOfWorkExtraBits is how far the difficulty grows with an
 	// account's challenged failures, by default: one bit each.
@@ -39,10 +39,10 @@ const (
 // puzzles with a key of its own, and no other accepts their answers.
 const KindChallengeKeyNotShared = "ratelimit-challenge-key-not-shared"
 
-// ProofOfWorkScheme is the Scheme of ProofOfWork's challenges.
+// ProofOfWorkScheme is the Scheme of [ProofOfWork]'s challenges.
 const ProofOfWorkScheme = "pow"
 
-// ProofOfWorkOptions configure NewProofOfWork. The zero value gives the
+// ProofOfWorkOptions configure [NewProofOfWork]. The zero value gives the
 // defaults, with a key of this process.
 type ProofOfWorkOptions struct {
 	// Secret signs the puzzles: at least keyhash.MinSecretLen bytes, the
@@ -65,16 +65,17 @@ type ProofOfWorkOptions struct {
 	Lifetime time.Duration
 }
 
-// ProofOfWork is a Challenge that needs no third party: the client finds a
+// ProofOfWork is a [Challenge] that needs no third party: the client finds a
 // counter whose hash with the puzzle has enough leading zero bits. A
 // puzzle is stateless, signed with its expiry and difficulty, and bound to
 // the account and the client address it was issued for.
 //
 // A puzzle's token is base64url(version ‖ expiry ‖ bits ‖ nonce ‖
-// HMAC-SHA256(key, version ‖ expiry ‖ bits ‖ nonce ‖ account ‖ address)).
-// Its answer is the token, a dot and a decimal counter, such that the
-// SHA-256 of the answer's bytes starts with bits zero bits. SolveProofOfWork
-// and the script of Script find it the same way.
+// HMAC-SHA256(key, version ‖ expiry ‖ bits ‖ nonce ‖ len(account) ‖
+// account ‖ address)). Its answer is the token, a dot and a decimal
+// counter, such that the SHA-256 of the answer's bytes starts with bits
+// zero bits. [SolveProofOfWork] and the script of [ProofOfWork.Script] find
+// it the same way.
 type ProofOfWork struct {
 	o   ProofOfWorkOptions
 	key []byte
@@ -163,7 +164,7 @@ func (p *ProofOfWork) mac(head []byte, c ChallengeFor) []byte {
 	return m.Sum(nil)
 }
 
-// Issue implements Challenge: a new puzzle for c, of the difficulty
+// Issue implements [Challenge]: a new puzzle for c, of the difficulty
 // Bits(c.Failures).
 func (p *ProofOfWork) Issue(_ context.Context, c ChallengeFor) (Issued, error) {
 	n := p.Bits(c.Failures)
@@ -176,10 +177,10 @@ func (p *ProofOfWork) Issue(_ context.Context, c ChallengeFor) (Issued, error) {
 	return Issued{Scheme: ProofOfWorkScheme, Token: base64.RawURLEncoding.EncodeToString(b[:]), Bits: n}, nil
 }
 
-// Verify implements Challenge: it accepts an answer to a puzzle p issued
+// Verify implements [Challenge]: it accepts an answer to a puzzle p issued
 // for c that has not expired and has the puzzle's leading zero bits. It
 // costs one SHA-256 and one HMAC, and touches no store. Its error matches
-// ErrChallengeAnswer.
+// [ErrChallengeAnswer].
 func (p *ProofOfWork) Verify(_ context.Context, answer string, c ChallengeFor) (Solved, error) {
 	b, n, err := parseAnswer(answer)
 	if err != nil {

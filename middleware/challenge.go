@@ -26,12 +26,12 @@ const (
 	// AnswerHeader carries a client's answer to a challenge.
 	AnswerHeader = "Gatecount-Challenge-Answer"
 	// AnswerField is the body field that carries the answer when
-	// AnswerHeader is absent: a form's hidden input, a JSON member.
+	// [AnswerHeader] is absent: a form's hidden input, a JSON member.
 	AnswerField = "gatecount-challenge-answer"
-	// MaxAnswerBytes bounds an answer in AnswerHeader; one in the body is
+	// MaxAnswerBytes bounds an answer in [AnswerHeader]; one in the body is
 	// bounded as the account field is (SignInOptions.Body).
 	MaxAnswerBytes = 4096
-	// MaxChallengeID bounds Solved.ID.
+	// MaxChallengeID bounds [Solved].ID.
 	MaxChallengeID = 128
 )
 
@@ -42,7 +42,7 @@ const KindChallengeRefused = "ratelimit-challenge-refused"
 
 // Challenge is a test a client passes to get one more attempt when an
 // account's budgets, not the client's own, refuse it: a CAPTCHA of the
-// app's provider, or ProofOfWork. Its methods must be safe for concurrent
+// app's provider, or [ProofOfWork]. Its methods must be safe for concurrent
 // use, and must not tell whether the account exists.
 type Challenge interface {
 	// Issue returns a new challenge for a client of c.
@@ -68,7 +68,7 @@ type ChallengeFor struct {
 
 // Issued is a challenge as the client gets it.
 type Issued struct {
-	// Scheme names the kind: ProofOfWorkScheme, or the app's own.
+	// Scheme names the kind: [ProofOfWorkScheme], or the app's own.
 	Scheme string
 	// Token is the challenge, for the client's solver or widget: 1 to
 	// 1024 bytes of printable ASCII but '"' and '\'.
@@ -80,7 +80,7 @@ type Issued struct {
 // Solved is what Verify learns of a valid answer.
 type Solved struct {
 	// ID names the challenge answered, unique among all challenges: 1 to
-	// MaxChallengeID bytes. The guard refuses it again until Expires.
+	// [MaxChallengeID] bytes. The guard refuses it again until Expires.
 	ID string
 	// Expires is when the challenge stops being answerable.
 	Expires time.Time

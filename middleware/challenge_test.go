@@ -270,6 +270,16 @@ func TestSignInChallengeAnswerInForm(t *testing.T) {
 	if w := post(h, "203.0.113.7", formCT, body(a)); w.Code != 200 {
 		t.Fatalf("alice with her answer %q in the form: %d %s %+v", a, w.Code, w.Body, ev.list)
 	}
+	// In a JSON body, from another address.
+	c, ok = challengeOf(t, post(h, "203.0.113.8", formCT, form("alice", "right")))
+	if !ok {
+		t.Fatal("no challenge from another address")
+	}
+	a, _ = solve(t, c)
+	js, _ := json.Marshal(map[string]string{"username": "alice", "password": "right", middleware.AnswerField: a})
+	if w := post(h, "203.0.113.8", "application/json", string(js)); w.Code != 200 {
+		t.Fatalf("alice with her answer in JSON: %d %s", w.Code, w.Body)
+	}
 }
 
 // tokenRE matches what differs between two challenges: the token.

@@ -128,8 +128,8 @@ const (
 // own use.
 var chalOwn = []int{chalAccountIP, chalIP}
 
-// newChallenger returns the challenger of a guard named name, or nil when
-// c is nil.
+// newChallenger returns the challenger of o's guard, or nil when
+// o.Challenge is nil.
 func newChallenger(o *SignInOptions, consecutive limiter.Budget) (*challenger, error) {
 	if o.Challenge == nil {
 		return nil, nil

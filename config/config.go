@@ -27,6 +27,9 @@
 //	RATE_LIMIT_LOGIN_DELAY_AFTER           20  consecutive failures before attempts wait 30s, doubling to 1h; the cap or above: never
 //	RATE_LIMIT_LOGIN_SPRAY                 20  accounts a password may fail against, per hour, then refused for everyone; or off
 //	RATE_LIMIT_LOGIN_SPRAY_FIELD     password  the body field holding the password
+//	RATE_LIMIT_LOGIN_CHALLENGE            off  pow: a proof of work instead of a refusal by an account's budget or delay
+//	RATE_LIMIT_LOGIN_CHALLENGE_BITS        17  the proof of work's base difficulty, 1 to 40 bits, one more per challenged failure
+//	RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS    10  challenged attempts per account, per hour
 //	RATE_LIMIT_RESET_PER_DESTINATION        3  sends (password resets, codes) per destination, per hour
 //	RATE_LIMIT_RESET_PER_IP                20  sends per address, per hour
 //
@@ -161,6 +164,14 @@ type SignInBudgets struct {
 	// Spray counts failures per password (RATE_LIMIT_LOGIN_SPRAY, per
 	// hour, or off; RATE_LIMIT_LOGIN_SPRAY_FIELD).
 	Spray middleware.SprayOptions
+	// Challenge answers a refusal by an account's budget or delay with a
+	// challenge: a middleware.ProofOfWork under GATECOUNT_SECRET when
+	// RATE_LIMIT_LOGIN_CHALLENGE is pow, of RATE_LIMIT_LOGIN_CHALLENGE_BITS;
+	// nil when off.
+	Challenge middleware.Challenge
+	// ChallengeAttempts bounds an account's challenged attempts
+	// (RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS), per hour.
+	ChallengeAttempts limiter.Budget
 }
 
 // SendBudgets are the budgets of a send guard (middleware.Send), such as
@@ -180,6 +191,8 @@ func (c Config) SignInOptions() middleware.SignInOptions {
 		ConsecutiveFailures: c.SignIn.ConsecutiveFailures,
 		Delay:               middleware.Delay{After: c.SignIn.DelayAfter},
 		Spray:               c.SignIn.Spray,
+		Challenge:           c.SignIn.Challenge,
+		ChallengeBudget:     c.SignIn.ChallengeAttempts,
 		IP:                  c.IP(),
 		Device:              middleware.DeviceOptions{Secret: c.Secret},
 	}
@@ -259,7 +272,11 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	} else if c.Store != Memory && c.Store != "" {
 		r.fail("GATECOUNT_SECRET", "", fmt.Sprintf("required by the %s store, which keeps keys only as HMACs under it: at least %d bytes; %s", c.Store, keyhash.MinSecretLen, keyhash.HowToMakeSecret))
 	}
-	c.SignIn, c.Send = r.signIn(), r.send()
+	secret := c.Secret
+	if len(secret) < keyhash.MinSecretLen {
+		secret = nil // refused above
+	}
+	c.SignIn, c.Send = r.signIn(secret), r.send()
 	return c, errors.Join(r.errs...)
 }
 

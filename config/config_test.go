@@ -161,7 +161,7 @@ func TestTwoStores(t *testing.T) {
 // The guards' budgets are read from the names README documents, with
 // middleware's defaults and windows.
 func TestGuardBudgets(t *testing.T) {
-	defSignIn := SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray}
+	defSignIn := SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget}
 	defSend := SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}
 	for _, tc := range []struct {
 		env    []string
@@ -171,13 +171,13 @@ func TestGuardBudgets(t *testing.T) {
 	}{
 		{nil, defSignIn, defSend, ""},
 		{[]string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", "3"},
-			SignInBudgets{limiter.Budget{Limit: 3, Window: 15 * time.Minute}, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray}, defSend, ""},
+			SignInBudgets{limiter.Budget{Limit: 3, Window: 15 * time.Minute}, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget}, defSend, ""},
 		{[]string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "50", "RATE_LIMIT_LOGIN_IP_ATTEMPTS", " 1000 "},
-			SignInBudgets{middleware.DefaultAccountIPFailures, limiter.Budget{Limit: 50, Window: time.Hour}, limiter.Budget{Limit: 1000, Window: time.Hour}, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray}, defSend, ""},
+			SignInBudgets{middleware.DefaultAccountIPFailures, limiter.Budget{Limit: 50, Window: time.Hour}, limiter.Budget{Limit: 1000, Window: time.Hour}, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget}, defSend, ""},
 		{[]string{"RATE_LIMIT_RESET_PER_DESTINATION", "1", "RATE_LIMIT_RESET_PER_IP", "7"},
 			defSignIn, SendBudgets{limiter.Budget{Limit: 1, Window: time.Hour}, limiter.Budget{Limit: 7, Window: time.Hour}}, ""},
 		{[]string{"RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES", "10", "RATE_LIMIT_LOGIN_DELAY_AFTER", "100"},
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, 10, 100, defSpray}, defSend, ""},
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, 10, 100, defSpray, nil, middleware.DefaultChallengeBudget}, defSend, ""},
 		{[]string{"RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES", "101"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES"},
 		{[]string{"RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES", "0"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES"},
 		{[]string{"RATE_LIMIT_LOGIN_DELAY_AFTER", "101"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_DELAY_AFTER"},

@@ -13,13 +13,15 @@ import (
 // SignIn reads the sign-in guard's budgets (RATE_LIMIT_LOGIN_*),
 // middleware's defaults where unset: as FromEnv reads them into
 // Config.SignIn, for a tool that reads no other setting.
-func (v *Vars) SignIn() SignInBudgets { return v.r.signIn() }
+// Its proof of work, under RATE_LIMIT_LOGIN_CHALLENGE=pow, has a key of
+// this process.
+func (v *Vars) SignIn() SignInBudgets { return v.r.signIn(nil) }
 
 // Send reads the send guard's budgets (RATE_LIMIT_RESET_*), middleware's
 // defaults where unset, as FromEnv reads them into Config.Send.
 func (v *Vars) Send() SendBudgets { return v.r.send() }
 
-func (r *reader) signIn() SignInBudgets {
+func (r *reader) signIn(secret []byte) SignInBudgets {
 	return SignInBudgets{
 		AccountIPFailures:   r.budget("RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", middleware.DefaultAccountIPFailures),
 		AccountFailures:     r.budget("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", middleware.DefaultAccountFailures),
@@ -27,6 +29,28 @@ func (r *reader) signIn() SignInBudgets {
 		ConsecutiveFailures: r.consecutive("RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES"),
 		DelayAfter:          cmp.Or(r.count("RATE_LIMIT_LOGIN_DELAY_AFTER", middleware.MaxConsecutiveFailures), middleware.DefaultDelayAfter),
 		Spray:               r.spray(),
+		Challenge:           r.challenge("RATE_LIMIT_LOGIN_CHALLENGE", "RATE_LIMIT_LOGIN_CHALLENGE_BITS", secret),
+		ChallengeAttempts:   r.budget("RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS", middleware.DefaultChallengeBudget),
+	}
+}
+
+// challenge reads a guard's challenge: off (or unset) or pow, a proof of
+// work of the variable bits' base difficulty, keyed by secret.
+func (r *reader) challenge(name, bits string, secret []byte) middleware.Challenge {
+	n := r.count(bits, middleware.MaxProofOfWorkBits)
+	switch v := r.str(name); v {
+	case "", "off":
+		return nil
+	case middleware.ProofOfWorkScheme:
+		p, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: secret, Bits: n})
+		if err != nil {
+			r.fail(bits, r.str(bits), err.Error())
+			return nil
+		}
+		return p
+	default:
+		r.fail(name, v, "off, or pow: a proof of work (middleware.ProofOfWork)")
+		return nil
 	}
 }
 

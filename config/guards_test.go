@@ -22,14 +22,14 @@ func TestVarsGuardBudgets(t *testing.T) {
 		bad    string // the variable at fault
 	}{
 		{"unset", nil,
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray},
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget},
 			SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}, ""},
 		{"set", []string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", "3", "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "9", "RATE_LIMIT_LOGIN_IP_ATTEMPTS", "50",
 			"RATE_LIMIT_RESET_PER_DESTINATION", "2", "RATE_LIMIT_RESET_PER_IP", "7"},
-			SignInBudgets{per(3, 15*time.Minute), per(9, time.Hour), per(50, time.Hour), middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray},
+			SignInBudgets{per(3, 15*time.Minute), per(9, time.Hour), per(50, time.Hour), middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget},
 			SendBudgets{per(2, time.Hour), per(7, time.Hour)}, ""},
 		{"bad", []string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "many"},
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray},
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget},
 			SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}, "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,5 +80,41 @@ func TestConsecutiveAboveNIST(t *testing.T) {
 	var ve *VarError
 	if !errors.As(err, &ve) || ve.Var != "RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES" || !strings.Contains(err.Error(), "NIST SP 800-63B") {
 		t.Fatalf("RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES=500: %v, want an error naming NIST SP 800-63B", err)
+	}
+}
+
+// RATE_LIMIT_LOGIN_CHALLENGE=pow gives the sign-in guard a proof of work
+// of RATE_LIMIT_LOGIN_CHALLENGE_BITS under GATECOUNT_SECRET; off is the
+// default, and anything else an error naming the variable.
+func TestSignInChallengeFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		bits int // 0: no challenge
+		bad  string
+	}{
+		{nil, 0, ""},
+		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE", "off"}, 0, ""},
+		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE", "pow"}, middleware.DefaultProofOfWorkBits, ""},
+		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE", "pow", "RATE_LIMIT_LOGIN_CHALLENGE_BITS", "8", "GATECOUNT_SECRET", secret}, 8, ""},
+		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE", "captcha"}, 0, "RATE_LIMIT_LOGIN_CHALLENGE"},
+		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE", "pow", "RATE_LIMIT_LOGIN_CHALLENGE_BITS", "41"}, 0, "RATE_LIMIT_LOGIN_CHALLENGE_BITS"},
+		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS", "0"}, 0, "RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS"},
+	} {
+		c, err := FromEnv(env(tc.env...))
+		var ve *VarError
+		if (err != nil) != (tc.bad != "") || tc.bad != "" && (!errors.As(err, &ve) || ve.Var != tc.bad) {
+			t.Errorf("%q: %v, want an error naming %q", tc.env, err, tc.bad)
+			continue
+		}
+		if tc.bad != "" {
+			continue
+		}
+		p, _ := c.SignIn.Challenge.(*middleware.ProofOfWork)
+		if (tc.bits == 0) != (c.SignIn.Challenge == nil) || (tc.bits != 0 && (p == nil || p.Bits(0) != tc.bits)) {
+			t.Errorf("%q: challenge %v, want a proof of work of %d bits", tc.env, c.SignIn.Challenge, tc.bits)
+		}
+		if o := c.SignInOptions(); o.Challenge != c.SignIn.Challenge || o.ChallengeBudget != middleware.DefaultChallengeBudget {
+			t.Errorf("%q: SignInOptions %+v do not carry the challenge", tc.env, o)
+		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/gatecount/gatecount/limiter"
-	"github.com/gatecount/gatecount/store/keyhash"
 )
 
 // Defaults of DeviceOptions.
@@ -144,16 +143,11 @@ func newDevices(o DeviceOptions) (*devices, error) {
 	if o.Failures == (limiter.Budget{}) {
 		o.Failures = DefaultDeviceFailures
 	}
-	secret := o.Secret
-	if secret == nil {
-		secret = make([]byte, 32)
-		rand.Read(secret)
-	} else if len(secret) < keyhash.MinSecretLen {
-		return nil, fmt.Errorf("middleware: device secret of %d bytes, want at least %d (%s)", len(secret), keyhash.MinSecretLen, keyhash.HowToMakeSecret)
+	key, err := deriveKey(o.Secret, deviceKeyLabel)
+	if err != nil {
+		return nil, fmt.Errorf("middleware: device %w", err)
 	}
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(deviceKeyLabel))
-	return &devices{o: o, names: names, key: m.Sum(nil), now: time.Now}, nil
+	return &devices{o: o, names: names, key: key, now: time.Now}, nil
 }
 
 // checkCookiePrefix refuses a cookie name whose prefix o's attributes break:

@@ -55,3 +55,47 @@ func TestDeviceKeyNotSharedWarning(t *testing.T) {
 		})
 	}
 }
+
+// A proof of work signed with a key of the process, on a shared store, is
+// warned of once at start: other instances would refuse its answers.
+func TestChallengeKeyNotSharedWarning(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shared bool
+		secret []byte
+		warned bool
+	}{
+		{"shared store, no secret", true, nil, true},
+		{"shared store, a secret", true, deviceSecret, false},
+		{"memory store, no secret", false, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s *store.Store
+			if tc.shared {
+				b := memory.NewBackend(memory.Options{Store: store.Options{Logger: quiet}.WithDefaults()})
+				t.Cleanup(func() { b.Close() })
+				s = store.New(sharedBackend{b}, store.Options{Logger: quiet})
+			} else {
+				s = memory.New(memory.Options{Store: store.Options{Logger: quiet}})
+			}
+			t.Cleanup(func() { s.Close() })
+			pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: tc.secret})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf strings.Builder
+			g, err := middleware.SignIn(handle(t, s, "login:"), middleware.SignInOptions{
+				Device:    middleware.DeviceOptions{Secret: deviceSecret},
+				Challenge: pow,
+				Logger:    slog.New(slog.NewTextHandler(&buf, nil)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.Close()
+			if n := strings.Count(buf.String(), "kind="+middleware.KindChallengeKeyNotShared); n != map[bool]int{false: 0, true: 1}[tc.warned] {
+				t.Errorf("warned %d times, want warned %v:\n%s", n, tc.warned, buf.String())
+			}
+		})
+	}
+}

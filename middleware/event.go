@@ -26,6 +26,17 @@ const (
 	// EventKnownDevice: a known device signed in while the account was at
 	// its cap, which stays: one event per such sign-in.
 	EventKnownDevice EventKind = "ratelimit-account-known-device"
+	// EventChallengeIssued: a failure spent the account's budget, or
+	// imposed a delay, on a guard with a Challenge: attempts without a
+	// known device are challenged until Until (see SignInOptions.Challenge).
+	EventChallengeIssued EventKind = "ratelimit-account-challenge-issued"
+	// EventChallengePassed: a client that answered a challenge signed in.
+	// Failures counts the challenged failures before it.
+	EventChallengePassed EventKind = "ratelimit-account-challenge-passed"
+	// EventChallengeFailed: a client that answered a challenge failed the
+	// check behind it; one event per such attempt, at most the challenge
+	// budget's Limit per window, which ends at Until.
+	EventChallengeFailed EventKind = "ratelimit-account-challenge-failed"
 	// EventUnlocked: an operator unlocked the account (Unlock).
 	EventUnlocked EventKind = KindUnlocked
 	// EventRecovered: the app reported a recovery of the account
@@ -86,6 +97,9 @@ var eventMessages = map[EventKind]string{
 	EventDelayed:         "account attempts delayed",
 	EventCapReached:      "account reached its cap on consecutive failures",
 	EventKnownDevice:     "known device signed in to an account at its cap",
+	EventChallengeIssued: "account attempts challenged",
+	EventChallengePassed: "challenged sign-in succeeded",
+	EventChallengeFailed: "challenged attempt failed",
 	EventUnlocked:        "account unlocked",
 	EventRecovered:       "account recovered",
 	EventPasswordSprayed: "password sprayed: refused on every account",

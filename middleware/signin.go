@@ -129,6 +129,14 @@ type SignInOptions struct {
 	// Delay makes further attempts wait from a threshold toward the cap
 	// (NAME-delay); the zero value gives the defaults.
 	Delay Delay
+	// Challenge, when set, answers an attempt that the account's budget
+	// or delay refuses with a challenge (see Challenge): a client that
+	// answers it gets one more attempt. Nil refuses, as before. The
+	// guard writes a challenged refusal itself, never OnLimit.
+	Challenge Challenge
+	// ChallengeBudget bounds an account's challenged attempts
+	// (NAME-challenge); zero means DefaultChallengeBudget (10 per hour).
+	ChallengeBudget limiter.Budget
 	// OnEvent, when set, is told of each Event of the guard's accounts, on
 	// the request's goroutine: it must not block for long.
 	OnEvent func(Event)
@@ -211,6 +219,8 @@ type SignInOptions struct {
 //	("delay", ACCOUNT)                the wait of the next attempt: NAME-delay
 //	("password", H)                   failed accounts of a password bucket: NAME-spray
 //	("password-account", H, ACCOUNT)  attempts of the bucket on the account
+//	("challenge", ACCOUNT)            challenged attempts: NAME-challenge
+//	("puzzle", ID)                    an answered challenge, until it expires
 //
 // H is a password's bucket, 4 hexadecimal digits of 16 bits (see
 // PasswordBuckets): no key holds more of a password.
@@ -234,6 +244,8 @@ type SignInGuard struct {
 	devEntry     [2]int
 	// delayFields name NAME-delay.
 	delayFields *fields
+	// challenge answers refusals by the account's budgets; nil when off.
+	challenge *challenger
 }
 
 // accountRules are what sets a guard of an account's failures apart:
@@ -428,8 +440,16 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 	if !isToken(delayName) {
 		return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
 	}
+	chal, err := newChallenger(&o, rules.consecutive)
+	if err != nil {
+		return nil, err
+	}
+	if p, ok := o.Challenge.(*ProofOfWork); ok && !p.shared() && h.Shared() {
+		g.log.Warn("puzzles are signed with a key of this process: other instances reject their answers, and a restart ends them. "+
+			"Set ProofOfWorkOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindChallengeKeyNotShared)
+	}
 	return &SignInGuard{
-		guard: g, o: o, reader: read, devices: dev, spray: spray, rules: rules,
+		guard: g, o: o, reader: read, devices: dev, spray: spray, rules: rules, challenge: chal,
 		entries:      [4]int{keyAccountIP, keyAccount, keyConsecutive, fIP},
 		sprayEntries: [6]int{keyAccountIP, keyAccount, keyConsecutive, fSpray, fSpray, fIP},
 		ipEntry:      [1]int{fIP}, devEntry: [2]int{fIP - 1, keyConsecutive},
@@ -513,6 +533,9 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 			limiter.Charge{Key: consecutive, Budget: deviceConsecutive})
 		p.entries, p.own = g.devEntry[:], deviceOwn
 	} else {
+		if g.challenge != nil && g.answered(w, r, &p, a, exempt) {
+			return
+		}
 		charges := [6]limiter.Charge{
 			keyAccountIP:   {Key: a.accountIP, Budget: g.o.AccountIPFailures},
 			keyAccount:     {Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
@@ -535,6 +558,10 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 		}
 		if d, ok = g.attempt(w, r, charges[:n]...); ok && g.rules.delay && counted(&d) {
 			ok = g.delay(w, r, &d, a)
+		}
+		if ok && g.challenge != nil && challengeable(&d, a, exempt) {
+			g.issue(w, r, &d, &pass{r: r, entries: p.entries}, a)
+			return
 		}
 	}
 	if ok {
@@ -577,7 +604,7 @@ func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.D
 	if err := g.l.Refund(ctx, *d); err != nil {
 		g.log.Warn("delayed attempt not refunded", "kind", "ratelimit-refund-failed", "err", err)
 	}
-	g.serve(w, &dd, &pass{r: r, fields: g.delayFields})
+	g.refuseDelayed(w, r, &dd, a)
 	return false
 }
 
@@ -599,6 +626,8 @@ type signInAttempt struct {
 	// failures the consecutive count it was taken at; nil when none.
 	delayed  *limiter.Decision
 	failures int
+	// challenged: the attempt was let through by an answered challenge.
+	challenged bool
 }
 
 // run runs the handler of an allowed attempt, counted (run is never
@@ -649,6 +678,8 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 		if err != nil {
 			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
 		}
+	case a.challenged:
+		g.challengeDone(ctx, r, &d, a, success(rw.status))
 	case success(rw.status):
 		g.succeeded(ctx, &d, a)
 	case !a.known:
@@ -682,6 +713,7 @@ func (g *SignInGuard) failed(ctx context.Context, r *http.Request, d *limiter.De
 		g.event(ctx, r, Event{Kind: EventDelayed, Account: account, Budget: g.o.Name + "-delay",
 			Failures: a.failures, Limit: g.rules.consecutive.Limit, Until: dd.Reset, Time: dd.Now})
 	}
+	g.challengesBegin(ctx, r, d, a)
 }
 
 // event emits e, of the guard, from r's client address.

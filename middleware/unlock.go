@@ -62,7 +62,7 @@ func (s Standing) RefusedFrom(a netip.Addr) bool {
 
 // Unlock lets account sign in again, on every instance within about
 // limiter.AskAgain. It clears the account's failures from all clients, its
-// consecutive failures and delay, and for each of addrs the account's
+// consecutive failures, delay and challenged attempts, and for each of addrs the account's
 // failures and lock-outs from it and its attempts budget. Afterwards the account signs in from any address whose
 // own budgets are not spent, and from every address named; any other
 // address keeps its own budgets as they were. A device's failures are left
@@ -88,7 +88,8 @@ func (g *SignInGuard) clear(ctx context.Context, kind EventKind, account string,
 	if err != nil {
 		return err
 	}
-	keys := []string{keyfunc.JoinKeys("account", name), keyfunc.JoinKeys("consecutive", name), keyfunc.JoinKeys("delay", name)}
+	keys := []string{keyfunc.JoinKeys("account", name), keyfunc.JoinKeys("consecutive", name), keyfunc.JoinKeys("delay", name),
+		keyfunc.JoinKeys("challenge", name)}
 	for _, ip := range ips {
 		keys = append(keys,
 			keyfunc.JoinKeys("account-ip", name, ip),

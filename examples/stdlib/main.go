@@ -3,6 +3,8 @@
 //	POST /execute  limited per caller (Authorization: Bearer TOKEN)
 //	GET  /health   limited per IP
 //	GET  /ready    limited per IP
+//	GET  /login           the sign-in page, which answers a challenge
+//	GET  /login/pow.js    its proof-of-work solver (RATE_LIMIT_LOGIN_CHALLENGE=pow)
 //	POST /login           sign-in, throttled per account, account and IP, and IP
 //	POST /password-reset  throttled per address and IP, silently
 //	POST /password-reset/complete  a code sent and a new password, throttled as /verify: the account recovers
@@ -27,6 +29,8 @@ func routes(app *demo.App) http.Handler {
 	mux.Handle("POST /execute", app.Authenticate(app.Execute.Wrap(app.ExecuteHandler())))
 	mux.Handle("GET /health", app.Health.Wrap(app.HealthHandler()))
 	mux.Handle("GET /ready", app.Health.Wrap(app.ReadyHandler()))
+	mux.Handle("GET /login", app.SignInPageHandler())
+	mux.Handle("GET /login/pow.js", app.ChallengeScriptHandler())
 	mux.Handle("POST /login", app.Login.Wrap(app.LoginHandler()))
 	mux.Handle("POST /password-reset", app.Reset.Wrap(app.PasswordResetHandler()))
 	mux.Handle("POST /password-reset/complete", app.Verify.Wrap(app.PasswordResetCompleteHandler()))

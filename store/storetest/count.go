@@ -110,6 +110,32 @@ func countAllOrNothing(r *runner) error {
 			return r.failf("after a refused Count, key %d read %s, want 2: a key was charged though one had no room", i, short(e.Value))
 		}
 	}
+	// As many keys as a Count may name: all or nothing, and the last
+	// named when it alone has no room.
+	wide, wideCaps := make([]string, store.MaxCountKeys), make([]store.Budget, store.MaxCountKeys)
+	for i := range wide {
+		wide[i], wideCaps[i] = r.key(fmt.Sprintf("aon-wide-%d", i)), minute(10)
+	}
+	wideCaps[len(wide)-1] = minute(1)
+	for i, want := range []bool{true, false} {
+		t, err := r.count(r.p.First, wide, wideCaps, 1)
+		if err != nil {
+			return r.failf("Count %d of MaxCountKeys (%d) keys: %v", i+1, len(wide), err)
+		}
+		if t.Allowed != want || (!want && t.Limiting != len(wide)-1) || t.Counts[0] != 1 || t.Counts[len(wide)-1] != 1 {
+			return r.failf("Count %d of MaxCountKeys (%d) keys, the last with a cap of 1: allowed %v, Limiting %d, counts %v; want allowed %v, counts all 1",
+				i+1, len(wide), t.Allowed, t.Limiting, t.Counts, want)
+		}
+	}
+	if es, err := r.mustRead(r.p.First, wide...); err != nil {
+		return err
+	} else {
+		for i, e := range es {
+			if n, err := store.ParseCount(e.Value); err != nil || n != 1 {
+				return r.failf("after a refused Count of MaxCountKeys keys, key %d read %s, want 1", i, short(e.Value))
+			}
+		}
+	}
 	// The first key with no room is named.
 	t, err = r.count(r.p.First, []string{c, b, a}, []store.Budget{minute(2), minute(2), minute(2)}, 1)
 	if err != nil {

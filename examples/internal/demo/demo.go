@@ -169,7 +169,10 @@ func (a *App) limiters() error {
 	// login-consecutive, login-device and login-ip, and the delays
 	// (login-delay), from RATE_LIMIT_LOGIN_*. Device cookies
 	// are signed with GATECOUNT_SECRET when set; else with a key of this
-	// process, so that they stop working at a restart.
+	// process, so that they stop working at a restart. With
+	// RATE_LIMIT_LOGIN_CHALLENGE=pow, a refusal by the account's budget or
+	// delay is a proof-of-work challenge (login-challenge), which the page
+	// of GET /login solves.
 	login := a.Config.SignInOptions()
 	login.Observer = a.Metrics
 	login.Failed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { signInFailed(w) })

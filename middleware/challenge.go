@@ -1,0 +1,405 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/limiter"
+)
+
+// DefaultChallengeBudget bounds the challenged attempts of one account:
+// those let past its budgets, delay or cap by an answered challenge.
+var DefaultChallengeBudget = limiter.Budget{Limit: 10, Window: time.Hour}
+
+// The wire names of a challenge.
+const (
+	// ChallengeHeader carries the challenge of a challenged refusal, as a
+	// structured-field dictionary: scheme="pow", token="…", bits=17.
+	ChallengeHeader = "Gatecount-Challenge"
+	// AnswerHeader carries a client's answer to a challenge.
+	AnswerHeader = "Gatecount-Challenge-Answer"
+	// AnswerField is the body field that carries the answer when
+	// [AnswerHeader] is absent: a form's hidden input, a JSON member.
+	AnswerField = "gatecount-challenge-answer"
+	// MaxAnswerBytes bounds an answer in [AnswerHeader]; one in the body is
+	// bounded as the account field is (SignInOptions.Body).
+	MaxAnswerBytes = 4096
+	// MaxChallengeID bounds [Solved].ID.
+	MaxChallengeID = 128
+)
+
+// KindChallengeRefused is the "kind" of the log line of an answer the
+// guard refused: malformed, forged, expired, replayed, or for another
+// account or address. It is written at most once a second.
+const KindChallengeRefused = "ratelimit-challenge-refused"
+
+// Challenge is a test a client passes to get one more attempt when an
+// account's budgets, not the client's own, refuse it: a CAPTCHA of the
+// app's provider, or [ProofOfWork]. Its methods must be safe for concurrent
+// use, and must not tell whether the account exists.
+type Challenge interface {
+	// Issue returns a new challenge for a client of c.
+	Issue(ctx context.Context, c ChallengeFor) (Issued, error)
+	// Verify checks answer, as the client sent it, for c, without
+	// recording it: the guard records its ID in the same store update
+	// that counts the attempt, so that an answer is taken once on every
+	// instance. An answer it refuses is an error.
+	Verify(ctx context.Context, answer string, c ChallengeFor) (Solved, error)
+}
+
+// ChallengeFor is whom a challenge is issued to, or answered by.
+type ChallengeFor struct {
+	// Account is the account, normalised as the guard counts it.
+	Account string
+	// Addr is the client address's key (keyfunc.IPKeyer.Key).
+	Addr string
+	// Failures is how many challenged attempts on the account failed in
+	// the window of its challenge budget, for a difficulty that grows;
+	// zero in Verify.
+	Failures int
+}
+
+// Issued is a challenge as the client gets it.
+type Issued struct {
+	// Scheme names the kind: [ProofOfWorkScheme], or the app's own.
+	Scheme string
+	// Token is the challenge, for the client's solver or widget: 1 to
+	// 1024 bytes of printable ASCII but '"' and '\'.
+	Token string
+	// Bits is the difficulty of a proof of work; zero otherwise.
+	Bits int
+}
+
+// Solved is what Verify learns of a valid answer.
+type Solved struct {
+	// ID names the challenge answered, unique among all challenges: 1 to
+	// [MaxChallengeID] bytes. The guard refuses it again until Expires.
+	ID string
+	// Expires is when the challenge stops being answerable.
+	Expires time.Time
+}
+
+// challenger is a guard's challenge and what answering with it takes.
+type challenger struct {
+	c      Challenge
+	budget limiter.Budget
+	answer keyfunc.Func // reads AnswerField from the body
+	// fields name the budgets of a challenged attempt: NAME-account-ip,
+	// NAME-challenge, NAME-consecutive and NAME-ip; entries maps its keys
+	// to them.
+	fields  *fields
+	entries [5]int
+	// failures remembers, for limiter.AskAgain, each account's
+	// challenged failures as the store last told them, so that a flood of
+	// challenged refusals asks the store once a second per account, as a
+	// flood of refusals does.
+	mu       sync.Mutex
+	failures map[string]recalled
+}
+
+// recalled is an account's challenged failures, read at a time.
+type recalled struct {
+	failures int
+	at       time.Time
+}
+
+// maxRecalled bounds the accounts whose challenged failures a guard
+// remembers; past it, it forgets them all.
+const maxRecalled = 10_000
+
+// The indexes of the keys of a challenged attempt; the address comes last,
+// left out for an exempt address.
+const (
+	chalAccountIP = iota
+	chalChallenge
+	chalPuzzle
+	chalConsecutive
+	chalIP
+)
+
+// chalOwn are the keys of a challenged attempt that describe the client's
+// own use.
+var chalOwn = []int{chalAccountIP, chalIP}
+
+// newChallenger returns the challenger of o's guard, or nil when
+// o.Challenge is nil.
+func newChallenger(o *SignInOptions, consecutive limiter.Budget) (*challenger, error) {
+	if o.Challenge == nil {
+		return nil, nil
+	}
+	if o.ChallengeBudget == (limiter.Budget{}) {
+		o.ChallengeBudget = DefaultChallengeBudget
+	}
+	if err := o.ChallengeBudget.Validate(); err != nil {
+		return nil, fmt.Errorf("middleware %q: %s-challenge: %w", o.Name, o.Name, err)
+	}
+	names := []string{o.Name + "-account-ip", o.Name + "-challenge", o.Name + "-consecutive", o.Name + "-ip"}
+	budgets := []limiter.Budget{o.AccountIPFailures, o.ChallengeBudget, consecutive, o.IPAttempts}
+	return &challenger{
+		c: o.Challenge, budget: o.ChallengeBudget,
+		answer:   keyfunc.BodyField(AnswerField, o.Body),
+		fields:   newFields(names, budgets, !o.ShowRemaining, o.LegacyHeaders),
+		entries:  [5]int{chalAccountIP: 0, chalChallenge: 1, chalPuzzle: 1, chalConsecutive: 2, chalIP: 3},
+		failures: map[string]recalled{},
+	}, nil
+}
+
+// readAnswer returns r's answer to a challenge: AnswerHeader, else
+// AnswerField of the body; "" when there is none, or it cannot be read.
+func (c *challenger) readAnswer(r *http.Request) string {
+	if v := r.Header.Values(AnswerHeader); len(v) > 0 {
+		if len(v) > 1 || len(v[0]) > MaxAnswerBytes {
+			return "\x00" // refused as malformed: never taken for no answer
+		}
+		return v[0]
+	}
+	a, err := c.answer(r)
+	if err != nil {
+		return ""
+	}
+	return a
+}
+
+// answered counts an attempt that carries an answer to a challenge, and
+// reports whether it answered the request. A valid answer is charged, in
+// one store update, to the client's own budgets, the cap, the account's
+// challenge budget and the answer's ID (once), instead of the account's
+// budget and delay. A refused or replayed answer costs the client's
+// address an attempt, and the attempt goes on as one without an answer.
+func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, a *signInAttempt, exempt bool) bool {
+	c := g.challenge
+	answer := c.readAnswer(p.r) // the handler's request, whose body it restores
+	if answer == "" {
+		return false
+	}
+	account := a.out.account
+	s, err := c.c.Verify(r.Context(), answer, ChallengeFor{Account: account, Addr: a.ip})
+	if err == nil && (s.ID == "" || len(s.ID) > MaxChallengeID) {
+		err = fmt.Errorf("middleware: challenge answer with an ID of %d bytes, want 1 to %d", len(s.ID), MaxChallengeID)
+	}
+	if err != nil {
+		return g.answerRefused(w, r, a.ip, exempt, err)
+	}
+	window := time.Until(s.Expires).Truncate(time.Second) + time.Minute // the clocks of instances differ
+	window = min(max(window, limiter.MinWindow), limiter.MaxWindow)
+	charges := [5]limiter.Charge{
+		chalAccountIP:   {Key: a.accountIP, Budget: g.o.AccountIPFailures},
+		chalChallenge:   {Key: keyfunc.JoinKeys("challenge", account), Budget: c.budget},
+		chalPuzzle:      {Key: keyfunc.JoinKeys("puzzle", s.ID), Budget: limiter.Budget{Limit: 1, Window: window}},
+		chalConsecutive: {Key: keyfunc.JoinKeys("consecutive", account), Budget: g.rules.consecutive},
+		chalIP:          {Key: keyfunc.JoinKeys("ip", a.ip), Budget: g.o.IPAttempts},
+	}
+	n, own := len(charges), chalOwn
+	if exempt {
+		n, own = n-1, chalOwn[:1]
+	}
+	d, ok := g.attempt(w, r, charges[:n]...)
+	if !ok {
+		return true
+	}
+	if !d.Allowed && !d.Shadow && (!d.Unavailable || d.Local) && d.RemainingOf(chalPuzzle) == 0 &&
+		d.RemainingOf(chalAccountIP) > 0 && (exempt || d.RemainingOf(chalIP) > 0) {
+		return g.answerRefused(w, r, a.ip, exempt, fmt.Errorf("%w: answered before", ErrChallengeAnswer))
+	}
+	a.challenged = true
+	p.entries, p.own, p.fields = c.entries[:n], own, c.fields
+	g.serve(w, &d, p)
+	return true
+}
+
+// answerRefused charges the client's address for a refused answer, as for
+// a wrong password, and reports whether it answered the request: only
+// when the address budget is spent.
+func (g *SignInGuard) answerRefused(w http.ResponseWriter, r *http.Request, ip string, exempt bool, err error) bool {
+	g.warn.Do(func() { g.log.Info("challenge answer refused", "kind", KindChallengeRefused, "err", err) })
+	if exempt {
+		return false
+	}
+	d, ok := g.attempt(w, r, limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts})
+	if !ok {
+		return true
+	}
+	if d.Allowed || d.Shadow || (d.Unavailable && !d.Local) {
+		return false
+	}
+	g.serve(w, &d, &pass{r: r, entries: g.ipEntry[:]})
+	return true
+}
+
+// challengeable reports whether d, a counted refusal of an unknown
+// client's attempt a, comes from the account's budget alone: not the
+// client's own budgets, the password's, or the cap.
+func challengeable(d *limiter.Decision, a *signInAttempt, exempt bool) bool {
+	ip := keyIP
+	if a.sprayed {
+		ip = keySprayIP
+	}
+	return !d.Allowed && !d.Shadow && (!d.Unavailable || d.Local) &&
+		d.RemainingOf(keyAccountIP) > 0 && (exempt || d.RemainingOf(ip) > 0) && d.RemainingOf(keyConsecutive) > 0 &&
+		(!a.sprayed || d.RemainingOf(keySpray) > 0)
+}
+
+// issue answers d, a refusal of a's attempt by the account's budget or
+// delay, with a challenge, under the fields f of the refusing budget
+// (entries as in a pass). When the account's challenge budget is spent, or
+// no challenge can be issued, the refusal stands.
+func (g *SignInGuard) issue(w http.ResponseWriter, r *http.Request, d *limiter.Decision, p *pass, a *signInAttempt) {
+	c := g.challenge
+	ctx := context.WithoutCancel(r.Context())
+	failures, ok := c.recall(a.out.account)
+	if !ok {
+		// Unless the store tells, the base difficulty: the challenge
+		// budget, counted with the attempt, still bounds the guesses.
+		failures = 0
+		pd, err := g.l.PeekEach(ctx, limiter.Charge{Key: keyfunc.JoinKeys("challenge", a.out.account), Budget: c.budget})
+		if err == nil && !pd.Unavailable {
+			failures = c.budget.Limit - pd.RemainingOf(0)
+			c.remember(a.out.account, failures)
+		}
+	}
+	if failures >= c.budget.Limit { // no challenged attempt left: the refusal stands
+		g.serve(w, d, p)
+		return
+	}
+	is, err := c.c.Issue(ctx, ChallengeFor{Account: a.out.account, Addr: a.ip, Failures: failures})
+	if err == nil {
+		err = checkIssued(is)
+	}
+	if err != nil {
+		g.log.Error("challenge not issued", "kind", "ratelimit-challenge-failed", "err", err)
+		g.serve(w, d, p)
+		return
+	}
+	p.refuse = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeChallenge(w, is) })
+	g.serve(w, d, p)
+}
+
+// recall returns account's challenged failures as the store told them
+// within limiter.AskAgain, and whether it knows them.
+func (c *challenger) recall(account string) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.failures[account]
+	if !ok || time.Since(r.at) >= limiter.AskAgain {
+		return 0, false
+	}
+	return r.failures, true
+}
+
+// remember records account's challenged failures as the store told them.
+func (c *challenger) remember(account string, failures int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.failures) >= maxRecalled {
+		clear(c.failures)
+	}
+	c.failures[account] = recalled{failures, time.Now()}
+}
+
+// checkIssued refuses a challenge the wire format cannot carry.
+func checkIssued(is Issued) error {
+	ok := isToken(is.Scheme) && len(is.Token) > 0 && len(is.Token) <= 1024 && is.Bits >= 0 && is.Bits <= MaxProofOfWorkBits
+	for i := 0; ok && i < len(is.Token); i++ {
+		ok = is.Token[i] >= ' ' && is.Token[i] < 0x7f && is.Token[i] != '"' && is.Token[i] != '\\'
+	}
+	if !ok {
+		return errors.New("middleware: challenge of scheme " + strconv.Quote(is.Scheme) + ": want a token scheme and 1 to 1024 bytes of printable ASCII but '\"' and '\\'")
+	}
+	return nil
+}
+
+// writeChallenge answers 429 with challenge is: in ChallengeHeader, and in
+// an RFC 9457 problem document's "challenge" member. Its fields are
+// printable ASCII without quotes or backslashes (checkIssued), so they are
+// written as they are.
+func writeChallenge(w http.ResponseWriter, is Issued) {
+	var b strings.Builder
+	b.WriteString(`scheme="`)
+	b.WriteString(is.Scheme)
+	b.WriteString(`", token="`)
+	b.WriteString(is.Token)
+	b.WriteString(`", bits=`)
+	b.WriteString(strconv.Itoa(is.Bits))
+	h := w.Header()
+	h.Set(ChallengeHeader, b.String())
+	body := `{"type":"about:blank","title":"Too Many Requests","status":429,` +
+		`"detail":"Answer the challenge and try again, or retry after the time in the Retry-After header.",` +
+		`"challenge":{"scheme":"` + is.Scheme + `","token":"` + is.Token + `","bits":` + strconv.Itoa(is.Bits) + "}}\n"
+	h["Content-Type"] = problemType
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	h["Cache-Control"] = noStore
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write([]byte(body))
+}
+
+// challengeDone credits or counts a challenged attempt by its outcome: a
+// success clears what any success clears and the account's challenged
+// failures, and emits EventChallengePassed; a failure stays charged,
+// backs off as any failure, and emits EventChallengeFailed.
+func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *limiter.Decision, a *signInAttempt, success bool) {
+	account := a.out.account
+	if success {
+		err := g.l.Credit(ctx, *d, nil, keyfunc.JoinKeys("account-ip", account, a.ip), keyfunc.JoinKeys("lockouts", account, a.ip),
+			keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account), keyfunc.JoinKeys("challenge", account))
+		if err != nil {
+			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
+		}
+		if counted(d) {
+			g.challenge.remember(account, 0)
+			g.event(ctx, r, Event{Kind: EventChallengePassed, Account: account, Budget: g.o.Name + "-challenge",
+				Failures: g.challenge.budget.Limit - d.RemainingOf(chalChallenge) - 1, Limit: g.challenge.budget.Limit, Time: d.Now})
+		}
+		return
+	}
+	if g.o.Backoff.Max > 0 && d.RemainingOf(chalAccountIP) == 0 {
+		g.lockOut(ctx, a.accountIP, account, a.ip)
+	}
+	if !counted(d) {
+		return
+	}
+	g.challenge.remember(account, g.challenge.budget.Limit-d.RemainingOf(chalChallenge))
+	g.event(ctx, r, Event{Kind: EventChallengeFailed, Account: account, Budget: g.o.Name + "-challenge",
+		Failures: g.challenge.budget.Limit - d.RemainingOf(chalChallenge), Limit: g.challenge.budget.Limit, Until: d.ResetOf(chalChallenge), Time: d.Now})
+	if d.RemainingOf(chalConsecutive) == 0 {
+		g.event(ctx, r, Event{Kind: EventCapReached, Account: account, Budget: g.o.Name + "-consecutive",
+			Failures: g.rules.consecutive.Limit, Limit: g.rules.consecutive.Limit, Time: d.Now})
+	}
+}
+
+// challengesBegin emits EventChallengeIssued when a failure of an unknown
+// client made the account's later attempts challenged: it spent the
+// account's budget, or imposed a delay, short of the cap.
+func (g *SignInGuard) challengesBegin(ctx context.Context, r *http.Request, d *limiter.Decision, a *signInAttempt) {
+	if g.challenge == nil || d.RemainingOf(keyConsecutive) == 0 {
+		return
+	}
+	var until time.Time
+	switch {
+	case d.RemainingOf(keyAccount) == 0:
+		until = d.ResetOf(keyAccount)
+	case a.delayed != nil:
+		until = a.delayed.Reset
+	default:
+		return
+	}
+	g.event(ctx, r, Event{Kind: EventChallengeIssued, Account: a.out.account, Budget: g.o.Name + "-challenge",
+		Limit: g.challenge.budget.Limit, Until: until, Time: d.Now})
+}
+
+// refuseDelayed answers dd, the delay's refusal of a's attempt: with a
+// challenge when the guard has one, as a plain refusal otherwise.
+func (g *SignInGuard) refuseDelayed(w http.ResponseWriter, r *http.Request, dd *limiter.Decision, a *signInAttempt) {
+	p := &pass{r: r, fields: g.delayFields}
+	if g.challenge != nil && !dd.Shadow && (!dd.Unavailable || dd.Local) {
+		g.issue(w, r, dd, p, a)
+		return
+	}
+	g.serve(w, dd, p)
+}

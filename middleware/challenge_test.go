@@ -1,0 +1,436 @@
+package middleware_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/middleware"
+)
+
+var powSecret = []byte("a proof-of-work secret of 32 bytes or more")
+
+// challengeOptions are a guard's with a fast proof of work: alice's
+// account budget is 3 an hour, her challenged attempts 4.
+func challengeOptions(t testing.TB, ev *events) middleware.SignInOptions {
+	t.Helper()
+	pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: powSecret, Bits: 4, MaxBits: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return middleware.SignInOptions{
+		AccountIPFailures: limiter.Budget{Limit: 3, Window: 15 * time.Minute},
+		AccountFailures:   limiter.Budget{Limit: 3, Window: time.Hour},
+		IPAttempts:        limiter.Budget{Limit: 50, Window: time.Hour},
+		Device:            middleware.DeviceOptions{Secret: deviceSecret},
+		Challenge:         pow,
+		ChallengeBudget:   limiter.Budget{Limit: 4, Window: time.Hour},
+		OnEvent:           ev.on,
+	}
+}
+
+// puzzle is a challenge as a client reads it from a 429.
+type puzzle struct {
+	Scheme string `json:"scheme"`
+	Token  string `json:"token"`
+	Bits   int    `json:"bits"`
+}
+
+// challengeOf returns the challenge of w, and whether it has one, after
+// checking the header and the body say the same.
+func challengeOf(t *testing.T, w *httptest.ResponseRecorder) (puzzle, bool) {
+	t.Helper()
+	var body struct {
+		Status    int     `json:"status"`
+		Challenge *puzzle `json:"challenge"`
+	}
+	h := w.Header().Get(middleware.ChallengeHeader)
+	if w.Code != 429 || json.Unmarshal(w.Body.Bytes(), &body) != nil || body.Challenge == nil {
+		if h != "" {
+			t.Fatalf("%d with %s %q but no challenge in its body %q", w.Code, middleware.ChallengeHeader, h, w.Body)
+		}
+		return puzzle{}, false
+	}
+	want := `scheme="` + body.Challenge.Scheme + `", token="` + body.Challenge.Token + `", bits=` + itoa(body.Challenge.Bits)
+	if h != want || w.Header().Get("Content-Type") != "application/problem+json" || body.Status != 429 {
+		t.Fatalf("challenge header %q, body %s; want the header %q of the body's challenge", h, w.Body, want)
+	}
+	return *body.Challenge, true
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// solve answers p with the Go solver, and returns the answer and the
+// hashes it took.
+func solve(t *testing.T, p puzzle) (string, int) {
+	t.Helper()
+	a, n, err := middleware.SolveProofOfWork(context.Background(), p.Token, p.Bits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, n
+}
+
+// answer posts alice's attempt with an answer in the header.
+func answer(h http.Handler, ip, user, password, a string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("POST", "/login", strings.NewReader(form(user, password)))
+	r.Header.Set("Content-Type", formCT)
+	r.Header.Set(middleware.AnswerHeader, a)
+	r.RemoteAddr = "127.0.0.1:4000"
+	r.Header.Set("X-Forwarded-For", ip)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func TestSignInChallenge(t *testing.T) {
+	var ev events
+	g, p, h := signIn(t, nil, challengeOptions(t, &ev))
+	alice := func(ip, pw string) *httptest.ResponseRecorder { return post(h, ip, formCT, form("alice", pw)) }
+
+	// Strangers spend alice's budget; then each is challenged.
+	for i := range 3 {
+		if w := alice(guessAddr(i), "wrong"); w.Code != 401 {
+			t.Fatalf("stranger %d: %d", i, w.Code)
+		}
+	}
+	if got := ev.of(middleware.EventChallengeIssued); len(got) != 1 || got[0].Account != "alice" || got[0].Budget != "login-challenge" || got[0].Until.IsZero() {
+		t.Fatalf("issued events %+v, want one for alice until her budget's reset", got)
+	}
+	w := alice("203.0.113.7", "right")
+	c, ok := challengeOf(t, w)
+	if !ok || c.Scheme != "pow" || c.Bits != 4 || retryAfter(t, w) < 3000 || !strings.Contains(w.Header().Get("RateLimit"), `"login-account"`) {
+		t.Fatalf("alice from a fresh address: %d %q %s, want a 4-bit challenge with login-account's Retry-After", w.Code, w.Header(), w.Body)
+	}
+
+	// Her answer gets her in, with a device cookie, once.
+	a, _ := solve(t, c)
+	checks := p.checks.Load()
+	w = answer(h, "203.0.113.7", "alice", "right", a)
+	if w.Code != 200 || p.checks.Load() != checks+1 {
+		t.Fatalf("alice with her answer: %d, want 200 from the handler", w.Code)
+	}
+	deviceCookie(t, w)
+	if got := ev.of(middleware.EventChallengePassed); len(got) != 1 || got[0].Account != "alice" || got[0].Failures != 0 {
+		t.Fatalf("passed events %+v, want one for alice", got)
+	}
+	s, _ := g.Show(context.Background(), "alice", netip.MustParseAddr("203.0.113.7"))
+	ipUsed := s.Budgets[3].Used
+	w = answer(h, "203.0.113.7", "alice", "right", a)
+	if _, ok := challengeOf(t, w); !ok || p.checks.Load() != checks+1 {
+		t.Fatalf("the same answer again: %d %s, want a new challenge and no check", w.Code, w.Body)
+	}
+	if s, _ := g.Show(context.Background(), "alice", netip.MustParseAddr("203.0.113.7")); s.Budgets[3].Used != ipUsed+1 {
+		t.Fatalf("a replayed answer used %d of the address budget, want 1, as a wrong password", s.Budgets[3].Used-ipUsed)
+	}
+	// An answer for her is no answer for bob, nor from another address.
+	c, _ = challengeOf(t, alice("203.0.113.8", "right"))
+	a, _ = solve(t, c)
+	if w := answer(h, "203.0.113.9", "alice", "right", a); w.Code != 429 {
+		t.Fatalf("alice's answer from another address: %d, want 429", w.Code)
+	}
+	// Bob's budget is not spent: his attempt is counted as one without an
+	// answer, after the refused answer cost his address an attempt.
+	if w := answer(h, "203.0.113.8", "bob", "wrong", a); w.Code != 401 {
+		t.Fatalf("alice's answer for bob: %d, want bob's attempt checked", w.Code)
+	}
+	if s, _ := g.Show(context.Background(), "bob", netip.MustParseAddr("203.0.113.8")); s.Budgets[3].Used != 2 {
+		t.Fatalf("alice's answer for bob used %d of his address budget, want 2", s.Budgets[3].Used)
+	}
+
+	// A guesser who solves each puzzle: each failure adds a bit, and no
+	// more than the challenge budget (4, one spent on nothing above)
+	// reaches the check.
+	checks = p.checks.Load()
+	var bits []int
+	for i := range 10 {
+		ip := guessAddr(100 + i)
+		c, ok := challengeOf(t, alice(ip, "guess"))
+		if !ok {
+			if w := alice(ip, "guess"); w.Code != 429 || !strings.Contains(w.Header().Get("RateLimit"), `"login-account"`) {
+				t.Fatalf("guess %d without a challenge: %d %q, want the refusal of login-account", i, w.Code, w.Header())
+			}
+			break
+		}
+		bits = append(bits, c.Bits)
+		a, _ := solve(t, c)
+		if w := answer(h, ip, "alice", "guess", a); w.Code != 401 {
+			t.Fatalf("guess %d with its answer: %d, want 401", i, w.Code)
+		}
+	}
+	if n := p.checks.Load() - checks; n != 4 || len(bits) != 4 || bits[0] != 4 || bits[3] != 7 {
+		t.Fatalf("%d guesses reached the check with puzzles of %v bits, want 4 of 4 to 7 bits", n, bits)
+	}
+	if got := ev.of(middleware.EventChallengeFailed); len(got) != 4 || got[3].Failures != 4 || got[3].Limit != 4 {
+		t.Fatalf("failed events %+v, want 4, the last at 4 of 4", got)
+	}
+	// Unlock lifts the account's budgets and its challenges.
+	if err := g.Unlock(context.Background(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if w := alice("203.0.113.10", "right"); w.Code != 200 {
+		t.Fatalf("alice after Unlock: %d", w.Code)
+	}
+}
+
+// The client's own budgets and the cap refuse without a challenge: only
+// the account's budget and delay are challenged.
+func TestSignInChallengeOnlyForTheAccount(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		set   func(o *middleware.SignInOptions)
+		spend func(h http.Handler)
+		field string
+		want  bool
+	}{
+		{"account budget", nil, func(h http.Handler) {
+			for i := range 3 {
+				post(h, guessAddr(i), formCT, form("alice", "wrong"))
+			}
+		}, "login-account", true},
+		{"delay", func(o *middleware.SignInOptions) {
+			o.AccountFailures = limiter.Budget{Limit: 1000, Window: time.Hour}
+			o.Delay.After = 2
+		}, func(h http.Handler) {
+			for i := range 3 {
+				post(h, guessAddr(i), formCT, form("alice", "wrong"))
+			}
+		}, "login-delay", true},
+		{"account from this address", func(o *middleware.SignInOptions) {
+			o.AccountFailures = limiter.Budget{Limit: 1000, Window: time.Hour}
+		}, func(h http.Handler) {
+			for range 3 {
+				post(h, "203.0.113.7", formCT, form("alice", "wrong"))
+			}
+		}, "login-account-ip", false},
+		{"address", func(o *middleware.SignInOptions) { o.IPAttempts = limiter.Budget{Limit: 3, Window: time.Hour} }, func(h http.Handler) {
+			for _, u := range []string{"bob", "carol", "dave"} {
+				post(h, "203.0.113.7", formCT, form(u, "wrong"))
+			}
+		}, "login-ip", false},
+		{"cap", func(o *middleware.SignInOptions) {
+			o.AccountFailures = limiter.Budget{Limit: 1000, Window: time.Hour}
+			o.ConsecutiveFailures, o.Delay.After = 3, 3
+		}, func(h http.Handler) {
+			for i := range 3 {
+				post(h, guessAddr(i), formCT, form("alice", "wrong"))
+			}
+		}, "login-consecutive", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ev events
+			o := challengeOptions(t, &ev)
+			if tc.set != nil {
+				tc.set(&o)
+			}
+			_, _, h := signIn(t, nil, o)
+			tc.spend(h)
+			w := post(h, "203.0.113.7", formCT, form("alice", "right"))
+			if _, ok := challengeOf(t, w); ok != tc.want || w.Code != 429 || !strings.Contains(w.Header().Get("RateLimit"), `"`+tc.field+`"`) {
+				t.Fatalf("%d %q %s: want 429 of %s, challenged %v", w.Code, w.Header(), w.Body, tc.field, tc.want)
+			}
+		})
+	}
+}
+
+// The answer may come in the body, as a form's hidden input does; a
+// forged one costs the address an attempt and gets a new challenge.
+func TestSignInChallengeAnswerInForm(t *testing.T) {
+	var ev events
+	g, _, h := signIn(t, nil, challengeOptions(t, &ev))
+	for i := range 3 {
+		post(h, guessAddr(i), formCT, form("alice", "wrong"))
+	}
+	c, ok := challengeOf(t, post(h, "203.0.113.7", formCT, form("alice", "right")))
+	if !ok {
+		t.Fatal("no challenge")
+	}
+	a, _ := solve(t, c)
+	body := func(answer string) string {
+		return url.Values{"username": {"alice"}, "password": {"right"}, middleware.AnswerField: {answer}}.Encode()
+	}
+	for i, forged := range []string{"nonsense", a[:len(a)-1] + "x", c.Token + ".0"} {
+		if _, ok := challengeOf(t, post(h, "203.0.113.7", formCT, body(forged))); !ok {
+			t.Fatalf("forged answer %d: want a challenge", i)
+		}
+	}
+	if s, _ := g.Show(context.Background(), "alice", netip.MustParseAddr("203.0.113.7")); s.Budgets[3].Used != 3 {
+		t.Fatalf("address budget used %d, want 3: one for each forgery (a refused attempt costs nothing)", s.Budgets[3].Used)
+	}
+	if w := post(h, "203.0.113.7", formCT, body(a)); w.Code != 200 {
+		t.Fatalf("alice with her answer %q in the form: %d %s %+v", a, w.Code, w.Body, ev.list)
+	}
+	// In a JSON body, from another address.
+	c, ok = challengeOf(t, post(h, "203.0.113.8", formCT, form("alice", "right")))
+	if !ok {
+		t.Fatal("no challenge from another address")
+	}
+	a, _ = solve(t, c)
+	js, _ := json.Marshal(map[string]string{"username": "alice", "password": "right", middleware.AnswerField: a})
+	if w := post(h, "203.0.113.8", "application/json", string(js)); w.Code != 200 {
+		t.Fatalf("alice with her answer in JSON: %d %s", w.Code, w.Body)
+	}
+}
+
+// tokenRE matches what differs between two challenges: the token.
+var tokenRE = regexp.MustCompile(`[A-Za-z0-9_-]{40,}`)
+
+// A known and an unknown account get the same answers at every step:
+// status, header fields and body, the puzzle's random token aside.
+func TestSignInChallengeKnownUnknownAlike(t *testing.T) {
+	type step struct {
+		status int
+		header http.Header
+		body   string
+	}
+	run := func(user string) []step {
+		var ev events
+		_, _, h := signIn(t, nil, challengeOptions(t, &ev))
+		var out []step
+		keep := func(w *httptest.ResponseRecorder) *httptest.ResponseRecorder {
+			hd := w.Header().Clone()
+			hd.Del("Date")
+			if v := hd.Get(middleware.ChallengeHeader); v != "" {
+				hd.Set(middleware.ChallengeHeader, tokenRE.ReplaceAllString(v, "T"))
+			}
+			out = append(out, step{w.Code, hd, tokenRE.ReplaceAllString(w.Body.String(), "T")})
+			return w
+		}
+		for i := range 3 {
+			keep(post(h, guessAddr(i), formCT, form(user, "wrong")))
+		}
+		for i := range 6 {
+			ip := guessAddr(50 + i)
+			w := keep(post(h, ip, formCT, form(user, "wrong")))
+			if c, ok := challengeOf(t, w); ok {
+				a, _ := solve(t, c)
+				keep(answer(h, ip, user, "wrong", a))
+				keep(answer(h, guessAddr(60+i), user, "wrong", a)) // another address
+			}
+		}
+		return out
+	}
+	known, unknown := run("alice"), run("nobody")
+	if len(known) != len(unknown) {
+		t.Fatalf("%d steps for alice, %d for an unknown account", len(known), len(unknown))
+	}
+	for i := range known {
+		k, u := known[i], unknown[i]
+		if k.status != u.status || k.body != u.body || !equalHeaders(k.header, u.header) {
+			t.Fatalf("step %d: alice %d %q %s; unknown %d %q %s", i, k.status, k.header, k.body, u.status, u.header, u.body)
+		}
+	}
+}
+
+func equalHeaders(a, b http.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if strings.Join(v, "\n") != strings.Join(b[k], "\n") {
+			return false
+		}
+	}
+	return true
+}
+
+// Verify challenges too: a code's guesser solves a puzzle a guess.
+func TestVerifyChallenge(t *testing.T) {
+	pow, _ := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: powSecret, Bits: 3})
+	var ev events
+	g, err := middleware.Verify(handle(t, memStore(t, nil), "verify:"), middleware.VerifyOptions{
+		AccountFailures: limiter.Budget{Limit: 2, Window: time.Hour},
+		Challenge:       pow, OnEvent: ev.on, Logger: quiet,
+		IP: keyfunc.IPOptions{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	p := &passwords{}
+	h := g.Wrap(p)
+	for i := range 2 {
+		post(h, guessAddr(i), formCT, form("alice", "wrong"))
+	}
+	c, ok := challengeOf(t, post(h, "203.0.113.7", formCT, form("alice", "right")))
+	if !ok {
+		t.Fatal("Verify: no challenge once the account's budget is spent")
+	}
+	a, _ := solve(t, c)
+	if w := answer(h, "203.0.113.7", "alice", "right", a); w.Code != 200 || len(ev.of(middleware.EventChallengePassed)) != 1 {
+		t.Fatalf("Verify with an answer: %d, events %+v", w.Code, ev.list)
+	}
+}
+
+// captcha is an app's own provider: its answer is "ok:" and an ID.
+type captcha struct {
+	issued middleware.Issued
+	err    error
+}
+
+func (c captcha) Issue(context.Context, middleware.ChallengeFor) (middleware.Issued, error) {
+	return c.issued, c.err
+}
+
+func (c captcha) Verify(_ context.Context, answer string, _ middleware.ChallengeFor) (middleware.Solved, error) {
+	id, ok := strings.CutPrefix(answer, "ok:")
+	if !ok {
+		return middleware.Solved{}, errors.New("wrong answer")
+	}
+	return middleware.Solved{ID: id, Expires: time.Now().Add(time.Minute)}, nil
+}
+
+// An app's own provider: what it issues is sent as it is, unless the
+// wire cannot carry it; its IDs are taken once and must be short.
+func TestSignInChallengeProvider(t *testing.T) {
+	widget := middleware.Issued{Scheme: "captcha", Token: "site-key-123"}
+	for _, tc := range []struct {
+		name      string
+		c         captcha
+		answer    string
+		challenge bool // the refusal carries a challenge
+		status    int  // of the attempt with the answer
+	}{
+		{"issued and answered", captcha{issued: widget}, "ok:abc", true, 200},
+		{"answered twice", captcha{issued: widget}, "ok:abc", true, 429},
+		{"wrong answer", captcha{issued: widget}, "no", true, 429},
+		{"ID too long", captcha{issued: widget}, "ok:" + strings.Repeat("x", middleware.MaxChallengeID+1), true, 429},
+		{"empty ID", captcha{issued: widget}, "ok:", true, 429},
+		{"issue failed", captcha{err: errors.New("provider down")}, "ok:def", false, 200},
+		{"token with a quote", captcha{issued: middleware.Issued{Scheme: "captcha", Token: `a"b`}}, "ok:ghi", false, 200},
+		{"scheme not a token", captcha{issued: middleware.Issued{Scheme: "a b", Token: "t"}}, "ok:jkl", false, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ev events
+			o := challengeOptions(t, &ev)
+			o.Challenge = tc.c
+			_, _, h := signIn(t, nil, o)
+			for i := range 3 {
+				post(h, guessAddr(i), formCT, form("alice", "wrong"))
+			}
+			w := post(h, "203.0.113.7", formCT, form("alice", "right"))
+			if w.Code != 429 || (w.Header().Get(middleware.ChallengeHeader) != "") != tc.challenge {
+				t.Fatalf("refusal: %d %q, want 429 with a challenge: %v", w.Code, w.Header(), tc.challenge)
+			}
+			if tc.challenge && w.Header().Get(middleware.ChallengeHeader) != `scheme="captcha", token="site-key-123", bits=0` {
+				t.Fatalf("challenge %q", w.Header().Get(middleware.ChallengeHeader))
+			}
+			if tc.name == "answered twice" {
+				answer(h, "203.0.113.7", "alice", "right", tc.answer)
+			}
+			if w := answer(h, "203.0.113.7", "alice", "right", tc.answer); w.Code != tc.status {
+				t.Fatalf("with the answer %.20q: %d, want %d", tc.answer, w.Code, tc.status)
+			}
+		})
+	}
+}

@@ -226,6 +226,23 @@ func TestSignInChallengeOnlyForTheAccount(t *testing.T) {
 				post(h, guessAddr(i), formCT, form("alice", "wrong"))
 			}
 		}, "login-consecutive", false},
+		{"address, and the account's budget", func(o *middleware.SignInOptions) {
+			o.IPAttempts = limiter.Budget{Limit: 4, Window: 2 * time.Hour}
+		}, func(h http.Handler) {
+			for i := range 3 {
+				post(h, guessAddr(i), formCT, form("alice", "wrong"))
+			}
+			for _, u := range []string{"bob", "carol", "dave", "erin"} {
+				post(h, "203.0.113.7", formCT, form(u, "wrong-"+u))
+			}
+		}, "login-ip", false},
+		{"password", func(o *middleware.SignInOptions) {
+			o.Spray.Budget = limiter.Budget{Limit: 3, Window: 2 * time.Hour}
+		}, func(h http.Handler) {
+			for i, u := range []string{"alice", "alice", "alice", "bob", "carol"} {
+				post(h, guessAddr(i), formCT, form(u, "sprayed"))
+			}
+		}, "login-spray", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ev events
@@ -235,7 +252,11 @@ func TestSignInChallengeOnlyForTheAccount(t *testing.T) {
 			}
 			_, _, h := signIn(t, nil, o)
 			tc.spend(h)
-			w := post(h, "203.0.113.7", formCT, form("alice", "right"))
+			pw := "right"
+			if tc.field == "login-spray" { // alice's budget and the password's are both spent
+				pw = "sprayed"
+			}
+			w := post(h, "203.0.113.7", formCT, form("alice", pw))
 			if _, ok := challengeOf(t, w); ok != tc.want || w.Code != 429 || !strings.Contains(w.Header().Get("RateLimit"), `"`+tc.field+`"`) {
 				t.Fatalf("%d %q %s: want 429 of %s, challenged %v", w.Code, w.Header(), w.Body, tc.field, tc.want)
 			}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,19 +96,12 @@ func TestFromEnvGuardBudgets(t *testing.T) {
 			if err := l.Err(); err != nil {
 				t.Fatal(err)
 			}
-			var mu sync.Mutex
-			reached := 0
-			h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				mu.Lock()
-				reached++
-				mu.Unlock()
-				signIn.ServeHTTP(w, r)
-			}))
+			h, reached := reaching(mw)
 			for range tc.requests {
 				postForm(h, "192.0.2.1", form)
 			}
-			if reached != tc.want {
-				t.Errorf("%d of %d requests reached the handler, want %d", reached, tc.requests, tc.want)
+			if reached.Load() != int64(tc.want) {
+				t.Errorf("%d of %d requests reached the handler, want %d", reached.Load(), tc.requests, tc.want)
 			}
 		})
 	}
@@ -290,20 +284,23 @@ func TestFromEnvSpray(t *testing.T) {
 			if err := l.Err(); err != nil {
 				t.Fatal(err)
 			}
-			var mu sync.Mutex
-			reached := 0
-			h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				mu.Lock()
-				reached++
-				mu.Unlock()
-				signIn.ServeHTTP(w, r)
-			}))
+			h, reached := reaching(mw)
 			for i := range 10 {
 				postForm(h, fmt.Sprintf("192.0.2.%d", i+1), url.Values{"username": {fmt.Sprintf("user%d", i)}, tc.field: {"Summer2026!"}})
 			}
-			if reached != tc.want {
-				t.Errorf("%d of 10 accounts reached the handler, want %d", reached, tc.want)
+			if reached.Load() != int64(tc.want) {
+				t.Errorf("%d of 10 accounts reached the handler, want %d", reached.Load(), tc.want)
 			}
 		})
 	}
+}
+
+// reaching returns signIn wrapped in mw, and the count of requests that
+// reached signIn.
+func reaching(mw func(http.Handler) http.Handler) (http.Handler, *atomic.Int64) {
+	var n atomic.Int64
+	return mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		signIn.ServeHTTP(w, r)
+	})), &n
 }

@@ -31,15 +31,7 @@ func TestDeviceKeyNotSharedWarning(t *testing.T) {
 		{"memory store, no secret", false, middleware.DeviceOptions{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var s *store.Store
-			if tc.shared {
-				b := memory.NewBackend(memory.Options{Store: store.Options{Logger: quiet}.WithDefaults()})
-				t.Cleanup(func() { b.Close() })
-				s = store.New(sharedBackend{b}, store.Options{Logger: quiet})
-			} else {
-				s = memory.New(memory.Options{Store: store.Options{Logger: quiet}})
-			}
-			t.Cleanup(func() { s.Close() })
+			s := storeOf(t, tc.shared)
 			var buf strings.Builder
 			g, err := middleware.SignIn(handle(t, s, "login:"), middleware.SignInOptions{
 				Device: tc.device,
@@ -70,15 +62,7 @@ func TestChallengeKeyNotSharedWarning(t *testing.T) {
 		{"memory store, no secret", false, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var s *store.Store
-			if tc.shared {
-				b := memory.NewBackend(memory.Options{Store: store.Options{Logger: quiet}.WithDefaults()})
-				t.Cleanup(func() { b.Close() })
-				s = store.New(sharedBackend{b}, store.Options{Logger: quiet})
-			} else {
-				s = memory.New(memory.Options{Store: store.Options{Logger: quiet}})
-			}
-			t.Cleanup(func() { s.Close() })
+			s := storeOf(t, tc.shared)
 			pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: tc.secret})
 			if err != nil {
 				t.Fatal(err)
@@ -98,4 +82,19 @@ func TestChallengeKeyNotSharedWarning(t *testing.T) {
 			}
 		})
 	}
+}
+
+// storeOf returns a memory store, told to be shared when shared is set,
+// closed when t ends.
+func storeOf(t *testing.T, shared bool) *store.Store {
+	var s *store.Store
+	if shared {
+		b := memory.NewBackend(memory.Options{Store: store.Options{Logger: quiet}.WithDefaults()})
+		t.Cleanup(func() { b.Close() })
+		s = store.New(sharedBackend{b}, store.Options{Logger: quiet})
+	} else {
+		s = memory.New(memory.Options{Store: store.Options{Logger: quiet}})
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -152,37 +152,47 @@ func exactStores() map[string]func(t *testing.T) *store.Store {
 	shared := func(t *testing.T, u string) *store.Store {
 		secret := make([]byte, 32)
 		rand.Read(secret)
-		// A deadline long enough for a burst under -race on a busy
-		// machine: a call that timed out would be the policy's answer,
-		// not the count this test checks.
-		s, release, err := store.OpenURL(context.Background(), u, store.URLOptions{Secret: secret, Store: store.Options{Logger: quiet, Deadline: 30 * time.Second}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			s.Close()
-			if release != nil {
-				release()
-			}
-		})
-		return s
+		return openShared(t, u, secret)
 	}
 	return map[string]func(t *testing.T) *store.Store{
-		"memory": func(t *testing.T) *store.Store { return memStore(t, nil) },
-		"postgres": func(t *testing.T) *store.Store {
-			u := servicetest.PostgresURL(t)
-			pool, err := pgxpool.New(context.Background(), u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pool.Close()
-			if err := postgres.Migrate(context.Background(), pool); err != nil {
-				t.Fatal(err)
-			}
-			return shared(t, u)
-		},
-		"redis": func(t *testing.T) *store.Store { return shared(t, servicetest.RedisURL(t)) },
+		"memory":   func(t *testing.T) *store.Store { return memStore(t, nil) },
+		"postgres": func(t *testing.T) *store.Store { return shared(t, migratedPostgres(t)) },
+		"redis":    func(t *testing.T) *store.Store { return shared(t, servicetest.RedisURL(t)) },
 	}
+}
+
+// openShared opens the store at u under the store secret, closed when t
+// ends. Its deadline is long enough for a burst under -race on a busy
+// machine: a call that timed out would be the policy's answer, not the
+// count a test checks.
+func openShared(t *testing.T, u string, secret []byte) *store.Store {
+	t.Helper()
+	s, release, err := store.OpenURL(context.Background(), u, store.URLOptions{Secret: secret, Store: store.Options{Logger: quiet, Deadline: 30 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		if release != nil {
+			release()
+		}
+	})
+	return s
+}
+
+// migratedPostgres returns the URL of the test PostgreSQL server, its
+// tables made.
+func migratedPostgres(t testing.TB) string {
+	u := servicetest.PostgresURL(t)
+	pool, err := pgxpool.New(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
 
 // fresh returns a prefix no earlier run used, for a store that outlives

@@ -2,7 +2,6 @@ package middleware_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -14,14 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store"
-	"github.com/gatecount/gatecount/store/postgres"
 )
 
 // checker is a sign-in handler that counts the checks of each password:
@@ -308,16 +304,7 @@ func TestSprayFleetExact(t *testing.T) {
 			c := newChecker(nil)
 			var hs [2]http.Handler
 			for i := range hs {
-				s, release, err := store.OpenURL(context.Background(), u, store.URLOptions{Secret: storeSecret, Store: store.Options{Logger: quiet, Deadline: 30 * time.Second}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					s.Close()
-					if release != nil {
-						release()
-					}
-				})
+				s := openShared(t, u, storeSecret)
 				proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
 				g, err := middleware.SignIn(handle(t, s, prefix), middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: tc.secret}})
 				if err != nil {
@@ -336,19 +323,4 @@ func TestSprayFleetExact(t *testing.T) {
 			}
 		})
 	}
-}
-
-// migratedPostgres returns the URL of the test PostgreSQL server, its
-// tables made.
-func migratedPostgres(t testing.TB) string {
-	u := servicetest.PostgresURL(t)
-	pool, err := pgxpool.New(context.Background(), u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := postgres.Migrate(context.Background(), pool); err != nil {
-		t.Fatal(err)
-	}
-	return u
 }

@@ -954,7 +954,31 @@ const (
 	ignoresDeadline                     // claims store.Prompt, but waits on a key's lock past its context's end
 	sizerDefaultMax                     // MaxEntries tells the default bound, not the one it was opened with
 	sizerOnlyGrows                      // Entries tells the rows ever added
+	secretsElsewhere                    // Secrets looks under another name than the one it writes under
 )
+
+// testFingerprint is the fingerprint of the test backends' secret.
+const testFingerprint = "test-secret"
+
+// Fingerprint implements store.Secrets.
+func (b *mapBackend) Fingerprint() string { return testFingerprint }
+
+// Secrets implements store.Secrets: every row of the world is under the
+// backend's secret.
+func (b *mapBackend) Secrets(context.Context) (own bool, other string, err error) {
+	b.w.mu.Lock()
+	defer b.w.mu.Unlock()
+	judge := b.judge(b.now())
+	for _, r := range b.w.m {
+		if b.live(r, judge) {
+			if b.flaw == secretsElsewhere {
+				return false, testFingerprint, nil
+			}
+			return true, "", nil
+		}
+	}
+	return false, "", nil
+}
 
 // Prompt implements store.Prompt: true for a variant that claims it.
 func (b *mapBackend) Prompt() bool { return b.prompt }
@@ -979,8 +1003,9 @@ func (b *mapBackend) MaxEntries() int {
 }
 
 var (
-	_ store.Prompt = (*mapBackend)(nil)
-	_ store.Sizer  = (*mapBackend)(nil)
+	_ store.Prompt  = (*mapBackend)(nil)
+	_ store.Sizer   = (*mapBackend)(nil)
+	_ store.Secrets = (*mapBackend)(nil)
 )
 
 // capabilityVariants are the test backends of the cases of live rewrites,
@@ -1002,6 +1027,7 @@ var capabilityVariants = []variant{
 	{name: "ignores-deadline", flaw: ignoresDeadline, shared: true, lock: keyLocks, prompt: true, want: []string{"prompt-deadline"}},
 	{name: "sizer-default-max", flaw: sizerDefaultMax, inline: true, want: []string{"sizer"}},
 	{name: "sizer-only-grows", flaw: sizerOnlyGrows, shared: true, counter: true, want: []string{"sizer"}},
+	{name: "secrets-elsewhere", flaw: secretsElsewhere, shared: true, want: []string{"secrets"}},
 }
 
 func init() { variants = append(variants, capabilityVariants...) }

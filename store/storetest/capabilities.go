@@ -157,3 +157,36 @@ func sizerCase(r *runner) error {
 	}
 	return nil
 }
+
+// secretsCase: a store that names its entries under a secret
+// (store.Secrets) tells the same non-empty fingerprint each time, and once
+// it holds a live entry written through First, reports that it holds
+// entries under its own secret, so that Store.CheckSecret passes. It
+// catches a Secrets that looks under another name than the one the store
+// writes under (a fingerprint in another encoding, say): a tool given the
+// app's own secret would be told it is the wrong one.
+func secretsCase(r *runner) error {
+	sec, ok := r.p.First.Store().Backend().(store.Secrets)
+	if !ok {
+		return r.notApplicable("the backend offers no store.Secrets")
+	}
+	fp := sec.Fingerprint()
+	if fp == "" || sec.Fingerprint() != fp {
+		return r.failf("Fingerprint told %q, then %q: want one non-empty fingerprint", fp, sec.Fingerprint())
+	}
+	if _, _, err := r.put(r.p.First, `1`, longTTL, r.key("secret")); err != nil {
+		return err
+	}
+	own, other, err := sec.Secrets(r.ctx)
+	if err != nil {
+		return r.failf("Secrets: %v", err)
+	}
+	if !own {
+		return r.failf("Secrets of a store holding a live entry written through it reported none under its own secret (fingerprint %s), and one other secret %q",
+			fp, other)
+	}
+	if err := r.p.First.Store().CheckSecret(r.ctx); err != nil {
+		return r.failf("CheckSecret of a store holding a live entry written through it: %v", err)
+	}
+	return nil
+}

@@ -50,6 +50,7 @@ var Cases = []Case{
 	newCase("count-contention", countContention),
 	newCase("prompt-deadline", promptDeadlineCase),
 	newCase("sizer", sizerCase),
+	newCase("secrets", secretsCase),
 }
 
 // directions returns the (writer, reader) pairs of a case that checks what

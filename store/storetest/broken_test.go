@@ -912,7 +912,7 @@ func (v variant) check(t *testing.T, outcomes []outcome) {
 
 // TestRunSkips checks that Run skips the cases that need Pair.NewBounded
 // when it is not set, and the exact count of Sweep when Pair.SharedSweep
-// is.
+// is; the store is inline, so prompt-deadline is skipped too.
 func TestRunSkips(t *testing.T) {
 	v := variant{name: "unshared", inline: true}
 	for _, tc := range []struct {
@@ -921,8 +921,8 @@ func TestRunSkips(t *testing.T) {
 		want []string
 	}{
 		{"unbounded", func(p *storetest.Pair) { p.NewBounded = nil },
-			[]string{"sweep-exact", "bound", "bound-count", "bound-handles", "bound-rewrite", "close"}},
-		{"shared-sweep", func(p *storetest.Pair) { p.SharedSweep = true }, []string{"sweep-exact"}},
+			[]string{"sweep-exact", "bound", "bound-count", "bound-handles", "bound-rewrite", "close", "prompt-deadline", "sizer"}},
+		{"shared-sweep", func(p *storetest.Pair) { p.SharedSweep = true }, []string{"sweep-exact", "prompt-deadline"}},
 	} {
 		var skipped []string
 		t.Run(tc.name, func(t *testing.T) {

@@ -132,18 +132,19 @@ var routeAmounts = []int64{1, 1, 2, 3, 1, 1, 2, 1}
 
 // countRoutesCase: every route a Count can take into the store gives the
 // results of the generic rule (store.Tally.Charge on the counters as
-// ApplyCount reads them), window ends included: Handle.CountKey, Count and
-// CountInto on one key and several (for a backend in process memory, its
-// CountOne and CountInline), the backend's own Counter.Count called
-// directly, and store.ApplyCount through Update. Each route counts keys of
-// its own, through First and Second in turn, against a model of what the
-// rule leaves; it spends their budgets, then counts every few milliseconds
-// until every window has ended and a new one has begun, and once counts
-// through store.ApplyCount, which reads what the route wrote. Every
-// Tally's Allowed, Limiting, counts and window ends must be the model's. It
-// catches a route of its own that differs from the generic rule: a
-// CountOne that starts a window again before it ends, or moves its end, or
-// a Counter.Count no caller but the suite reaches that counts wrong.
+// ApplyCount reads them), window ends included. The routes are
+// Handle.CountKey, Count and CountInto on one key and several (for a
+// backend in process memory, its CountOne and CountInline), the backend's
+// own Counter.Count called directly, and store.ApplyCount through Update.
+// Each route counts keys of its own, through First and Second in turn,
+// against a model of what the rule leaves. It spends their budgets, counts
+// once through store.ApplyCount (which reads what the route wrote), then
+// counts every few milliseconds until every window has ended and a new
+// one has begun. Every Tally's Allowed, Limiting, counts and window ends
+// must be the model's. It catches a route of its own that differs from the
+// generic rule: a CountOne that starts a window again before it ends, or
+// moves its end, or a Counter.Count that no caller but the suite reaches
+// and that counts wrong.
 func countRoutesCase(r *runner) error {
 	routes := countRoutes(r.p)
 	keys := make([][]string, len(routes))

@@ -122,6 +122,7 @@ type mapBackend struct {
 	shared bool
 	inline bool
 	prompt bool          // it claims store.Prompt
+	pool   *pool         // what it shares with other backends
 	clock  time.Duration // this instance's clock is off by clock
 
 	cacheMu sync.Mutex
@@ -725,7 +726,12 @@ type variant struct {
 }
 
 func (v variant) open(e *env, w *world, clock time.Duration) *store.Store {
-	b := &mapBackend{w: w, flaw: v.flaw, lock: v.lock, shared: v.shared, inline: v.inline, prompt: v.prompt, clock: clock,
+	return v.openOn(e, w, new(pool), clock)
+}
+
+// openOn opens a store of v on w, sharing pl with the others on it.
+func (v variant) openOn(e *env, w *world, pl *pool, clock time.Duration) *store.Store {
+	b := &mapBackend{w: w, flaw: v.flaw, lock: v.lock, shared: v.shared, inline: v.inline, prompt: v.prompt, pool: pl, clock: clock,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go b.background()
 	var be store.Backend = b
@@ -750,8 +756,9 @@ func (v variant) open(e *env, w *world, clock time.Duration) *store.Store {
 
 func (v variant) pair(e *env) storetest.Pair {
 	w := e.world(0)
-	first := v.open(e, w, 0)
-	p := storetest.Pair{}
+	pl := new(pool)
+	first := v.openOn(e, w, pl, 0)
+	p := storetest.Pair{SameBacking: func() (*store.Store, error) { return v.openOn(e, w, pl, 0), nil }}
 	p.First, _ = first.Handle("app:")
 	p.Other, _ = first.Handle("other:")
 	p.Second = p.First
@@ -955,7 +962,20 @@ const (
 	sizerDefaultMax                     // MaxEntries tells the default bound, not the one it was opened with
 	sizerOnlyGrows                      // Entries tells the rows ever added
 	secretsElsewhere                    // Secrets looks under another name than the one it writes under
+	backingIsBackend                    // Backing names the Backend value, not the pool it shares
 )
+
+// pool stands for what backends of one app share, such as a connection
+// pool: one world may be reached through several.
+type pool struct{ _ byte }
+
+// Backing implements store.Backing.
+func (b *mapBackend) Backing() any {
+	if b.flaw == backingIsBackend {
+		return b
+	}
+	return b.pool
+}
 
 // testFingerprint is the fingerprint of the test backends' secret.
 const testFingerprint = "test-secret"
@@ -1006,6 +1026,7 @@ var (
 	_ store.Prompt  = (*mapBackend)(nil)
 	_ store.Sizer   = (*mapBackend)(nil)
 	_ store.Secrets = (*mapBackend)(nil)
+	_ store.Backing = (*mapBackend)(nil)
 )
 
 // capabilityVariants are the test backends of the cases of live rewrites,
@@ -1028,6 +1049,7 @@ var capabilityVariants = []variant{
 	{name: "sizer-default-max", flaw: sizerDefaultMax, inline: true, want: []string{"sizer"}},
 	{name: "sizer-only-grows", flaw: sizerOnlyGrows, shared: true, counter: true, want: []string{"sizer"}},
 	{name: "secrets-elsewhere", flaw: secretsElsewhere, shared: true, want: []string{"secrets"}},
+	{name: "backing-is-backend", flaw: backingIsBackend, inline: true, want: []string{"backing"}},
 }
 
 func init() { variants = append(variants, capabilityVariants...) }

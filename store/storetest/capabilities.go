@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/gatecount/gatecount/store"
@@ -187,6 +188,36 @@ func secretsCase(r *runner) error {
 	}
 	if err := r.p.First.Store().CheckSecret(r.ctx); err != nil {
 		return r.failf("CheckSecret of a store holding a live entry written through it: %v", err)
+	}
+	return nil
+}
+
+// backingCase: a store that shares its backing with other Store values
+// (store.Backing) tells one identity for all of them, so that the guard
+// refuses a handle with First's prefix on another Store over First's
+// backing (Pair.SameBacking) with ErrDuplicatePrefix, and grants one with
+// another prefix. It catches a Backing that names the Backend value rather
+// than what it shares (its pool, its client): two limiters could then
+// claim one prefix, and count in one key space, through two stores of one
+// app.
+func backingCase(r *runner) error {
+	if _, ok := r.p.First.Store().Backend().(store.Backing); !ok {
+		return r.notApplicable("the backend offers no store.Backing")
+	}
+	if r.p.SameBacking == nil {
+		return r.notApplicable("Pair.SameBacking is not set")
+	}
+	s, err := r.p.SameBacking()
+	if err != nil {
+		return r.failf("SameBacking: %v", err)
+	}
+	defer s.Close()
+	if _, err := s.Handle(r.p.First.Prefix()); !errors.Is(err, store.ErrDuplicatePrefix) {
+		return r.failf("a handle with First's prefix %q on another Store over First's backing: %v, want %v: the Stores' backends tell different identities for one backing",
+			r.p.First.Prefix(), err, store.ErrDuplicatePrefix)
+	}
+	if _, err := r.handle(s, "backing"); err != nil {
+		return err
 	}
 	return nil
 }

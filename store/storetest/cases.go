@@ -51,6 +51,7 @@ var Cases = []Case{
 	newCase("prompt-deadline", promptDeadlineCase),
 	newCase("sizer", sizerCase),
 	newCase("secrets", secretsCase),
+	newCase("backing", backingCase),
 }
 
 // directions returns the (writer, reader) pairs of a case that checks what

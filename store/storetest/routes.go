@@ -22,8 +22,8 @@ type countRoute struct {
 func countRoutes(p Pair) []countRoute {
 	routes := []countRoute{
 		{"Handle.CountKey", 1, (*runner).countKey},
-		{"Handle.Count of one key", 1, (*runner).countVia},
-		{"Handle.Count of two keys", 2, (*runner).countVia},
+		{"Handle.Count of one key", 1, (*runner).count},
+		{"Handle.Count of two keys", 2, (*runner).count},
 		{"Handle.CountInto of three keys", 3, (*runner).countInto},
 		{"store.ApplyCount through Update, one key", 1, (*runner).genericCount},
 		{"store.ApplyCount through Update, two keys", 2, (*runner).genericCount},
@@ -34,11 +34,6 @@ func countRoutes(p Pair) []countRoute {
 			countRoute{"the backend's Counter.Count, two keys", 2, (*runner).backendCount})
 	}
 	return routes
-}
-
-// countVia is h.Count, retried while the guard answers overloaded.
-func (r *runner) countVia(h *store.Handle, keys []string, caps []store.Budget, n int64) (store.Tally, error) {
-	return r.count(h, keys, caps, n)
 }
 
 // countInto is h.CountInto, retried while the guard answers overloaded.

@@ -85,7 +85,9 @@ type KeyTally struct {
 // one step, as fast as it can. A backend that offers it must give exactly the
 // results of the generic Count, which runs on Update, and keep each counter
 // as the generic Count does: a JSON integer value expiring at the end of its
-// window. The contract suite checks both.
+// window. The guard calls it for a backend that is not Inline; the contract
+// suite checks both promises, calling it directly as well, since the guard
+// counts through CountOne and CountInline on an Inline backend.
 //
 // What it saves (BenchmarkGuardCount, the memory backend on the prompt
 // path): about 0.6 µs a one-key Count and 6 allocations, against about

@@ -15,7 +15,8 @@ import (
 // another prefix on First's pool, and NewBounded opens a store with a secret
 // of its own, so that only its own rows count against its bound. Sweep
 // removes the expired rows of every secret in the table, which other tests
-// write too: SharedSweep.
+// write too: SharedSweep. SameBacking opens another store over First's
+// pool.
 func TestContract(t *testing.T) { runContract(t, newPool(t), newPool(t)) }
 
 // runContract runs the contract suite over two pools, as TestContract
@@ -52,6 +53,9 @@ func runContract(t *testing.T, poolA, poolB *pgxpool.Pool) {
 				return h, nil
 			},
 			SharedSweep: true,
+			SameBacking: func() (*store.Store, error) {
+				return New(context.Background(), poolA, Options{Secret: testSecret})
+			},
 		}
 	})
 }

@@ -263,16 +263,22 @@ func (t *updateTry) plan() writes {
 // been inserted first by another transaction.
 func (b *Backend) write(q *runner, t *updateTry, w writes, exact bool) (live int64, retry bool, err error) {
 	live = -1
+	// The rows inserted come before the bound's lock, which the exact
+	// count takes: a Count takes its keys' rows (inserting placeholders)
+	// before that lock, and an Update of a new key that took them the
+	// other way round could deadlock with a Count of it. The count then
+	// finds the inserted rows live, and is asked to admit the other
+	// entries added.
 	err = func() error {
+		if err := q.sendWrite(uInsert1, uInsert, t.hashes, t.entries, w.ins, b.fp); err != nil {
+			return err
+		}
 		if exact {
-			if err := q.send(uAdmit, b.fp, int32(w.added), int64(b.bound.Max()), t.now, b.boundLock); err != nil {
+			if err := q.send(uAdmit, b.fp, int32(w.added-len(w.ins)), int64(b.bound.Max()), t.now, b.boundLock); err != nil {
 				return err
 			}
 		}
 		if err := q.sendWrite(uWrite1, uWrite, t.hashes, t.entries, w.up, b.fp); err != nil {
-			return err
-		}
-		if err := q.sendWrite(uInsert1, uInsert, t.hashes, t.entries, w.ins, b.fp); err != nil {
 			return err
 		}
 		if err := q.sendDelete(t.hashes, w.del); err != nil {
@@ -283,16 +289,6 @@ func (b *Backend) write(q *runner, t *updateTry, w writes, exact bool) (live int
 	if err != nil {
 		return live, false, err
 	}
-	if exact {
-		if err := q.row(&live); err != nil {
-			return live, false, err
-		}
-	}
-	if len(w.up) > 0 {
-		if _, err := q.exec(); err != nil {
-			return live, false, err
-		}
-	}
 	if len(w.ins) > 0 {
 		tag, err := q.exec()
 		if err != nil {
@@ -302,6 +298,17 @@ func (b *Backend) write(q *runner, t *updateTry, w writes, exact bool) (live int
 		// written: if another transaction inserted it first, this one
 		// commits empty and the update starts again.
 		retry = tag.RowsAffected() < int64(len(w.ins))
+	}
+	if exact {
+		if err := q.row(&live); err != nil {
+			return live, false, err
+		}
+		live -= int64(len(w.ins)) // as it was before this write
+	}
+	if len(w.up) > 0 {
+		if _, err := q.exec(); err != nil {
+			return live, false, err
+		}
 	}
 	if len(w.del) > 0 {
 		if _, err := q.exec(); err != nil {
@@ -320,6 +327,7 @@ func (b *Backend) wrote(prefix string, w writes, live int64, err error) error {
 		if errors.As(err, &pgErr) && pgErr.Code == errFullCode {
 			var n int
 			fmt.Sscan(pgErr.Detail, &n)
+			n -= len(w.ins) // the count found the rows this write inserted, rolled back since
 			b.estimate.Store(int64(n))
 			b.countedAt.Store(b.processNow().UnixNano())
 			return b.bound.Admit(n+w.added-1, prefix)

@@ -29,7 +29,8 @@ func standalone(t testing.TB) redis.UniversalClient { return newClient(t) }
 func contract(t *testing.T, newClient func(testing.TB) redis.UniversalClient) {
 	storetest.Run(t, func(t *testing.T) storetest.Pair {
 		secret := newSecret()
-		s1 := open(t, newClient(t), redisstore.Options{Secret: secret})
+		c1 := newClient(t)
+		s1 := open(t, c1, redisstore.Options{Secret: secret})
 		s2 := open(t, newClient(t), redisstore.Options{Secret: secret})
 		prefix := randomName("contract")
 		return storetest.Pair{
@@ -47,6 +48,9 @@ func contract(t *testing.T, newClient func(testing.TB) redis.UniversalClient) {
 					return nil, err
 				}
 				return h, nil
+			},
+			SameBacking: func() (*store.Store, error) {
+				return redisstore.New(t.Context(), c1, redisstore.Options{Secret: secret, Store: store.Options{Logger: quiet}})
 			},
 		}
 	})

@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"database/sql"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,7 +12,8 @@ import (
 )
 
 // TestContract runs the contract suite with two stores, each with its own
-// *sql.DB, on one file, as two processes of an app would hold it.
+// *sql.DB, on one file, as two processes of an app would hold it;
+// SameBacking opens a third over First's *sql.DB.
 func TestContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Pair {
 		path := tempFile(t)
@@ -33,6 +35,12 @@ func TestContract(t *testing.T) {
 					return nil, err
 				}
 				return s.Handle("bounded:")
+			},
+			// A store over First's *sql.DB, as an app's second store
+			// would share it.
+			SameBacking: func() (*store.Store, error) {
+				db := first.Backend().(store.Backing).Backing().(*sql.DB)
+				return sqlite.New(t.Context(), db, sqlite.Options{Secret: secretA, Store: o.Store})
 			},
 		}
 	})

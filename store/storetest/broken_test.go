@@ -91,6 +91,7 @@ type world struct {
 	mu    sync.Mutex
 	m     map[wkey]*row
 	rows  int            // rows held, as the store's own count has it
+	added int            // rows ever added
 	per   map[string]int // rows held per prefix, as that count has it
 	max   int            // rows; 0 for no bound
 	ver   uint64
@@ -120,6 +121,8 @@ type mapBackend struct {
 	lock   locking
 	shared bool
 	inline bool
+	prompt bool          // it claims store.Prompt
+	pool   *pool         // what it shares with other backends
 	clock  time.Duration // this instance's clock is off by clock
 
 	cacheMu sync.Mutex
@@ -184,6 +187,9 @@ func (b *mapBackend) judge(now time.Time) time.Time {
 }
 
 func (b *mapBackend) live(r *row, judge time.Time) bool {
+	if r != nil && b.flaw == liveAtExpiry {
+		return !r.exp.Before(judge.Truncate(time.Millisecond))
+	}
 	return r != nil && (b.flaw == ignoresExpiry || r.exp.After(judge))
 }
 
@@ -292,10 +298,14 @@ func (b *mapBackend) put(prefix, key string, e store.Entry, judge time.Time, kee
 	if r == nil {
 		w.m[n] = &row{prefix: prefix, v: v, exp: e.ExpiresAt, ver: w.ver}
 		w.rows++
+		w.added++
 		w.per[prefix]++
 		return
 	}
 	exp := e.ExpiresAt
+	if b.flaw == keepsLiveExpiry && b.live(r, judge) {
+		exp = r.exp
+	}
 	if !b.live(r, judge) {
 		if b.flaw == leaksOnRewrite {
 			w.rows++
@@ -318,7 +328,10 @@ func (b *mapBackend) remove(n wkey) {
 
 // lockKeys takes the key locks of keys, in their order or, with the flaw,
 // in the order the call names them.
-func (b *mapBackend) lockKeys(prefix string, keys []string) (func(), error) {
+func (b *mapBackend) lockKeys(ctx context.Context, prefix string, keys []string) (func(), error) {
+	if b.flaw == ignoresDeadline {
+		ctx = context.Background()
+	}
 	names := make([]wkey, len(keys))
 	for i, k := range keys {
 		names[i] = b.name(prefix, k)
@@ -348,18 +361,21 @@ func (b *mapBackend) lockKeys(prefix string, keys []string) (func(), error) {
 		case <-b.w.freed:
 			unlock()
 			return nil, errFreed
+		case <-ctx.Done():
+			unlock()
+			return nil, ctx.Err()
 		}
 	}
 	return unlock, nil
 }
 
-func (b *mapBackend) Update(_ context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
+func (b *mapBackend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
 	b.forget(prefix, keys)
 	if b.lock == optimistic {
 		return b.updateOptimistic(prefix, keys, apply)
 	}
 	if b.lock == keyLocks {
-		unlock, err := b.lockKeys(prefix, keys)
+		unlock, err := b.lockKeys(ctx, prefix, keys)
 		if err != nil {
 			return err
 		}
@@ -445,9 +461,9 @@ func (b *mapBackend) forget(prefix string, keys []string) {
 	}
 }
 
-func (b *mapBackend) Read(_ context.Context, prefix string, keys []string) ([]store.Entry, error) {
+func (b *mapBackend) Read(ctx context.Context, prefix string, keys []string) ([]store.Entry, error) {
 	if b.lock == keyLocks {
-		unlock, err := b.lockKeys(prefix, keys)
+		unlock, err := b.lockKeys(ctx, prefix, keys)
 		if err != nil {
 			return nil, err
 		}
@@ -577,7 +593,8 @@ func (b inlineCounter) CountInline(prefix string, keys [store.MaxCountKeys]strin
 
 // CountOne is the store's own Count on one key.
 func (b inlineCounter) CountOne(prefix, key string, c store.Budget, n int64) (store.KeyTally, error) {
-	t, err := b.CountInline(prefix, [store.MaxCountKeys]string{key}, []store.Budget{c}, n)
+	var t store.Tally
+	err := counterBackend{b.mapBackend}.count(context.Background(), prefix, []string{key}, []store.Budget{c}, n, &t, true)
 	return t.Key(), err
 }
 
@@ -592,13 +609,29 @@ var (
 // counterBackend is a mapBackend with a Count of its own.
 type counterBackend struct{ *mapBackend }
 
-func (b counterBackend) Count(_ context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
+func (b counterBackend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
+	return b.count(ctx, prefix, keys, caps, n, t, false)
+}
+
+// count is Count; one says it is the one-key path of an inline store
+// (CountOne).
+func (b counterBackend) count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally, one bool) error {
+	if b.lock == keyLocks {
+		unlock, err := b.lockKeys(ctx, prefix, keys)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	w := b.w
 	b.trip()
 	w.mu.Lock()
 	defer func() { w.mu.Unlock() }()
 	now := time.UnixMilli(b.now().UnixMilli())
 	judge := b.judge(now)
+	if one && b.flaw == countOneEndsEarly {
+		judge = judge.Add(earlyBy)
+	}
 	*t = store.Tally{Now: now, Limiting: -1}
 	for i, k := range keys {
 		if r := w.m[b.name(prefix, k)]; b.live(r, judge) {
@@ -684,6 +717,7 @@ type variant struct {
 	shared  bool
 	inline  bool
 	counter bool
+	prompt  bool
 	// clockSecond is how far Second's clock is off, for a shared store.
 	clockSecond time.Duration
 	// want are the cases that must find the flaw; also those that may,
@@ -692,7 +726,12 @@ type variant struct {
 }
 
 func (v variant) open(e *env, w *world, clock time.Duration) *store.Store {
-	b := &mapBackend{w: w, flaw: v.flaw, lock: v.lock, shared: v.shared, inline: v.inline, clock: clock,
+	return v.openOn(e, w, new(pool), clock)
+}
+
+// openOn opens a store of v on w, sharing pl with the others on it.
+func (v variant) openOn(e *env, w *world, pl *pool, clock time.Duration) *store.Store {
+	b := &mapBackend{w: w, flaw: v.flaw, lock: v.lock, shared: v.shared, inline: v.inline, prompt: v.prompt, pool: pl, clock: clock,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go b.background()
 	var be store.Backend = b
@@ -717,8 +756,9 @@ func (v variant) open(e *env, w *world, clock time.Duration) *store.Store {
 
 func (v variant) pair(e *env) storetest.Pair {
 	w := e.world(0)
-	first := v.open(e, w, 0)
-	p := storetest.Pair{}
+	pl := new(pool)
+	first := v.openOn(e, w, pl, 0)
+	p := storetest.Pair{SameBacking: func() (*store.Store, error) { return v.openOn(e, w, pl, 0), nil }}
 	p.First, _ = first.Handle("app:")
 	p.Other, _ = first.Handle("other:")
 	p.Second = p.First
@@ -843,6 +883,9 @@ func (v variant) check(t *testing.T, outcomes []outcome) {
 		switch {
 		case o.err == nil:
 		case errors.Is(o.err, storetest.ErrNotApplicable):
+			if v.inline && o.name == "prompt-deadline" {
+				continue // an inline store's calls have no deadline
+			}
 			t.Errorf("%s: not applicable to a Pair with NewBounded set: %v", o.name, o.err)
 		case errors.As(o.err, &cv):
 			if cv.Case != o.name {
@@ -868,7 +911,7 @@ func (v variant) check(t *testing.T, outcomes []outcome) {
 		t.Logf("%s: %s", name, what)
 	}
 	for _, name := range slices.Sorted(maps.Keys(violated)) {
-		if !slices.Contains(v.want, name) && !slices.Contains(v.also, name) {
+		if !slices.Contains(v.want, name) && !slices.Contains(v.also, name) && !slices.Contains(alsoFinds[v.name], name) {
 			t.Errorf("%s, which checks another clause, also reported the flaw: %s", name, violated[name])
 		}
 	}
@@ -876,7 +919,7 @@ func (v variant) check(t *testing.T, outcomes []outcome) {
 
 // TestRunSkips checks that Run skips the cases that need Pair.NewBounded
 // when it is not set, and the exact count of Sweep when Pair.SharedSweep
-// is.
+// is; the store is inline, so prompt-deadline is skipped too.
 func TestRunSkips(t *testing.T) {
 	v := variant{name: "unshared", inline: true}
 	for _, tc := range []struct {
@@ -885,8 +928,8 @@ func TestRunSkips(t *testing.T) {
 		want []string
 	}{
 		{"unbounded", func(p *storetest.Pair) { p.NewBounded = nil },
-			[]string{"sweep-exact", "bound", "bound-count", "bound-handles", "bound-rewrite", "close"}},
-		{"shared-sweep", func(p *storetest.Pair) { p.SharedSweep = true }, []string{"sweep-exact"}},
+			[]string{"sweep-exact", "bound", "bound-count", "bound-handles", "bound-rewrite", "close", "prompt-deadline", "sizer"}},
+		{"shared-sweep", func(p *storetest.Pair) { p.SharedSweep = true }, []string{"sweep-exact", "prompt-deadline"}},
 	} {
 		var skipped []string
 		t.Run(tc.name, func(t *testing.T) {
@@ -907,4 +950,137 @@ func TestRunSkips(t *testing.T) {
 			t.Errorf("%s: skipped %v, want %v", tc.name, skipped, tc.want)
 		}
 	}
+}
+
+// The flaws of the cases of live rewrites, the expiry boundary, the routes
+// of a Count and the capabilities, apart from those above.
+const (
+	keepsLiveExpiry   flaw = 100 + iota // a write over a live row keeps the row's expiry
+	liveAtExpiry                        // an entry is live until its ExpiresAt's millisecond has passed (>= for >)
+	countOneEndsEarly                   // its CountOne judges a window ended earlyBy before it has
+	ignoresDeadline                     // claims store.Prompt, but waits on a key's lock past its context's end
+	sizerDefaultMax                     // MaxEntries tells the default bound, not the one it was opened with
+	sizerOnlyGrows                      // Entries tells the rows ever added
+	secretsElsewhere                    // Secrets looks under another name than the one it writes under
+	backingIsBackend                    // Backing names the Backend value, not the pool it shares
+)
+
+// pool stands for what backends of one app share, such as a connection
+// pool: one world may be reached through several.
+type pool struct{ _ byte }
+
+// Backing implements store.Backing.
+func (b *mapBackend) Backing() any {
+	if b.flaw == backingIsBackend {
+		return b
+	}
+	return b.pool
+}
+
+// testFingerprint is the fingerprint of the test backends' secret.
+const testFingerprint = "test-secret"
+
+// Fingerprint implements store.Secrets.
+func (b *mapBackend) Fingerprint() string { return testFingerprint }
+
+// Secrets implements store.Secrets: every row of the world is under the
+// backend's secret.
+func (b *mapBackend) Secrets(context.Context) (own bool, other string, err error) {
+	b.w.mu.Lock()
+	defer b.w.mu.Unlock()
+	judge := b.judge(b.now())
+	for _, r := range b.w.m {
+		if b.live(r, judge) {
+			if b.flaw == secretsElsewhere {
+				return false, testFingerprint, nil
+			}
+			return true, "", nil
+		}
+	}
+	return false, "", nil
+}
+
+// Prompt implements store.Prompt: true for a variant that claims it.
+func (b *mapBackend) Prompt() bool { return b.prompt }
+
+// Entries implements store.Sizer: the rows held, expired ones not yet
+// removed included.
+func (b *mapBackend) Entries() int {
+	b.w.mu.Lock()
+	defer b.w.mu.Unlock()
+	if b.flaw == sizerOnlyGrows {
+		return b.w.added
+	}
+	return b.w.rows
+}
+
+// MaxEntries implements store.Sizer.
+func (b *mapBackend) MaxEntries() int {
+	if b.flaw == sizerDefaultMax {
+		return store.DefaultMaxEntriesMemory
+	}
+	return b.w.max
+}
+
+var (
+	_ store.Prompt  = (*mapBackend)(nil)
+	_ store.Sizer   = (*mapBackend)(nil)
+	_ store.Secrets = (*mapBackend)(nil)
+	_ store.Backing = (*mapBackend)(nil)
+)
+
+// capabilityVariants are the test backends of the cases of live rewrites,
+// the expiry boundary, the routes of a Count and the capabilities: a sound
+// store that claims store.Prompt, and one flaw each.
+var capabilityVariants = []variant{
+	{name: "sound-prompt", flaw: sound, shared: true, lock: keyLocks, prompt: true},
+	{name: "sound-prompt-counter", flaw: sound, shared: true, lock: keyLocks, prompt: true, counter: true},
+
+	{name: "keeps-live-expiry", flaw: keepsLiveExpiry, shared: true, want: []string{"rewrite-live-expiry"}},
+	{name: "keeps-live-expiry-inline", flaw: keepsLiveExpiry, inline: true, want: []string{"rewrite-live-expiry"}},
+	{name: "live-at-expiry", flaw: liveAtExpiry, inline: true, want: []string{"expiry-at-boundary"},
+		also: []string{"expired-not-seen", "expiry-not-late", "count-routes", "rewrite-live-expiry"}},
+	{name: "live-at-expiry-shared", flaw: liveAtExpiry, shared: true, want: []string{"expiry-at-boundary"},
+		also: []string{"expired-not-seen", "expiry-not-late", "count-routes", "rewrite-live-expiry"}},
+	{name: "count-racy-inline", flaw: countRacy, inline: true, counter: true, want: []string{"count-contention"},
+		also: []string{"count-exact-budget"}},
+	{name: "count-one-ends-early", flaw: countOneEndsEarly, inline: true, counter: true, want: []string{"count-routes"}},
+	{name: "ignores-deadline", flaw: ignoresDeadline, shared: true, lock: keyLocks, prompt: true, want: []string{"prompt-deadline"}},
+	{name: "sizer-default-max", flaw: sizerDefaultMax, inline: true, want: []string{"sizer"}},
+	{name: "sizer-only-grows", flaw: sizerOnlyGrows, shared: true, counter: true, want: []string{"sizer"}},
+	{name: "secrets-elsewhere", flaw: secretsElsewhere, shared: true, want: []string{"secrets"}},
+	{name: "backing-is-backend", flaw: backingIsBackend, inline: true, want: []string{"backing"}},
+}
+
+func init() { variants = append(variants, capabilityVariants...) }
+
+// alsoFinds are, for variants above with flaws of other cases, the cases of
+// live rewrites, the expiry boundary, the routes of a Count and the
+// capabilities that check the same clause from another side, and so may
+// find the flaw too.
+var alsoFinds = map[string][]string{
+	// Atomicity: Counts and Updates racing on one key lose counts.
+	"loses-updates":              {"count-contention"},
+	"retries-with-stale-entries": {"count-contention"},
+	"writes-first-run":           {"count-contention"},
+	"count-racy":                 {"count-contention"},
+	// Expiry judged on the wrong clock, or not at all: entries and
+	// counters live past their ends, or end before them.
+	"ignores-expiry":               {"count-routes", "expiry-at-boundary", "rewrite-live-expiry"},
+	"judges-expiry-ahead":          {"count-routes", "rewrite-live-expiry"},
+	"judges-expiry-behind":         {"count-routes", "expiry-at-boundary", "rewrite-live-expiry", "sizer"}, // nothing expires, so Sweep removes nothing
+	"second-clock-ahead":           {"count-routes", "rewrite-live-expiry"},
+	"second-clock-behind":          {"count-routes", "expiry-at-boundary", "rewrite-live-expiry"},
+	"expires-early":                {"count-routes"},
+	"expires-early-inline-counter": {"count-routes"},
+	"caches-reads-inline":          {"expiry-at-boundary", "rewrite-live-expiry"}, // it reads what it cached
+	// A Count that differs from the generic rule.
+	"count-not-atomic":               {"count-routes"},
+	"restarts-window":                {"count-routes"},
+	"keeps-expiry-on-rewrite":        {"count-routes"}, // a counter's second window is born ended
+	"keeps-expiry-on-rewrite-inline": {"count-routes"},
+	"count-keeps-expiry-on-rewrite":  {"count-routes"},
+	// Sweep removes the wrong rows: what Entries tells follows.
+	"sweeps-live":     {"sizer"},
+	"sweep-no-commit": {"sizer"},
 }

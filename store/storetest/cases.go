@@ -45,6 +45,14 @@ var Cases = []Case{
 	newCase("count-values", countValues),
 	newCase("count-window", countWindow),
 	newCase("count-matches-generic", countMatchesGeneric),
+	newCase("rewrite-live-expiry", rewriteLiveExpiry),
+	newCase("expiry-at-boundary", expiryAtBoundary),
+	newCase("count-routes", countRoutesCase),
+	newCase("count-contention", countContention),
+	newCase("prompt-deadline", promptDeadlineCase),
+	newCase("sizer", sizerCase),
+	newCase("secrets", secretsCase),
+	newCase("backing", backingCase),
 }
 
 // directions returns the (writer, reader) pairs of a case that checks what

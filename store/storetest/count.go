@@ -311,43 +311,6 @@ func countWindow(r *runner) error {
 	return nil
 }
 
-// refCount is the generic Count, done here through Update, as the
-// reference a store's own Count must match.
-func (r *runner) refCount(h *store.Handle, keys []string, caps []store.Budget, n int64) (store.Tally, error) {
-	var t store.Tally
-	err := r.update(h, keys, func(now time.Time, es []store.Entry) error {
-		t = store.Tally{Now: now, Limiting: -1}
-		for i := range es {
-			var v int64
-			if es[i].Live() {
-				var err error
-				if v, err = store.ParseCount(es[i].Value); err != nil {
-					return err
-				}
-				t.ExpiresAt[i] = es[i].ExpiresAt
-			}
-			t.Counts[i] = v
-			if t.Limiting < 0 && v > int64(caps[i].Limit)-n {
-				t.Limiting = i
-			}
-		}
-		if t.Limiting >= 0 {
-			return nil
-		}
-		t.Allowed = true
-		for i := range es {
-			t.Counts[i] += n
-			if !es[i].Live() {
-				es[i].ExpiresAt = now.Add(caps[i].Window).Truncate(time.Millisecond)
-				t.ExpiresAt[i] = es[i].ExpiresAt
-			}
-			es[i].Value = store.AppendCount(nil, t.Counts[i])
-		}
-		return nil
-	})
-	return t, err
-}
-
 // countMatchesGeneric: Count gives the results of the generic Count, done
 // through Update, step for step; a store's own Counter, CountInline or
 // CountOne (the steps on one key) must too. A value that is not a count is
@@ -407,7 +370,7 @@ func countStepsMatch(r *runner, path string) error {
 				return r.failf("step %d, Count on %s: %v", s+1, set, err)
 			}
 			ks, cs = names("want-"+set, step.keys)
-			want, err := r.refCount(h, ks, cs, step.n)
+			want, err := r.genericCount(h, ks, cs, step.n)
 			if err != nil {
 				return r.failf("step %d, the generic Count through Update on %s: %v", s+1, set, err)
 			}

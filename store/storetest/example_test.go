@@ -11,9 +11,9 @@ import (
 )
 
 // Each case can be run on its own, outside Run: here against a store that
-// keeps its entries in a map, with no Pair.NewBounded, so the cases that
-// need stores of their own (the bound's, Sweep's exact count, Close) do not
-// apply. The cases about two instances run on First alone, which a store
+// keeps its entries in a map, with no Pair.NewBounded or Pair.SameBacking,
+// so the cases that need stores of their own (the bound's, Sweep's exact
+// count, Close, Sizer's, Backing's) do not apply. The cases about two instances run on First alone, which a store
 // that is not shared is.
 func ExampleCases() {
 	s := store.New(&mapBackend{w: newWorld(0), inline: true}, store.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -34,5 +34,5 @@ func ExampleCases() {
 		}
 	}
 	fmt.Printf("%d passed, %d not applicable\n", passed, skipped)
-	// Output: 24 passed, 6 not applicable
+	// Output: 30 passed, 8 not applicable
 }

@@ -235,7 +235,7 @@ func rewriteAfterExpiry(r *runner) error {
 	if err != nil {
 		return err
 	}
-	g, err := r.refCount(r.p.First, []string{gk}, window, 1)
+	g, err := r.genericCount(r.p.First, []string{gk}, window, 1)
 	if err != nil {
 		return r.failf("the generic Count through Update on First: %v", err)
 	}
@@ -293,7 +293,7 @@ func countsInNewWindow(r *runner, gk, nk string, capMax int) error {
 		key   string
 		count func(h *store.Handle, keys []string, caps []store.Budget, n int64) (store.Tally, error)
 	}{
-		{"the generic Count through Update", gk, r.refCount},
+		{"the generic Count through Update", gk, r.genericCount},
 		{"Count", nk, r.count},
 	}
 	for _, p := range paths {

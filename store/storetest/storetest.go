@@ -26,7 +26,7 @@
 // hold its keys through apply lets other calls in; when none of their calls
 // finishes for 10 s the case reports the store deadlocked and returns,
 // leaving the stuck goroutines behind, rather than hang. The whole suite
-// takes about 5 s on the memory store.
+// takes about 7 s on the memory store.
 //
 // What the suite cannot show is a store's own tests' to add: its faults
 // (lost connections, timeouts mid-call, restarts), races it cannot provoke
@@ -81,6 +81,11 @@ type Pair struct {
 	// write too, say), so that how many it removes is not the suite's to
 	// know: the sweep-exact case does not apply.
 	SharedSweep bool
+	// SameBacking, when set, opens another Store over First's backing (its
+	// connection pool or client, under its secret), as a second store of
+	// one app would share it. The backing case closes it; when
+	// SameBacking is nil that case does not apply.
+	SameBacking func() (*store.Store, error)
 }
 
 // Case is one clause of the contract.

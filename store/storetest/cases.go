@@ -41,7 +41,6 @@ var Cases = []Case{
 	newCase("close", closeCase),
 	newCase("count-exact-budget", countExactBudget),
 	newCase("count-all-or-nothing", countAllOrNothing),
-	newCase("count-max-keys", countMaxKeys),
 	newCase("count-values", countValues),
 	newCase("count-window", countWindow),
 	newCase("count-matches-generic", countMatchesGeneric),

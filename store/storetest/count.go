@@ -136,6 +136,10 @@ func countAllOrNothing(r *runner) error {
 			}
 		}
 	}
+	more, moreCaps := append(wide, r.key("aon-wide-more")), append(wideCaps, minute(10))
+	if _, err := r.count(r.p.First, more, moreCaps, 1); !errors.Is(err, store.ErrInvalidCount) {
+		return r.failf("Count of MaxCountKeys+1 (%d) keys returned %v, want %v", len(more), err, store.ErrInvalidCount)
+	}
 	// The first key with no room is named.
 	t, err = r.count(r.p.First, []string{c, b, a}, []store.Budget{minute(2), minute(2), minute(2)}, 1)
 	if err != nil {
@@ -160,59 +164,6 @@ func countAllOrNothing(r *runner) error {
 	}
 	if es[0].Live() || es[1].Live() {
 		return r.failf("a refused Count of fresh keys left counters: %s and %s", short(es[0].Value), short(es[1].Value))
-	}
-	return nil
-}
-
-// countMaxKeys: a Count naming store.MaxCountKeys keys, each with a cap of
-// its own, charges them all or none, on either handle, and names the last
-// when it alone has no room; one key more is refused. It catches a store
-// whose multi-key Count (a script, a statement) handles fewer keys than
-// the contract allows.
-func countMaxKeys(r *runner) error {
-	keys := make([]string, store.MaxCountKeys)
-	caps := make([]store.Budget, store.MaxCountKeys)
-	for i := range keys {
-		keys[i] = r.key("max-" + strconv.Itoa(i))
-		caps[i] = store.Budget{Limit: 10 - i%2, Window: time.Duration(i+1) * time.Minute}
-	}
-	last := len(keys) - 1
-	caps[last].Limit = 2
-	for i, h := range []*store.Handle{r.p.First, r.p.Second} {
-		t, err := r.count(h, keys, caps, 1)
-		if err != nil {
-			return r.failf("Count %d of %d keys: %v", i+1, len(keys), err)
-		}
-		for k := range keys {
-			if !t.Allowed || t.Limiting != -1 || t.Counts[k] != int64(i+1) {
-				return r.failf("Count %d of %d keys with room: allowed %v, Limiting %d, counts %v; want allowed, -1, all %d",
-					i+1, len(keys), t.Allowed, t.Limiting, t.Counts, i+1)
-			}
-			if want := t.Now.Add(caps[k].Window); t.ExpiresAt[k].After(want) || t.ExpiresAt[k].Before(want.Add(-time.Minute)) {
-				return r.failf("Count %d of %d keys: key %d ends %s, want within its window of %v", i+1, len(keys), k, ts(t.ExpiresAt[k]), caps[k].Window)
-			}
-		}
-	}
-	t, err := r.count(r.p.First, keys, caps, 1)
-	if err != nil {
-		return r.failf("Count of %d keys, the last at its cap: %v", len(keys), err)
-	}
-	if t.Allowed || t.Limiting != last {
-		return r.failf("Count of %d keys, the last at its cap: allowed %v, Limiting %d; want refused, %d", len(keys), t.Allowed, t.Limiting, last)
-	}
-	es, err := r.mustRead(r.p.Second, keys...)
-	if err != nil {
-		return err
-	}
-	for i, e := range es {
-		if n, err := store.ParseCount(e.Value); err != nil || n != 2 {
-			return r.failf("after a refused Count of %d keys, key %d read %s, want 2", len(keys), i, short(e.Value))
-		}
-	}
-	more := append(keys, r.key("max-more"))
-	moreCaps := append(caps, store.Budget{Limit: 10, Window: time.Minute})
-	if _, err := r.count(r.p.First, more, moreCaps, 1); !errors.Is(err, store.ErrInvalidCount) {
-		return r.failf("Count of %d keys returned %v, want %v", len(more), err, store.ErrInvalidCount)
 	}
 	return nil
 }

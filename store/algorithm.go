@@ -107,6 +107,8 @@ func firstDrop(nowMs int64, b Budget) int64 {
 //     expires at the window's end.
 //   - SlidingWindow: the Unix millisecond of each unit admitted, ascending,
 //     a JSON array of integers; the entry expires Window after the newest.
+//     A unit is recorded at the store's time, or at the newest time held
+//     when that is later (a clock stepped back).
 //   - TokenBucket: {"tat":µs}, the theoretical arrival time in Unix
 //     microseconds; the entry expires then (rounded up to the millisecond),
 //     when the bucket is full again.
@@ -212,16 +214,19 @@ func (u *units) add(e *Entry, n int64) {
 		keep := min(u.count, lim-fresh)
 		v := append(e.Value[:0:0], '[')
 		v = appendNewest(v, u.times, u.count, keep)
+		// Never before the newest: a store's clock that steps back keeps
+		// the times ascending, and its units no shorter.
+		at := max(u.nowMs, u.newest)
 		for range fresh {
 			if len(v) > 1 {
 				v = append(v, ',')
 			}
-			v = AppendCount(v, u.nowMs)
+			v = AppendCount(v, at)
 		}
 		e.Value = append(v, ']')
-		e.ExpiresAt = time.UnixMilli(u.nowMs + u.b.Window.Milliseconds())
+		e.ExpiresAt = time.UnixMilli(at + u.b.Window.Milliseconds())
 		u.count, u.next = keep+fresh, u.firstKept(v)
-		u.times, u.newest = v[1:len(v)-1], u.nowMs
+		u.times, u.newest = v[1:len(v)-1], at
 	case TokenBucket:
 		u.tat += n * emission(u.b)
 		u.putBucket(e)

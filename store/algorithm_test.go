@@ -77,7 +77,7 @@ func TestAlgorithms(t *testing.T) {
 		{"burst", burst, []step{
 			{0, 3, true, 3, 3 * time.Second},
 			{time.Second, 1, false, 3, 3 * time.Second},
-			{4 * time.Second, 1, true, 3, 6 * time.Second}, // a token came at 3 s, the next at 6 s
+			{4 * time.Second, 1, true, 3, 6 * time.Second},   // a token came at 3 s, the next at 6 s
 			{10 * time.Second, 2, true, 3, 12 * time.Second}, // one of 3 in use: 3 after
 		}},
 		{"fixed", fixed, []step{

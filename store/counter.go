@@ -170,6 +170,9 @@ func (h *Handle) CountKey(ctx context.Context, key string, b Budget, n int64) (K
 	if err := checkCount([]string{key}, []Budget{b}, n); err != nil {
 		return KeyTally{}, err
 	}
+	if b.Algorithm != FixedWindow && !h.s.algorithms {
+		return h.countApplied(ctx, key, b, n)
+	}
 	if h.s.obs == nil {
 		return h.countKey(ctx, key, b, n)
 	}
@@ -227,6 +230,9 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int6
 	if s.inline == nil {
 		return h.countCall(ctx, keys, caps, n, out)
 	}
+	if !s.algorithms && !fixedOnly(caps) {
+		return h.countInlineApplied(ctx, keys, caps, n, out)
+	}
 	if len(keys) == 1 {
 		k, err := h.countKey(ctx, keys[0], caps[0], n)
 		if err == nil {
@@ -246,6 +252,35 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int6
 		*out = Tally{Limiting: -1}
 		return s.classify(ctx, err)
 	}
+	return nil
+}
+
+// countApplied is CountKey of a budget whose algorithm the backend does
+// not count itself: the generic Count, on the guard's path for the backend.
+func (h *Handle) countApplied(ctx context.Context, key string, b Budget, n int64) (KeyTally, error) {
+	var t Tally
+	if err := h.checkedCount(ctx, []string{key}, []Budget{b}, n, &t); err != nil {
+		return KeyTally{}, err
+	}
+	return t.Key(), nil
+}
+
+// countInlineApplied is a Count of budgets not all fixed on a backend in
+// process memory that counts only fixed windows itself: ApplyCount through
+// its UpdateInline.
+func (h *Handle) countInlineApplied(ctx context.Context, keys []string, caps []Budget, n int64, out *Tally) error {
+	s := h.s
+	if s.closed.Load() {
+		return errClosed
+	}
+	var t Tally
+	_, err := s.inline.UpdateInline(h.prefix, keys, func(now time.Time, es []Entry) error {
+		return ApplyCount(now, es, caps, n, &t)
+	}, func(time.Time, []Entry) error { return nil })
+	if err != nil {
+		return s.classify(ctx, err)
+	}
+	*out = t
 	return nil
 }
 

@@ -44,6 +44,10 @@ var Cases = []Case{
 	newCase("count-values", countValues),
 	newCase("count-window", countWindow),
 	newCase("count-matches-generic", countMatchesGeneric),
+	newCase("algorithm-exact-budget", algorithmExactBudget),
+	newCase("algorithm-matches-generic", algorithmMatchesGeneric),
+	newCase("algorithm-window-edge", algorithmWindowEdge),
+	newCase("algorithm-pacing", algorithmPacing),
 }
 
 // directions returns the (writer, reader) pairs of a case that checks what

@@ -23,6 +23,11 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 			return b.countByUpdate(ctx, prefix, keys, caps, n, t)
 		}
 	}
+	for _, c := range caps {
+		if c.Algorithm != store.FixedWindow {
+			return b.countAlgorithms(ctx, prefix, keys, caps, n, t)
+		}
+	}
 	sp := b.space(prefix)
 	ks := b.keys(sp, prefix, keys)
 	args := countArgs(n, b.max, ks.members, caps)

@@ -411,6 +411,19 @@ type Decision struct {
 	remaining [MaxKeys]int32 // at most MaxLimit
 	n         uint8          // keys in use
 	inMemory  uint8          // bit i: key i was counted in process memory
+	// budgets are the keys' budgets when one is not a fixed window, for a
+	// Refund; nil when all are fixed windows or all the limiter's own.
+	budgets *[MaxKeys]store.Budget
+}
+
+// fixedOnly reports whether every budget of caps is a fixed window.
+func fixedOnly(caps []store.Budget) bool {
+	for _, c := range caps {
+		if c.Algorithm != store.FixedWindow {
+			return false
+		}
+	}
+	return true
 }
 
 // Keys returns the keys the attempt counted against.
@@ -431,9 +444,15 @@ func (d Decision) Only(indexes ...int) Decision {
 	o := d
 	o.n, o.inMemory = 0, 0
 	o.keys, o.expires, o.remaining = [MaxKeys]string{}, [MaxKeys]int64{}, [MaxKeys]int32{}
+	if d.budgets != nil {
+		o.budgets = new([MaxKeys]store.Budget)
+	}
 	for _, i := range indexes {
 		if i < 0 || i >= int(d.n) {
 			continue
+		}
+		if d.budgets != nil {
+			o.budgets[o.n] = d.budgets[i]
 		}
 		o.keys[o.n], o.expires[o.n], o.remaining[o.n] = d.keys[i], d.expires[i], d.remaining[i]
 		o.inMemory |= (d.inMemory >> i & 1) << o.n
@@ -493,14 +512,19 @@ func (l *Limiter) AttemptCost(ctx context.Context, cost int, charges ...Charge) 
 		if err := c.Budget.Validate(); err != nil {
 			return Decision{}, fmt.Errorf("limiter %q: key %d: %w", l.name, i, err)
 		}
-		if cost < 1 || cost > c.Budget.Limit {
-			return Decision{}, fmt.Errorf("%w: limiter %q: cost %d, want 1 to %d, the limit of key %d", ErrInvalidCost, l.name, cost, c.Budget.Limit, i)
+		if cost < 1 || int64(cost) > c.Budget.Capacity() {
+			return Decision{}, fmt.Errorf("%w: limiter %q: cost %d, want 1 to %d, the limit of key %d", ErrInvalidCost, l.name, cost, c.Budget.Capacity(), i)
 		}
 		keys[i], caps[i] = c.Key, c.Budget
 	}
 	n := len(charges)
 	var d Decision
 	err := l.count(ctx, keys[:n:n], caps[:n:n], int64(cost), &d)
+	if !fixedOnly(caps[:n]) {
+		// A Refund of a key not counted by fixed windows needs its budget.
+		b := caps
+		d.budgets = &b
+	}
 	return d, err
 }
 
@@ -688,12 +712,10 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	var win int64 // the block's window end, on the store's clock
 	err := l.h.Update(ctx, []string{key}, func(now time.Time, es []store.Entry) error {
 		e := &es[0]
-		until := now.Add(d)
-		if !e.Live() || e.ExpiresAt.Before(until) {
-			e.ExpiresAt = until
+		if err := l.budget.SpendUntil(now, e, now.Add(d)); err != nil {
+			return err
 		}
 		win = e.ExpiresAt.UnixMilli()
-		e.Value = store.AppendCount(e.Value[:0], MaxLimit)
 		return nil
 	})
 	if err != nil {
@@ -750,14 +772,14 @@ func decideKey(k store.KeyTally, key string, c store.Budget, d *Decision) {
 
 // remainingOf is how many more attempts a key at count admits under c.
 func remainingOf(c store.Budget, count int64) int32 {
-	return int32(min(max(int64(c.Limit)-count, 0), MaxLimit))
+	return int32(min(max(c.Capacity()-count, 0), MaxLimit))
 }
 
 // settle sets what d says of the key that decided, key at, of budget c, at
 // count and with its window ending at reset, once Allowed and Now are set.
 func (d *Decision) settle(at int, c store.Budget, count int64, reset time.Time) {
 	d.KeyIndex, d.Limit, d.Window = at, c.Limit, c.Window
-	d.Remaining = int(max(int64(c.Limit)-count, 0))
+	d.Remaining = int(max(c.Capacity()-count, 0))
 	d.Reset = reset
 	if !d.Allowed {
 		d.Remaining = 0

@@ -118,7 +118,9 @@ type units struct {
 	b     Budget
 	nowMs int64
 	count int64 // units in use
-	next  int64 // Unix ms when count next drops; 0 when count is 0
+	// next is when count next drops (Unix ms), 0 when count is 0; for a
+	// bucket held past its capacity (a block), when one more unit fits.
+	next int64
 	// SlidingWindow: the live part of the value, its times, without
 	// brackets, and the newest of them.
 	times  []byte
@@ -145,7 +147,7 @@ func readUnits(nowMs int64, e *Entry, b Budget) (units, error) {
 		if d := u.tat - nowMs*1000; d > 0 {
 			t := emission(b)
 			u.count = (d + t - 1) / t
-			u.next = ceilMs(u.tat - (u.count-1)*t)
+			u.next = ceilMs(u.tat - (min(u.count, u.b.Capacity())-1)*t)
 		}
 		return u, nil
 	}
@@ -232,7 +234,7 @@ func (u *units) add(e *Entry, n int64) {
 		u.putBucket(e)
 		t := emission(u.b)
 		u.count = (u.tat - u.nowMs*1000 + t - 1) / t
-		u.next = ceilMs(u.tat - (u.count-1)*t)
+		u.next = ceilMs(u.tat - (min(u.count, u.b.Capacity())-1)*t)
 	default:
 		if !e.Live() {
 			e.ExpiresAt = time.UnixMilli(firstDrop(u.nowMs, u.b))
@@ -375,7 +377,7 @@ func (k *KeyTally) ChargeBucket(b Budget, n, tat int64) int64 {
 	}
 	k.Count, k.ExpiresAt = count, 0
 	if count > 0 {
-		k.ExpiresAt = ceilMs(tat - (count-1)*t)
+		k.ExpiresAt = ceilMs(tat - (min(count, b.Capacity())-1)*t)
 	}
 	return tat
 }
@@ -394,3 +396,48 @@ func AppendBucket(dst []byte, tat int64) []byte {
 // BucketOf reads v as a token bucket's value, as AppendBucket writes it,
 // and reports whether it is one, without allocating.
 func BucketOf(v []byte) (tat int64, ok bool) { return bucketOf(v) }
+
+// Span is the longest a unit stays in use under b: Window, or for a
+// TokenBucket the time it takes to refill from empty (Capacity times
+// Interval). Units counted now have all dropped a Span later.
+func (b Budget) Span() time.Duration {
+	if b.Algorithm == TokenBucket {
+		return time.Duration(b.Capacity()) * b.Interval()
+	}
+	return b.Window
+}
+
+// SpendUntil leaves e, an entry of a key counted under b, with no room
+// until at least until: a block. A key already without room until later
+// keeps its state.
+func (b Budget) SpendUntil(now time.Time, e *Entry, until time.Time) error {
+	u, err := readUnits(now.UnixMilli(), e, b)
+	if err != nil {
+		return err
+	}
+	switch b.Algorithm {
+	case SlidingWindow:
+		at := max(until.UnixMilli()-b.Window.Milliseconds(), u.newest)
+		if u.count >= int64(b.Limit) && u.next >= until.UnixMilli() {
+			return nil
+		}
+		v := append(e.Value[:0:0], '[')
+		for i := range b.Limit {
+			if i > 0 {
+				v = append(v, ',')
+			}
+			v = AppendCount(v, at)
+		}
+		e.Value = append(v, ']')
+		e.ExpiresAt = time.UnixMilli(at + b.Window.Milliseconds())
+	case TokenBucket:
+		u.tat = max(u.tat, until.UnixMicro()+(b.Capacity()-1)*emission(b))
+		u.putBucket(e)
+	default:
+		if !e.Live() || e.ExpiresAt.Before(until) {
+			e.ExpiresAt = until
+		}
+		e.Value = AppendCount(e.Value[:0], MaxLimit)
+	}
+	return nil
+}

@@ -83,7 +83,7 @@ for i = 1, n do
   if alg == $BUCKET then
     s.tat = math.max(s.tat or nowu, nowu)
     s.c = cdiv(s.tat - nowu, iv)
-    if s.c > 0 then s.e = cdiv(s.tat - (s.c - 1) * iv, 1000) end
+    if s.c > 0 then s.e = cdiv(s.tat - (math.min(s.c, cap) - 1) * iv, 1000) end
   elseif alg == $SLIDING and not s.times then
     s.times, s.newest = {}, 0
   end
@@ -117,7 +117,7 @@ if limiting == 0 then
     elseif s.alg == $BUCKET then
       s.tat = s.tat + amt * s.iv
       s.c = s.c + amt
-      s.e = cdiv(s.tat - (s.c - 1) * s.iv, 1000)
+      s.e = cdiv(s.tat - (math.min(s.c, s.cap) - 1) * s.iv, 1000)
       val, exp = string.format('{"tat":%d}', s.tat), cdiv(s.tat, 1000)
     else
       s.c = s.c + amt

@@ -114,7 +114,7 @@ BEGIN
             iv := intervals_us[i];
             counts[i] := (tats[i] - now_us + iv - 1) / iv;
             IF counts[i] > 0 THEN
-                expires_ms[i] := (tats[i] - (counts[i] - 1) * iv + 999) / 1000;
+                expires_ms[i] := (tats[i] - (least(counts[i], caps[i]) - 1) * iv + 999) / 1000;
             END IF;
         ELSIF FOUND THEN
             -- A count is written as store.AppendCount writes it.
@@ -170,7 +170,7 @@ BEGIN
             iv := intervals_us[i];
             tats[i] := tats[i] + n * iv;
             counts[i] := counts[i] + n;
-            expires_ms[i] := (tats[i] - (counts[i] - 1) * iv + 999) / 1000;
+            expires_ms[i] := (tats[i] - (least(counts[i], caps[i]) - 1) * iv + 999) / 1000;
             val := '{"tat":' || tats[i]::text || '}';
             exp_ms := (tats[i] + 999) / 1000;
         ELSE

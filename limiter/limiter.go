@@ -1,7 +1,8 @@
 // Package limiter counts attempts against budgets kept in a limit store.
 //
 // A Limiter allows at most Limit attempts per key in each window of length
-// Window. It is a fixed window that starts at a key's first counted attempt:
+// Window, counted by its Budget's Algorithm. The default, FixedWindow, is a
+// fixed window that starts at a key's first counted attempt:
 //
 //   - The first attempt on a key with no live window opens one; the window
 //     ends Window later, on the store's clock (its Reset). Attempts that find
@@ -14,6 +15,11 @@
 //     Limit attempts admitted just before one window ends and Limit just
 //     after the next opens: at most 2×Limit in any span of length Window,
 //     and never more than Limit in one window.
+//
+// SlidingWindow admits at most Limit in any span of length Window (Limit at
+// most store.MaxSlidingLimit); TokenBucket refills Limit per Window evenly,
+// up to Burst at once. For every algorithm a refused attempt's RetryAfter
+// is when one more attempt is admitted, and Remaining what is admitted now.
 //
 // Admission is exact: the count is read and written in one atomic store
 // update, so N concurrent attempts against a budget B, on any number of
@@ -74,6 +80,16 @@ const MaxKeys = store.MaxCountKeys
 // limiters and stores share (Validate reports whether a limiter can use
 // it).
 type Budget = store.Budget
+
+// Algorithm is how a Budget counts (store.Algorithm).
+type Algorithm = store.Algorithm
+
+// The algorithms a Budget may count by: see store.Algorithm.
+const (
+	FixedWindow   = store.FixedWindow
+	SlidingWindow = store.SlidingWindow
+	TokenBucket   = store.TokenBucket
+)
 
 // Policy is what a limiter answers when its store cannot: the one type for
 // that choice, in limiter.Options and in every middleware's Options. The zero

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -273,9 +274,11 @@ func (h *Handle) countInlineApplied(ctx context.Context, keys []string, caps []B
 	if s.closed.Load() {
 		return errClosed
 	}
+	// Copies, so that the caller's slices do not escape on every Count.
+	ks, cs := slices.Clone(keys), slices.Clone(caps)
 	var t Tally
-	_, err := s.inline.UpdateInline(h.prefix, keys, func(now time.Time, es []Entry) error {
-		return ApplyCount(now, es, caps, n, &t)
+	_, err := s.inline.UpdateInline(h.prefix, ks, func(now time.Time, es []Entry) error {
+		return ApplyCount(now, es, cs, n, &t)
 	}, func(time.Time, []Entry) error { return nil })
 	if err != nil {
 		return s.classify(ctx, err)

@@ -83,11 +83,15 @@ type Tally struct {
 	Now time.Time
 	// Limiting is the index of the first key that had no room, or -1.
 	Limiting int
-	// Counts[i] is keys[i]'s count after the call: with n added when
-	// Allowed, as it was otherwise.
+	// Counts[i] is keys[i]'s units in use after the call, as its budget's
+	// algorithm counts them (see Charge): with n added when Allowed, as
+	// they were otherwise.
 	Counts [MaxCountKeys]int64
-	// ExpiresAt[i] is when keys[i]'s counter ends, on the store's clock; the
-	// zero time when it has none.
+	// ExpiresAt[i] is when keys[i]'s count next drops, on the store's
+	// clock: a fixed window's end, when a sliding window's oldest unit
+	// leaves, a token bucket's next token. For a key without room, that is
+	// when one more unit is admitted. It is the zero time when the key has
+	// none in use.
 	ExpiresAt [MaxCountKeys]time.Time
 }
 
@@ -96,11 +100,11 @@ type Tally struct {
 type KeyTally struct {
 	// Allowed reports whether the key had room and was counted.
 	Allowed bool
-	// Count is the key's count after the call: with n added when Allowed,
-	// as it was otherwise.
+	// Count is the key's units in use after the call: with n added when
+	// Allowed, as they were otherwise.
 	Count int64
-	// ExpiresAt is when the key's counter ends, in Unix milliseconds on the
-	// store's clock; 0 when it has none.
+	// ExpiresAt is when the count next drops (Tally.ExpiresAt), in Unix
+	// milliseconds on the store's clock; 0 when it has none.
 	ExpiresAt int64
 	// Now is the store's time when it counted, in Unix milliseconds.
 	Now int64
@@ -109,8 +113,10 @@ type KeyTally struct {
 // Counter is an optional Backend capability: a Count done by the store in
 // one step, as fast as it can. A backend that offers it must give exactly the
 // results of the generic Count, which runs on Update, and keep each counter
-// as the generic Count does: a JSON integer value expiring at the end of its
-// window. The contract suite checks both.
+// as the generic Count does: for a fixed window, a JSON integer value
+// expiring at the end of its window (the other algorithms' values are in
+// algorithm.go). The contract suite checks both. Unless it also offers
+// AlgorithmCounter, it is given only budgets of fixed windows.
 //
 // What it saves (BenchmarkGuardCount, the memory backend on the prompt
 // path): about 0.6 µs a one-key Count and 6 allocations, against about
@@ -139,11 +145,12 @@ var ErrNotCounter = errors.New("store: value is not a count")
 
 // Count adds n to the counter of each of keys, all or nothing: when every
 // key's count plus n stays within its cap, each is counted (a key with no
-// live counter starts one that expires caps[i].Window from the store's
-// now); otherwise none is, and the Tally says which key had no room. It is
-// the fixed-window counter limiters are built on, done by the store in one
-// step where it offers Counter or Inline, and through Update where it does
-// not. On error the Tally is the zero Tally with Limiting -1.
+// live counter starts one); otherwise none is, and the Tally says which
+// key had no room. Each key counts by its budget's Algorithm (the rule is
+// Tally.Charge), and one Count may mix them. It is the counter limiters
+// are built on, done by the store in one step where it offers Counter or
+// Inline, and through Update where it does not. On error the Tally is the
+// zero Tally with Limiting -1.
 func (h *Handle) Count(ctx context.Context, keys []string, caps []Budget, n int64) (t Tally, err error) {
 	// Small enough to be inlined, so that the Tally is copied once, into the
 	// caller's variable, not also through a result slot (CountInto spares

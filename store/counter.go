@@ -42,7 +42,10 @@ const (
 var ErrInvalidBudget = errors.New("invalid budget")
 
 // Validate reports whether the budget is one a limiter can use: Limit from
-// 1 to MaxLimit, Window from MinWindow to MaxWindow, in whole milliseconds.
+// 1 to MaxLimit, Window from MinWindow to MaxWindow, in whole milliseconds,
+// and what its Algorithm can count: a SlidingWindow's Limit at most
+// MaxSlidingLimit, a TokenBucket refilling at most once a microsecond, a
+// Burst only on a TokenBucket. The error names the bound it passed.
 func (b Budget) Validate() error {
 	switch {
 	case b.Limit < 1 || b.Limit > MaxLimit:

@@ -61,7 +61,7 @@ for i = 1, n do
         if #body > 4096 or not string.match(body, '^%[%d+[%d,]*%]$') or string.find(body, ',,') or string.find(body, ',%]') then return {-1} end
         local times, prev = {}, -1
         for m in string.gmatch(body, '%d+') do
-          if #m > 15 then return {-1} end
+          if #m > 15 or (#m > 1 and string.sub(m, 1, 1) == '0') then return {-1} end
           local tm = tonumber(m)
           if tm < prev then return {-1} end
           prev = tm
@@ -72,7 +72,7 @@ for i = 1, n do
         if s.c > 0 then s.e = tonumber(times[1]) + win end
       elseif alg == $BUCKET then
         local m = string.match(body, '^{"tat":(%d+)}$')
-        if not m or #m > 16 then return {-1} end
+        if not m or #m > 16 or (#m > 1 and string.sub(m, 1, 1) == '0') then return {-1} end
         s.tat = tonumber(m)
       else
         if #body > 15 or not string.match(body, '^%d+$') then return {-1} end

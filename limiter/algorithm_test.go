@@ -134,6 +134,25 @@ func TestOutageKeepsUnits(t *testing.T) {
 	}
 }
 
+// A Refund of fixed-window charges on a limiter whose own budget is a
+// sliding window gives back their units.
+func TestRefundEachOnAlgorithmLimiter(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	l := newLimiter(t, clk, limiter.Options{Budget: limiter.Budget{Limit: 5, Window: time.Minute, Algorithm: store.SlidingWindow}})
+	c := limiter.Charge{Key: "k", Budget: limiter.Budget{Limit: 1, Window: time.Minute}}
+	d, err := l.AttemptEach(ctx, c)
+	if err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	if err := l.Refund(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.AttemptEach(ctx, c); !d.Allowed {
+		t.Fatalf("after the refund: %+v", d)
+	}
+}
+
 // A block holds a key of any algorithm spent for its whole length.
 func TestBlockAlgorithms(t *testing.T) {
 	ctx := context.Background()

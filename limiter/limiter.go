@@ -427,8 +427,9 @@ type Decision struct {
 	remaining [MaxKeys]int32 // at most MaxLimit
 	n         uint8          // keys in use
 	inMemory  uint8          // bit i: key i was counted in process memory
-	// budgets are the keys' budgets when one is not a fixed window, for a
-	// Refund; nil when all are fixed windows or all the limiter's own.
+	// budgets are the keys' budgets when one is not a fixed window, or the
+	// limiter's own budget is not, for a Refund; nil when they are the
+	// limiter's own (Attempt) or all fixed windows, as the limiter's is.
 	budgets *[MaxKeys]store.Budget
 }
 
@@ -536,8 +537,10 @@ func (l *Limiter) AttemptCost(ctx context.Context, cost int, charges ...Charge) 
 	n := len(charges)
 	var d Decision
 	err := l.count(ctx, keys[:n:n], caps[:n:n], int64(cost), &d)
-	if !fixedOnly(caps[:n]) {
-		// A Refund of a key not counted by fixed windows needs its budget.
+	if !fixedOnly(caps[:n]) || l.budget.Algorithm != store.FixedWindow {
+		// A Refund of a key not counted by fixed windows needs its budget,
+		// and one of a fixed window on a limiter whose own budget is not
+		// one needs to know it is.
 		b := caps
 		d.budgets = &b
 	}

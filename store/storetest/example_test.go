@@ -34,5 +34,5 @@ func ExampleCases() {
 		}
 	}
 	fmt.Printf("%d passed, %d not applicable\n", passed, skipped)
-	// Output: 24 passed, 6 not applicable
+	// Output: 28 passed, 6 not applicable
 }

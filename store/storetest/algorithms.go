@@ -154,13 +154,13 @@ func algorithmMatchesGeneric(r *runner) error {
 
 // algorithmWindowEdge: across the edge of a window on the store's clock, a
 // sliding window admits again only the units that left it, and a token
-// bucket only the tokens refilled. A sliding window of 3 per 600 ms takes 2
-// units, then 1 some 300 ms later, and once the first 2 have left takes 2
-// and refuses a third; a bucket of 2 per 600 ms, spent, takes 1 at its
+// bucket only the tokens refilled. A sliding window of 3 per second takes 2
+// units, then 1 half a second later, and once the first 2 have left takes 2
+// and refuses a third; a bucket of 2 per second, spent, takes 1 at its
 // next token and refuses a second. It catches a store that counts them as
 // fixed windows, or whose entry ends when the next unit drops.
 func algorithmWindowEdge(r *runner) error {
-	const w = 600 * time.Millisecond
+	const w = time.Second
 	sliding := []store.Budget{{Limit: 3, Window: w, Algorithm: store.SlidingWindow}}
 	k := []string{r.key("alg-edge-sliding")}
 	first, err := r.count(r.p.First, k, sliding, 2)
@@ -174,7 +174,9 @@ func algorithmWindowEdge(r *runner) error {
 	if err != nil || !second.Allowed {
 		return r.failf("a third unit of a sliding window of 3: allowed %v, %v", second.Allowed, err)
 	}
-	if !second.ExpiresAt[0].Equal(first.Now.Add(w)) {
+	// On a slow machine the first units may have left before the third
+	// came: only a third within their window must tell when they leave.
+	if second.Now.Before(first.Now.Add(w)) && !second.ExpiresAt[0].Equal(first.Now.Add(w)) {
 		return r.failf("a sliding window told one more unit at %v, want %v, when its first units leave", ts(second.ExpiresAt[0]), ts(first.Now.Add(w)))
 	}
 	if _, err := r.waitPast(r.p.First, first.Now.Add(w)); err != nil {

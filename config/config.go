@@ -33,6 +33,11 @@
 //	RATE_LIMIT_RESET_PER_DESTINATION        3  sends (password resets, codes) per destination, per hour
 //	RATE_LIMIT_RESET_PER_IP                20  sends per address, per hour
 //
+// Each of those budgets but the consecutive cap and the delay is a limit,
+// counted by a fixed window, or a limit and an algorithm: 5,sliding (a
+// sliding window, limit at most 256), 5,bucket or 5,bucket:20 (a token
+// bucket, with its burst).
+//
 // Shadow, exemptions and blocks, for what an app builds from the
 // environment (gatecount.FromEnv):
 //
@@ -296,8 +301,11 @@ func NewVars(lookup func(string) (string, bool)) *Vars {
 	return &Vars{r: reader{lookup: lookup}}
 }
 
-// Budget returns the budget of def's window whose limit is the variable
-// name, a whole number from 1 to limiter.MaxLimit; def when it is unset.
+// Budget returns the budget of def's window that the variable name sets:
+// its limit, a whole number from 1 to limiter.MaxLimit, optionally followed
+// by the algorithm (5, 5,sliding, 5,bucket or 5,bucket:20; see README's
+// "How a budget counts"). A limit alone counts by a fixed window, whatever
+// def's algorithm. It returns def when the variable is unset.
 func (v *Vars) Budget(name string, def limiter.Budget) limiter.Budget {
 	return v.r.budget(name, def)
 }
@@ -334,10 +342,15 @@ func (r *reader) count(name string, most int) int {
 }
 
 func (r *reader) budget(name string, def limiter.Budget) limiter.Budget {
-	if n := r.count(name, limiter.MaxLimit); n != 0 {
-		def.Limit = n
+	v := r.str(name)
+	if v == "" {
+		return def
 	}
-	return def
+	b, err := parseBudget(v, def)
+	if err != nil {
+		r.fail(name, v, err.Error())
+	}
+	return b
 }
 
 func (r *reader) boolean(name string) bool {

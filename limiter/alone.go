@@ -27,8 +27,35 @@ var errNoShare = errors.New("limiter: this instance has not reached the shared s
 // others were seen to admit, so that sending what it admitted never earns
 // it a second share. mine counts the attempts the store admitted for this
 // instance in the window ending at win.
+//
+// next is when the store said a unit of the key next drops (Unix
+// milliseconds, memory's clock), for a budget that is not a fixed window,
+// whose memory is kept for the budget's Span so that counting alone never
+// refills; 0 otherwise.
+//
+// alg, limit, windowMs and burst are the budget of the attempts admitted
+// alone, when it is not a fixed window (alg 0), for the outbox to add them
+// to the store under it.
 type known struct {
-	seen, alone, asked, sending, flying, win, given, mine int64
+	seen, alone, asked, sending, flying, win, given, mine, next int64
+	alg, limit, windowMs, burst                                 int64
+}
+
+// budget is the budget k records of its attempts admitted alone, and
+// whether it records one.
+func (k known) budget() (store.Budget, bool) {
+	if k.alg == 0 {
+		return store.Budget{}, false
+	}
+	return store.Budget{Limit: int(k.limit), Window: time.Duration(k.windowMs) * time.Millisecond,
+		Burst: int(k.burst), Algorithm: store.Algorithm(k.alg)}, true
+}
+
+// setBudget records b in k, when it is not a fixed window.
+func (k *known) setBudget(b store.Budget) {
+	if b.Algorithm != store.FixedWindow {
+		k.alg, k.limit, k.windowMs, k.burst = int64(b.Algorithm), int64(b.Limit), b.Window.Milliseconds(), int64(b.Burst)
+	}
 }
 
 // see records the store's count c of the key in its window ending at win
@@ -127,8 +154,17 @@ func (k known) put(e *store.Entry) {
 }
 
 // fields are k's numbers in the order memory keeps them.
-func (k *known) fields() [8]*int64 {
-	return [8]*int64{&k.seen, &k.alone, &k.asked, &k.sending, &k.flying, &k.win, &k.given, &k.mine}
+func (k *known) fields() [13]*int64 {
+	return [13]*int64{&k.seen, &k.alone, &k.asked, &k.sending, &k.flying, &k.win, &k.given, &k.mine, &k.next,
+		&k.alg, &k.limit, &k.windowMs, &k.burst}
+}
+
+// setNext records in memory's entry e when a unit of the key next drops.
+func setNext(e *store.Entry, next int64) {
+	if k, err := knownOf(e); err == nil && e.Live() {
+		k.next = next
+		k.put(e)
+	}
 }
 
 // countAlone counts an attempt of cost n on keys in process memory, while the store
@@ -169,9 +205,9 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 			// What others were seen to admit: the store's count less what
 			// this instance sent of its own admitted alone.
 			others := k.seen - (k.given - k.unsent())
-			left := int64(cs[i].Limit) - max(others, 0)
+			left := cs[i].Capacity() - max(others, 0)
 			spent := max(k.given, k.unsent()) + k.flying + m.cost
-			if t.Limiting < 0 && (spent > s.Share(m.keys[i], left) || spent+k.mine > s.Share(m.keys[i], int64(cs[i].Limit))) {
+			if t.Limiting < 0 && (spent > s.Share(m.keys[i], left) || spent+k.mine > s.Share(m.keys[i], cs[i].Capacity())) {
 				t.Limiting = i
 			}
 		}
@@ -182,6 +218,7 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 			k := ks[i]
 			k.alone += m.cost
 			k.given += m.cost
+			k.setBudget(cs[i])
 			es[i].ExpiresAt = t.ExpiresAt[i]
 			k.put(&es[i])
 			t.Counts[i] = k.count()
@@ -206,6 +243,7 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 	m := &struct {
 		send [store.MaxKeys]int64
 		left [store.MaxKeys]time.Duration
+		caps [store.MaxKeys]store.Budget // of keys not counted by fixed windows
 	}{}
 	var busy [store.MaxKeys]bool
 	err = l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
@@ -215,6 +253,7 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 				return err
 			}
 			if es[i].Live() && k.alone > 0 {
+				m.caps[i], _ = k.budget()
 				m.send[i], m.left[i] = k.claim(), es[i].ExpiresAt.Sub(now)
 				k.put(&es[i])
 			} else if es[i].Live() && k.sending > 0 {
@@ -246,6 +285,17 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 	err = l.h.Update(ctx, sub, func(now time.Time, es []store.Entry) error {
 		for j := range es {
 			e := &es[j]
+			if b := m.caps[idx[j]]; b.Algorithm != store.FixedWindow {
+				if err := b.AddUnits(now, e, m.send[idx[j]]); err != nil {
+					return err
+				}
+				c, next, err := b.Units(now, *e)
+				if err != nil {
+					return err
+				}
+				counts[j], wins[j] = c, next.UnixMilli()
+				continue
+			}
 			counts[j] = m.send[idx[j]]
 			if e.Live() {
 				c, err := store.ParseCount(e.Value)
@@ -320,10 +370,12 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 		}
 		c.keys = append(c.keys, key)
 		c.expires = append(c.expires, exp)
+		c.addBudget(l.budgetOf(&d, i))
 	}
 	for _, key := range clear {
 		c.keys = append(c.keys, key)
 		c.expires = append(c.expires, 0)
+		c.addBudget(store.Budget{})
 	}
 	for i := range d.n {
 		if exp := time.UnixMilli(d.expires[i]); exp.After(c.until) {
@@ -360,16 +412,39 @@ type credit struct {
 	expires []int64
 	n       int64     // the cost of the decision credited
 	until   time.Time // after it, the credit is dropped
+	// caps are the keys' budgets, the zero Budget for a fixed window; nil
+	// when all are. A key of another algorithm gives back n units
+	// (Budget.TakeUnits) whatever its state's expiry.
+	caps []store.Budget
+}
+
+// addBudget records b as the budget of c's last key.
+func (c *credit) addBudget(b store.Budget) {
+	switch {
+	case b.Algorithm != store.FixedWindow && c.caps == nil:
+		c.caps = make([]store.Budget, len(c.keys)-1, len(c.keys)+MaxKeys)
+		fallthrough
+	case c.caps != nil:
+		c.caps = append(c.caps, b)
+	}
 }
 
 // land runs c in the store.
 func (l *Limiter) land(ctx context.Context, c *credit) error {
-	return l.h.Update(ctx, c.keys, func(_ time.Time, es []store.Entry) error {
+	return l.h.Update(ctx, c.keys, func(now time.Time, es []store.Entry) error {
 		for i := range es {
 			e := &es[i]
+			var b store.Budget
+			if c.caps != nil {
+				b = c.caps[i]
+			}
 			switch {
 			case c.expires[i] == 0:
 				e.Value = nil
+			case b.Algorithm != store.FixedWindow:
+				if err := b.TakeUnits(now, e, max(c.n, 1)); err != nil {
+					return err
+				}
 			case !e.Live() || c.expires[i] != anyWindow && e.ExpiresAt.UnixMilli() != c.expires[i]:
 			default:
 				n, err := store.ParseCount(e.Value)
@@ -383,6 +458,14 @@ func (l *Limiter) land(ctx context.Context, c *credit) error {
 		}
 		return nil
 	})
+}
+
+// budgetOf is the budget key i of d was counted under.
+func (l *Limiter) budgetOf(d *Decision, i int) store.Budget {
+	if d.budgets != nil {
+		return d.budgets[i]
+	}
+	return l.caps[i]
 }
 
 // anyWindow is the window end of a credit's key that gives back one

@@ -14,10 +14,18 @@ import (
 )
 
 func benchLimiter(b *testing.B) *limiter.Limiter {
+	return benchLimiterOf(b, limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour})
+}
+
+// bucketBudget is a token bucket no benchmark spends: a unit each 4 µs,
+// and about a billion at once.
+var bucketBudget = limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour, Algorithm: limiter.TokenBucket}
+
+func benchLimiterOf(b *testing.B, budget limiter.Budget) *limiter.Limiter {
 	s := memory.New(memory.Options{MaxEntries: 1 << 20})
 	b.Cleanup(func() { s.Close() })
 	h, _ := s.Handle("bench:")
-	l, err := limiter.New(h, limiter.Options{Name: "bench", Budget: limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour}})
+	l, err := limiter.New(h, limiter.Options{Name: "bench", Budget: budget})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -100,8 +108,27 @@ const block = 256
 // times (attempt/allow) and each one's time a call. Alternating in short
 // blocks keeps the ratio steady on a machine whose load changes from one
 // second to the next. An op is one block of each.
-func BenchmarkAttemptVsAllow(b *testing.B) {
-	l := benchLimiter(b)
+func BenchmarkAttemptVsAllow(b *testing.B) { attemptVsAllow(b, benchLimiter(b)) }
+
+// BenchmarkAttemptBucketVsAllow is BenchmarkAttemptVsAllow with a token
+// bucket's budget: GCRA on the memory store against rate.Limiter's token
+// bucket.
+func BenchmarkAttemptBucketVsAllow(b *testing.B) { attemptVsAllow(b, benchLimiterOf(b, bucketBudget)) }
+
+// BenchmarkAttemptBucketHotKey is BenchmarkAttemptHotKey with a token
+// bucket's budget.
+func BenchmarkAttemptBucketHotKey(b *testing.B) {
+	l := benchLimiterOf(b, bucketBudget)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, _ := l.Attempt(ctx, "hot"); !d.Allowed {
+			b.Fatal("refused")
+		}
+	}
+}
+
+func attemptVsAllow(b *testing.B, l *limiter.Limiter) {
 	r := rate.NewLimiter(1e9, 1e9)
 	ctx := context.Background()
 	var ta, tr time.Duration

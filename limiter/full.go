@@ -33,9 +33,19 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 			return nil // nothing changes
 		}
 		for i := range es {
-			if es[i].Live() {
+			if !es[i].Live() {
+				continue
+			}
+			if cs[i].Algorithm == store.FixedWindow {
 				t.Counts[i] += n
 				es[i].Value = store.AppendCount(es[i].Value[:0], t.Counts[i])
+				continue
+			}
+			if err := cs[i].AddUnits(now, &es[i], n); err != nil {
+				return err
+			}
+			if t.Counts[i], t.ExpiresAt[i], err = cs[i].Units(now, es[i]); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -88,7 +98,7 @@ func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Bu
 	}
 	lt, err := l.countAlone(ctx, sub[:n:n], subCaps[:n:n], cost)
 	if err != nil || !lt.Allowed {
-		l.giveBackHeld(ctx, keys, t, fresh, cost)
+		l.giveBackHeld(ctx, keys, caps, t, fresh, cost)
 	}
 	if err != nil {
 		l.refuse(errors.Join(cause, err), caps, d)
@@ -121,20 +131,21 @@ func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Bu
 
 // giveBackHeld takes back the count, cost, the store made of the held keys
 // of t (those not in fresh), in the windows it made them in.
-func (l *Limiter) giveBackHeld(ctx context.Context, keys []string, t *store.Tally, fresh uint8, cost int64) {
+func (l *Limiter) giveBackHeld(ctx context.Context, keys []string, caps []store.Budget, t *store.Tally, fresh uint8, cost int64) {
 	var held [MaxKeys]string
 	var exp [MaxKeys]int64
+	var cs [MaxKeys]store.Budget
 	n := 0
 	for i := range keys {
 		if fresh>>i&1 == 0 {
-			held[n], exp[n] = keys[i], t.ExpiresAt[i].UnixMilli()
+			held[n], exp[n], cs[n] = keys[i], t.ExpiresAt[i].UnixMilli(), caps[i]
 			n++
 		}
 	}
 	if n == 0 {
 		return
 	}
-	if err := l.land(ctx, &credit{keys: held[:n], expires: exp[:n], n: cost}); err != nil {
+	if err := l.land(ctx, &credit{keys: held[:n], expires: exp[:n], n: cost, caps: cs[:n]}); err != nil {
 		l.log.Warn("store full: giving back a refused attempt's count failed", "kind", KindStoreFull, "err", err)
 	}
 }

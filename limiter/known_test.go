@@ -15,6 +15,7 @@ func TestKnownRoundTrip(t *testing.T) {
 		{},
 		{seen: 3, alone: 2, asked: 1796140875371, sending: 1, flying: 12, win: 1796140935366, given: 4, mine: 5},
 		{seen: 100000, flying: 7},
+		{seen: 4, alone: 1, asked: 1796140875371, win: 1796140935366, next: 1796140880000, alg: 2, limit: 10, windowMs: 60000, burst: 20},
 	} {
 		e := store.Entry{ExpiresAt: exp}
 		k.put(&e)

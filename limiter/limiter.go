@@ -1,7 +1,8 @@
 // Package limiter counts attempts against budgets kept in a limit store.
 //
 // A Limiter allows at most Limit attempts per key in each window of length
-// Window. It is a fixed window that starts at a key's first counted attempt:
+// Window, counted by its Budget's Algorithm. The default, FixedWindow, is a
+// fixed window that starts at a key's first counted attempt:
 //
 //   - The first attempt on a key with no live window opens one; the window
 //     ends Window later, on the store's clock (its Reset). Attempts that find
@@ -14,6 +15,11 @@
 //     Limit attempts admitted just before one window ends and Limit just
 //     after the next opens: at most 2×Limit in any span of length Window,
 //     and never more than Limit in one window.
+//
+// SlidingWindow admits at most Limit in any span of length Window (Limit at
+// most store.MaxSlidingLimit); TokenBucket refills Limit per Window evenly,
+// up to Burst at once. For every algorithm a refused attempt's RetryAfter
+// is when one more attempt is admitted, and Remaining what is admitted now.
 //
 // Admission is exact: the count is read and written in one atomic store
 // update, so N concurrent attempts against a budget B, on any number of
@@ -74,6 +80,16 @@ const MaxKeys = store.MaxCountKeys
 // limiters and stores share (Validate reports whether a limiter can use
 // it).
 type Budget = store.Budget
+
+// Algorithm is how a Budget counts (store.Algorithm).
+type Algorithm = store.Algorithm
+
+// The algorithms a Budget may count by: see store.Algorithm.
+const (
+	FixedWindow   = store.FixedWindow
+	SlidingWindow = store.SlidingWindow
+	TokenBucket   = store.TokenBucket
+)
 
 // Policy is what a limiter answers when its store cannot: the one type for
 // that choice, in limiter.Options and in every middleware's Options. The zero
@@ -411,6 +427,20 @@ type Decision struct {
 	remaining [MaxKeys]int32 // at most MaxLimit
 	n         uint8          // keys in use
 	inMemory  uint8          // bit i: key i was counted in process memory
+	// budgets are the keys' budgets when one is not a fixed window, or the
+	// limiter's own budget is not, for a Refund; nil when they are the
+	// limiter's own (Attempt) or all fixed windows, as the limiter's is.
+	budgets *[MaxKeys]store.Budget
+}
+
+// fixedOnly reports whether every budget of caps is a fixed window.
+func fixedOnly(caps []store.Budget) bool {
+	for _, c := range caps {
+		if c.Algorithm != store.FixedWindow {
+			return false
+		}
+	}
+	return true
 }
 
 // Keys returns the keys the attempt counted against.
@@ -431,9 +461,15 @@ func (d Decision) Only(indexes ...int) Decision {
 	o := d
 	o.n, o.inMemory = 0, 0
 	o.keys, o.expires, o.remaining = [MaxKeys]string{}, [MaxKeys]int64{}, [MaxKeys]int32{}
+	if d.budgets != nil {
+		o.budgets = new([MaxKeys]store.Budget)
+	}
 	for _, i := range indexes {
 		if i < 0 || i >= int(d.n) {
 			continue
+		}
+		if d.budgets != nil {
+			o.budgets[o.n] = d.budgets[i]
 		}
 		o.keys[o.n], o.expires[o.n], o.remaining[o.n] = d.keys[i], d.expires[i], d.remaining[i]
 		o.inMemory |= (d.inMemory >> i & 1) << o.n
@@ -493,14 +529,21 @@ func (l *Limiter) AttemptCost(ctx context.Context, cost int, charges ...Charge) 
 		if err := c.Budget.Validate(); err != nil {
 			return Decision{}, fmt.Errorf("limiter %q: key %d: %w", l.name, i, err)
 		}
-		if cost < 1 || cost > c.Budget.Limit {
-			return Decision{}, fmt.Errorf("%w: limiter %q: cost %d, want 1 to %d, the limit of key %d", ErrInvalidCost, l.name, cost, c.Budget.Limit, i)
+		if cost < 1 || int64(cost) > c.Budget.Capacity() {
+			return Decision{}, fmt.Errorf("%w: limiter %q: cost %d, want 1 to %d, the limit of key %d", ErrInvalidCost, l.name, cost, c.Budget.Capacity(), i)
 		}
 		keys[i], caps[i] = c.Key, c.Budget
 	}
 	n := len(charges)
 	var d Decision
 	err := l.count(ctx, keys[:n:n], caps[:n:n], int64(cost), &d)
+	if !fixedOnly(caps[:n]) || l.budget.Algorithm != store.FixedWindow {
+		// A Refund of a key not counted by fixed windows needs its budget,
+		// and one of a fixed window on a limiter whose own budget is not
+		// one needs to know it is.
+		b := caps
+		d.budgets = &b
+	}
 	return d, err
 }
 
@@ -694,12 +737,10 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	var win int64 // the block's window end, on the store's clock
 	err := l.h.Update(ctx, []string{key}, func(now time.Time, es []store.Entry) error {
 		e := &es[0]
-		until := now.Add(d)
-		if !e.Live() || e.ExpiresAt.Before(until) {
-			e.ExpiresAt = until
+		if err := l.budget.SpendUntil(now, e, now.Add(d)); err != nil {
+			return err
 		}
 		win = e.ExpiresAt.UnixMilli()
-		e.Value = store.AppendCount(e.Value[:0], MaxLimit)
 		return nil
 	})
 	if err != nil {
@@ -756,14 +797,14 @@ func decideKey(k store.KeyTally, key string, c store.Budget, d *Decision) {
 
 // remainingOf is how many more attempts a key at count admits under c.
 func remainingOf(c store.Budget, count int64) int32 {
-	return int32(min(max(int64(c.Limit)-count, 0), MaxLimit))
+	return int32(min(max(c.Capacity()-count, 0), MaxLimit))
 }
 
 // settle sets what d says of the key that decided, key at, of budget c, at
 // count and with its window ending at reset, once Allowed and Now are set.
 func (d *Decision) settle(at int, c store.Budget, count int64, reset time.Time) {
 	d.KeyIndex, d.Limit, d.Window = at, c.Limit, c.Window
-	d.Remaining = int(max(int64(c.Limit)-count, 0))
+	d.Remaining = int(max(c.Capacity()-count, 0))
 	d.Reset = reset
 	if !d.Allowed {
 		d.Remaining = 0

@@ -81,10 +81,17 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 			}
 			kn[i] = k
 			t.Counts[i], t.ExpiresAt[i] = k.count(), es[i].ExpiresAt
+			if k.next != 0 { // a unit drops before memory forgets the key
+				t.ExpiresAt[i] = time.UnixMilli(k.next)
+			}
 			switch {
-			case k.count()+n <= int64(cs[i].Limit):
+			case k.count()+n <= cs[i].Capacity():
 				// Room for this cost: a key memory refuses a larger one
 				// still admits it.
+			case k.next != 0 && nowMs >= k.next && k.unsent() == 0:
+				// A unit has dropped since the store told the count: the
+				// store may admit it.
+				stale |= 1 << i
 			case k.unsent() > 0 || nowMs-k.asked < AskAgain.Milliseconds():
 				// Attempts admitted alone are not in the store yet: its
 				// count would not be the whole count.
@@ -154,7 +161,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 func (l *Limiter) owe(m *memoCall, keys []string, caps []store.Budget, n int64) *memoCall {
 	s := l.h.Store()
 	for i := range keys {
-		r := s.Reserved(keys[i], int64(caps[i].Limit))
+		r := s.Reserved(keys[i], caps[i].Capacity())
 		if r <= 0 {
 			continue
 		}
@@ -186,7 +193,7 @@ func roomLeft(t *store.Tally, caps []store.Budget, n int64) bool {
 		return false
 	}
 	for i := range caps {
-		if t.Counts[i]+n > int64(caps[i].Limit) {
+		if t.Counts[i]+n > caps[i].Capacity() {
 			return false
 		}
 	}
@@ -245,6 +252,9 @@ func (l *Limiter) unclaim(ctx context.Context, keys []string, send []int64) {
 // is adding (m.hold).
 func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) error {
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
+	if !fixedOnly(cs) {
+		return l.countSendingUnits(ctx, m, d)
+	}
 	err := l.h.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
 		*t = store.Tally{Now: now, Limiting: -1}
 		live := [MaxKeys]bool{}
@@ -291,6 +301,57 @@ func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) er
 	return nil
 }
 
+// countSendingUnits is countSending for budgets not all fixed windows: the
+// attempts admitted alone that m claimed are added to each key's units
+// (Budget.AddUnits), then the attempt is charged with room kept for m.hold.
+func (l *Limiter) countSendingUnits(ctx context.Context, m *memoCall, d *Decision) error {
+	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
+	err := l.h.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
+		*t = store.Tally{Now: now, Limiting: -1}
+		for i := range es {
+			e := &es[i]
+			if m.send[i] > 0 {
+				live := e.Live()
+				if err := cs[i].AddUnits(now, e, m.send[i]); err != nil {
+					return err
+				}
+				if !live && cs[i].Algorithm == store.FixedWindow {
+					e.ExpiresAt = now.Add(m.left[i]) // the rest of memory's window
+				}
+			}
+			c, _, err := cs[i].Units(now, *e)
+			if err != nil {
+				return err
+			}
+			if t.Limiting < 0 && c+m.hold[i]+m.cost > cs[i].Capacity() {
+				t.Limiting = i
+			}
+		}
+		t.Allowed = t.Limiting < 0
+		for i := range es {
+			if t.Allowed {
+				if err := cs[i].AddUnits(now, &es[i], m.cost); err != nil {
+					return err
+				}
+			}
+			c, next, err := cs[i].Units(now, es[i])
+			if err != nil {
+				return err
+			}
+			t.Counts[i], t.ExpiresAt[i] = c, next
+		}
+		return nil
+	})
+	if err != nil {
+		l.unclaim(ctx, ks, m.send[:m.n])
+		l.landed(ctx, m)
+		return err
+	}
+	decide(t, ks, cs, false, d)
+	l.settle(ctx, m)
+	return nil
+}
+
 // settle records in memory the store's counts of a countSending, t, which
 // hold the attempts admitted alone that m sent.
 func (l *Limiter) settle(ctx context.Context, m *memoCall) {
@@ -312,7 +373,11 @@ func (l *Limiter) settle(ctx context.Context, m *memoCall) {
 			}
 			k.sending = max(k.sending-m.send[i], 0)
 			k.asked = now.UnixMilli()
-			if exp := now.Add(t.ExpiresAt[i].Sub(t.Now)); !es[i].Live() || exp.After(es[i].ExpiresAt) {
+			exp := now.Add(t.ExpiresAt[i].Sub(t.Now))
+			if c := m.caps[i]; c.Algorithm != store.FixedWindow {
+				k.next, exp = exp.UnixMilli(), now.Add(c.Span())
+			}
+			if !es[i].Live() || exp.After(es[i].ExpiresAt) {
 				es[i].ExpiresAt = exp
 			}
 			k.put(&es[i])
@@ -345,10 +410,19 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 			if t.ExpiresAt[i].IsZero() {
 				continue
 			}
-			if !es[i].Live() && !roomy && t.Counts[i] < int64(cs[i].Limit) {
+			if !es[i].Live() && !roomy && t.Counts[i] < cs[i].Capacity() {
 				continue
 			}
-			setKnown(&es[i], now, t.Counts[i], t.ExpiresAt[i].UnixMilli(), asks>>i&1 == 1, admitted(t, n), now.Add(t.ExpiresAt[i].Sub(t.Now)))
+			exp, next := now.Add(t.ExpiresAt[i].Sub(t.Now)), int64(0)
+			if cs[i].Algorithm != store.FixedWindow {
+				// Counting alone never refills: memory keeps the count
+				// until every unit it holds has dropped.
+				next, exp = exp.UnixMilli(), now.Add(cs[i].Span())
+			}
+			setKnown(&es[i], now, t.Counts[i], t.ExpiresAt[i].UnixMilli(), asks>>i&1 == 1, admitted(t, n), exp)
+			if next != 0 {
+				setNext(&es[i], next)
+			}
 		}
 		return nil
 	})
@@ -365,12 +439,15 @@ func readCounts(now time.Time, es []store.Entry, caps []store.Budget, n int64, t
 			fresh |= 1 << i
 			continue
 		}
-		c, err := store.ParseCount(es[i].Value)
+		c, next, err := caps[i].Units(now, es[i])
 		if err != nil {
 			return fresh, err
 		}
-		t.Counts[i], t.ExpiresAt[i] = c, es[i].ExpiresAt
-		if t.Limiting < 0 && c+n > int64(caps[i].Limit) {
+		if caps[i].Algorithm == store.FixedWindow {
+			next = es[i].ExpiresAt
+		}
+		t.Counts[i], t.ExpiresAt[i] = c, next
+		if t.Limiting < 0 && c+n > caps[i].Capacity() {
 			t.Limiting = i
 		}
 	}

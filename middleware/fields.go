@@ -26,13 +26,25 @@ func newFields(names []string, budgets []limiter.Budget, hideRemaining, legacy b
 	f := &fields{hideRemaining: hideRemaining, legacy: legacy}
 	var policy []string
 	for i, name := range names {
-		w := max(int64(budgets[i].Window/time.Second), 1)
-		policy = append(policy, fmt.Sprintf("%q;q=%d;w=%d", name, budgets[i].Limit, w))
+		q, w := policyOf(budgets[i])
+		policy = append(policy, fmt.Sprintf("%q;q=%d;w=%d", name, q, w))
 		f.names = append(f.names, strconv.Quote(name)+";")
-		f.limits = append(f.limits, []string{strconv.Itoa(budgets[i].Limit)})
+		f.limits = append(f.limits, []string{strconv.FormatInt(q, 10)})
 	}
 	f.policy = []string{strings.Join(policy, ", ")}
 	return f
+}
+
+// policyOf is the quota and window, in seconds, of a budget's policy item
+// (the draft's q and w): Limit per Window, or for a token bucket its
+// capacity per the time it takes to refill, which says both its burst and
+// its rate. A window is whole seconds, at least 1; a bucket's is rounded
+// up, so that a client pacing by it is never early.
+func policyOf(b limiter.Budget) (q, w int64) {
+	if b.Algorithm == limiter.TokenBucket {
+		return b.Capacity(), max(ceilSeconds(b.Span()), 1)
+	}
+	return int64(b.Limit), max(int64(b.Window/time.Second), 1)
 }
 
 // set writes the fields of d, naming the key that decided it.

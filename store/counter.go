@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -12,15 +13,22 @@ import (
 // MaxCountKeys is the most keys one Count may name.
 const MaxCountKeys = 8
 
-// Budget is Limit attempts per Window: the bound and window of one key's
-// counter in a Count, and a limiter's budget (limiter.Budget is this type).
+// Budget is Limit attempts per Window, counted by its Algorithm: the bound
+// and window of one key's counter in a Count, and a limiter's budget
+// (limiter.Budget is this type).
 type Budget struct {
-	// Limit is the highest count the key may reach, at least 1.
+	// Limit is the highest count the key may reach, at least 1 (for a
+	// TokenBucket, the units refilled per Window).
 	Limit int
 	// Window is how long a counter lives from its first count, at least a
 	// millisecond in a Count (MinWindow for a limiter); it is kept to the
 	// millisecond.
 	Window time.Duration
+	// Burst is a TokenBucket's capacity; 0 means Limit. Other algorithms
+	// leave it 0.
+	Burst int
+	// Algorithm is how the budget counts; the zero value is FixedWindow.
+	Algorithm Algorithm
 }
 
 // Bounds of a Budget a limiter accepts (see Validate).
@@ -34,7 +42,10 @@ const (
 var ErrInvalidBudget = errors.New("invalid budget")
 
 // Validate reports whether the budget is one a limiter can use: Limit from
-// 1 to MaxLimit, Window from MinWindow to MaxWindow, in whole milliseconds.
+// 1 to MaxLimit, Window from MinWindow to MaxWindow, in whole milliseconds,
+// and what its Algorithm can count: a SlidingWindow's Limit at most
+// MaxSlidingLimit, a TokenBucket refilling at most once a microsecond, a
+// Burst only on a TokenBucket. The error names the bound it passed.
 func (b Budget) Validate() error {
 	switch {
 	case b.Limit < 1 || b.Limit > MaxLimit:
@@ -43,12 +54,29 @@ func (b Budget) Validate() error {
 		return fmt.Errorf("%w: window %v, want %v to %v", ErrInvalidBudget, b.Window, MinWindow, MaxWindow)
 	case b.Window%time.Millisecond != 0:
 		return fmt.Errorf("%w: window %v is not whole milliseconds", ErrInvalidBudget, b.Window)
+	case b.Burst > MaxLimit:
+		return fmt.Errorf("%w: burst %d, want at most %d", ErrInvalidBudget, b.Burst, MaxLimit)
+	case b.Algorithm == TokenBucket && b.Window.Microseconds() < int64(b.Limit):
+		return fmt.Errorf("%w: token bucket of %d per %v refills more than once a microsecond", ErrInvalidBudget, b.Limit, b.Window)
+	}
+	if err := checkAlgorithm(b); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidBudget, err)
 	}
 	return nil
 }
 
-// String formats the budget as "5 per 15m0s".
-func (b Budget) String() string { return fmt.Sprintf("%d per %v", b.Limit, b.Window) }
+// String formats the budget as "5 per 15m0s", followed by the algorithm
+// when it is not FixedWindow: "5 per 15m0s, sliding", "10 per 1s, bucket
+// of 50".
+func (b Budget) String() string {
+	switch {
+	case b.Algorithm == TokenBucket && b.Burst > 0:
+		return fmt.Sprintf("%d per %v, bucket of %d", b.Limit, b.Window, b.Burst)
+	case b.Algorithm != FixedWindow:
+		return fmt.Sprintf("%d per %v, %v", b.Limit, b.Window, b.Algorithm)
+	}
+	return fmt.Sprintf("%d per %v", b.Limit, b.Window)
+}
 
 // Tally is the outcome of a Count.
 type Tally struct {
@@ -58,11 +86,15 @@ type Tally struct {
 	Now time.Time
 	// Limiting is the index of the first key that had no room, or -1.
 	Limiting int
-	// Counts[i] is keys[i]'s count after the call: with n added when
-	// Allowed, as it was otherwise.
+	// Counts[i] is keys[i]'s units in use after the call, as its budget's
+	// algorithm counts them (see Charge): with n added when Allowed, as
+	// they were otherwise.
 	Counts [MaxCountKeys]int64
-	// ExpiresAt[i] is when keys[i]'s counter ends, on the store's clock; the
-	// zero time when it has none.
+	// ExpiresAt[i] is when keys[i]'s count next drops, on the store's
+	// clock: a fixed window's end, when a sliding window's oldest unit
+	// leaves, a token bucket's next token. For a key without room, that is
+	// when one more unit is admitted. It is the zero time when the key has
+	// none in use.
 	ExpiresAt [MaxCountKeys]time.Time
 }
 
@@ -71,11 +103,11 @@ type Tally struct {
 type KeyTally struct {
 	// Allowed reports whether the key had room and was counted.
 	Allowed bool
-	// Count is the key's count after the call: with n added when Allowed,
-	// as it was otherwise.
+	// Count is the key's units in use after the call: with n added when
+	// Allowed, as they were otherwise.
 	Count int64
-	// ExpiresAt is when the key's counter ends, in Unix milliseconds on the
-	// store's clock; 0 when it has none.
+	// ExpiresAt is when the count next drops (Tally.ExpiresAt), in Unix
+	// milliseconds on the store's clock; 0 when it has none.
 	ExpiresAt int64
 	// Now is the store's time when it counted, in Unix milliseconds.
 	Now int64
@@ -84,10 +116,13 @@ type KeyTally struct {
 // Counter is an optional Backend capability: a Count done by the store in
 // one step, as fast as it can. A backend that offers it must give exactly the
 // results of the generic Count, which runs on Update, and keep each counter
-// as the generic Count does: a JSON integer value expiring at the end of its
-// window. The guard calls it for a backend that is not Inline; the contract
-// suite checks both promises, calling it directly as well, since the guard
-// counts through CountOne and CountInline on an Inline backend.
+// as the generic Count does: for a fixed window, a JSON integer value
+// expiring at the end of its window (the other algorithms' values are in
+// algorithm.go). Unless it also offers AlgorithmCounter, it is given only
+// budgets of fixed windows. The guard calls it for a backend that is not
+// Inline; the contract suite checks both promises, calling it directly as
+// well, since the guard counts through CountOne and CountInline on an
+// Inline backend.
 //
 // What it saves (BenchmarkGuardCount, the memory backend on the prompt
 // path): about 0.6 µs a one-key Count and 6 allocations, against about
@@ -98,6 +133,16 @@ type Counter interface {
 	Count(ctx context.Context, prefix string, keys []string, caps []Budget, n int64, t *Tally) error
 }
 
+// AlgorithmCounter is an optional capability of a Counter whose Count
+// follows every Algorithm, in one step. On a Counter without it, a Count
+// with a budget other than a FixedWindow runs the generic Count, through
+// Update.
+type AlgorithmCounter interface {
+	Counter
+	// CountsAlgorithms marks the capability.
+	CountsAlgorithms()
+}
+
 // ErrInvalidCount is returned by Count for caps or an amount out of range.
 var ErrInvalidCount = errors.New("store: invalid count")
 
@@ -106,11 +151,12 @@ var ErrNotCounter = errors.New("store: value is not a count")
 
 // Count adds n to the counter of each of keys, all or nothing: when every
 // key's count plus n stays within its cap, each is counted (a key with no
-// live counter starts one that expires caps[i].Window from the store's
-// now); otherwise none is, and the Tally says which key had no room. It is
-// the fixed-window counter limiters are built on, done by the store in one
-// step where it offers Counter or Inline, and through Update where it does
-// not. On error the Tally is the zero Tally with Limiting -1.
+// live counter starts one); otherwise none is, and the Tally says which
+// key had no room. Each key counts by its budget's Algorithm (the rule is
+// Tally.Charge), and one Count may mix them. It is the counter limiters
+// are built on, done by the store in one step where it offers Counter or
+// Inline, and through Update where it does not. On error the Tally is the
+// zero Tally with Limiting -1.
 func (h *Handle) Count(ctx context.Context, keys []string, caps []Budget, n int64) (t Tally, err error) {
 	// Small enough to be inlined, so that the Tally is copied once, into the
 	// caller's variable, not also through a result slot (CountInto spares
@@ -137,6 +183,9 @@ func (h *Handle) CountInto(ctx context.Context, keys []string, caps []Budget, n 
 func (h *Handle) CountKey(ctx context.Context, key string, b Budget, n int64) (KeyTally, error) {
 	if err := checkCount([]string{key}, []Budget{b}, n); err != nil {
 		return KeyTally{}, err
+	}
+	if b.Algorithm != FixedWindow && !h.s.algorithms {
+		return h.countApplied(ctx, key, b, n)
 	}
 	if h.s.obs == nil {
 		return h.countKey(ctx, key, b, n)
@@ -195,6 +244,9 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int6
 	if s.inline == nil {
 		return h.countCall(ctx, keys, caps, n, out)
 	}
+	if !s.algorithms && !fixedOnly(caps) {
+		return h.countInlineApplied(ctx, keys, caps, n, out)
+	}
 	if len(keys) == 1 {
 		k, err := h.countKey(ctx, keys[0], caps[0], n)
 		if err == nil {
@@ -214,6 +266,37 @@ func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int6
 		*out = Tally{Limiting: -1}
 		return s.classify(ctx, err)
 	}
+	return nil
+}
+
+// countApplied is CountKey of a budget whose algorithm the backend does
+// not count itself: the generic Count, on the guard's path for the backend.
+func (h *Handle) countApplied(ctx context.Context, key string, b Budget, n int64) (KeyTally, error) {
+	var t Tally
+	if err := h.checkedCount(ctx, []string{key}, []Budget{b}, n, &t); err != nil {
+		return KeyTally{}, err
+	}
+	return t.Key(), nil
+}
+
+// countInlineApplied is a Count of budgets not all fixed on a backend in
+// process memory that counts only fixed windows itself: ApplyCount through
+// its UpdateInline.
+func (h *Handle) countInlineApplied(ctx context.Context, keys []string, caps []Budget, n int64, out *Tally) error {
+	s := h.s
+	if s.closed.Load() {
+		return errClosed
+	}
+	// Copies, so that the caller's slices do not escape on every Count.
+	ks, cs := slices.Clone(keys), slices.Clone(caps)
+	var t Tally
+	_, err := s.inline.UpdateInline(h.prefix, ks, func(now time.Time, es []Entry) error {
+		return ApplyCount(now, es, cs, n, &t)
+	}, func(time.Time, []Entry) error { return nil })
+	if err != nil {
+		return s.classify(ctx, err)
+	}
+	*out = t
 	return nil
 }
 
@@ -255,8 +338,12 @@ func (h *Handle) countCall(ctx context.Context, keys []string, caps []Budget, n 
 		t = new(Tally)
 	}
 	*t = Tally{Limiting: -1}
+	counter := s.counter
+	if !s.algorithms && !fixedOnly(caps) {
+		counter = updateCounter{s.b}
+	}
 	err := s.call(ctx, &h.lane, func(ctx context.Context) error {
-		return s.counter.Count(ctx, h.prefix, own, caps, n, t)
+		return counter.Count(ctx, h.prefix, own, caps, n, t)
 	})
 	if err == nil {
 		*out = *t
@@ -279,6 +366,16 @@ func (u updateCounter) Count(ctx context.Context, prefix string, keys []string, 
 	})
 }
 
+// fixedOnly reports whether every budget of caps is a FixedWindow.
+func fixedOnly(caps []Budget) bool {
+	for _, c := range caps {
+		if c.Algorithm != FixedWindow {
+			return false
+		}
+	}
+	return true
+}
+
 func checkCount(keys []string, caps []Budget, n int64) error {
 	if err := checkKeys(keys); err != nil {
 		return err
@@ -292,6 +389,11 @@ func checkCount(keys []string, caps []Budget, n int64) error {
 	for i, c := range caps {
 		if int64(c.Limit) < 1 || c.Window < time.Millisecond {
 			return fmt.Errorf("%w: budget %d is %d per %v, want at least 1 per millisecond", ErrInvalidCount, i, c.Limit, c.Window)
+		}
+		if c.Algorithm != FixedWindow || c.Burst != 0 {
+			if err := checkAlgorithm(c); err != nil {
+				return fmt.Errorf("%w: budget %d: %w", ErrInvalidCount, i, err)
+			}
 		}
 	}
 	return nil
@@ -312,13 +414,17 @@ var countPool = sync.Pool{New: func() any { return new(countCall) }}
 func ApplyCount(now time.Time, es []Entry, caps []Budget, n int64, t *Tally) error {
 	*t = Tally{} // then field by field, which spares a copy through the stack
 	t.Now = now
+	nowMs := now.UnixMilli()
+	var us [MaxCountKeys]units
 	for i := range es {
-		if es[i].Live() {
-			v, err := ParseCount(es[i].Value)
-			if err != nil {
-				return err
-			}
-			t.Counts[i], t.ExpiresAt[i] = v, es[i].ExpiresAt
+		u, err := readUnits(nowMs, &es[i], caps[i])
+		if err != nil {
+			return err
+		}
+		us[i] = u
+		t.Counts[i] = u.count
+		if u.next != 0 {
+			t.ExpiresAt[i] = time.UnixMilli(u.next)
 		}
 	}
 	if !t.Charge(caps, n) {
@@ -326,19 +432,26 @@ func ApplyCount(now time.Time, es []Entry, caps []Budget, n int64, t *Tally) err
 	}
 	for i := range es {
 		e := &es[i]
+		if caps[i].Algorithm != FixedWindow {
+			us[i].add(e, n)
+			continue
+		}
 		e.ExpiresAt = t.ExpiresAt[i]
 		e.Value = AppendCount(e.Value[:0], t.Counts[i])
 	}
 	return nil
 }
 
-// Charge is the fixed-window counting rule, the one every Count follows.
-// It takes t.Now and, for each of caps' keys, its live count in Counts and
-// its window's end in ExpiresAt (the zero time for a key with no live
-// counter, whose count is 0). It sets Limiting to the first key whose count
-// plus n passes its cap, or -1. When no key does, it adds n to every count,
-// opens the window of each key that had none, ending caps[i].Window after
-// Now (to the millisecond), and sets Allowed. It reports Allowed.
+// Charge is the counting rule every Count follows, whatever each key's
+// Algorithm. It takes t.Now and, for each of caps' keys, its units in use
+// in Counts and when they next drop in ExpiresAt (the zero time for a key
+// with none). It sets Limiting to the first key whose count plus n passes
+// its Capacity, or -1. When no key does, it adds n to every count, sets
+// the drop of each key that had none (caps[i].Window after Now, to the
+// millisecond; a token bucket's Interval after, rounded up), and sets
+// Allowed. It reports Allowed. A key's units in use are, by algorithm: a
+// fixed window's count; the units a sliding window admitted in the last
+// Window; a token bucket's Burst less its tokens, rounded down.
 func (t *Tally) Charge(caps []Budget, n int64) bool {
 	t.Limiting, t.Allowed = -1, false
 	for i := range caps {
@@ -358,10 +471,9 @@ func (t *Tally) Charge(caps []Budget, n int64) bool {
 }
 
 // Charge is Tally.Charge for one key, on Unix milliseconds: it takes k.Now
-// and the key's live count and window's end (0 when it has no live
-// counter), and when the count plus n stays within b, it adds n and opens a
-// window ending b.Window after Now (to the millisecond) if there was none.
-// It reports Allowed.
+// and the key's units in use and when they next drop (0 when it has none),
+// and when the count plus n stays within b's Capacity, it adds n and sets
+// the drop as Tally.Charge does if there was none. It reports Allowed.
 func (k *KeyTally) Charge(b Budget, n int64) bool {
 	k.Allowed = fits(k.Count, b, n)
 	if k.Allowed {
@@ -377,10 +489,19 @@ func (k *KeyTally) Charge(b Budget, n int64) bool {
 // KeyTally.Charge share.
 
 // fits reports whether a counter at count has room for n more under b.
-func fits(count int64, b Budget, n int64) bool { return count <= int64(b.Limit)-n }
+func fits(count int64, b Budget, n int64) bool {
+	if b.Burst != 0 { // a token bucket of its own capacity
+		return count <= int64(b.Burst)-n
+	}
+	return count <= int64(b.Limit)-n
+}
 
-// windowEnd is when a window of b opened at now ends, to the millisecond.
+// windowEnd is when a key of b that had no units, charged at now, next
+// drops one: its window's end, to the millisecond (firstDrop).
 func windowEnd(now time.Time, b Budget) time.Time {
+	if b.Algorithm == TokenBucket {
+		return time.UnixMilli(firstDrop(now.UnixMilli(), b))
+	}
 	return now.Add(b.Window).Truncate(time.Millisecond)
 }
 

@@ -82,16 +82,18 @@ type Store struct {
 	b       Backend
 	inline  Inline  // when b is in process memory
 	counter Counter // b's own, or updateCounter
-	opts    Options
-	backing any
-	slots   slots
-	sweeps  lane // the lane of Sweep, which no handle makes
-	fleet   fleet
-	closed  atomic.Bool
-	running atomic.Int64 // goroutines running backend calls
-	prompt  bool
-	obs     Observer
-	now     func() time.Time // the breakers' clock
+	// algorithms: counter follows every Algorithm (AlgorithmCounter).
+	algorithms bool
+	opts       Options
+	backing    any
+	slots      slots
+	sweeps     lane // the lane of Sweep, which no handle makes
+	fleet      fleet
+	closed     atomic.Bool
+	running    atomic.Int64 // goroutines running backend calls
+	prompt     bool
+	obs        Observer
+	now        func() time.Time // the breakers' clock
 
 	mu       sync.Mutex
 	prefixes []string
@@ -109,6 +111,7 @@ func New(b Backend, opts Options) *Store {
 	if s.counter == nil {
 		s.counter = updateCounter{b}
 	}
+	_, s.algorithms = s.counter.(AlgorithmCounter)
 	if bk, ok := b.(Backing); ok {
 		s.backing = bk.Backing()
 	}

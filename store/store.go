@@ -112,11 +112,14 @@ type Backend interface {
 // backend's calls: a call that began before Close may still be running as
 // the backend's Close runs, and must come to no harm.
 //
-// CountInline is Count for the backend: the fixed-window rule
-// (Tally.Charge) applied to the held counters of the first len(caps) keys,
-// as the generic Count would. It takes the keys and returns the Tally by
-// value, so that nothing of the caller's escapes to the heap. A backend
-// with no faster way runs ApplyCount through its UpdateInline.
+// CountInline is Count for the backend: the counting rule (Tally.Charge)
+// applied to the held counters of the first len(caps) keys, as the
+// generic Count would. It takes the keys and returns the Tally by value, so
+// that nothing of the caller's escapes to the heap. A backend with no
+// faster way runs ApplyCount through its UpdateInline. Unless the backend
+// offers AlgorithmCounter, the guard calls it and CountOne only with
+// budgets of fixed windows, and runs ApplyCount through UpdateInline for
+// the rest.
 //
 // CountOne is CountInline for one key (KeyTally.Charge is the rule for
 // one), the guard's path for a one-key Count: its arguments and results fit

@@ -70,31 +70,41 @@ type Backend struct {
 
 // item is one entry. A value that is a count (store.ParseCount) is kept as
 // the number n, with value nil, so that counting formats and parses
-// nothing; any other value is kept as its bytes. Items whose keys hash
-// alike are chained through next.
+// nothing; so is a token bucket's TAT (store.BucketOf), with bucket set;
+// any other value is kept as its bytes. Items whose keys hash alike are
+// chained through next.
 type item struct {
 	prefix, key string
-	value       []byte // nil when the value is the count n
+	value       []byte // nil when the value is the number n
 	n           int64
 	exp         int64 // unix milliseconds
 	next        *item
+	bucket      bool // n is a token bucket's TAT, not a count
 }
 
 // appendValue appends the item's value, as JSON, to dst.
 func (it *item) appendValue(dst []byte) []byte {
-	if it.value == nil {
-		return store.AppendCount(dst, it.n)
+	switch {
+	case it.value != nil:
+		return append(dst, it.value...)
+	case it.bucket:
+		return store.AppendBucket(dst, it.n)
 	}
-	return append(dst, it.value...)
+	return store.AppendCount(dst, it.n)
 }
 
-// setValue keeps v as the item's value: as a number when it is a count.
+// setValue keeps v as the item's value: as a number when it is a count or
+// a token bucket.
 func (it *item) setValue(v []byte) {
 	if n, ok := store.CountOf(v); ok {
-		it.value, it.n = nil, n
+		it.value, it.n, it.bucket = nil, n, false
 		return
 	}
-	it.value = append(it.value[:0], v...)
+	if n, ok := store.BucketOf(v); ok {
+		it.value, it.n, it.bucket = nil, n, true
+		return
+	}
+	it.value, it.bucket = append(it.value[:0], v...), false
 }
 
 // shard holds the entries whose key hashes pick it, by hash.
@@ -324,12 +334,18 @@ func (b *Backend) reserve(prefix string, added int, swept bool) (full bool, err 
 	return false, nil
 }
 
-// CountInline implements store.Inline: the fixed-window rule
+// CountInline implements store.Inline: the counting rule
 // (store.Tally.Charge) applied to the held counts in place, with no copy of
 // them for an apply and no check of what it wrote, since it writes only
-// counts.
+// counts. Budgets of other algorithms than FixedWindow run store.ApplyCount
+// through UpdateInline.
 func (b *Backend) CountInline(prefix string, keys [store.MaxCountKeys]string, caps []store.Budget, n int64) (t store.Tally, err error) {
 	ks := keys[:len(caps)]
+	for _, c := range caps {
+		if c.Algorithm != store.FixedWindow {
+			return t, b.countApplied(prefix, ks, caps, n, &t)
+		}
+	}
 	full, err := b.count(prefix, ks, caps, n, &t, false)
 	if !full {
 		return t, err
@@ -340,8 +356,15 @@ func (b *Backend) CountInline(prefix string, keys [store.MaxCountKeys]string, ca
 }
 
 // CountOne implements store.Inline: CountInline for one key, with one
-// shard locked and no arrays.
+// shard locked and no arrays. A token bucket is counted as a fixed window
+// is, on its TAT (store.KeyTally.ChargeBucket); a sliding window runs
+// store.ApplyCount through UpdateInline.
 func (b *Backend) CountOne(prefix, key string, c store.Budget, n int64) (k store.KeyTally, err error) {
+	if c.Algorithm == store.SlidingWindow {
+		var t store.Tally
+		err := b.countApplied(prefix, []string{key}, []store.Budget{c}, n, &t)
+		return t.Key(), err
+	}
 	h := b.hash(prefix, key)
 	full, err := b.countOne(h, prefix, key, c, n, &k, false)
 	if !full {
@@ -359,11 +382,14 @@ func (b *Backend) countOne(h uint64, prefix, key string, c store.Budget, n int64
 	defer sh.mu.Unlock()
 	k.Now = b.now()
 	it := b.liveItem(sh, h, prefix, key, k.Now)
+	if c.Algorithm == store.TokenBucket {
+		return b.chargeBucket(sh, h, it, prefix, key, c, n, k, swept)
+	}
 	switch {
 	case it == nil:
 		k.Count, k.ExpiresAt = 0, 0
-	case it.value != nil:
-		return false, fmt.Errorf("%w: %.40q", store.ErrNotCounter, it.value)
+	case it.value != nil || it.bucket:
+		return false, fmt.Errorf("%w: %.40q", store.ErrNotCounter, it.appendValue(nil))
 	default:
 		k.Count, k.ExpiresAt = it.n, it.exp
 	}
@@ -382,6 +408,46 @@ func (b *Backend) countOne(h uint64, prefix, key string, c store.Budget, n int64
 	return false, nil
 }
 
+// chargeBucket is countOne for a token bucket, it the key's live item or
+// nil, under sh's lock.
+func (b *Backend) chargeBucket(sh *shard, h uint64, it *item, prefix, key string, c store.Budget, n int64, k *store.KeyTally, swept bool) (full bool, err error) {
+	var tat int64
+	if it != nil {
+		if it.value != nil || !it.bucket {
+			return false, fmt.Errorf("%w: %.40q", store.ErrNotCounter, it.appendValue(nil))
+		}
+		tat = it.n
+	}
+	tat = k.ChargeBucket(c, n, tat)
+	if !k.Allowed {
+		return false, nil // refused: nothing changes
+	}
+	exp := store.BucketExpiry(tat)
+	if it != nil {
+		it.n, it.exp = tat, exp // later than it was: minExp holds
+		return false, nil
+	}
+	if full, err := b.reserve(prefix, 1, swept); full {
+		return true, err
+	}
+	sh.add(h, &item{prefix: prefix, key: key, n: tat, exp: exp, bucket: true})
+	b.lowerMinExp(exp)
+	return false, nil
+}
+
+// countApplied is a Count of budgets that are not all fixed windows:
+// store.ApplyCount run through UpdateInline, which a full store answers as
+// it answers Count.
+func (b *Backend) countApplied(prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
+	_, err := b.UpdateInline(prefix, keys, func(now time.Time, es []store.Entry) error {
+		return store.ApplyCount(now, es, caps, n, t)
+	}, nil)
+	if err != nil {
+		*t = store.Tally{Limiting: -1}
+	}
+	return err
+}
+
 // Count implements store.Counter, as CountInline.
 func (b *Backend) Count(_ context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	var ks [store.MaxCountKeys]string
@@ -390,6 +456,10 @@ func (b *Backend) Count(_ context.Context, prefix string, keys []string, caps []
 	*t, err = b.CountInline(prefix, ks, caps, n)
 	return err
 }
+
+// CountsAlgorithms implements store.AlgorithmCounter: Count follows every
+// store.Algorithm.
+func (b *Backend) CountsAlgorithms() {}
 
 func (b *Backend) count(prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally, swept bool) (full bool, err error) {
 	var ls lockSet
@@ -408,8 +478,8 @@ func (b *Backend) count(prefix string, keys []string, caps []store.Budget, n int
 		case it == nil:
 			t.Counts[i], t.ExpiresAt[i] = 0, time.Time{}
 			added++
-		case it.value != nil:
-			return false, fmt.Errorf("%w: %.40q", store.ErrNotCounter, it.value)
+		case it.value != nil || it.bucket:
+			return false, fmt.Errorf("%w: %.40q", store.ErrNotCounter, it.appendValue(nil))
 		default:
 			t.Counts[i], t.ExpiresAt[i] = it.n, time.UnixMilli(it.exp)
 		}

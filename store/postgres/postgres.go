@@ -441,6 +441,11 @@ func (b *Backend) runAcquired(ctx context.Context, acquired func(), i int, each 
 // and one implicit transaction; a refused single-key count takes a second
 // round trip to read the count it was refused at.
 func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
+	for _, c := range caps {
+		if c.Algorithm != store.FixedWindow {
+			return b.countAlgorithms(ctx, prefix, keys, caps, n, t)
+		}
+	}
 	if len(keys) == 1 && n <= int64(caps[0].Limit) && !b.near(1) {
 		h := b.hasher.Sum(prefix, keys[0])
 		done, err := b.countOne(ctx, h[:], caps[0], n, t)

@@ -98,6 +98,7 @@ const (
 	rRead
 	sSweep
 	sLive
+	cCountAlgorithms
 	numStatements
 )
 
@@ -126,6 +127,7 @@ const (
 	oByteaArray = pgtype.ByteaArrayOID
 	oTextArray  = pgtype.TextArrayOID
 	oInt8Array  = pgtype.Int8ArrayOID
+	oInt4Array  = pgtype.Int4ArrayOID
 	oTimeArray  = pgtype.TimestamptzArrayOID
 )
 
@@ -163,6 +165,8 @@ var statementSpecs = func() [numStatements]stmtSpec {
 		// scan it all.
 		sSweep: {sql: sqlSweep, params: []uint32{oInt8}, fresh: true},
 		sLive:  {sql: sqlLive, params: []uint32{oText}, fresh: true},
+		cCountAlgorithms: {sql: sqlCountAlgorithms, params: []uint32{oByteaArray, oText, oInt4Array, oInt8Array, oInt8Array,
+			oInt8Array, oInt8, oInt8, oBool, oInt8, oBool}},
 	}
 	for i := range s {
 		s[i].sd = &pgconn.StatementDescription{SQL: s[i].sql, ParamOIDs: s[i].params}

@@ -24,6 +24,11 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 			return b.countByUpdate(ctx, prefix, keys, caps, n, t)
 		}
 	}
+	for _, c := range caps {
+		if c.Algorithm != store.FixedWindow {
+			return b.countAlgorithms(ctx, prefix, keys, caps, n, t)
+		}
+	}
 	sp := b.space(prefix)
 	c := countCalls.Get().(*countCall)
 	defer c.done()

@@ -9,8 +9,9 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Count implements store.Counter: store.Handle.Count with the result the
-// generic Count gives. Alone on the writer, a count of one key is, in the
+// Count implements store.Counter and store.AlgorithmCounter:
+// store.Handle.Count with the result the generic Count gives, whatever
+// each budget's algorithm. Alone on the writer, a count of one key is, in the
 // common case (the key new, expired, or live with room), one UPSERT in a
 // transaction of its own: a write statement outside BEGIN takes the file's
 // write lock when it starts, as BEGIN IMMEDIATE does. Otherwise it runs in
@@ -22,7 +23,7 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	wt := new(store.Tally)
 	*wt = *t
 	var solo func(context.Context) (bool, error)
-	if len(keys) == 1 && n <= int64(caps[0].Limit) {
+	if len(keys) == 1 && n <= int64(caps[0].Limit) && caps[0].Algorithm == store.FixedWindow {
 		solo = func(ctx context.Context) (bool, error) {
 			return b.countOne(ctx, prefix, keys[0], caps[0], n, wt)
 		}
@@ -40,6 +41,11 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	}
 	return err
 }
+
+// CountsAlgorithms implements store.AlgorithmCounter: Count runs
+// store.ApplyCount, the rule of every algorithm, in its own transaction;
+// only a fixed window's one-key Count has a statement of its own.
+func (b *Backend) CountsAlgorithms() {}
 
 // countOne counts n on key in one statement, and reports whether it did.
 func (b *Backend) countOne(ctx context.Context, prefix, key string, c store.Budget, n int64, t *store.Tally) (bool, error) {

@@ -718,6 +718,9 @@ type variant struct {
 	inline  bool
 	counter bool
 	prompt  bool
+	// algorithms: a Count of its own for every algorithm
+	// (algorithmCounter); with shared only.
+	algorithms bool
 	// clockSecond is how far Second's clock is off, for a shared store.
 	clockSecond time.Duration
 	// want are the cases that must find the flaw; also those that may,
@@ -736,6 +739,8 @@ func (v variant) openOn(e *env, w *world, pl *pool, clock time.Duration) *store.
 	go b.background()
 	var be store.Backend = b
 	switch {
+	case v.algorithms:
+		be = algorithmCounter{b}
 	case v.counter && v.inline:
 		be = inlineCounter{inlineMap{b}}
 	case v.counter:
@@ -1039,9 +1044,9 @@ var capabilityVariants = []variant{
 	{name: "keeps-live-expiry", flaw: keepsLiveExpiry, shared: true, want: []string{"rewrite-live-expiry"}},
 	{name: "keeps-live-expiry-inline", flaw: keepsLiveExpiry, inline: true, want: []string{"rewrite-live-expiry"}},
 	{name: "live-at-expiry", flaw: liveAtExpiry, inline: true, want: []string{"expiry-at-boundary"},
-		also: []string{"expired-not-seen", "expiry-not-late", "count-routes", "rewrite-live-expiry"}},
+		also: []string{"expired-not-seen", "expiry-not-late", "count-routes", "rewrite-live-expiry", "count-window", "rewrite-after-expiry"}},
 	{name: "live-at-expiry-shared", flaw: liveAtExpiry, shared: true, want: []string{"expiry-at-boundary"},
-		also: []string{"expired-not-seen", "expiry-not-late", "count-routes", "rewrite-live-expiry"}},
+		also: []string{"expired-not-seen", "expiry-not-late", "count-routes", "rewrite-live-expiry", "count-window", "rewrite-after-expiry"}},
 	{name: "count-racy-inline", flaw: countRacy, inline: true, counter: true, want: []string{"count-contention"},
 		also: []string{"count-exact-budget"}},
 	{name: "count-one-ends-early", flaw: countOneEndsEarly, inline: true, counter: true, want: []string{"count-routes"}},
@@ -1083,4 +1088,83 @@ var alsoFinds = map[string][]string{
 	// Sweep removes the wrong rows: what Entries tells follows.
 	"sweeps-live":     {"sizer"},
 	"sweep-no-commit": {"sizer"},
+}
+
+// The algorithm cases' test backends: a shared store whose own Count
+// follows every algorithm (store.AlgorithmCounter), sound or with one of
+// these flaws.
+const (
+	algorithmsSound     flaw = 200 + iota
+	algorithmsRacy           // its Count of a budget not fixed reads, lets go of its lock, relocks, writes
+	algorithmsTellsEnd       // its Tally tells when the key's entry ends, not when one more unit is admitted
+	algorithmsEndAtNext      // its entry of a key not fixed ends when the next unit drops: every unit with it
+	algorithmsBurstRate      // its token bucket refills Burst units per Window, not Limit
+)
+
+// algorithmCounter is a mapBackend with a Count of its own for every
+// algorithm: store.ApplyCount under the world's lock, broken by its flaw.
+type algorithmCounter struct{ *mapBackend }
+
+// CountsAlgorithms implements store.AlgorithmCounter.
+func (algorithmCounter) CountsAlgorithms() {}
+
+var _ store.AlgorithmCounter = algorithmCounter{}
+
+func (b algorithmCounter) Count(_ context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
+	w := b.w
+	b.trip()
+	w.mu.Lock()
+	defer func() { w.mu.Unlock() }()
+	now := time.UnixMilli(b.now().UnixMilli())
+	es, _ := b.snapshot(prefix, keys, now)
+	if b.flaw == algorithmsRacy && !slices.ContainsFunc(caps, func(c store.Budget) bool { return c.Algorithm == store.FixedWindow }) {
+		w.mu.Unlock()
+		b.trip()
+		w.mu.Lock()
+	}
+	rule := caps
+	if b.flaw == algorithmsBurstRate {
+		rule = slices.Clone(caps)
+		for i, c := range rule {
+			if c.Algorithm == store.TokenBucket && c.Burst > 0 {
+				rule[i].Limit = c.Burst
+			}
+		}
+	}
+	if err := store.ApplyCount(now, es, rule, n, t); err != nil || !t.Allowed {
+		return err
+	}
+	for i, c := range caps {
+		if c.Algorithm == store.FixedWindow {
+			continue
+		}
+		switch b.flaw {
+		case algorithmsTellsEnd:
+			t.ExpiresAt[i] = es[i].ExpiresAt
+		case algorithmsEndAtNext:
+			es[i].ExpiresAt = t.ExpiresAt[i]
+		}
+	}
+	return b.write(prefix, keys, es, now, make([]bool, len(keys)), false, false)
+}
+
+func init() {
+	// The algorithm cases count through Update, time windows and race
+	// calls: a store broken in one of those may fail them too.
+	for i, v := range variants {
+		if v.flaw != sound || v.clockSecond != 0 {
+			variants[i].also = append(slices.Clip(v.also), "algorithm-exact-budget", "algorithm-matches-generic", "algorithm-window-edge", "algorithm-pacing")
+		}
+	}
+	open := func(v variant) variant { v.shared, v.algorithms = true, true; return v }
+	variants = append(variants,
+		open(variant{name: "sound-algorithms", flaw: algorithmsSound}),
+		open(variant{name: "algorithms-racy", flaw: algorithmsRacy, want: []string{"algorithm-exact-budget"}}),
+		open(variant{name: "algorithms-tell-entry-end", flaw: algorithmsTellsEnd, want: []string{"algorithm-matches-generic"},
+			also: []string{"algorithm-window-edge"}}),
+		open(variant{name: "algorithms-end-at-next", flaw: algorithmsEndAtNext, want: []string{"algorithm-window-edge"},
+			also: []string{"algorithm-pacing", "algorithm-matches-generic"}}),
+		open(variant{name: "algorithms-burst-rate", flaw: algorithmsBurstRate, want: []string{"algorithm-pacing"},
+			also: []string{"algorithm-matches-generic", "algorithm-exact-budget"}}),
+	)
 }

@@ -52,6 +52,10 @@ var Cases = []Case{
 	newCase("sizer", sizerCase),
 	newCase("secrets", secretsCase),
 	newCase("backing", backingCase),
+	newCase("algorithm-exact-budget", algorithmExactBudget),
+	newCase("algorithm-matches-generic", algorithmMatchesGeneric),
+	newCase("algorithm-window-edge", algorithmWindowEdge),
+	newCase("algorithm-pacing", algorithmPacing),
 }
 
 // directions returns the (writer, reader) pairs of a case that checks what

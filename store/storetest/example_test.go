@@ -34,5 +34,5 @@ func ExampleCases() {
 		}
 	}
 	fmt.Printf("%d passed, %d not applicable\n", passed, skipped)
-	// Output: 30 passed, 8 not applicable
+	// Output: 34 passed, 8 not applicable
 }

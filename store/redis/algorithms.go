@@ -1,0 +1,205 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gatecount/gatecount/store"
+)
+
+// The algorithm script's arguments: algoHead values (amount, max entries,
+// live entries elsewhere), then algoPer per key (member, algorithm,
+// capacity, window ms, a token bucket's interval in µs).
+const (
+	algoHead      = 3
+	algoPer       = 5
+	algoElsewhere = 2 // the index of the live entries elsewhere
+)
+
+// algoLayout puts the layout above into the algorithm script's source.
+var algoLayout = strings.NewReplacer("$HEAD", strconv.Itoa(algoHead), "$PER", strconv.Itoa(algoPer),
+	"$SLIDING", strconv.Itoa(int(store.SlidingWindow)), "$BUCKET", strconv.Itoa(int(store.TokenBucket)))
+
+// algoScript is store.Count for budgets of any algorithm, mixed in one
+// call, in one step: the rule of store.ApplyCount in Lua. It reads and
+// writes each algorithm's value as store documents it, inside the entry
+// "<expiry ms>:<value JSON>", and answers as countScript does: {-1} for a
+// value it cannot read (the caller then counts through Update), {-2, now,
+// live} when new entries find no room, else {allowed, now, limiting, live,
+// count1, next1, ...}, next being when one more unit is admitted (0 for
+// none). Every number stays below 2^53, which Lua holds exactly
+// (store.Budget.Validate bounds a bucket's span), and division is exact.
+var algoScript = newScript(algoLayout.Replace(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nowu = now * 1000
+local n = #KEYS - 1
+local idx = KEYS[n + 1]
+local amt = tonumber(ARGV[1])
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+local function cdiv(a, b) return idiv(a + b - 1, b) end
+local st = {}
+local limiting, fresh = 0, 0
+for i = 1, n do
+  local o = $HEAD + (i - 1) * $PER
+  local alg, cap, win, iv = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5])
+  local s = {alg = alg, cap = cap, win = win, iv = iv, c = 0, e = 0, live = false}
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local es, body = string.match(v, '^(%d+):(.*)$')
+    if not es then return {-1} end
+    local ev = tonumber(es)
+    if ev > now then
+      s.live, s.exp = true, ev
+      if alg == $SLIDING then
+        if #body > 4096 or not string.match(body, '^%[%d+[%d,]*%]$') or string.find(body, ',,') or string.find(body, ',%]') then return {-1} end
+        local times, prev = {}, -1
+        for m in string.gmatch(body, '%d+') do
+          if #m > 15 or (#m > 1 and string.sub(m, 1, 1) == '0') then return {-1} end
+          local tm = tonumber(m)
+          if tm < prev then return {-1} end
+          prev = tm
+          if tm > now - win then times[#times + 1] = m end
+        end
+        s.times, s.newest = times, prev
+        s.c = #times
+        if s.c > 0 then s.e = tonumber(times[1]) + win end
+      elseif alg == $BUCKET then
+        local m = string.match(body, '^{"tat":(%d+)}$')
+        if not m or #m > 16 or (#m > 1 and string.sub(m, 1, 1) == '0') then return {-1} end
+        s.tat = tonumber(m)
+      else
+        if #body > 15 or not string.match(body, '^%d+$') then return {-1} end
+        s.c, s.e = tonumber(body), ev
+      end
+    end
+  end
+  if alg == $BUCKET then
+    s.tat = math.max(s.tat or nowu, nowu)
+    s.c = cdiv(s.tat - nowu, iv)
+    if s.c > 0 then s.e = cdiv(s.tat - (math.min(s.c, cap) - 1) * iv, 1000) end
+  elseif alg == $SLIDING and not s.times then
+    s.times, s.newest = {}, 0
+  end
+  if not s.live then fresh = fresh + 1 end
+  if limiting == 0 and s.c > cap - amt then limiting = i end
+  st[i] = s
+end
+local live = -1
+if limiting == 0 then
+  if fresh > 0 then
+    live = redis.call('ZCARD', idx)
+    if live + tonumber(ARGV[3]) + fresh > tonumber(ARGV[2]) then
+      redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
+      live = redis.call('ZCARD', idx)
+      if live + tonumber(ARGV[3]) + fresh > tonumber(ARGV[2]) then return {-2, now, live} end
+    end
+    live = live + fresh
+  end
+  local top = 0
+  for i = 1, n do
+    local o = $HEAD + (i - 1) * $PER
+    local s = st[i]
+    local val, exp
+    if s.alg == $SLIDING then
+      local at = math.max(now, s.newest)
+      local sat = string.format('%d', at)
+      for _ = 1, amt do s.times[#s.times + 1] = sat end
+      s.c = #s.times
+      s.e = tonumber(s.times[1]) + s.win
+      val, exp = '[' .. table.concat(s.times, ',') .. ']', at + s.win
+    elseif s.alg == $BUCKET then
+      s.tat = s.tat + amt * s.iv
+      s.c = s.c + amt
+      s.e = cdiv(s.tat - (math.min(s.c, s.cap) - 1) * s.iv, 1000)
+      val, exp = string.format('{"tat":%d}', s.tat), cdiv(s.tat, 1000)
+    else
+      s.c = s.c + amt
+      if not s.live then s.e = now + s.win end
+      val, exp = string.format('%d', s.c), s.e
+    end
+    redis.call('SET', KEYS[i], string.format('%d:', exp) .. val, 'PXAT', string.format('%d', exp))
+    if not s.live or s.exp ~= exp then
+      redis.call('ZADD', idx, string.format('%d', exp), ARGV[o + 1])
+      if exp > top then top = exp end
+    end
+  end
+  if top > 0 then
+    local ttl = redis.call('PTTL', idx)
+    if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, string.format('%d', top + 60000)) end
+  end
+end
+local r = {limiting == 0 and 1 or 0, now, limiting, live}
+for i = 1, n do
+  r[3 + 2 * i] = st[i].c
+  r[4 + 2 * i] = st[i].e
+end
+return r
+`))
+
+// CountsAlgorithms implements store.AlgorithmCounter: a Count with a
+// budget other than a fixed window runs algoScript, one script.
+func (b *Backend) CountsAlgorithms() {}
+
+// algoArgs returns algoScript's arguments but for the live entries
+// elsewhere (args[algoElsewhere]), which the caller sets before each run.
+func algoArgs(n int64, maxEntries int, members []string, caps []store.Budget) []any {
+	args := make([]any, algoHead+algoPer*len(members))
+	args[0], args[1] = n, maxEntries
+	for i := range members {
+		o := algoHead + algoPer*i
+		c := caps[i]
+		args[o], args[o+1], args[o+2] = members[i], int(c.Algorithm), c.Capacity()
+		args[o+3], args[o+4] = c.Window.Milliseconds(), c.Interval().Microseconds()
+	}
+	return args
+}
+
+// countAlgorithms is Count of budgets not all fixed windows: algoScript,
+// run as Count runs countScript.
+func (b *Backend) countAlgorithms(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
+	sp := b.space(prefix)
+	ks := b.keys(sp, prefix, keys)
+	args := algoArgs(n, b.max, ks.members, caps)
+	for swept := false; ; {
+		others := b.elsewhere(sp)
+		args[algoElsewhere] = others
+		res, err := b.eval(ctx, algoScript, ks.names, args...).Int64Slice()
+		if err != nil {
+			return err
+		}
+		switch {
+		case len(res) == 1 && res[0] == -1:
+			return b.countByUpdate(ctx, prefix, keys, caps, n, t)
+		case len(res) == 3 && res[0] == -2:
+			b.setLive(sp.live, res[2])
+			if swept {
+				return b.refuse(prefix, res[2]+b.elsewhere(sp))
+			}
+			b.sweepFull(ctx)
+			swept = true
+			continue
+		case len(res) != 4+2*len(keys):
+			return fmt.Errorf("redis: count answered %v", res)
+		}
+		*t = store.Tally{Allowed: res[0] == 1, Now: time.UnixMilli(res[1]), Limiting: int(res[2]) - 1}
+		for i := range keys {
+			t.Counts[i] = res[4+2*i]
+			if e := res[5+2*i]; e > 0 {
+				t.ExpiresAt[i] = time.UnixMilli(e)
+			}
+		}
+		b.clock.observe(res[1])
+		if t.Allowed {
+			b.counted(ctx, sp, prefix, res[3], others)
+		}
+		return nil
+	}
+}

@@ -209,8 +209,9 @@ return {1, live, now}
 //
 // It runs on every limiter attempt, so it does the least it can: one
 // pattern match per value, the answer built in place, Lua's own conversion
-// of ARGV's strings where exact (see "What a Count costs in Redis" in
-// DESIGN.md).
+// of ARGV's strings where exact, and KEEPTTL for a live counter, whose TTL
+// is its expiry since every entry is set with PXAT at it (see "What a Count
+// costs in Redis" in DESIGN.md).
 var countScript = newScript(countLayout.Replace(`
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -253,10 +254,12 @@ for i = 1, n do
   if e == 0 then
     e = now + ARGV[o + 3]
     if e > top then top = e end
+    local es = string.format('%d', e)
+    redis.call('ZADD', idx, es, ARGV[o + 1])
+    redis.call('SET', KEYS[i], es .. ':' .. string.format('%d', c), 'PXAT', es)
+  else
+    redis.call('SET', KEYS[i], string.format('%d:%d', e, c), 'KEEPTTL')
   end
-  local es = string.format('%d', e)
-  if r[4 + 2 * i] == 0 then redis.call('ZADD', idx, es, ARGV[o + 1]) end
-  redis.call('SET', KEYS[i], es .. ':' .. string.format('%d', c), 'PXAT', es)
   r[3 + 2 * i], r[4 + 2 * i] = c, e
 end
 if top > 0 then

@@ -293,8 +293,13 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 		}
 		return err
 	}
-	dctx, cancel := context.WithTimeout(ctx, s.opts.Deadline)
-	defer cancel()
+	dctx := ctx
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.opts.Deadline {
+		// A caller's deadline within ours bounds the call already.
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(ctx, s.opts.Deadline)
+		defer cancel()
+	}
 	if s.prompt {
 		err := f(dctx)
 		s.slots.release()

@@ -32,6 +32,30 @@ func TestPromptBackend(t *testing.T) {
 			s.Close()
 		}
 	})
+	t.Run("the nearer deadline ends the call", func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			caller time.Duration // the caller's deadline; the guard's is 50ms
+			want   error
+		}{
+			{"the caller's", 10 * time.Millisecond, context.DeadlineExceeded},
+			{"the guard's", time.Hour, ErrUnavailable},
+		} {
+			b := &promptFake{fake{update: func(ctx context.Context, _ ApplyFunc) error { <-ctx.Done(); return ctx.Err() }}}
+			s := New(b, opts)
+			h, _ := s.Handle("p:")
+			ctx, cancel := context.WithTimeout(context.Background(), tc.caller)
+			err := h.Update(ctx, []string{"k"}, func(time.Time, []Entry) error { return nil })
+			cancel()
+			if !errors.Is(err, tc.want) {
+				t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+			}
+			if tc.want == ErrUnavailable && ReasonOf(err) != ReasonDeadline {
+				t.Errorf("%s: %v, want reason deadline", tc.name, err)
+			}
+			s.Close()
+		}
+	})
 	t.Run("on the caller's goroutine", func(t *testing.T) {
 		type key struct{}
 		b := &promptFake{fake{update: func(ctx context.Context, apply ApplyFunc) error {

@@ -1,7 +1,7 @@
 package redis
 
 import (
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,11 +15,14 @@ import (
 // catches; and behind it by at most the round trip of the answer it came
 // from. The bound is kept at its highest, or renewed once a second, so that
 // clock drift does not build up.
+//
+// Every Count observes, so the clock takes no lock. Any answer's bound is a
+// true bound, so two observations racing can only leave a lower one than
+// the highest, as a renewal does; at only says when to renew.
 type serverClock struct {
-	base   time.Time // the local origin, on the monotonic clock
-	mu     sync.Mutex
-	offset int64 // server ms less local ms, from below
-	at     int64 // local ms when offset was set; 0: never
+	base   time.Time    // the local origin, on the monotonic clock
+	offset atomic.Int64 // server ms less local ms, from below
+	at     atomic.Int64 // local ms when offset was set; 0: never (set after offset)
 }
 
 // local returns the local time in ms since base, at least 1.
@@ -29,21 +32,17 @@ func (c *serverClock) local() int64 { return time.Since(c.base).Milliseconds() +
 func (c *serverClock) observe(server int64) {
 	l := c.local()
 	o := server - l - 1
-	c.mu.Lock()
-	if c.at == 0 || o > c.offset || l-c.at > 1000 {
-		c.offset, c.at = o, l
+	if at := c.at.Load(); at == 0 || o > c.offset.Load() || l-at > 1000 {
+		c.offset.Store(o)
+		c.at.Store(l)
 	}
-	c.mu.Unlock()
 }
 
 // now returns the estimate of the server's time in Unix ms, and whether
 // there is one.
 func (c *serverClock) now() (int64, bool) {
-	c.mu.Lock()
-	o, at := c.offset, c.at
-	c.mu.Unlock()
-	if at == 0 {
+	if c.at.Load() == 0 {
 		return 0, false
 	}
-	return c.local() + o, true
+	return c.local() + c.offset.Load(), true
 }

@@ -206,63 +206,65 @@ return {1, live, now}
 // when new counters find no room; otherwise {allowed (0 or 1), now,
 // limiting (1-based, 0 for none), live, count1, expiry1, count2, ...}, an
 // expiry of 0 meaning no counter.
+//
+// It runs on every limiter attempt, so it does the least it can: one
+// pattern match per value, the answer built in place, Lua's own conversion
+// of ARGV's strings where exact, and KEEPTTL for a live counter, whose TTL
+// is its expiry since every entry is set with PXAT at it (see "What a Count
+// costs in Redis" in DESIGN.md).
 var countScript = newScript(countLayout.Replace(`
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local n = #KEYS - 1
-local idx = KEYS[n + 1]
 local amt = tonumber(ARGV[1])
-local cnt, exp = {}, {}
-local limiting, fresh = 0, 0
+local r = {1, now, 0, -1}
+local fresh = 0
 for i = 1, n do
-  local o = $HEAD + (i - 1) * $PER
   local v = redis.call('GET', KEYS[i])
   local c, e = 0, 0
   if v then
-    local es, body = string.match(v, '^(%d+):(.*)$')
-    if not es then return {-1} end
-    local ev = tonumber(es)
-    if ev > now then
-      if #body > 15 or not string.match(body, '^%d+$') then return {-1} end
-      c, e = tonumber(body), ev
+    local es, body = string.match(v, '^(%d+):(%d+)$')
+    if es and #body <= 15 then
+      local ev = tonumber(es)
+      if ev > now then c, e = tonumber(body), ev end
+    else
+      es = string.match(v, '^(%d+):')
+      if not es or tonumber(es) > now then return {-1} end
     end
   end
-  cnt[i], exp[i] = c, e
+  r[3 + 2 * i], r[4 + 2 * i] = c, e
   if e == 0 then fresh = fresh + 1 end
-  if limiting == 0 and c > tonumber(ARGV[o + 2]) - amt then limiting = i end
+  if r[3] == 0 and c > ARGV[$HEAD + 2 + (i - 1) * $PER] - amt then r[1], r[3] = 0, i end
 end
-local live = -1
-if limiting == 0 then
-  if fresh > 0 then
+if r[3] > 0 then return r end
+local idx = KEYS[n + 1]
+if fresh > 0 then
+  local live = redis.call('ZCARD', idx)
+  if live + ARGV[3] + fresh > tonumber(ARGV[2]) then
+    redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
     live = redis.call('ZCARD', idx)
-    if live + tonumber(ARGV[3]) + fresh > tonumber(ARGV[2]) then
-      redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
-      live = redis.call('ZCARD', idx)
-      if live + tonumber(ARGV[3]) + fresh > tonumber(ARGV[2]) then return {-2, now, live} end
-    end
-    live = live + fresh
+    if live + ARGV[3] + fresh > tonumber(ARGV[2]) then return {-2, now, live} end
   end
-  local top = 0
-  for i = 1, n do
-    local o = $HEAD + (i - 1) * $PER
-    local c, e = cnt[i] + amt, exp[i]
-    if e == 0 then
-      e = now + tonumber(ARGV[o + 3])
-      redis.call('ZADD', idx, string.format('%d', e), ARGV[o + 1])
-      if e > top then top = e end
-    end
-    redis.call('SET', KEYS[i], string.format('%d:%d', e, c), 'PXAT', string.format('%d', e))
-    cnt[i], exp[i] = c, e
-  end
-  if top > 0 then
-    local ttl = redis.call('PTTL', idx)
-    if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, string.format('%d', top + 60000)) end
-  end
+  r[4] = live + fresh
 end
-local r = {limiting == 0 and 1 or 0, now, limiting, live}
+local top = 0
 for i = 1, n do
-  r[3 + 2 * i] = cnt[i]
-  r[4 + 2 * i] = exp[i]
+  local o = $HEAD + (i - 1) * $PER
+  local c, e = r[3 + 2 * i] + amt, r[4 + 2 * i]
+  if e == 0 then
+    e = now + ARGV[o + 3]
+    if e > top then top = e end
+    local es = string.format('%d', e)
+    redis.call('ZADD', idx, es, ARGV[o + 1])
+    redis.call('SET', KEYS[i], es .. ':' .. string.format('%d', c), 'PXAT', es)
+  else
+    redis.call('SET', KEYS[i], string.format('%d:%d', e, c), 'KEEPTTL')
+  end
+  r[3 + 2 * i], r[4 + 2 * i] = c, e
+end
+if top > 0 then
+  local ttl = redis.call('PTTL', idx)
+  if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, string.format('%d', top + 60000)) end
 end
 return r
 `))

@@ -212,7 +212,8 @@ func saturated(d map[string]int64) int64 {
 // A flood of fresh keys saturates the store; that is never a free budget.
 // One and two servers on PostgreSQL and on Redis, TRUSTED_PROXIES set: for
 // 4 s, 2,000 connections per server send POST /login for a new account
-// u<i>, each from an IPv6 /64 of its own (or POST /password-reset to
+// u<i> with a password of its own (as a sprayer would, to pass the count
+// per password), each from an IPv6 /64 of its own (or POST /password-reset to
 // u<i>@example.com). Over the middle half of the flood, 19 wrong passwords
 // for alice from 19 new IPv4 addresses (2 reset requests for
 // alice@example.com): one fewer than the budget; after the flood, 40 more
@@ -247,7 +248,7 @@ func TestFreshKeyFloodOverload(t *testing.T) {
 		},
 		{
 			name: "login", path: "/login",
-			flood:  func(i int) url.Values { return url.Values{"username": {"u" + strconv.Itoa(i)}, "password": {"x"}} },
+			flood:  func(i int) url.Values { return url.Values{"username": {"u" + strconv.Itoa(i)}, "password": {"x" + strconv.Itoa(i)}} },
 			victim: wrongFor("alice"), budget: accountFailures, during: accountFailures - 1, after: 40,
 			what:    "of alice's wrong passwords reached the password check",
 			reached: func(s *demotest.Server) int { return s.App.PasswordChecksFor("alice") },
@@ -450,7 +451,7 @@ func TestSaturationIsNotOutage(t *testing.T) {
 				flood, err = loadtest.Run(ctx, loadtest.LoadConfig{
 					Targets: urls, Callers: loadtest.NewCallers(1), Clients: clients, Duration: 30 * time.Second, Requests: 1 << 22,
 					Request: formFrom("/login", freshNet, func(i int) url.Values {
-						return url.Values{"username": {"u" + strconv.Itoa(i)}, "password": {"x"}}
+						return url.Values{"username": {"u" + strconv.Itoa(i)}, "password": {"x" + strconv.Itoa(i)}}
 					}),
 				})
 			})

@@ -2,11 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/gatecount/gatecount/store"
 )
@@ -36,46 +31,5 @@ func (b *Backend) countAlgorithms(ctx context.Context, prefix string, keys []str
 		algs[i], capacities[i] = int32(c.Algorithm), c.Capacity()
 		windows[i], intervals[i] = c.Window.Milliseconds(), c.Interval().Microseconds()
 	}
-	exact := b.near(len(keys))
-	var (
-		nowMs, live          int64
-		allowed, full        bool
-		limiting, added, bad int32
-		counts, expires      []int64
-	)
-	found := false
-	err := b.runOne(ctx, cCountAlgorithms, func(r *runner, fields []pgconn.FieldDescription, vals [][]byte) error {
-		found = true
-		return r.scan(fields, vals, &nowMs, &allowed, &limiting, &counts, &expires, &added, &bad, &full, &live)
-	}, hashes, b.fp, algs, capacities, windows, intervals, n, int64(b.bound.Max()), exact, b.boundLock, !b.syncCommit)
-	if err == nil && !found {
-		err = pgx.ErrNoRows
-	}
-	if err != nil {
-		return fmt.Errorf("postgres: count: %w", err)
-	}
-	if bad >= 0 {
-		return fmt.Errorf("postgres: count: key %d: %w", bad, store.ErrNotCounter)
-	}
-	if live >= 0 {
-		b.estimate.Store(live)
-		b.countedAt.Store(b.processNow().UnixNano())
-	}
-	if full {
-		return b.bound.Admit(int(live)+len(keys)-1, prefix)
-	}
-	if live >= 0 && added > 0 {
-		_ = b.bound.Admit(int(live)+int(added)-1, prefix) // logs when filling
-	}
-	if added > 0 {
-		b.addEstimate(int64(added))
-	}
-	*t = store.Tally{Allowed: allowed, Now: time.UnixMilli(nowMs), Limiting: int(limiting)}
-	for i := range keys {
-		t.Counts[i] = counts[i]
-		if expires[i] != 0 {
-			t.ExpiresAt[i] = time.UnixMilli(expires[i])
-		}
-	}
-	return nil
+	return b.countBy(ctx, cCountAlgorithms, prefix, keys, t, hashes, b.fp, algs, capacities, windows, intervals, n, int64(b.bound.Max()), b.near(len(keys)), b.boundLock, !b.syncCommit)
 }

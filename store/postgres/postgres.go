@@ -462,7 +462,13 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 		maxes[i] = int64(caps[i].Limit)
 		windows[i] = caps[i].Window.Milliseconds()
 	}
-	exact := b.near(len(keys))
+	return b.countBy(ctx, cCount, prefix, keys, t, hashes, b.fp, maxes, windows, n, int64(b.bound.Max()), b.near(len(keys)), b.boundLock, !b.syncCommit)
+}
+
+// countBy runs stmt, a Count of keys in one call of a function that
+// answers as gatecount_count does, with args; it keeps the bound's
+// estimate and writes the Tally into t.
+func (b *Backend) countBy(ctx context.Context, stmt int, prefix string, keys []string, t *store.Tally, args ...any) error {
 	var (
 		nowMs, live          int64
 		allowed, full        bool
@@ -470,10 +476,10 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 		counts, expires      []int64
 	)
 	found := false
-	err := b.runOne(ctx, cCount, func(r *runner, fields []pgconn.FieldDescription, vals [][]byte) error {
+	err := b.runOne(ctx, stmt, func(r *runner, fields []pgconn.FieldDescription, vals [][]byte) error {
 		found = true
 		return r.scan(fields, vals, &nowMs, &allowed, &limiting, &counts, &expires, &added, &bad, &full, &live)
-	}, hashes, b.fp, maxes, windows, n, int64(b.bound.Max()), exact, b.boundLock, !b.syncCommit)
+	}, args...)
 	if err == nil && !found {
 		err = pgx.ErrNoRows
 	}

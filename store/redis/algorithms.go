@@ -1,28 +1,5 @@
 package redis
 
-import (
-	"context"
-	"fmt"
-	"strconv"
-	"strings"
-	"time"
-
-	"github.com/gatecount/gatecount/store"
-)
-
-// The algorithm script's arguments: algoHead values (amount, max entries,
-// live entries elsewhere), then algoPer per key (member, algorithm,
-// capacity, window ms, a token bucket's interval in µs).
-const (
-	algoHead      = 3
-	algoPer       = 5
-	algoElsewhere = 2 // the index of the live entries elsewhere
-)
-
-// algoLayout puts the layout above into the algorithm script's source.
-var algoLayout = strings.NewReplacer("$HEAD", strconv.Itoa(algoHead), "$PER", strconv.Itoa(algoPer),
-	"$SLIDING", strconv.Itoa(int(store.SlidingWindow)), "$BUCKET", strconv.Itoa(int(store.TokenBucket)))
-
 // algoScript is store.Count for budgets of any algorithm, mixed in one
 // call, in one step: the rule of store.ApplyCount in Lua. It reads and
 // writes each algorithm's value as store documents it, inside the entry
@@ -147,59 +124,3 @@ return r
 // CountsAlgorithms implements store.AlgorithmCounter: a Count with a
 // budget other than a fixed window runs algoScript, one script.
 func (b *Backend) CountsAlgorithms() {}
-
-// algoArgs returns algoScript's arguments but for the live entries
-// elsewhere (args[algoElsewhere]), which the caller sets before each run.
-func algoArgs(n int64, maxEntries int, members []string, caps []store.Budget) []any {
-	args := make([]any, algoHead+algoPer*len(members))
-	args[0], args[1] = n, maxEntries
-	for i := range members {
-		o := algoHead + algoPer*i
-		c := caps[i]
-		args[o], args[o+1], args[o+2] = members[i], int(c.Algorithm), c.Capacity()
-		args[o+3], args[o+4] = c.Window.Milliseconds(), c.Interval().Microseconds()
-	}
-	return args
-}
-
-// countAlgorithms is Count of budgets not all fixed windows: algoScript,
-// run as Count runs countScript.
-func (b *Backend) countAlgorithms(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
-	sp := b.space(prefix)
-	ks := b.keys(sp, prefix, keys)
-	args := algoArgs(n, b.max, ks.members, caps)
-	for swept := false; ; {
-		others := b.elsewhere(sp)
-		args[algoElsewhere] = others
-		res, err := b.eval(ctx, algoScript, ks.names, args...).Int64Slice()
-		if err != nil {
-			return err
-		}
-		switch {
-		case len(res) == 1 && res[0] == -1:
-			return b.countByUpdate(ctx, prefix, keys, caps, n, t)
-		case len(res) == 3 && res[0] == -2:
-			b.setLive(sp.live, res[2])
-			if swept {
-				return b.refuse(prefix, res[2]+b.elsewhere(sp))
-			}
-			b.sweepFull(ctx)
-			swept = true
-			continue
-		case len(res) != 4+2*len(keys):
-			return fmt.Errorf("redis: count answered %v", res)
-		}
-		*t = store.Tally{Allowed: res[0] == 1, Now: time.UnixMilli(res[1]), Limiting: int(res[2]) - 1}
-		for i := range keys {
-			t.Counts[i] = res[4+2*i]
-			if e := res[5+2*i]; e > 0 {
-				t.ExpiresAt[i] = time.UnixMilli(e)
-			}
-		}
-		b.clock.observe(res[1])
-		if t.Allowed {
-			b.counted(ctx, sp, prefix, res[3], others)
-		}
-		return nil
-	}
-}

@@ -48,6 +48,18 @@ var writeLayout = strings.NewReplacer(
 // countLayout puts the layout above into the count script's source.
 var countLayout = strings.NewReplacer("$HEAD", strconv.Itoa(countHead), "$PER", strconv.Itoa(countPer))
 
+// The algorithm script's arguments: algoHead values (amount, max entries,
+// live entries elsewhere), then algoPer per key (member, algorithm,
+// capacity, window ms, a token bucket's interval in µs).
+const (
+	algoHead = 3
+	algoPer  = 5
+)
+
+// algoLayout puts the layout above into the algorithm script's source.
+var algoLayout = strings.NewReplacer("$HEAD", strconv.Itoa(algoHead), "$PER", strconv.Itoa(algoPer),
+	"$SLIDING", strconv.Itoa(int(store.SlidingWindow)), "$BUCKET", strconv.Itoa(int(store.TokenBucket)))
+
 // setArgs lays out the count script's command in c, for an amount n on
 // the keys c.ks names, with caps, and returns it (see cmdArgs). The live
 // entries elsewhere point to c.others, which the caller sets before each
@@ -60,6 +72,22 @@ func (c *countCall) setArgs(b *Backend, n int64, caps []store.Budget) []any {
 	for i := range ks.members {
 		c.limits[i], c.windows[i] = int64(caps[i].Limit), caps[i].Window.Milliseconds()
 		a = append(a, &ks.members[i], &c.limits[i], &c.windows[i])
+	}
+	return a
+}
+
+// setAlgoArgs lays out algoScript's command in c, as setArgs does
+// countScript's, with each key's algorithm, capacity, window and interval.
+func (c *countCall) setAlgoArgs(b *Backend, n int64, caps []store.Budget) []any {
+	ks := &c.ks
+	c.n, c.max = n, int64(b.max)
+	a := c.cmd[:cmdArgs(c.cmd[:], ks.names)]
+	a = append(a, &c.n, &c.max, &c.others)
+	for i := range ks.members {
+		cp := caps[i]
+		c.algs[i], c.limits[i] = int64(cp.Algorithm), cp.Capacity()
+		c.windows[i], c.intervals[i] = cp.Window.Milliseconds(), cp.Interval().Microseconds()
+		a = append(a, &ks.members[i], &c.algs[i], &c.limits[i], &c.windows[i], &c.intervals[i])
 	}
 	return a
 }

@@ -13,7 +13,8 @@ import (
 // float64, exact to 2^53.
 const maxExact = 1 << 52
 
-// Count implements store.Counter: one script, one round trip.
+// Count implements store.Counter: one script, one round trip; countScript
+// for fixed windows alone, algoScript for any other algorithm among caps.
 func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) (err error) {
 	defer poolWait(&err)
 	if n > maxExact {
@@ -24,19 +25,17 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 			return b.countByUpdate(ctx, prefix, keys, caps, n, t)
 		}
 	}
-	for _, c := range caps {
-		if c.Algorithm != store.FixedWindow {
-			return b.countAlgorithms(ctx, prefix, keys, caps, n, t)
-		}
-	}
 	sp := b.space(prefix)
 	c := countCalls.Get().(*countCall)
 	defer c.done()
 	b.nameKeys(&c.ks, sp, prefix, keys)
-	cmd := c.setArgs(b, n, caps)
+	s, cmd := countScript, c.setArgs(b, n, caps)
+	if !fixedOnly(caps) {
+		s, cmd = algoScript, c.setAlgoArgs(b, n, caps)
+	}
 	for swept := false; ; {
 		c.others = b.elsewhere(sp)
-		res, err := b.evalInts(ctx, countScript, cmd)
+		res, err := b.evalInts(ctx, s, cmd)
 		if err != nil {
 			return err
 		}
@@ -82,13 +81,25 @@ func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []strin
 // large number put in an interface would be an allocation of its own).
 // Counts take them from countCalls, so that a Count allocates none.
 type countCall struct {
-	ks      keySet
-	cmd     [3 + store.MaxCountKeys + 1 + countHead + countPer*store.MaxCountKeys]any
-	n       int64 // the amount
-	max     int64 // the backend's max entries
-	others  int64 // live entries under other tags
-	limits  [store.MaxCountKeys]int64
-	windows [store.MaxCountKeys]int64 // ms
+	ks        keySet
+	cmd       [3 + store.MaxCountKeys + 1 + max(countHead, algoHead) + max(countPer, algoPer)*store.MaxCountKeys]any
+	n         int64                     // the amount
+	max       int64                     // the backend's max entries
+	others    int64                     // live entries under other tags
+	limits    [store.MaxCountKeys]int64 // caps, or capacities for algoScript
+	windows   [store.MaxCountKeys]int64 // ms
+	algs      [store.MaxCountKeys]int64 // algoScript's algorithms
+	intervals [store.MaxCountKeys]int64 // algoScript's token bucket intervals, µs
+}
+
+// fixedOnly reports whether every budget of caps is a fixed window.
+func fixedOnly(caps []store.Budget) bool {
+	for _, c := range caps {
+		if c.Algorithm != store.FixedWindow {
+			return false
+		}
+	}
+	return true
 }
 
 var countCalls = sync.Pool{New: func() any { return new(countCall) }}

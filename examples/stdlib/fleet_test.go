@@ -248,7 +248,9 @@ func TestFreshKeyFloodOverload(t *testing.T) {
 		},
 		{
 			name: "login", path: "/login",
-			flood:  func(i int) url.Values { return url.Values{"username": {"u" + strconv.Itoa(i)}, "password": {"x" + strconv.Itoa(i)}} },
+			flood: func(i int) url.Values {
+				return url.Values{"username": {"u" + strconv.Itoa(i)}, "password": {"x" + strconv.Itoa(i)}}
+			},
 			victim: wrongFor("alice"), budget: accountFailures, during: accountFailures - 1, after: 40,
 			what:    "of alice's wrong passwords reached the password check",
 			reached: func(s *demotest.Server) int { return s.App.PasswordChecksFor("alice") },

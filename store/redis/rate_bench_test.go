@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -60,10 +61,8 @@ func BenchmarkVersusRedisRateRatio(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		for _, keys := range []string{"hot", "random"} {
-			order := contenders
-			if i%2 == 1 { // neither goes first every time
-				order = []string{contenders[1], contenders[0], contenders[2]}
-			}
+			// Each goes first in turn.
+			order := append(slices.Clone(contenders[i%len(contenders):]), contenders[:i%len(contenders)]...)
 			got := map[string]float64{}
 			for _, name := range order {
 				r, err := phase(conc, ratioOps, ops[keys+"/"+name])
@@ -73,20 +72,25 @@ func BenchmarkVersusRedisRateRatio(b *testing.B) {
 				got[name] = r
 				rates[keys+"/"+name] = append(rates[keys+"/"+name], r)
 			}
-			ratios[keys] = append(ratios[keys], got["gatecount"]/got["redis_rate"])
+			for _, g := range []string{"gatecount", "gatecount-bucket"} {
+				ratios[keys+"-"+g] = append(ratios[keys+"-"+g], got[g]/got["redis_rate"])
+			}
 		}
 	}
 	b.StopTimer()
 	for _, keys := range []string{"hot", "random"} {
-		b.ReportMetric(median(ratios[keys]), keys+"-gatecount/redis_rate")
+		for _, g := range []string{"gatecount", "gatecount-bucket"} {
+			b.ReportMetric(median(ratios[keys+"-"+g]), keys+"-"+g+"/redis_rate")
+		}
 		for _, name := range contenders {
 			b.ReportMetric(median(rates[keys+"/"+name]), keys+"-"+name+"-ops/s")
 		}
 	}
 }
 
-// contenders are the operations BenchmarkVersusRedisRate compares.
-var contenders = []string{"redis_rate", "gatecount", "incr"}
+// contenders are the operations BenchmarkVersusRedisRate compares:
+// gatecount with a fixed window and with a token bucket.
+var contenders = []string{"redis_rate", "gatecount", "gatecount-bucket", "incr"}
 
 // contender returns the operation name does, on the hot key or on random
 // keys, each on a client of its own: one allowed decision per call.
@@ -110,9 +114,12 @@ func contender(b *testing.B, name, keys string) func(r *rand.Rand) error {
 			}
 			return err
 		}
-	case "gatecount":
+	case "gatecount", "gatecount-bucket":
 		h, _ := benchHandle(b)
 		budget := limiter.Budget{Limit: limiter.MaxLimit, Window: time.Minute}
+		if name == "gatecount-bucket" { // as large as a bucket may be: a unit a microsecond
+			budget = limiter.Budget{Limit: 60_000_000, Window: time.Minute, Algorithm: limiter.TokenBucket}
+		}
 		l, err := limiter.New(h, limiter.Options{Name: "bench", Budget: budget})
 		if err != nil {
 			b.Fatal(err)

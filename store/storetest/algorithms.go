@@ -106,12 +106,8 @@ func algorithmMatchesGeneric(r *runner) error {
 		}
 		return ks, cs
 	}
-	handles := []*store.Handle{r.p.First, r.p.Second}
-	if r.p.Second == r.p.First {
-		handles = handles[:1]
-	}
 	for s, step := range steps {
-		for _, h := range handles {
+		for _, h := range r.handles() {
 			set := r.hname(h)
 			ks, cs := names("got-"+set, step.keys)
 			got, err := r.count(h, ks, cs, step.n)

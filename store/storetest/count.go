@@ -308,12 +308,8 @@ func countStepsMatch(r *runner, path string) error {
 	}
 	// start[set][key] is the store's time of the key's first count.
 	var start [2][2]time.Time
-	handles := []*store.Handle{r.p.First, r.p.Second}
-	if r.p.Second == r.p.First {
-		handles = handles[:1]
-	}
 	for s, step := range steps {
-		for _, h := range handles {
+		for _, h := range r.handles() {
 			set := r.hname(h)
 			ks, cs := names("got-"+set, step.keys)
 			got, err := r.count(h, ks, cs, step.n)

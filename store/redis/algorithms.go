@@ -9,12 +9,8 @@ package redis
 // count1, next1, ...}, next being when one more unit is admitted (0 for
 // none). Every number stays below 2^53, which Lua holds exactly
 // (store.Budget.Validate bounds a bucket's span), and division is exact.
-var algoScript = newScript(algoLayout.Replace(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+var algoScript = newScript(indexLua.Replace(algoLayout.Replace(`$INDEX
 local nowu = now * 1000
-local n = #KEYS - 1
-local idx = KEYS[n + 1]
 local amt = tonumber(ARGV[1])
 local function idiv(a, b)
   local q = math.floor(a / b)
@@ -26,7 +22,7 @@ local st = {}
 local limiting, fresh = 0, 0
 for i = 1, n do
   local o = $HEAD + (i - 1) * $PER
-  local alg, cap, win, iv = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5])
+  local alg, cap, win, iv = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
   local s = {alg = alg, cap = cap, win = win, iv = iv, c = 0, e = 0, live = false}
   local v = redis.call('GET', KEYS[i])
   if v then
@@ -72,17 +68,11 @@ end
 local live = -1
 if limiting == 0 then
   if fresh > 0 then
-    live = redis.call('ZCARD', idx)
-    if live + tonumber(ARGV[3]) + fresh > tonumber(ARGV[2]) then
-      redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
-      live = redis.call('ZCARD', idx)
-      if live + tonumber(ARGV[3]) + fresh > tonumber(ARGV[2]) then return {-2, now, live} end
-    end
-    live = live + fresh
+    local others, cap = tonumber(ARGV[3]), tonumber(ARGV[2])
+    $ROOM
+    if full then return {-2, now, full} end
   end
-  local top = 0
   for i = 1, n do
-    local o = $HEAD + (i - 1) * $PER
     local s = st[i]
     local val, exp
     if s.alg == $SLIDING then
@@ -103,15 +93,14 @@ if limiting == 0 then
       val, exp = string.format('%d', s.c), s.e
     end
     redis.call('SET', KEYS[i], string.format('%d:', exp) .. val, 'PXAT', string.format('%d', exp))
-    if not s.live or s.exp ~= exp then
-      redis.call('ZADD', idx, string.format('%d', exp), ARGV[o + 1])
-      if exp > top then top = exp end
+    local e, e0 = exp, s.exp
+    if s.live then
+      $MOVE
+    else
+      $ADD
     end
   end
-  if top > 0 then
-    local ttl = redis.call('PTTL', idx)
-    if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, string.format('%d', top + 60000)) end
-  end
+  $FINISH
 end
 local r = {limiting == 0 and 1 or 0, now, limiting, live}
 for i = 1, n do
@@ -119,7 +108,7 @@ for i = 1, n do
   r[4 + 2 * i] = st[i].e
 end
 return r
-`))
+`)))
 
 // CountsAlgorithms implements store.AlgorithmCounter: a Count with a
 // budget other than a fixed window runs algoScript, one script.

@@ -11,16 +11,16 @@ import (
 // get them through writeLayout and countLayout).
 //
 // The write script's: writeHead values (max entries, live entries
-// elsewhere, the time apply was given), then writePer per key (member,
-// mode, raw value as read, new raw value, new expiry).
+// elsewhere, the time apply was given), then writePer per key (mode, raw
+// value as read, new raw value, new expiry).
 //
 // The count script's: countHead values (amount, max entries, live entries
-// elsewhere), then countPer per key (member, cap, window ms).
+// elsewhere), then countPer per key (cap, window ms).
 const (
 	writeHead = 3
-	writePer  = 5
+	writePer  = 4
 	countHead = 3
-	countPer  = 3
+	countPer  = 2
 )
 
 // A key's mode in the write script: what its read found.
@@ -49,11 +49,11 @@ var writeLayout = strings.NewReplacer(
 var countLayout = strings.NewReplacer("$HEAD", strconv.Itoa(countHead), "$PER", strconv.Itoa(countPer))
 
 // The algorithm script's arguments: algoHead values (amount, max entries,
-// live entries elsewhere), then algoPer per key (member, algorithm,
-// capacity, window ms, a token bucket's interval in µs).
+// live entries elsewhere), then algoPer per key (algorithm, capacity,
+// window ms, a token bucket's interval in µs).
 const (
 	algoHead = 3
-	algoPer  = 5
+	algoPer  = 4
 )
 
 // algoLayout puts the layout above into the algorithm script's source.
@@ -69,9 +69,9 @@ func (c *countCall) setArgs(b *Backend, n int64, caps []store.Budget) []any {
 	c.n, c.max = n, int64(b.max)
 	a := c.cmd[:cmdArgs(c.cmd[:], ks.names)]
 	a = append(a, &c.n, &c.max, &c.others)
-	for i := range ks.members {
+	for i := range caps {
 		c.limits[i], c.windows[i] = int64(caps[i].Limit), caps[i].Window.Milliseconds()
-		a = append(a, &ks.members[i], &c.limits[i], &c.windows[i])
+		a = append(a, &c.limits[i], &c.windows[i])
 	}
 	return a
 }
@@ -83,11 +83,11 @@ func (c *countCall) setAlgoArgs(b *Backend, n int64, caps []store.Budget) []any 
 	c.n, c.max = n, int64(b.max)
 	a := c.cmd[:cmdArgs(c.cmd[:], ks.names)]
 	a = append(a, &c.n, &c.max, &c.others)
-	for i := range ks.members {
+	for i := range caps {
 		cp := caps[i]
 		c.algs[i], c.limits[i] = int64(cp.Algorithm), cp.Capacity()
 		c.windows[i], c.intervals[i] = cp.Window.Milliseconds(), cp.Interval().Microseconds()
-		a = append(a, &ks.members[i], &c.algs[i], &c.limits[i], &c.windows[i], &c.intervals[i])
+		a = append(a, &c.algs[i], &c.limits[i], &c.windows[i], &c.intervals[i])
 	}
 	return a
 }
@@ -97,22 +97,22 @@ func (u *updateCall) setHead(maxEntries *int) {
 	u.args[0], u.args[1], u.args[2] = maxEntries, &u.others, &u.at
 }
 
-// setRead sets key i's member, its mode and its raw value as read.
+// setRead sets key i's mode and its raw value as read.
 func (u *updateCall) setRead(i int, mode string, read any) {
 	o := writeHead + writePer*i
-	u.args[o], u.args[o+1], u.args[o+2] = &u.ks.members[i], mode, read
+	u.args[o], u.args[o+1] = mode, read
 }
 
 // keep makes the write leave key i as it is.
 func (u *updateCall) keep(i int) {
 	o := writeHead + writePer*i
-	u.args[o+3], u.args[o+4] = rawKeep, 0
+	u.args[o+2], u.args[o+3] = rawKeep, 0
 }
 
 // remove makes the write delete key i.
 func (u *updateCall) remove(i int) {
 	o := writeHead + writePer*i
-	u.args[o+3], u.args[o+4] = rawDelete, 0
+	u.args[o+2], u.args[o+3] = rawDelete, 0
 }
 
 // setValue makes key i's new raw value "<exp>:<v>", expiring at exp, the
@@ -124,7 +124,7 @@ func (u *updateCall) setValue(i int, exp int64, v []byte) {
 	u.values[i] = string(append(raw, v...))
 	u.expires[i] = exp
 	o := writeHead + writePer*i
-	u.args[o+3], u.args[o+4] = &u.values[i], &u.expires[i]
+	u.args[o+2], u.args[o+3] = &u.values[i], &u.expires[i]
 }
 
 // entriesRead decodes the raw values u.raws and u.present hold, read at the

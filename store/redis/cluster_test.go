@@ -128,7 +128,7 @@ func liveIndexes(t testing.TB, c *redis.ClusterClient, fp string) map[string]str
 	var mu sync.Mutex
 	out := map[string]string{}
 	err := c.ForEachMaster(t.Context(), func(ctx context.Context, m *redis.Client) error {
-		it := m.Scan(ctx, 0, "gatecount:{*}:"+fp+":live", 1000).Iterator()
+		it := m.Scan(ctx, 0, "gatecount:{*}:"+fp+":ends", 1000).Iterator()
 		for it.Next(ctx) {
 			mu.Lock()
 			out[it.Val()] = m.Options().Addr

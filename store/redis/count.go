@@ -82,7 +82,7 @@ func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []strin
 // Counts take them from countCalls, so that a Count allocates none.
 type countCall struct {
 	ks        keySet
-	cmd       [3 + store.MaxCountKeys + 1 + max(countHead, algoHead) + max(countPer, algoPer)*store.MaxCountKeys]any
+	cmd       [3 + store.MaxCountKeys + indexKeys + max(countHead, algoHead) + max(countPer, algoPer)*store.MaxCountKeys]any
 	n         int64                     // the amount
 	max       int64                     // the backend's max entries
 	others    int64                     // live entries under other tags

@@ -16,16 +16,17 @@ func (b *Backend) space(prefix string) *space {
 	}
 	sum := b.hasher.Sum(prefix, "") // keys are never empty: no key shares it
 	tag := hex.EncodeToString(sum[:8])
-	sp := &space{tag: tag, keyPrefix: b.prefixOf(tag), idx: b.indexOf(tag), live: b.liveOf(tag)}
+	sp := &space{tag: tag, keyPrefix: b.prefixOf(tag), index: b.indexOf(tag), live: b.liveOf(tag)}
 	v, _ := b.spaces.LoadOrStore(prefix, sp)
 	return v.(*space)
 }
 
 // prefixOf is the start of the Redis key of every entry under tag.
-func (b *Backend) prefixOf(tag string) string { return "gatecount:{" + tag + "}:" + b.fp + ":" }
+func (b *Backend) prefixOf(tag string) string { return keyPrefix(tag, b.fp) }
 
-// indexOf is the name of tag's index of live entries.
-func (b *Backend) indexOf(tag string) string { return b.prefixOf(tag) + "live" }
+// keyPrefix is the start of the Redis key of every entry under tag and
+// the secret's fingerprint fp.
+func keyPrefix(tag, fp string) string { return "gatecount:{" + tag + "}:" + fp + ":" }
 
 // liveOf returns the counter of a tag's live entries.
 func (b *Backend) liveOf(tag string) *atomic.Int64 {
@@ -55,16 +56,14 @@ func (b *Backend) elsewhere(sp *space) int64 {
 // keySet is what one call needs of its keys. The arrays hold a lone key,
 // the common case, without allocating more.
 type keySet struct {
-	names   []string      // the Redis keys, then the live index
-	members []string      // the keys' members in the live index
-	slots   []int         // the keys' slots in the known-live cache
-	tags    []uint64      // the keys' tags in those slots
-	locks   lockorder.Set // the keys' stripes
+	names []string      // the Redis keys, then the live index's
+	slots []int         // the keys' slots in the known-live cache
+	tags  []uint64      // the keys' tags in those slots
+	locks lockorder.Set // the keys' stripes
 
-	names1   [2]string
-	members1 [1]string
-	slots1   [1]int
-	tags1    [1]uint64
+	names1 [1 + indexKeys]string
+	slots1 [1]int
+	tags1  [1]uint64
 }
 
 // keys names keys under sp.
@@ -78,10 +77,9 @@ func (b *Backend) keys(sp *space, prefix string, keys []string) *keySet {
 func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) {
 	n := len(keys)
 	if n == 1 {
-		ks.names, ks.members, ks.slots, ks.tags = ks.names1[:], ks.members1[:], ks.slots1[:], ks.tags1[:]
+		ks.names, ks.slots, ks.tags = ks.names1[:], ks.slots1[:], ks.tags1[:]
 	} else {
-		ks.names = make([]string, n+1)
-		ks.members = make([]string, n)
+		ks.names = make([]string, n+indexKeys)
 		ks.slots = make([]int, n)
 		ks.tags = make([]uint64, n)
 	}
@@ -91,25 +89,14 @@ func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) 
 		sum := b.hasher.Sum(prefix, k)
 		name := append(buf[:0], kp...)
 		name = hex.AppendEncode(name, sum[:])
-		name = append(name, sum[len(sum)-memberLen:]...)
-		both := string(name) // one allocation for the name and the member
-		ks.names[i] = both[:len(both)-memberLen]
-		ks.members[i] = both[len(both)-memberLen:]
+		ks.names[i] = string(name)
 		x := int(binary.BigEndian.Uint16(sum[:2]))
 		ks.slots[i] = x % knownSlots // its stripe is turns.Queue(x): the same lock guards it
 		ks.tags[i] = binary.BigEndian.Uint64(sum[2:10]) | 1
 		ks.locks.Add(turns.Queue(uint64(x)))
 	}
-	ks.names[n] = sp.idx
+	copy(ks.names[n:], sp.index[:indexKeys])
 }
-
-// memberLen is the length of an entry's member in its live index: the last
-// eight bytes of the entry's HMAC, raw. The index costs memory per entry;
-// eight raw bytes instead of the name's 64 hex digits save 64 bytes of it
-// (see TestMemoryPerEntry). Two entries of one handle share a member with a
-// chance of about n²/2⁶⁵ for n entries, which would only make the bound
-// count one entry fewer.
-const memberLen = 8
 
 // knownSlots is the size of the cache of keys known to be live, a multiple
 // of the number of stripes (turns.Queues) Update spreads keys over.

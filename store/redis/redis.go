@@ -127,8 +127,8 @@ type Backend struct {
 // space is what the backend knows of one prefix.
 type space struct {
 	tag        string
-	keyPrefix  string // "gatecount:{tag}:fingerprint:"
-	idx        string // the live index
+	keyPrefix  string                // "gatecount:{tag}:fingerprint:"
+	index      [indexKeys + 1]string // the live index's keys (see indexOf)
 	live       *atomic.Int64
 	registered atomic.Bool
 }
@@ -177,7 +177,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 	if err := b.checkServers(ctx); err != nil {
 		return nil, err
 	}
-	for _, s := range []*script{readScript, writeScript, countScript, tidyScript} {
+	for _, s := range []*script{readScript, writeScript, countScript, algoScript, tidyScript} {
 		if err := s.load(ctx, c); err != nil && !cluster { // a node without the script is sent it (EVAL)
 			return nil, fmt.Errorf("redis: loading a script: %w", store.NewUnavailableError(store.ReasonDown, err))
 		}

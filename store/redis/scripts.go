@@ -98,12 +98,8 @@ func cmdArgs(a []any, keys []string) int {
 // touches only keys of one hash tag, so it runs on one node of a Cluster.
 //
 // An entry is a Redis string "<expiry ms>:<value JSON>" set with PXAT at
-// its expiry, so Redis removes it by itself. Each (tag, fingerprint) has a
-// sorted set, its live index, of entry member -> expiry ms. Its ZCARD
-// counts the live entries under the tag and the expired ones not yet
-// removed; it expires itself a minute after its last member (the minute
-// spares a PEXPIREAT on most writes): a script that finds the bound reached removes the expired
-// members (ZREMRANGEBYSCORE) and counts again, and so does every sweep.
+// its expiry, so Redis removes it by itself. The scripts that write
+// entries keep the live index of their tag (see indexLua).
 
 // readScript returns the server's time (seconds, microseconds) and the raw
 // values of KEYS, false where there is none.
@@ -129,10 +125,7 @@ return r
 // conflict writes nothing and answers, after those three, the raw values of
 // the entry keys, false where there is none, as readScript would at now: a
 // read, which the Update that guessed wrong goes on from.
-var writeScript = newScript(writeLayout.Replace(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local n = #KEYS - 1
+var writeScript = newScript(indexLua.Replace(writeLayout.Replace(`$INDEX
 local function conflict()
   local r = {0, -1, now}
   for i = 1, n do
@@ -141,11 +134,10 @@ local function conflict()
   return r
 end
 if tonumber(ARGV[3]) > now then return conflict() end
-local idx = KEYS[n + 1]
 local fresh = 0
 for i = 1, n do
   local o = $HEAD + (i - 1) * $PER
-  local mode, want, val = ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
+  local mode, want, val = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
   local cur = redis.call('GET', KEYS[i])
   if mode == '$ABSENT' then
     if cur then return conflict() end
@@ -155,46 +147,41 @@ for i = 1, n do
   else
     if cur and cur ~= want then return conflict() end
   end
-  if mode ~= '$LIVE' and val ~= '' and val ~= '$KEEP' and tonumber(ARGV[o + 5]) > now then
+  if mode ~= '$LIVE' and val ~= '' and val ~= '$KEEP' and tonumber(ARGV[o + 4]) > now then
     fresh = fresh + 1
   end
 end
 local live = -1
 if fresh > 0 then
-  live = redis.call('ZCARD', idx)
-  if live + tonumber(ARGV[2]) + fresh > tonumber(ARGV[1]) then
-    redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
-    live = redis.call('ZCARD', idx)
-    if live + tonumber(ARGV[2]) + fresh > tonumber(ARGV[1]) then return {2, live, now} end
-  end
-  live = live + fresh
+  local others, cap = tonumber(ARGV[2]), tonumber(ARGV[1])
+  $ROOM
+  if full then return {2, full, now} end
 end
-local top = 0
 for i = 1, n do
   local o = $HEAD + (i - 1) * $PER
-  local member, mode, want, val, es = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
+  local mode, want, val, es = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
   if val ~= '$KEEP' then
     local e = tonumber(es)
+    local e0 = mode == '$LIVE' and tonumber(string.match(want, '^(%d+):'))
     if val ~= '' and e > now then
       redis.call('SET', KEYS[i], val, 'PXAT', es)
-      if mode ~= '$LIVE' or tonumber(string.match(want, '^(%d+):')) ~= e then
-        redis.call('ZADD', idx, es, member)
+      if e0 then
+        $MOVE
+      else
+        $ADD
       end
-      if e > top then top = e end
+    elseif e0 then
+      redis.call('DEL', KEYS[i])
+      $DROP
+      if live >= 0 then live = live - 1 end
     elseif mode ~= '$ABSENT' then
       redis.call('DEL', KEYS[i])
-      if redis.call('ZREM', idx, member) == 1 and mode == '$LIVE' and live >= 0 then
-        live = live - 1
-      end
     end
   end
 end
-if top > 0 then
-  local ttl = redis.call('PTTL', idx)
-  if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, string.format('%d', top + 60000)) end
-end
+$FINISH
 return {1, live, now}
-`))
+`)))
 
 // countScript is the fixed-window count of store.Count in one step. KEYS
 // are the counters' keys, then the live index. ARGV: amount, max entries,
@@ -212,10 +199,7 @@ return {1, live, now}
 // of ARGV's strings where exact, and KEEPTTL for a live counter, whose TTL
 // is its expiry since every entry is set with PXAT at it (see "What a Count
 // costs in Redis" in DESIGN.md).
-var countScript = newScript(countLayout.Replace(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local n = #KEYS - 1
+var countScript = newScript(indexLua.Replace(countLayout.Replace(`$INDEX
 local amt = tonumber(ARGV[1])
 local r = {1, now, 0, -1}
 local fresh = 0
@@ -234,46 +218,62 @@ for i = 1, n do
   end
   r[3 + 2 * i], r[4 + 2 * i] = c, e
   if e == 0 then fresh = fresh + 1 end
-  if r[3] == 0 and c > ARGV[$HEAD + 2 + (i - 1) * $PER] - amt then r[1], r[3] = 0, i end
+  if r[3] == 0 and c > ARGV[$HEAD + 1 + (i - 1) * $PER] - amt then r[1], r[3] = 0, i end
 end
 if r[3] > 0 then return r end
-local idx = KEYS[n + 1]
 if fresh > 0 then
-  local live = redis.call('ZCARD', idx)
-  if live + ARGV[3] + fresh > tonumber(ARGV[2]) then
-    redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
-    live = redis.call('ZCARD', idx)
-    if live + ARGV[3] + fresh > tonumber(ARGV[2]) then return {-2, now, live} end
-  end
-  r[4] = live + fresh
+  local live, others, cap = 0, tonumber(ARGV[3]), tonumber(ARGV[2])
+  $ROOM
+  if full then return {-2, now, full} end
+  r[4] = live
 end
-local top = 0
 for i = 1, n do
   local o = $HEAD + (i - 1) * $PER
   local c, e = r[3 + 2 * i] + amt, r[4 + 2 * i]
   if e == 0 then
-    e = now + ARGV[o + 3]
-    if e > top then top = e end
+    e = now + ARGV[o + 2]
     local es = string.format('%d', e)
-    redis.call('ZADD', idx, es, ARGV[o + 1])
     redis.call('SET', KEYS[i], es .. ':' .. string.format('%d', c), 'PXAT', es)
+    $ADD
   else
     redis.call('SET', KEYS[i], string.format('%d:%d', e, c), 'KEEPTTL')
   end
   r[3 + 2 * i], r[4 + 2 * i] = c, e
 end
-if top > 0 then
-  local ttl = redis.call('PTTL', idx)
-  if ttl < 0 or now + ttl < top then redis.call('PEXPIREAT', idx, string.format('%d', top + 60000)) end
-end
+$FINISH
 return r
-`))
+`)))
 
-// tidyScript removes the expired members of the live index KEYS[1] and
-// returns {removed, live}.
-var tidyScript = newScript(`
+// tidyScript removes the expired entries from the live index whose keys
+// are KEYS (see indexOf), and moves up to 1,000 live entries from the index
+// earlier versions kept into it. It answers {removed, live, left}: the
+// expired entries it removed, the live entries counted after, and the
+// entries the earlier index holds still.
+//
+// An entry the earlier index holds is counted only once it is moved, and
+// counted twice if a version that keeps that index writes it again: a
+// deployment that runs both versions at once may exceed its bound, by
+// what the earlier version writes between two sweeps.
+var tidyScript = newScript(indexLua.Replace(`
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local removed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-return {removed, redis.call('ZCARD', KEYS[1])}
-`)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local ends, endsat, earlier = KEYS[1], KEYS[2], KEYS[3]
+local top, removed = 0
+$TIDY
+removed = removed + redis.call('ZREMRANGEBYSCORE', earlier, '-inf', nows)
+local moving = redis.call('ZRANGE', earlier, 0, 999, 'WITHSCORES')
+for i = 1, #moving, 2 do
+  local e = tonumber(moving[i + 1])
+  $ADD
+end
+if #moving > 0 then
+  redis.call('HINCRBY', ends, 'n', #moving / 2)
+  redis.call('ZREMRANGEBYRANK', earlier, 0, #moving / 2 - 1)
+end
+if redis.call('PTTL', ends) == -1 then
+  local newest = redis.call('ZRANGE', endsat, -1, -1, 'WITHSCORES')
+  top = math.max(tonumber(newest[2]) or now, now)
+end
+$FINISH
+return {removed, tonumber(redis.call('HGET', ends, 'n')) or 0, redis.call('ZCARD', earlier)}
+`))

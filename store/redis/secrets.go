@@ -55,12 +55,15 @@ func (b *Backend) Secrets(ctx context.Context) (own bool, other string, err erro
 			return false, "", fmt.Errorf("redis: reading another secret's tags: %w", err)
 		}
 		for _, tag := range tags {
-			n, err := b.c.ZCount(ctx, "gatecount:{"+tag+"}:"+fp+":live", now, "+inf").Result()
-			if err != nil {
-				return false, "", fmt.Errorf("redis: reading another secret's index: %w", err)
-			}
-			if n > 0 {
-				return false, fp, nil
+			idx := indexNames(keyPrefix(tag, fp))
+			for _, sorted := range idx[1:] { // expiry or member -> expiry
+				n, err := b.c.ZCount(ctx, sorted, now, "+inf").Result()
+				if err != nil {
+					return false, "", fmt.Errorf("redis: reading another secret's index: %w", err)
+				}
+				if n > 0 {
+					return false, fp, nil
+				}
 			}
 		}
 	}

@@ -30,18 +30,35 @@ func (b *Backend) Sweep(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			return removed, ctx.Err()
 		}
-		res, err := b.eval(ctx, tidyScript, []string{b.indexOf(tag)}).Int64Slice()
-		if err == nil && len(res) != 2 {
-			err = fmt.Errorf("redis: tidy answered %v", res)
-		}
+		n, err := b.tidy(ctx, tag)
 		if err != nil {
 			first = cmp.Or(first, err)
 			continue
 		}
-		removed += int(res[0])
-		b.setLive(b.liveOf(tag), res[1])
+		removed += n
 	}
 	return removed, first
+}
+
+// tidy runs tidyScript on tag's live index until the index earlier
+// versions kept is empty, records the live entries it counts, and returns
+// how many expired entries it removed.
+func (b *Backend) tidy(ctx context.Context, tag string) (removed int, err error) {
+	idx := b.indexOf(tag)
+	for {
+		res, err := b.eval(ctx, tidyScript, idx[:]).Int64Slice()
+		if err == nil && len(res) != 3 {
+			err = fmt.Errorf("redis: tidy answered %v", res)
+		}
+		if err != nil {
+			return removed, err
+		}
+		removed += int(res[0])
+		b.setLive(b.liveOf(tag), res[1]+res[2])
+		if res[2] == 0 || ctx.Err() != nil {
+			return removed, ctx.Err()
+		}
+	}
 }
 
 // sweepFull is what Update and Count do when a new key seems to find the

@@ -187,7 +187,7 @@ func (b *Backend) write(ctx context.Context, ks *keySet, args []any, raws []stri
 	if err != nil {
 		return res, false, err
 	}
-	n := len(ks.names) - 1
+	n := len(ks.names) - indexKeys
 	ok := len(ans) == 3 || len(ans) == 3+n
 	for i := 0; ok && i < 3; i++ {
 		res[i], ok = ans[i].(int64)

@@ -23,15 +23,7 @@ func TestIndexCounts(t *testing.T) {
 	s := open(t, newClient(t), redisstore.Options{Secret: newSecret()})
 	b := s.Backend().(*redisstore.Backend)
 	h := handle(t, s, randomName("index"))
-	live := func(want int) {
-		t.Helper()
-		if _, err := b.Sweep(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if got := b.Live(); got != want {
-			t.Fatalf("the index counts %d live entries; want %d", got, want)
-		}
-	}
+	live := func(want int) { t.Helper(); wantLive(t, b, want) }
 	update := func(key string, apply store.ApplyFunc) {
 		t.Helper()
 		if err := h.Update(ctx, []string{key}, apply); err != nil {
@@ -84,15 +76,7 @@ func TestIndexUpgrade(t *testing.T) {
 		}
 	}
 	toEarlierIndex(t, c, secret)
-	live := func(want int) {
-		t.Helper()
-		if _, err := b.Sweep(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if got := b.Live(); got != want {
-			t.Fatalf("the index counts %d live entries; want %d", got, want)
-		}
-	}
+	live := func(want int) { t.Helper(); wantLive(t, b, want) }
 	live(3)
 	if err := h.Update(ctx, []string{"k3"}, put(`1`, time.Hour)); err != nil {
 		t.Fatal(err)
@@ -211,5 +195,17 @@ func TestIndexUpgradeLarge(t *testing.T) {
 	}
 	if left, err := c.Exists(ctx, old).Result(); err != nil || left != 0 {
 		t.Fatalf("the earlier index is still there after a sweep (%d, %v)", left, err)
+	}
+}
+
+// wantLive sweeps b and fails t unless its index then counts want live
+// entries.
+func wantLive(t *testing.T, b *redisstore.Backend, want int) {
+	t.Helper()
+	if _, err := b.Sweep(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Live(); got != want {
+		t.Fatalf("the index counts %d live entries; want %d", got, want)
 	}
 }

@@ -291,14 +291,7 @@ func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) er
 		}
 		return nil
 	})
-	if err != nil {
-		l.unclaim(ctx, ks, m.send[:m.n])
-		l.landed(ctx, m)
-		return err
-	}
-	decide(t, ks, cs, false, d)
-	l.settle(ctx, m)
-	return nil
+	return l.sent(ctx, m, d, err)
 }
 
 // countSendingUnits is countSending for budgets not all fixed windows: the
@@ -342,12 +335,19 @@ func (l *Limiter) countSendingUnits(ctx context.Context, m *memoCall, d *Decisio
 		}
 		return nil
 	})
+	return l.sent(ctx, m, d, err)
+}
+
+// sent finishes a countSending that the store answered with err: the
+// claims of m go back when it failed; otherwise d is decided on m's tally
+// and memory takes the store's counts.
+func (l *Limiter) sent(ctx context.Context, m *memoCall, d *Decision, err error) error {
 	if err != nil {
-		l.unclaim(ctx, ks, m.send[:m.n])
+		l.unclaim(ctx, m.keys[:m.n], m.send[:m.n])
 		l.landed(ctx, m)
 		return err
 	}
-	decide(t, ks, cs, false, d)
+	decide(&m.t, m.keys[:m.n], m.caps[:m.n], false, d)
 	l.settle(ctx, m)
 	return nil
 }

@@ -18,10 +18,6 @@ import (
 	"github.com/gatecount/gatecount/store/memory"
 )
 
-// KindInvalidLimit is the "kind" of the error a Limits logs when it is asked
-// for a limiter it cannot build: a budget out of range, a name taken.
-const KindInvalidLimit = "ratelimit-invalid-limit"
-
 // Options configure a Limits. The zero value trusts no proxy and logs to
 // slog.Default().
 type Options struct {

@@ -11,10 +11,6 @@ import (
 	"github.com/gatecount/gatecount/store/memory"
 )
 
-// KindMemoryNotShared is the "kind" of the warning Open logs when it opens
-// the memory store for an app that has not said it runs one instance.
-const KindMemoryNotShared = "limit-store-not-shared"
-
 // ErrNoDriver is matched by the error Open returns for a store whose
 // package the program does not import (see the package doc).
 var ErrNoDriver = store.ErrNoDriver
@@ -82,7 +78,7 @@ func Open(ctx context.Context, c Config, o store.Options) (*Opened, error) {
 	default:
 		return nil, fmt.Errorf("%w: unknown store %q", ErrInvalid, c.Store)
 	}
-	log.Info("rate limit store opened", "kind", "limit-store-opened", "store", string(opened.Kind), "shared", opened.Store.Shared(), "instance", opened.Store.InstanceID().String())
+	log.Info("rate limit store opened", "kind", KindStoreOpened, "store", string(opened.Kind), "shared", opened.Store.Shared(), "instance", opened.Store.InstanceID().String())
 	return opened, nil
 }
 

@@ -8,10 +8,6 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// KindStoreFull is logged when a full store makes a limiter count the keys
-// it has no room for in process memory.
-const KindStoreFull = "limiter-store-full"
-
 // countHeld decides an attempt that a full store had no room for. The keys
 // the store holds are still counted there, in one update, and a key among
 // them that is spent refuses the attempt as it would any day. Only the keys

@@ -149,16 +149,6 @@ func (p Policy) Or(def Policy) Policy {
 	return p
 }
 
-// Log kinds of the limiter.
-const (
-	KindFailOpen = "limiter-fail-open"
-	KindLocal    = "limiter-local-fallback"
-	KindDenied   = "limiter-store-unavailable"
-	// KindMemoryFull is logged when the limiter's memory of a shared
-	// store's counts has no room for a new key.
-	KindMemoryFull = "limiter-memory-full"
-)
-
 // Options configure a Limiter.
 type Options struct {
 	// Name identifies the limiter in logs and in the handle's claim.

@@ -22,11 +22,6 @@ const (
 	flushBatch = 1024
 )
 
-// KindOutbox is logged when what a limiter owes the store (attempts
-// admitted alone, credits) is dropped: their windows ended before the
-// store took them.
-const KindOutbox = "limiter-outbox-dropped"
-
 // ErrOutboxFull is returned by Credit when MaxCredits credits already wait
 // for the store.
 var ErrOutboxFull = fmt.Errorf("limiter: %d credits already wait for the store", MaxCredits)

@@ -12,10 +12,6 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// KindShadowDenied is the "kind" of the line a limiter in shadow logs for a
-// would-be refusal: one per key per window.
-const KindShadowDenied = "limiter-shadow-denied"
-
 // maxShadowKeys bounds the keys a limiter in shadow remembers having
 // logged in their current window.
 const maxShadowKeys = 4096

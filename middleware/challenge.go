@@ -35,11 +35,6 @@ const (
 	MaxChallengeID = 128
 )
 
-// KindChallengeRefused is the "kind" of the log line of an answer the
-// guard refused: malformed, forged, expired, replayed, or for another
-// account or address. It is written at most once a second.
-const KindChallengeRefused = "ratelimit-challenge-refused"
-
 // Challenge is a test a client passes to get one more attempt when an
 // account's budgets, not the client's own, refuse it: a CAPTCHA of the
 // app's provider, or [ProofOfWork]. Its methods must be safe for concurrent
@@ -273,7 +268,7 @@ func (g *SignInGuard) issue(w http.ResponseWriter, r *http.Request, d *limiter.D
 		err = checkIssued(is)
 	}
 	if err != nil {
-		g.log.Error("challenge not issued", "kind", "ratelimit-challenge-failed", "err", err)
+		g.log.Error("challenge not issued", "kind", KindChallengeNotIssued, "err", err)
 		g.serve(w, d, p)
 		return
 	}
@@ -349,7 +344,7 @@ func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *lim
 		err := g.l.Credit(ctx, *d, nil, keyfunc.JoinKeys("account-ip", account, a.ip), keyfunc.JoinKeys("lockouts", account, a.ip),
 			keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account), keyfunc.JoinKeys("challenge", account))
 		if err != nil {
-			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
+			g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
 		}
 		if counted(d) {
 			g.challenge.remember(account, 0)

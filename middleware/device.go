@@ -40,11 +40,6 @@ const (
 	MaxDeviceLifetime = 400 * 24 * time.Hour
 )
 
-// KindDeviceKeyNotShared is the "kind" of the warning SignIn logs when it
-// issues device cookies on a shared store without DeviceOptions.Secret:
-// each instance then signs with a key of its own, and no other accepts it.
-const KindDeviceKeyNotShared = "ratelimit-device-key-not-shared"
-
 // DefaultDeviceFailures is the failures budget of one known device.
 var DefaultDeviceFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
 

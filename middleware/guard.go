@@ -151,7 +151,7 @@ func (g *guard) screen(w http.ResponseWriter, r *http.Request) (exempt, ok bool)
 func (g *guard) attempt(w http.ResponseWriter, r *http.Request, charges ...limiter.Charge) (limiter.Decision, bool) {
 	d, err := g.l.AttemptEach(context.WithoutCancel(r.Context()), charges...)
 	if err != nil {
-		g.log.Error("attempt not counted", "kind", "ratelimit-count-failed", "err", err)
+		g.log.Error("attempt not counted", "kind", KindCountFailed, "err", err)
 		writeProblem(w, http.StatusBadRequest, problem400)
 		return d, false
 	}

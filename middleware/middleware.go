@@ -91,16 +91,6 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Log kinds of the middleware.
-const (
-	KindNoKey   = "ratelimit-no-key"
-	KindLimited = "ratelimit-limited"
-	// KindInvalidCharge is logged when Options.BudgetFor or Options.Cost
-	// fails, or gives a budget or cost out of range: the request is
-	// answered 500.
-	KindInvalidCharge = "ratelimit-invalid-charge"
-)
-
 // DefaultUnavailableRetryAfter is the Retry-After of a 503 answered while the
 // store is unavailable.
 const DefaultUnavailableRetryAfter = 5 * time.Second
@@ -371,7 +361,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		return
 	}
 	if err := m.l.Refund(context.WithoutCancel(r.Context()), d); err != nil {
-		m.log.Warn("refund of a successful request failed", "kind", "ratelimit-refund-failed", "err", err)
+		m.log.Warn("refund of a successful request failed", "kind", KindRefundFailed, "err", err)
 	}
 }
 

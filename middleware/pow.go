@@ -34,11 +34,6 @@ const (
 	DefaultPuzzleLifetime = 5 * time.Minute
 )
 
-// KindChallengeKeyNotShared is the "kind" of the warning SignIn logs when
-// its ProofOfWork has no Secret on a shared store: each instance then signs
-// puzzles with a key of its own, and no other accepts their answers.
-const KindChallengeKeyNotShared = "ratelimit-challenge-key-not-shared"
-
 // ProofOfWorkScheme is the Scheme of [ProofOfWork]'s challenges.
 const ProofOfWorkScheme = "pow"
 

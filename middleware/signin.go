@@ -593,7 +593,7 @@ func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.D
 	dd, err := g.l.AttemptEach(ctx, limiter.Charge{Key: keyfunc.JoinKeys("delay", a.out.account), Budget: limiter.Budget{Limit: 1, Window: wait}})
 	switch {
 	case err != nil:
-		g.log.Error("delay not counted", "kind", "ratelimit-count-failed", "err", err)
+		g.log.Error("delay not counted", "kind", KindCountFailed, "err", err)
 		return true // the attempt itself was counted
 	case dd.Allowed || dd.Shadow:
 		if counted(&dd) {
@@ -602,7 +602,7 @@ func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.D
 		return true
 	}
 	if err := g.l.Refund(ctx, *d); err != nil {
-		g.log.Warn("delayed attempt not refunded", "kind", "ratelimit-refund-failed", "err", err)
+		g.log.Warn("delayed attempt not refunded", "kind", KindRefundFailed, "err", err)
 	}
 	g.refuseDelayed(w, r, &dd, a)
 	return false
@@ -652,7 +652,7 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 		// counts once.
 		a.repeat = true
 		if err := g.l.Credit(context.WithoutCancel(r.Context()), d, []int{keySpray}); err != nil {
-			g.log.Warn("repeated password not given back", "kind", "ratelimit-refund-failed", "err", err)
+			g.log.Warn("repeated password not given back", "kind", KindRefundFailed, "err", err)
 		}
 	}
 	next.ServeHTTP(rw, r)
@@ -676,7 +676,7 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 			err = g.l.Credit(ctx, d, nil, a.device, keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
 		}
 		if err != nil {
-			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
+			g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
 		}
 	case a.challenged:
 		g.challengeDone(ctx, r, &d, a, success(rw.status))
@@ -776,7 +776,7 @@ func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, a *sig
 		keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
 	err := g.l.Credit(ctx, *d, refund, cleared...)
 	if err != nil {
-		g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
+		g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
 	}
 }
 
@@ -798,6 +798,6 @@ func (g *SignInGuard) lockOut(ctx context.Context, accountIP, account, ip string
 	}
 	wait = min(wait, b.Max)
 	if err := g.l.Block(ctx, accountIP, wait); err != nil {
-		g.log.Warn("lock-out not lengthened", "kind", "signin-backoff-failed", "err", err)
+		g.log.Warn("lock-out not lengthened", "kind", KindBackoffFailed, "err", err)
 	}
 }

@@ -11,10 +11,6 @@ import (
 	"github.com/gatecount/gatecount/limiter"
 )
 
-// KindUnlocked is the "kind" of the line a guard logs when an operator
-// unlocks an account or a destination. The line never names either.
-const KindUnlocked = "ratelimit-unlocked"
-
 // BudgetState is what the store holds of one budget of one key, read
 // without counting.
 type BudgetState struct {

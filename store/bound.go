@@ -13,12 +13,6 @@ const (
 	DefaultMaxEntriesDatabase = 1_000_000
 )
 
-// Log kinds: the stable "kind" attribute of the logs stores write.
-const (
-	KindFilling = "limit-store-filling"
-	KindFull    = "limit-store-full"
-)
-
 // Bound is the limit on a store's live entries, and the logs that go with
 // it. Stores call Admit before they add a new key. A Bound is safe for
 // concurrent use.

@@ -7,16 +7,6 @@ import (
 	"time"
 )
 
-// Log kinds of the breaker.
-const (
-	// KindDown is logged when a handle's breaker opens: its calls are
-	// answered unavailable at once until a probe succeeds.
-	KindDown = "limit-store-down"
-	// KindRecovered is logged when an open breaker closes again: the store
-	// answers that handle's calls once more.
-	KindRecovered = "limit-store-recovered"
-)
-
 // Defaults of BreakerOptions.
 const (
 	DefaultBreakerFailures = 5

@@ -35,12 +35,6 @@ const (
 // config reads it from GATECOUNT_SECRET).
 var ErrNoSecret = errors.New("postgres: no secret: set Options.Secret")
 
-// Log kinds of this store, besides those of store.Bound.
-const (
-	KindSweepFailed = "limit-store-sweep-failed"
-	KindCountFailed = "limit-store-count-failed"
-)
-
 // Options configure a PostgreSQL store. Secret is required; the zero value
 // of every other field gives its default.
 type Options struct {
@@ -699,7 +693,7 @@ func (b *Backend) background(ctx context.Context, sweepEvery, countEvery time.Du
 	sweep := func() {
 		if _, err := b.Sweep(ctx); err != nil && ctx.Err() == nil {
 			b.log.Warn("limit store sweep failed; expired entries stay until the next sweep",
-				"kind", KindSweepFailed, "err", err)
+				"kind", store.KindSweepFailed, "err", err)
 		}
 	}
 	recount := func() {

@@ -10,10 +10,6 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// KindClient is the "kind" of a line that go-redis itself logged (a pool
-// that failed to dial, say), passed on by a RedisLogger.
-const KindClient = "limit-store-redis-client"
-
 // RedisLogger passes go-redis's own log lines to a slog.Logger, as warnings
 // of kind KindClient, so that they come out with the app's other records
 // instead of as bare lines on stderr. go-redis logs through one logger for

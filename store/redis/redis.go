@@ -23,24 +23,6 @@ const (
 	DefaultMaxRetries    = 32
 )
 
-// Log kinds: the stable "kind" attribute of the logs this store writes, on
-// top of those of package store.
-const (
-	// KindEvicting: Redis's maxmemory-policy may evict live entries.
-	KindEvicting = "limit-store-evicting"
-	// KindEvictionUnchecked: the maxmemory-policy could not be read.
-	KindEvictionUnchecked = "limit-store-eviction-unchecked"
-	// KindSweepFailed: a background sweep failed.
-	KindSweepFailed = "limit-store-sweep-failed"
-	// KindEvicted: Redis evicted keys since the last sweep.
-	KindEvicted = "limit-store-evicted"
-	// KindOOM: Redis is at its maxmemory and refuses writes.
-	KindOOM = "limit-store-redis-oom"
-	// KindNotPersistent: Redis keeps nothing on disk, so a restart
-	// forgets every count.
-	KindNotPersistent = "limit-store-not-persistent"
-)
-
 // ErrContention is the cause of the unavailable error (ReasonOverloaded) an
 // Update returns when it conflicted with concurrent updates of its keys
 // Options.MaxRetries times in a row.
@@ -187,7 +169,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 			return nil, err
 		}
 		b.log.Warn("limit store sweep failed at start: the count of live entries under other limiters is taken at the next sweep",
-			"kind", KindSweepFailed, "err", err)
+			"kind", store.KindSweepFailed, "err", err)
 	}
 	b.sweeper = store.Go(ctx, func(ctx context.Context) { store.Every(ctx, store.Task{Every: o.SweepInterval, Do: b.sweepTick}) })
 	return b, nil

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+
+	"github.com/gatecount/gatecount/store"
 )
 
 // Sweep implements store.Backend. Redis removes expired entries by itself;
@@ -60,7 +62,7 @@ func (b *Backend) sweepTick(loop context.Context) {
 	if _, err := b.Sweep(ctx); err != nil && loop.Err() == nil {
 		b.sweepLog.Do(func() {
 			b.log.Warn("limit store sweep failed: the count of live entries may be stale",
-				"kind", KindSweepFailed, "err", err)
+				"kind", store.KindSweepFailed, "err", err)
 		})
 	}
 	b.recheckServers(ctx)

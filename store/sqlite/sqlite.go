@@ -43,16 +43,6 @@ const (
 	walSizeLimit       = 64 << 20
 )
 
-// Log kinds: the stable "kind" attribute of the logs this package writes.
-const (
-	// KindSweepFailed: a background sweep of expired rows failed; the next
-	// one will try again.
-	KindSweepFailed = "limit-store-sweep-failed"
-	// KindRollbackFailed: a rollback failed; the writer's connection may be
-	// unusable.
-	KindRollbackFailed = "limit-store-rollback-failed"
-)
-
 // Options configure an SQLite store. Secret is required; the zero value of
 // every other field gives its default.
 type Options struct {
@@ -559,7 +549,7 @@ func (b *Backend) sweepBatch(ctx context.Context, count bool) (int, error) {
 func (b *Backend) sweepTick(ctx context.Context) {
 	if _, err := b.Sweep(ctx); err != nil && ctx.Err() == nil && !b.closing() {
 		b.log.Warn("limit store sweep failed: expired rows stay until the next sweep",
-			"kind", KindSweepFailed, "err", err)
+			"kind", store.KindSweepFailed, "err", err)
 	}
 }
 

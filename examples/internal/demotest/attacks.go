@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gatecount/gatecount/examples/internal/demo"
 	"github.com/gatecount/gatecount/middleware"
 )
 
@@ -325,7 +326,7 @@ func CheckResetLogs(t *testing.T, routes Routes) {
 		Post(t, s.URL+"/password-reset", "192.0.2.141", url.Values{"email": {"alice@example.com"}})
 	}
 	Post(t, s.URL+"/password-reset", "192.0.2.142", url.Values{"email": {"ghost@example.com"}})
-	sent := logs.Lines("password-reset-sent")
+	sent := logs.Lines(demo.KindResetSent)
 	if len(sent) != 3 {
 		t.Fatalf("%d codes logged, want 3: %q", len(sent), sent)
 	}
@@ -334,7 +335,7 @@ func CheckResetLogs(t *testing.T, routes Routes) {
 			t.Fatalf("code sent without its account: %q", l)
 		}
 	}
-	throttled := logs.Lines("ratelimit-limited")
+	throttled := logs.Lines(middleware.KindLimited)
 	if len(throttled) != 1 || !strings.Contains(throttled[0], "limiter=reset") || !strings.Contains(throttled[0], "budget=reset-destination") ||
 		strings.Contains(throttled[0], "192.0.2") || strings.Contains(throttled[0], "alice") {
 		t.Fatalf("throttled resets logged as %q", throttled)

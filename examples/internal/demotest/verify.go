@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/gatecount/gatecount/examples/internal/demo"
 )
 
 // CheckVerify checks POST /verify end to end: 200 concurrent wrong codes
@@ -19,7 +21,7 @@ func CheckVerify(t *testing.T, routes Routes) {
 	env := map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "DEMO_USERS": AttackEnv["DEMO_USERS"]}
 	s := StartLogged(t, routes, env, slog.New(slog.NewTextHandler(logs, nil)))
 	Post(t, s.URL+"/password-reset", "192.0.2.150", url.Values{"email": {"alice@example.com"}})
-	sent := logs.Lines("password-reset-sent")
+	sent := logs.Lines(demo.KindResetSent)
 	_, code, ok := strings.Cut(strings.Join(sent, ""), " code=")
 	if len(sent) != 1 || !ok || code == "" {
 		t.Fatalf("no code logged: %q", sent)

@@ -42,9 +42,9 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
-// maxBucketSpan is the longest a token bucket may take to refill from empty,
-// in microseconds (about 2.2 years): it keeps every time of a bucket's
-// state within 2^53, which a Lua number holds exactly.
+// maxBucketSpan is the longest a token bucket may take to refill from
+// empty, in microseconds (about 2.2 years). It keeps every time of a
+// bucket's state within 2^53, which a Lua number holds exactly.
 const maxBucketSpan = 1 << 46
 
 // Capacity is the most units a key may hold under b at once: Burst for a
@@ -73,10 +73,10 @@ func emission(b Budget) int64 {
 	return (w + l - 1) / l
 }
 
-// checkAlgorithm reports what of b's algorithm a store cannot count: an
-// unknown algorithm, a Burst outside a token bucket or below 0, a sliding
-// window past MaxSlidingLimit, a bucket that takes longer than
-// maxBucketSpan to refill.
+// checkAlgorithm reports what of b's algorithm a store cannot count. That
+// is an unknown algorithm, or a Burst outside a token bucket or below 0. It
+// is also a sliding window past [MaxSlidingLimit], or a bucket that takes
+// longer than maxBucketSpan to refill.
 func checkAlgorithm(b Budget) error {
 	switch {
 	case b.Algorithm > TokenBucket:
@@ -92,8 +92,8 @@ func checkAlgorithm(b Budget) error {
 }
 
 // firstDrop is when a key that had no units and was charged at nowMs (Unix
-// milliseconds) next drops a unit: its window's end, or for a bucket the
-// first unit's refill, rounded up to the millisecond.
+// milliseconds) next drops a unit. That is its window's end, or for a
+// bucket the first unit's refill, rounded up to the millisecond.
 func firstDrop(nowMs int64, b Budget) int64 {
 	if b.Algorithm == TokenBucket {
 		return nowMs + (emission(b)+999)/1000
@@ -206,8 +206,8 @@ func bucketOf(v []byte) (int64, bool) {
 func ceilMs(us int64) int64 { return (us + 999) / 1000 }
 
 // add adds n units at now and writes the state into e, without checking
-// room: past a sliding window's Limit, the oldest times go (a key at its
-// limit refuses until the newest Limit leave, whatever came before them).
+// room. Past a sliding window's Limit, the oldest times go. A key at its
+// limit refuses until the newest Limit leave, whatever came before them.
 func (u *units) add(e *Entry, n int64) {
 	switch u.b.Algorithm {
 	case SlidingWindow:
@@ -281,8 +281,8 @@ func (u *units) putBucket(e *Entry) {
 	e.ExpiresAt = time.UnixMilli(ceilMs(u.tat))
 }
 
-// take gives back n units (a refund) and writes the state into e: a fixed
-// count goes down by n, a sliding window drops its newest n times, a
+// take gives back n units (a refund) and writes the state into e. A fixed
+// count goes down by n, a sliding window drops its newest n times, and a
 // bucket's TAT goes back n refills. A key left with none is deleted.
 func (u *units) take(e *Entry, n int64) {
 	n = min(n, u.count)
@@ -325,9 +325,10 @@ func (u *units) take(e *Entry, n int64) {
 }
 
 // Units reads e, an entry of a key counted under b, at now (the store's
-// time, to the millisecond): the units in use, and when that number next
-// drops (when one more unit is admitted); the zero time when none are in
-// use. A value that is not b's state is an error matching ErrNotCounter.
+// time, to the millisecond). It returns the units in use, and when that
+// number next drops (when one more unit is admitted). The time is zero when
+// none are in use. A value that is not b's state is an error matching
+// ErrNotCounter.
 func (b Budget) Units(now time.Time, e Entry) (count int64, next time.Time, err error) {
 	u, err := readUnits(now.UnixMilli(), &e, b)
 	if err != nil || u.next == 0 {
@@ -363,9 +364,9 @@ func (b Budget) TakeUnits(now time.Time, e *Entry, n int64) error {
 
 // ChargeBucket is KeyTally.Charge for a TokenBucket budget b, on the key's
 // state itself: tat, its theoretical arrival time in Unix microseconds (0
-// for a key with none). It takes k.Now, sets the rest of k as Charge does,
-// and returns the key's new TAT (tat when refused), for a store that keeps
-// buckets as numbers rather than as values (AppendBucket).
+// for a key with none). It is for a store that keeps buckets as numbers
+// rather than as values ([AppendBucket]). It takes k.Now, sets the rest of
+// k as Charge does, and returns the key's new TAT (tat when refused).
 func (k *KeyTally) ChargeBucket(b Budget, n, tat int64) int64 {
 	now := k.Now * 1000
 	tat = max(tat, now)

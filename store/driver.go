@@ -35,9 +35,9 @@ type URLOpener func(ctx context.Context, url string, o URLOptions) (s *Store, re
 var ErrNoDriver = errors.New("store: no store registered for the URL's scheme")
 
 // ErrMayEvict is matched by the error of a store opened over a server that
-// may evict live entries (a Redis whose maxmemory-policy is not
-// noeviction) when URLOptions.AllowEviction is false: an evicted count frees
-// the budget of whoever it counted.
+// may evict live entries, when URLOptions.AllowEviction is false. Such a
+// server is a Redis whose maxmemory-policy is not noeviction. An evicted
+// count frees the budget of whoever it counted.
 var ErrMayEvict = errors.New("store: the server may evict live entries")
 
 var drivers = struct {
@@ -96,8 +96,9 @@ func OpenURL(ctx context.Context, url string, o URLOptions) (s *Store, release f
 }
 
 // RedactURL returns s with what in a URL could be a secret hidden, so that
-// it can be quoted in an error: the password of its user information and
-// the values of its query string (?password=…). s need not parse as a URL.
+// it can be quoted in an error. It hides the password of its user
+// information and the values of its query string (?password=…). s need not
+// parse as a URL.
 func RedactURL(s string) string {
 	if q := strings.IndexByte(s, '?'); q >= 0 {
 		var kept []string

@@ -233,7 +233,7 @@ func (s *Store) enter() error {
 	return nil
 }
 
-// acquire admits a call of lane l to a backend that is not inline: it takes
+// acquire admits a call of lane l to a backend that is not inline. It takes
 // a slot under the in-flight bound, waiting for one until ctx ends, then
 // asks l's breaker. The caller gives the slot back (s.slots.release) when
 // the backend returns.
@@ -261,12 +261,13 @@ func (s *Store) admit(l *lane) error {
 	return nil
 }
 
-// call runs f under the deadline, the in-flight bound and l's breaker: on
-// the caller's goroutine for an inline backend (no deadline) or a prompt one
-// (under a deadline context), on a goroutine of its own otherwise. A call
-// waits for a slot up to the deadline (a Patient call as long as ctx
-// lasts), then has the whole deadline in the backend: one that reached the
-// backend with its time nearly spent would waste the work done for it.
+// call runs f under the deadline, the in-flight bound and l's breaker. It
+// runs on the caller's goroutine for an inline backend (no deadline) or a
+// prompt one (under a deadline context). Otherwise it runs on a goroutine
+// of its own. A call waits for a slot up to the deadline (a Patient call as
+// long as ctx lasts). Then it has the whole deadline in the backend: one
+// that reached the backend with its time nearly spent would waste the work
+// done for it.
 func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) error) error {
 	if s.inline != nil {
 		if err := s.enter(); err != nil {
@@ -389,8 +390,8 @@ func (h *Handle) Shared() bool { return h.s.b.Shared() }
 // Claim records that owner, a limiter's name, counts through this handle. A
 // handle can be claimed once: a second claim returns a *ReuseError matching
 // ErrStoreReuse that names both claimants. A name can be claimed once per
-// store: a second limiter of the store with the same name is refused with a
-// *NameError matching ErrDuplicateName, since its RateLimit fields, logs and
+// store. A second limiter of the store with the same name is refused with a
+// *[NameError] matching [ErrDuplicateName]. Its RateLimit fields, logs and
 // metrics could not be told from the first's.
 func (h *Handle) Claim(owner string) error {
 	h.mu.Lock()
@@ -423,12 +424,13 @@ func (h *Handle) Owner() string {
 }
 
 // Update atomically reads the live entries for keys, calls apply with them
-// and the store's clock, and writes what apply leaves in them, with no other
-// update to these keys in between (see ApplyFunc). It returns apply's own
-// error unchanged; ErrValueTooLarge or ErrInvalidValue when apply left a bad
-// value (nothing is written); ErrInvalidKey for bad keys; ErrFull (matching
-// ErrUnavailable) when a new key finds the store full; and an error matching
-// ErrUnavailable when the store could not answer.
+// and the store's clock, and writes what apply leaves in them. No other
+// update to these keys comes in between (see [ApplyFunc]). It returns
+// apply's own error unchanged. When apply left a bad value, it returns
+// [ErrValueTooLarge] or [ErrInvalidValue], and nothing is written. It
+// returns [ErrInvalidKey] for bad keys, and [ErrFull] (matching
+// [ErrUnavailable]) when a new key finds the store full. When the store
+// could not answer, the error matches ErrUnavailable.
 func (h *Handle) Update(ctx context.Context, keys []string, apply ApplyFunc) error {
 	if err := checkKeys(keys); err != nil {
 		return err
@@ -574,10 +576,10 @@ func (c *applyCall) run(now time.Time, entries []Entry) error {
 	return c.checkErr
 }
 
-// checkApplied checks and normalises what an apply left in entries: every
-// value at most MaxValueSize bytes of JSON, every expiry at millisecond
-// precision, and a value that expires at or before now dropped, since it
-// would not be live.
+// checkApplied checks and normalises what an apply left in entries. Every
+// value must be at most MaxValueSize bytes of JSON, and every expiry is cut
+// to the millisecond. A value that expires at or before now is dropped,
+// since it would not be live.
 func checkApplied(now time.Time, entries []Entry) error {
 	for i := range entries {
 		e := &entries[i]

@@ -1,13 +1,13 @@
 // Package store is where limits keep their counts: the contract every limit
 // store honours, and the guard, bound and handles every store gets for free.
 //
-// A store author implements Backend. store.New wraps a Backend in the guard:
-// every call is answered within a deadline (2 s by default); at most 64 calls
-// run at once, and calls past that wait their turn; each handle's breaker
-// stops calling a store that keeps failing for it; and every failure is
-// answered as an error matching ErrUnavailable. A limiter never
-// talks to a Backend directly: it claims a Handle, a prefixed view of one
-// Store with a key space of its own.
+// A store author implements Backend. [New] wraps a Backend in the guard.
+// Every call is answered within a deadline (2 s by default). At most 64
+// calls run at once, and calls past that wait their turn. Each handle's
+// breaker stops calling a store that keeps failing for it. Every failure is
+// answered as an error matching [ErrUnavailable]. A limiter never talks to
+// a Backend directly: it claims a Handle, a prefixed view of one Store with
+// a key space of its own.
 //
 //	s := memory.New(memory.Options{})
 //	defer s.Close()
@@ -121,17 +121,13 @@ type Backend interface {
 // budgets of fixed windows, and runs ApplyCount through UpdateInline for
 // the rest.
 //
-// CountOne is CountInline for one key (KeyTally.Charge is the rule for
-// one), the guard's path for a one-key Count: its arguments and results fit
+// CountOne is CountInline for one key ([KeyTally.Charge] is the rule for
+// one), the guard's path for a one-key Count. Its arguments and results fit
 // in registers, where CountInline's arrays are copied through the stack. A
 // backend with no faster way returns the Key of its CountInline's Tally.
 //
-// What it saves (BenchmarkGuardUpdate and BenchmarkGuardCount, the memory
-// backend on each path, on 2 shared cores): a one-key Update through the
-// guard costs about 90 ns inline with 0 allocations, against about 0.7 µs
-// and 6 allocations on the prompt path (a deadline timer, a slot of the
-// in-flight bound); a one-key Count about 45 ns through CountOne and 90 ns
-// through CountInline, against 0.6 to 0.7 µs on the prompt path.
+// The inline path saves a deadline timer and a slot of the in-flight bound
+// per call; the figures are in the package's DESIGN.md.
 type Inline interface {
 	Backend
 	UpdateInline(prefix string, keys []string, apply, check ApplyFunc) (ofCaller bool, err error)
@@ -140,16 +136,14 @@ type Inline interface {
 }
 
 // Prompt is implemented by backends whose calls return promptly once their
-// context's deadline passes, and soon after it is cancelled (a backend may
-// finish the round trips of a call under way, which end by the deadline),
-// as pgx's and go-redis's do when set to. The guard runs their calls on the
-// caller's goroutine under a deadline context, which saves a goroutine and a
-// channel handoff per call: a one-key Update of the memory backend through
-// the guard costs about 0.7 µs and 6 allocations so, against about 2.8 µs
-// and 11 on a goroutine of its own (BenchmarkGuardUpdate). A backend
-// that answers true but keeps running past its context delays its callers
-// past the deadline; one that answers false has its calls answered at the
-// deadline however long they run.
+// context's deadline passes, and soon after it is cancelled. A backend may
+// finish the round trips of a call under way, which end by the deadline.
+// pgx's and go-redis's calls behave so when set to. The guard runs a prompt
+// backend's calls on the caller's goroutine under a deadline context. That
+// saves a goroutine and a channel handoff per call (figures in the
+// package's DESIGN.md). A backend that answers true but keeps running past
+// its context delays its callers past the deadline. One that answers false
+// has its calls answered at the deadline, however long they run.
 type Prompt interface {
 	Prompt() bool
 }

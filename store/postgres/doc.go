@@ -2,7 +2,7 @@
 // of an app that uses the same database.
 //
 // The store runs over the app's own *pgxpool.Pool and opens no connections
-// of its own; several stores (one per secret, say) share one pool, and a
+// of its own. Several stores (one per secret, say) share one pool, and a
 // prefix can have one handle per pool:
 //
 //	if err := postgres.Migrate(ctx, pool); err != nil {
@@ -48,14 +48,14 @@
 // # Transactions and commits
 //
 // Every call is a short transaction of its own on a pool connection, never
-// inside a transaction the app has open: a count is not undone when the
+// inside a transaction the app has open. A count is not undone when the
 // app's transaction rolls back. Calls on one key are serialised by its row;
 // rows are locked in one order, so calls never deadlock. Single-key counts
 // of concurrent calls share one statement, each key counted or refused on
 // its own.
 //
 // Commits do not wait for the disk (synchronous_commit off, for the store's
-// transactions alone): a crash of the database server can lose the counts
+// transactions alone). A crash of the database server can lose the counts
 // of its last moments, never more, and the table stays consistent.
 // Options.SyncCommit waits for the disk on every commit, which caps a hot
 // key at a few hundred counts a second.
@@ -64,11 +64,11 @@
 //
 // The store follows the query exec mode of the pool's connections
 // (default_query_exec_mode in the connection string). Behind a pooler in
-// transaction mode (PgBouncer's pool_mode=transaction, most hosted poolers)
-// set "postgres://…?default_query_exec_mode=exec", or any mode but
-// cache_statement: New refuses cache_statement on such a pool with an error
-// matching ErrPoolSetting that names the setting. Session mode, and a
-// direct connection, work with any mode.
+// transaction mode (PgBouncer's pool_mode=transaction, most hosted
+// poolers), set "postgres://…?default_query_exec_mode=exec", or any mode
+// but cache_statement. [New] refuses cache_statement on such a pool with an
+// error matching [ErrPoolSetting] that names the setting. Session mode, and
+// a direct connection, work with any mode.
 //
 // # Bound, sweep and faults
 //

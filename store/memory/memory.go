@@ -34,11 +34,11 @@ type Options struct {
 	// Shards is the number of shards, rounded up to a power of two; 0 means
 	// DefaultShards.
 	Shards int
-	// Now is the store's clock; nil means the process clock read at
-	// millisecond precision from memory, which a goroutine of the store's
-	// advances every millisecond while the store is busy (it may lag the
-	// system clock by a few milliseconds when every core is busy; it never
-	// runs ahead). Close stops that goroutine. Tests set Now.
+	// Now is the store's clock. Nil means the process clock, read at
+	// millisecond precision from memory. A goroutine of the store's
+	// advances that clock every millisecond while the store is busy. It may
+	// lag the system clock by a few milliseconds when every core is busy;
+	// it never runs ahead. Close stops that goroutine. Tests set Now.
 	Now func() time.Time
 }
 
@@ -68,10 +68,10 @@ type Backend struct {
 	sweeper *store.Loop
 }
 
-// item is one entry. A value that is a count (store.ParseCount) is kept as
-// the number n, with value nil, so that counting formats and parses
-// nothing; so is a token bucket's TAT (store.BucketOf), with bucket set;
-// any other value is kept as its bytes. Items whose keys hash alike are
+// item is one entry. A value that is a count ([store.ParseCount]) is kept
+// as the number n, with value nil, so that counting formats and parses
+// nothing. So is a token bucket's TAT ([store.BucketOf]), with bucket set.
+// Any other value is kept as its bytes. Items whose keys hash alike are
 // chained through next.
 type item struct {
 	prefix, key string
@@ -295,8 +295,8 @@ func (b *Backend) lowerMinExp(exp int64) {
 }
 
 // liveItem returns the item of prefix and key with hash h in sh, whose lock
-// the caller holds, or nil when there is none or it expired by nowMs; an
-// expired item is removed.
+// the caller holds. It returns nil when there is none or it expired by
+// nowMs; an expired item is removed.
 func (b *Backend) liveItem(sh *shard, h uint64, prefix, key string, nowMs int64) *item {
 	it := sh.find(h, prefix, key)
 	if it != nil && it.exp <= nowMs {
@@ -334,11 +334,11 @@ func (b *Backend) reserve(prefix string, added int, swept bool) (full bool, err 
 	return false, nil
 }
 
-// CountInline implements store.Inline: the counting rule
-// (store.Tally.Charge) applied to the held counts in place, with no copy of
-// them for an apply and no check of what it wrote, since it writes only
-// counts. Budgets of other algorithms than FixedWindow run store.ApplyCount
-// through UpdateInline.
+// CountInline implements [store.Inline]: the counting rule
+// ([store.Tally.Charge]) applied to the held counts in place. It makes no
+// copy of them for an apply, and no check of what it wrote, since it writes
+// only counts. Budgets of other algorithms than FixedWindow run
+// store.ApplyCount through UpdateInline.
 func (b *Backend) CountInline(prefix string, keys [store.MaxCountKeys]string, caps []store.Budget, n int64) (t store.Tally, err error) {
 	ks := keys[:len(caps)]
 	for _, c := range caps {

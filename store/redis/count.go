@@ -76,9 +76,9 @@ func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []strin
 	})
 }
 
-// countCall is the scratch of one Count: its keys and the script's command,
-// whose arguments point into it rather than hold copies (a string or a
-// large number put in an interface would be an allocation of its own).
+// countCall is the scratch of one Count: its keys and the script's command.
+// The command's arguments point into it rather than hold copies: a string
+// or a large number put in an interface would be an allocation of its own.
 // Counts take them from countCalls, so that a Count allocates none.
 type countCall struct {
 	ks        keySet

@@ -59,10 +59,10 @@ type Options struct {
 }
 
 // New returns a Redis store over c behind the guard. It checks that Redis
-// answers (an error matching store.ErrUnavailable if not) and cannot evict
-// live entries (ErrEvicting, unless o.AllowEviction), loads its scripts and
-// starts a background sweep, which runs until the store is closed. Closing
-// the store does not close c.
+// answers (an error matching [store.ErrUnavailable] if not). It checks that
+// Redis cannot evict live entries ([ErrEvicting], unless o.AllowEviction).
+// It loads its scripts and starts a background sweep, which runs until the
+// store is closed. Closing the store does not close c.
 func New(ctx context.Context, c goredis.UniversalClient, o Options) (*store.Store, error) {
 	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, c, o) })
 }
@@ -187,12 +187,12 @@ type backing struct {
 // one prefix on one client and secret are refused.
 func (b *Backend) Backing() any { return backing{b.c, b.fp} }
 
-// Prompt reports whether calls return once their context is done: true for
-// a *goredis.Client with ContextTimeoutEnabled (the client OpenURL makes has
-// it), which bounds every wait for a connection, dial, write and read by
-// the call's deadline. The guard then runs calls on the caller's goroutine;
-// with any other client it runs them on goroutines of its own, and answers
-// at the deadline however long they take.
+// Prompt reports whether calls return once their context is done. It is
+// true for a *goredis.Client with ContextTimeoutEnabled, as the client
+// [OpenURL] makes has. That setting bounds every wait for a connection,
+// dial, write and read by the call's deadline. The guard then runs calls on
+// the caller's goroutine; with any other client it runs them on goroutines
+// of its own, and answers at the deadline however long they take.
 func (b *Backend) Prompt() bool { return b.prompt }
 
 // honoursDeadlines reports whether c's calls return once their context's
@@ -230,8 +230,8 @@ func (b *Backend) Close() error {
 }
 
 // poolWait turns a call's failure to get a connection of the client's pool
-// in time into the guard's overloaded answer: a busy pool, not a failing
-// server, so that the call neither opens the breaker nor lets an attempt
+// in time into the guard's overloaded answer. That is a busy pool, not a
+// failing server, so the call neither opens the breaker nor lets an attempt
 // through uncounted.
 func poolWait(err *error) {
 	if *err != nil && errors.Is(*err, goredis.ErrPoolTimeout) {

@@ -42,12 +42,12 @@ const schemaTable = `CREATE TABLE IF NOT EXISTS gatecount_limit_schema (
     applied_at INTEGER NOT NULL
 )`
 
-// Migrate brings the limit store's tables in db up to SchemaVersion, applying
-// each embedded migration the database has not had, in order, in one
-// BEGIN IMMEDIATE transaction: all of them or none. It is idempotent, and safe
-// to run from several processes at once on one file: they take turns and the
-// later ones find nothing to do. It also turns on WAL mode, which the file
-// keeps.
+// Migrate brings the limit store's tables in db up to [SchemaVersion]. It
+// applies each embedded migration the database has not had, in order, in
+// one BEGIN IMMEDIATE transaction: all of them or none. It is idempotent,
+// and safe to run from several processes at once on one file: they take
+// turns and the later ones find nothing to do. It also turns on WAL mode,
+// which the file keeps.
 //
 // db must use the driver of modernc.org/sqlite (driver name "sqlite").
 func Migrate(ctx context.Context, db *sql.DB) error {

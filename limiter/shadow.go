@@ -17,7 +17,7 @@ import (
 const maxShadowKeys = 4096
 
 // shadowLog logs the would-be refusals of a limiter in shadow, once per key
-// per window, naming each key by an ID that means nothing outside this
+// per window. It names each key by an ID that means nothing outside this
 // process: an HMAC of the key under a key of the process.
 type shadowLog struct {
 	mac  []byte // the process's HMAC key

@@ -42,10 +42,10 @@ const (
 type Challenge interface {
 	// Issue returns a new challenge for a client of c.
 	Issue(ctx context.Context, c ChallengeFor) (Issued, error)
-	// Verify checks answer, as the client sent it, for c, without
-	// recording it: the guard records its ID in the same store update
-	// that counts the attempt, so that an answer is taken once on every
-	// instance. An answer it refuses is an error.
+	// Verify checks answer, as the client sent it, for c, without recording
+	// it. The guard records its ID in the same store update that counts the
+	// attempt, so that an answer is taken once on every instance. An answer
+	// it refuses is an error.
 	Verify(ctx context.Context, answer string, c ChallengeFor) (Solved, error)
 }
 
@@ -91,10 +91,10 @@ type challenger struct {
 	// to them.
 	fields  *fields
 	entries [5]int
-	// failures remembers, for limiter.AskAgain, each account's
-	// challenged failures as the store last told them, so that a flood of
-	// challenged refusals asks the store once a second per account, as a
-	// flood of refusals does.
+	// failures remembers, for limiter.AskAgain, each account's challenged
+	// failures as the store last told them. A flood of challenged refusals
+	// then asks the store once a second per account, as a flood of refusals
+	// does.
 	mu       sync.Mutex
 	failures map[string]recalled
 }
@@ -163,10 +163,10 @@ func (c *challenger) readAnswer(r *http.Request) string {
 }
 
 // answered counts an attempt that carries an answer to a challenge, and
-// reports whether it answered the request. A valid answer is charged, in
-// one store update, to the client's own budgets, the cap, the account's
-// challenge budget and the answer's ID (once), instead of the account's
-// budget and delay. A refused or replayed answer costs the client's
+// reports whether it answered the request. A valid answer is charged in one
+// store update, instead of the account's budget and delay. It is charged to
+// the client's own budgets, the cap, the account's challenge budget and the
+// answer's ID (once). A refused or replayed answer costs the client's
 // address an attempt, and the attempt goes on as one without an answer.
 func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, a *signInAttempt, exempt bool) bool {
 	c := g.challenge
@@ -334,10 +334,10 @@ func writeChallenge(w http.ResponseWriter, is Issued) {
 	w.Write([]byte(body))
 }
 
-// challengeDone credits or counts a challenged attempt by its outcome: a
+// challengeDone credits or counts a challenged attempt by its outcome. A
 // success clears what any success clears and the account's challenged
-// failures, and emits EventChallengePassed; a failure stays charged,
-// backs off as any failure, and emits EventChallengeFailed.
+// failures, and emits EventChallengePassed. A failure stays charged, backs
+// off as any failure, and emits EventChallengeFailed.
 func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *limiter.Decision, a *signInAttempt, success bool) {
 	account := a.out.account
 	if success {

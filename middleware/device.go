@@ -43,13 +43,13 @@ const (
 // DefaultDeviceFailures is the failures budget of one known device.
 var DefaultDeviceFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
 
-// DeviceOptions configure the device cookies of SignIn, after OWASP's
-// "device cookies" against slow brute force: after a successful sign-in the
-// guard gives the client a token that binds it to the account, and an
-// attempt presenting a valid token for the account it names is counted
-// against that device's own failures budget only, so that strangers'
-// failures on the account or on the client's address never lock it out.
-// The zero value turns them on with the defaults.
+// DeviceOptions configure the device cookies of [SignIn], after OWASP's
+// "device cookies" against slow brute force. After a successful sign-in the
+// guard gives the client a token that binds it to the account. An attempt
+// presenting a valid token for the account it names is counted against that
+// device's own failures budget only. Strangers' failures on the account or
+// on the client's address so never lock it out. The zero value turns them
+// on with the defaults.
 type DeviceOptions struct {
 	// Off turns device cookies off: every attempt counts against the
 	// account and address budgets.
@@ -67,11 +67,11 @@ type DeviceOptions struct {
 	// Failures bounds the failed attempts of one device on its account;
 	// zero means DefaultDeviceFailures (5 per 15 minutes).
 	Failures limiter.Budget
-	// Secret signs the tokens: at least keyhash.MinSecretLen bytes, the same
-	// on every instance of the app (GATECOUNT_SECRET). The signing key is
-	// derived from it, so the same secret may key a store. Nil means a
-	// random key of this process: tokens stop working when it restarts and
-	// are not valid on other instances; such a client is counted as an
+	// Secret signs the tokens: at least keyhash.MinSecretLen bytes, the
+	// same on every instance of the app (GATECOUNT_SECRET). The signing key
+	// is derived from it, so the same secret may key a store. Nil means a
+	// random key of this process: tokens stop working when it restarts, and
+	// are not valid on other instances. Such a client is counted as an
 	// unknown device until it signs in again. On a shared store, SignIn
 	// then logs a warning of kind KindDeviceKeyNotShared.
 	Secret []byte
@@ -93,10 +93,10 @@ const (
 	deviceBytes   = 1 + 8 + deviceNonce + deviceMAC
 )
 
-// devices signs and verifies device tokens. A token is
-// base64url(version ‖ expiry ‖ nonce ‖ HMAC-SHA256(key, label ‖ version ‖
-// expiry ‖ nonce ‖ account)): the account is never in it, only bound by the
-// MAC, so a token verifies only for the account it was issued for.
+// devices signs and verifies device tokens. A token is base64url(version ‖
+// expiry ‖ nonce ‖ HMAC-SHA256(key, label ‖ version ‖ expiry ‖ nonce ‖
+// account)). The account is never in it, only bound by the MAC, so a token
+// verifies only for the account it was issued for.
 type devices struct {
 	o     DeviceOptions
 	names []string // the cookie names read, o.Cookie first

@@ -61,18 +61,19 @@
 // # Shadow, Skip and Networks
 //
 // Every form takes Shadow: it counts as it would, but refuses nothing and
-// adds no fields; a would-be refusal reaches the handler, is reported as
-// limiter.ShadowDenied and is logged once per key per window. Skip lets the
-// requests it picks through uncounted. Networks answers blocked client
+// adds no fields. A would-be refusal reaches the handler, is reported as
+// [limiter.ShadowDenied], and is logged once per key per window. Skip lets
+// the requests it picks through uncounted. Networks answers blocked client
 // networks 403 before anything is counted, and lets exempt ones skip the
 // budgets of the client address, never a caller's, an account's or a
 // destination's.
 //
 // # Counting only failures
 //
-// With Options.CountFailures, an attempt is counted before the handler runs
-// and refunded when it succeeds: by its status (Options.Success, by default
-// below 400), or as the handler says with ReportSuccess and ReportFailure.
+// With Options.CountFailures, an attempt is counted before the handler
+// runs, and refunded when it succeeds. Success is judged by its status
+// (Options.Success, by default below 400), or as the handler says with
+// [ReportSuccess] and [ReportFailure].
 package middleware
 
 import (
@@ -176,9 +177,9 @@ type Middleware struct {
 // budget, keyed by the caller ID the app's authentication middleware put in
 // the request context (keyfunc.WithCallerID). A request without one is
 // answered 401 and never reaches the handler. When the store is unavailable
-// it counts in process memory by default (Local): the endpoint it guards
-// does real work, so it should stay limited, but an outage of the store
-// should not stop every caller. Its default name is "caller".
+// it counts in process memory by default ([limiter.Local]). The endpoint it
+// guards does real work, so it should stay limited, but an outage of the
+// store should not stop every caller. Its default name is "caller".
 func PerCaller(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
 	o.Name = cmp.Or(o.Name, "caller")
 	o.KeyErrorStatus = cmp.Or(o.KeyErrorStatus, http.StatusUnauthorized)
@@ -195,7 +196,7 @@ func PerCaller(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, 
 // polled by a platform, must keep answering. Its default name is "ip".
 //
 // With no trusted proxies, the first request carrying X-Forwarded-For or
-// Forwarded logs a warning of kind KindForwardedUntrusted: behind a proxy
+// Forwarded logs a warning of kind [KindForwardedUntrusted]. Behind a proxy
 // that nobody told it of, the limiter keys every client by the proxy's
 // address.
 func PerIP(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {

@@ -44,8 +44,8 @@ type ProofOfWorkOptions struct {
 	// same on every instance (GATECOUNT_SECRET). The puzzle key is derived
 	// from it apart from every other use. Nil means a random key of this
 	// process: a puzzle is then answered only on the instance that issued
-	// it, and SignIn logs a warning of kind KindChallengeKeyNotShared on a
-	// shared store.
+	// it. On a shared store, [SignIn] logs a warning of kind
+	// [KindChallengeKeyNotShared].
 	Secret []byte
 	// Bits is the difficulty of a puzzle for an account with no challenged
 	// failures: the leading zero bits of its answer's SHA-256. Zero means
@@ -230,10 +230,10 @@ func leadingZeros(h [sha256.Size]byte) int {
 }
 
 // SolveProofOfWork answers the puzzle token of difficulty bits as the
-// served script does: it tries the counters 0, 1, 2, … and returns the
+// served script does. It tries the counters 0, 1, 2, …, and returns the
 // first answer token + "." + counter whose SHA-256 has bits leading zero
-// bits, and how many hashes it took. It stops with ctx, returning its
-// error.
+// bits. It also returns how many hashes it took. It stops with ctx,
+// returning its error.
 func SolveProofOfWork(ctx context.Context, token string, bits int) (answer string, hashes int, err error) {
 	buf := make([]byte, 0, len(token)+1+maxCounter)
 	buf = append(append(buf, token...), '.')
@@ -251,9 +251,9 @@ func SolveProofOfWork(ctx context.Context, token string, bits int) (answer strin
 }
 
 // Script returns a handler serving the JavaScript that solves puzzles in
-// the browser, as SolveProofOfWork does, with a compact SHA-256 of its own
-// (crypto.subtle needs a secure context and costs a promise per hash). It
-// defines gatecountSolve(token, bits), which returns {answer, hashes}.
+// the browser, as [SolveProofOfWork] does. It has a compact SHA-256 of its
+// own: crypto.subtle needs a secure context, and costs a promise per hash.
+// It defines gatecountSolve(token, bits), which returns {answer, hashes}.
 func (p *ProofOfWork) Script() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()

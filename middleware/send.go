@@ -45,7 +45,7 @@ type SendOptions struct {
 	// Reveal answers a throttled request 429 with Retry-After and the
 	// RateLimit fields. Off by default: a throttled request, or one whose
 	// destination is malformed, gets Accepted's answer and the handler does
-	// not run, so nothing is sent and a client cannot tell whether it was
+	// not run. Nothing is sent, and a client cannot tell whether it was
 	// throttled, nor whether the destination is known.
 	Reveal bool
 	// Accepted is the answer a throttled request gets when Reveal is off.
@@ -82,11 +82,11 @@ type SendGuard struct {
 	names []string // of the budgets, for logs
 }
 
-// Send returns a guard counting in h (which it claims) every request against
-// its destination's budget and its client IP's, in one atomic store update,
-// before the handler runs. A request over either budget never reaches the
-// handler, so nothing is sent for it, and logs one line of kind
-// KindLimited naming the budget (never the client or the destination). The
+// Send returns a guard counting in h (which it claims) every request
+// against its destination's budget and its client IP's, in one atomic store
+// update, before the handler runs. A request over either budget never
+// reaches the handler, so nothing is sent for it. It logs one line of kind
+// [KindLimited] naming the budget, never the client or the destination. The
 // handler reads the destination the guard counted with Account. The body
 // may be a form, multipart/form-data or JSON (see keyfunc.BodyField).
 func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
@@ -190,7 +190,7 @@ func (g *SendGuard) count(w http.ResponseWriter, r *http.Request, next http.Hand
 }
 
 // throttled logs one line of a counted refusal, naming the budget and never
-// the client or the destination, so that an operator can tell a throttled
+// the client or the destination. An operator can so tell a throttled
 // request from one the handler found nothing to send for.
 func (g *SendGuard) throttled(d *limiter.Decision) {
 	budget := ""

@@ -57,8 +57,8 @@ func consecutiveBudget(name string, n int) (limiter.Budget, error) {
 // threshold of consecutive failures toward the cap. Past After failures
 // since the account's last success, an attempt without a known device is
 // refused, with Retry-After, until a delay has passed since the attempt
-// before it: First for the first, doubling with each further failure, up
-// to Max. The k-th consecutive attempt, k > After, waits
+// before it. The delay is First for the first, doubling with each further
+// failure, up to Max. The k-th consecutive attempt, k > After, waits
 // min(First × 2^(k-After-1), Max) after the (k-1)-th. The server never
 // sleeps.
 type Delay struct {
@@ -109,9 +109,9 @@ type SignInOptions struct {
 	// IP; zero means DefaultAccountIPFailures (5 per 15 minutes).
 	AccountIPFailures limiter.Budget
 	// AccountFailures bounds the failures of one account from all clients,
-	// looser, so that a distributed guesser is stopped while a real user
-	// on their own network is rarely locked out by strangers; zero means
-	// DefaultAccountFailures (20 per hour).
+	// looser. A distributed guesser is so stopped, while a real user on
+	// their own network is rarely locked out by strangers. Zero means
+	// [DefaultAccountFailures] (20 per hour).
 	AccountFailures limiter.Budget
 	// IPAttempts bounds the attempts, failed or not, of one client IP on
 	// all accounts: credential stuffing and password spraying; zero means
@@ -154,14 +154,14 @@ type SignInOptions struct {
 	// its value may be. The body may be a form, multipart/form-data or JSON
 	// (see keyfunc.BodyField).
 	Body keyfunc.BodyOptions
-	// Failed answers an attempt whose account the guard cannot read: a
-	// duplicate field (in any letter case), a value over the bound or that
-	// Normalize rejects, an unsupported or malformed media type, a
-	// malformed body. Such an attempt is counted against the client
-	// address's budget only, never under an empty account, and the handler
-	// does not run, since it could read an account the guard did not count.
-	// Failed must answer exactly as the handler answers a wrong password;
-	// nil means 401 with an application/problem+json body.
+	// Failed answers an attempt whose account the guard cannot read. That
+	// is a duplicate field (in any letter case), or a value over the bound
+	// or that Normalize rejects. It is also an unsupported or malformed
+	// media type, or a malformed body. Such an attempt is counted against
+	// the client address's budget only, never under an empty account. The
+	// handler does not run, since it could read an account the guard did
+	// not count. Failed must answer exactly as the handler answers a wrong
+	// password; nil means 401 with an application/problem+json body.
 	Failed http.Handler
 	// Device configures the device cookies issued on a successful sign-in;
 	// the zero value turns them on with the defaults (see DeviceOptions).
@@ -235,8 +235,8 @@ type SignInGuard struct {
 	spray   *sprayer // nil when off
 	rules   accountRules
 	// entries maps the keys of an attempt of an unknown device to the
-	// budgets of the RateLimit fields, sprayEntries those of one with a
-	// password; ipEntry and devEntry hold the entries of the address and
+	// budgets of the RateLimit fields. sprayEntries maps those of one with
+	// a password. ipEntry and devEntry hold the entries of the address and
 	// known device's attempts.
 	entries      [4]int
 	sprayEntries [6]int
@@ -289,9 +289,10 @@ const (
 // cap's key with: it counts, and never refuses.
 var deviceConsecutive = limiter.Budget{Limit: limiter.MaxLimit, Window: limiter.MaxWindow}
 
-// ownKeys are the keys of an attempt that describe the client's own use:
-// the fields of an attempt that is not refused name one of them, never the
-// account's budget, which would tell how others have used the account.
+// ownKeys are the keys of an attempt that describe the client's own use.
+// The fields of an attempt that is not refused name one of them. They never
+// name the account's budget, which would tell how others have used the
+// account.
 var ownKeys = []int{keyAccountIP, keyIP}
 
 // sprayOwn are ownKeys in an attempt with a password.
@@ -300,12 +301,13 @@ var sprayOwn = []int{keyAccountIP, keySprayIP}
 // SignIn returns a guard for a sign-in handler, counting in h (which it
 // claims). Each attempt is counted in one atomic store update against three
 // budgets: failures per (account, client IP), failures per account, and
-// attempts per client IP; and against the cap on the account's consecutive
-// failures (see ConsecutiveFailures and Delay). The attempt is charged before the handler runs, so
-// that concurrent guesses cannot all reach the password check, and when the
-// handler reports success (ReportSuccess, or a status Success accepts) the
-// account's failure is refunded, and the (account, IP) failures and the
-// account's consecutive failures are cleared.
+// attempts per client IP. It is counted against the cap on the account's
+// consecutive failures too (see ConsecutiveFailures and Delay). The attempt
+// is charged before the handler runs, so that concurrent guesses cannot all
+// reach the password check. The handler reports success with
+// [ReportSuccess], or by a status Success accepts. The account's failure is
+// then refunded, and the (account, IP) failures and the account's
+// consecutive failures are cleared.
 //
 // The guard reads the account once, and the handler reads it from the guard
 // (Account): the account checked is the one counted. An attempt whose
@@ -313,26 +315,26 @@ var sprayOwn = []int{keyAccountIP, keySprayIP}
 // answered by Failed, without the handler.
 //
 // A successful sign-in gives the client a device cookie (see
-// DeviceOptions). An attempt presenting a valid one for the account it names
-// is counted against that device's own failures budget instead of the three
-// above: strangers' failures on the account or the address never lock it
-// out, while clients without one, a distributed guesser's, keep the three
+// DeviceOptions). An attempt presenting a valid one for the account it
+// names is counted against that device's own failures budget, instead of
+// the three above. Strangers' failures on the account or the address never
+// lock it out. Clients without one, a distributed guesser's, keep the three
 // budgets.
 //
 // With Spray on, as by default, the attempt's password is counted too, by
-// its bucket (see PasswordBuckets), in the same update: a password that
-// failed against more accounts than its budget is refused on every
-// account, but from known devices. A success gives its charge back, and an
-// (account, password) pair counted before counts no more.
+// its bucket (see [PasswordBuckets]), in the same update. A password that
+// failed against more accounts than its budget is refused on every account,
+// but from known devices. A success gives its charge back, and an (account,
+// password) pair counted before counts no more.
 //
 // The guard never learns whether an account exists, so its answers for a
 // known and an unknown account are the same at every attempt count: status,
 // headers and body. The handler must keep that too: answer an unknown
 // account exactly like a wrong password, in comparable time. The RateLimit
 // fields of an attempt that is not refused describe only the client's own
-// budgets (the account from this address, the address), never how others
-// have used the account; those of a refusal name the refusing budget whose
-// window ends last, so that Retry-After is never early.
+// budgets: the account from this address, and the address. They never tell
+// how others have used the account. Those of a refusal name the refusing
+// budget whose window ends last, so that Retry-After is never early.
 func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	o.Name = cmp.Or(o.Name, "login")
 	consecutive, err := consecutiveBudget(o.Name, o.ConsecutiveFailures)
@@ -579,10 +581,10 @@ func counted(d *limiter.Decision) bool {
 	return d.Allowed && !d.Shadow && (!d.Unavailable || d.Local)
 }
 
-// delay applies the delay ladder to the attempt d admitted: past the
+// delay applies the delay ladder to the attempt d admitted. Past the
 // threshold, the attempt takes the account's one slot of the delay, which
-// it holds for the wait of the attempt after it. With no slot free it
-// gives back d, answers the refusal and reports false.
+// it holds for the wait of the attempt after it. With no slot free it gives
+// back d, answers the refusal and reports false.
 func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.Decision, a *signInAttempt) bool {
 	n := g.rules.consecutive.Limit - d.RemainingOf(keyConsecutive) // this attempt included
 	wait := g.o.Delay.wait(n + 1)
@@ -630,10 +632,10 @@ type signInAttempt struct {
 	challenged bool
 }
 
-// run runs the handler of an allowed attempt, counted (run is never
-// called for one let through uncounted), issues a device cookie with a
-// successful answer, and credits or backs off by the outcome. The charge
-// of a password on a pair counted before is given back first.
+// run runs the handler of an allowed attempt, counted; run is never called
+// for one let through uncounted. It issues a device cookie with a
+// successful answer, and credits or backs off by the outcome. The charge of
+// a password on a pair counted before is given back first.
 func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Handler, d limiter.Decision) {
 	g := a.g
 	success := func(status int) bool {
@@ -726,7 +728,7 @@ func (g *SignInGuard) event(ctx context.Context, r *http.Request, e Event) {
 }
 
 // unreadable counts an attempt whose account cannot be read against the
-// client address's budget, and answers it as Failed does, or 429 when that
+// client address's budget. It answers it as Failed does, or 429 when that
 // budget is spent; the handler does not run.
 func (g *SignInGuard) unreadable(w http.ResponseWriter, r *http.Request, ip string, exempt bool, err error) {
 	g.warn.Do(func() { g.log.Info("sign-in attempt without a readable account", "kind", KindNoKey, "err", err) })
@@ -752,10 +754,10 @@ func (g *SignInGuard) skip(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // succeeded refunds the account's failure (or clears the account's
-// failures, under rules.clearAccount) and the password's, and clears the
+// failures, under rules.clearAccount) and the password's. It clears the
 // (account, IP) failures and lock-outs, the account's consecutive failures
-// and delay, and the marker of the (account, password) pair, in one store
-// update, retried until it lands (see limiter.Limiter.Credit).
+// and delay, and the marker of the (account, password) pair. It does all in
+// one store update, retried until it lands (see limiter.Limiter.Credit).
 func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, a *signInAttempt) {
 	account, ip := a.out.account, a.ip
 	refund, cleared := make([]int, 0, 2), make([]string, 0, 6)

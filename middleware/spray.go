@@ -24,7 +24,7 @@ var DefaultPasswordSpray = limiter.Budget{Limit: 20, Window: time.Hour}
 // DefaultPasswordField is the body field SignIn reads the password from.
 const DefaultPasswordField = "password"
 
-// PasswordBuckets is how many spray counters all passwords share: a
+// PasswordBuckets is how many spray counters all passwords share. A
 // password is counted under a key of 16 bits, which every one of 65,536
 // passwords shares, so that no stored key tells a password apart.
 const PasswordBuckets = 1 << 16
@@ -91,10 +91,10 @@ func (s *sprayer) bucket(password string) uint16 {
 	return b
 }
 
-// keys returns the keys an attempt with password on account charges: the
-// password's bucket, ("password", H), and the marker of the pair,
-// ("password-account", H, ACCOUNT), which tells a pair counted once from
-// a new one.
+// keys returns the keys an attempt with password on account charges. They
+// are the password's bucket, ("password", H), and the marker of the pair,
+// ("password-account", H, ACCOUNT). The marker tells a pair counted once
+// from a new one.
 func (s *sprayer) keys(password, account string) (spray, marker string) {
 	h := bucketName(s.bucket(password))
 	return keyfunc.JoinKeys("password", h), keyfunc.JoinKeys("password-account", h, account)

@@ -58,21 +58,23 @@ func (s Standing) RefusedFrom(a netip.Addr) bool {
 
 // Unlock lets account sign in again, on every instance within about
 // limiter.AskAgain. It clears the account's failures from all clients, its
-// consecutive failures, delay and challenged attempts, and for each of addrs the account's
-// failures and lock-outs from it and its attempts budget. Afterwards the account signs in from any address whose
-// own budgets are not spent, and from every address named; any other
-// address keeps its own budgets as they were. A device's failures are left
-// alone: they are that device's. The account is normalised as the guard
-// normalises it; a name it rejects is an error matching
-// keyfunc.ErrInvalidAccount. It emits EventUnlocked.
+// consecutive failures, delay and challenged attempts. For each of addrs,
+// it clears the account's failures and lock-outs from it, and its attempts
+// budget. Afterwards the account signs in from any address whose own
+// budgets are not spent, and from every address named; any other address
+// keeps its own budgets as they were. A device's failures are left alone:
+// they are that device's. The account is normalised as the guard normalises
+// it; a name it rejects is an error matching keyfunc.ErrInvalidAccount. It
+// emits EventUnlocked.
 func (g *SignInGuard) Unlock(ctx context.Context, account string, addrs ...netip.Addr) error {
 	return g.clear(ctx, EventUnlocked, account, addrs)
 }
 
 // Recovered tells the guard that the owner of account proved it another
-// way, such as a completed password reset, from each of addrs: it clears
-// what Unlock clears, the cap on consecutive failures included, so that
-// the account signs in again from any client. It emits EventRecovered.
+// way, such as a completed password reset, from each of addrs. It clears
+// what [SignInGuard.Unlock] clears, the cap on consecutive failures
+// included, so that the account signs in again from any client. It emits
+// EventRecovered.
 func (g *SignInGuard) Recovered(ctx context.Context, account string, addrs ...netip.Addr) error {
 	return g.clear(ctx, EventRecovered, account, addrs)
 }

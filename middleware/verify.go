@@ -101,9 +101,9 @@ type VerifyOptions struct {
 // or SMS code, a TOTP, a recovery code. Build one with Verify.
 //
 // Its keys, in its own store handle, are SignInGuard's but the device's,
-// the lock-outs' and the delay's: ("account", ACCOUNT), ("account-ip",
-// ACCOUNT, IP), ("ip", IP) and ("consecutive", ACCOUNT); with a
-// Challenge, ("challenge", ACCOUNT) and ("puzzle", ID) too.
+// the lock-outs' and the delay's. They are ("account", ACCOUNT),
+// ("account-ip", ACCOUNT, IP), ("ip", IP) and ("consecutive", ACCOUNT).
+// With a Challenge, they are ("challenge", ACCOUNT) and ("puzzle", ID) too.
 type VerifyGuard struct{ g *SignInGuard }
 
 // Verify returns a guard for a handler that checks a one-time code,

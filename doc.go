@@ -1,7 +1,7 @@
-// Package gatecount is rate-limiting middleware for net/http: it throttles
+// Package gatecount is rate-limiting middleware for net/http. It throttles
 // sign-ins, password resets, codes sent and any route, counting attempts
-// exactly, in memory on one instance or in a shared store (PostgreSQL,
-// SQLite, Redis) when several instances must agree.
+// exactly. It counts in memory on one instance, or in a shared store
+// (PostgreSQL, SQLite, Redis) when several instances must agree.
 //
 // # The short form
 //
@@ -30,10 +30,10 @@
 // # Which package for what
 //
 //   - middleware: the full form. PerIP, PerCaller and New limit a route by
-//     one key; SignIn guards a sign-in form (failures per account and
-//     address, per account, attempts per address, known devices); Send
-//     guards a route that sends mail or codes (per destination and address,
-//     silently by default).
+//     one key. SignIn guards a sign-in form: failures per account and
+//     address, per account, attempts per address, and known devices. Send
+//     guards a route that sends mail or codes, per destination and address,
+//     silently by default.
 //   - limiter: budgets counted on a store, for code that is not HTTP.
 //   - keyfunc: what a request is counted by: client address behind trusted
 //     proxies, caller ID, form and JSON fields, account normalisation.
@@ -52,9 +52,9 @@
 //
 // # Examples
 //
-// examples/stdlib, examples/chi and examples/gorilla serve the same demo
-// (per-caller and per-IP routes, a sign-in form, password resets) on three
-// routers; examples/outside is an app of its own module using the short
-// forms. README.md walks through each, and RELIABILITY.md lists every promise
-// with the test that proves it.
+// examples/stdlib, examples/chi and examples/gorilla serve the same demo on
+// three routers: per-caller and per-IP routes, a sign-in form, password
+// resets. examples/outside is an app of its own module using the short
+// forms. README.md walks through each, and RELIABILITY.md lists every
+// promise with the test that proves it.
 package gatecount

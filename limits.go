@@ -62,9 +62,10 @@ func Skip(skip func(r *http.Request) bool) RouteOption {
 // safe for concurrent use.
 //
 // A limiter it cannot build (a budget out of range, a name already taken)
-// is never a way round the limit: its middleware answers every request 500
-// and runs no handler, the error is logged at once (kind KindInvalidLimit),
-// and Err returns it, so that a program can refuse to start:
+// is never a way round the limit. Its middleware answers every request 500
+// and runs no handler. The error is logged at once (kind
+// [KindInvalidLimit]), and [Limits.Err] returns it, so that a program can
+// refuse to start:
 //
 //	api := limits.PerCaller("api", 30, time.Minute)
 //	if err := limits.Err(); err != nil {
@@ -121,21 +122,21 @@ func LimitByIP(limit int, window time.Duration, opts ...RouteOption) func(http.H
 }
 
 // PerIP returns a middleware that limits each client address to limit
-// requests per window (middleware.PerIP), named name in the RateLimit
-// fields, logs and metrics, with the handle prefix name + ":". An empty
-// name is made from the budget: "ip-100-per-1m". When the store cannot
-// answer, requests go through (limiter.Allow), counted in memory when the
-// store is busy or full.
+// requests per window ([middleware.PerIP]). It is named name in the
+// RateLimit fields, logs and metrics, with the handle prefix name + ":". An
+// empty name is made from the budget: "ip-100-per-1m". When the store
+// cannot answer, requests go through (limiter.Allow), counted in memory
+// when the store is busy or full.
 func (l *Limits) PerIP(name string, limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
 	return l.build("ip", name, limit, window, middleware.PerIP, opts)
 }
 
 // PerCaller returns a middleware that limits each authenticated caller to
-// limit requests per window (middleware.PerCaller), keyed by the caller ID
-// the app's authentication middleware put in the request context with
-// keyfunc.WithCallerID; a request without one is answered 401. Names are as
-// PerIP's, made "caller-30-per-1m" when empty. When the store cannot answer
-// it counts in process memory (limiter.Local).
+// limit requests per window ([middleware.PerCaller]). It is keyed by the
+// caller ID the app's authentication middleware put in the request context
+// with [keyfunc.WithCallerID]. A request without one is answered 401. Names
+// are as PerIP's, made "caller-30-per-1m" when empty. When the store cannot
+// answer it counts in process memory (limiter.Local).
 func (l *Limits) PerCaller(name string, limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
 	return l.build("caller", name, limit, window, middleware.PerCaller, opts)
 }
@@ -161,14 +162,13 @@ func (l *Limits) failed(err error) func(http.Handler) http.Handler {
 	return refuseAll
 }
 
-// SignIn returns the middleware of a sign-in guard (middleware.SignIn),
-// on a handle with prefix o.Name + ":" ("login:" when o.Name is empty).
-// Budgets o leaves zero are Options.SignIn's (the cap, the delay
-// threshold and the password count's budget and field too; its Off either
-// turns the count off), a nil device secret is
-// Options.Secret, and the client address, shadow and networks are as for
-// PerIP; a nil Logger or Observer is l's. A guard it cannot build is
-// reported as New describes.
+// SignIn returns the middleware of a sign-in guard (middleware.SignIn), on
+// a handle with prefix o.Name + ":" ("login:" when o.Name is empty).
+// Budgets o leaves zero are Options.SignIn's: the cap, the delay threshold,
+// and the password count's budget and field too. The password count's Off
+// in either turns the count off. A nil device secret is Options.Secret. The
+// client address, shadow and networks are as for PerIP, and a nil Logger or
+// Observer is l's. A guard it cannot build is reported as New describes.
 func (l *Limits) SignIn(o middleware.SignInOptions) func(http.Handler) http.Handler {
 	o.Name = cmp.Or(o.Name, "login")
 	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, l.o.SignIn.AccountIPFailures)

@@ -1,8 +1,8 @@
 // Package config reads gatecount's settings from the environment, in one
-// place, and opens the limit store they choose. It is for any app: it reads
+// place, and opens the limit store they choose. It is for any app. It reads
 // where counts live, the secret, the bound, the trusted proxies and the
-// budgets of the sign-in and send guards; the budgets of an app's other
-// routes are the app's own (Vars reads them with the same checks).
+// budgets of the sign-in and send guards. The budgets of an app's other
+// routes are the app's own ([Vars] reads them with the same checks).
 //
 // The variables, with their defaults:
 //
@@ -34,9 +34,9 @@
 //	RATE_LIMIT_RESET_PER_IP                20  sends per address, per hour
 //
 // Each of those budgets but the consecutive cap and the delay is a limit,
-// counted by a fixed window, or a limit and an algorithm: 5,sliding (a
-// sliding window, limit at most 256), 5,bucket or 5,bucket:20 (a token
-// bucket, with its burst).
+// counted by a fixed window, or a limit and an algorithm. The algorithm is
+// 5,sliding (a sliding window, limit at most 256), or 5,bucket or
+// 5,bucket:20 (a token bucket, with its burst).
 //
 // Shadow, exemptions and blocks, for what an app builds from the
 // environment (gatecount.FromEnv):
@@ -46,13 +46,13 @@
 //	RATE_LIMIT_BLOCK_NETWORKS           unset  comma-separated CIDRs whose requests are answered 403
 //
 // A limiter in shadow counts as it would, and reports its would-be
-// refusals (metrics outcome shadow_denied, one log line per key per
-// window), but refuses nothing and adds no rate-limit fields. An exempt
+// refusals: metrics outcome shadow_denied, and one log line per key per
+// window. It refuses nothing and adds no rate-limit fields. An exempt
 // request skips the per-IP limiters and the guards' address budgets, never
 // a caller's, an account's or a destination's. A blocked request is
 // answered 403 before anything is counted; block wins over exempt. Open
-// logs a warning (KindExemptEveryone, KindBlockEveryone) when either
-// holds every IPv4 or every IPv6 address.
+// logs a warning (KindExemptEveryone, KindBlockEveryone) when either holds
+// every IPv4 or every IPv6 address.
 //
 // # Opening a store links only its driver
 //
@@ -68,9 +68,10 @@
 // import to add.
 //
 // The Redis store refuses to open on a server that may evict its keys (a
-// maxmemory with a maxmemory-policy other than noeviction): an evicted count
-// frees the budget of whoever it counted. RATE_LIMIT_REDIS_ALLOW_EVICTION=true
-// accepts such a server, and the store logs the risk.
+// maxmemory with a maxmemory-policy other than noeviction). An evicted
+// count frees the budget of whoever it counted.
+// RATE_LIMIT_REDIS_ALLOW_EVICTION=true accepts such a server, and the store
+// logs the risk.
 //
 // RATE_LIMIT_STORE chooses where counts live. Unset, it is redis when
 // RATE_LIMIT_STORE_URL or REDIS_URL is set, database when DATABASE_URL is
@@ -83,7 +84,7 @@
 // RATE_LIMIT_SINGLE_INSTANCE=true.
 //
 // TRUSTED_PROXY_HEADER names the one forwarding header the proxies of
-// TRUSTED_PROXIES set; the other header is ignored, since a client could
+// TRUSTED_PROXIES set. The other header is ignored, since a client could
 // otherwise send it through a proxy that does not overwrite it. A
 // TRUSTED_PROXIES that trusts every address (0.0.0.0/0, ::/0) lets any
 // client choose its own address: Open logs a warning of kind
@@ -286,8 +287,8 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 }
 
 // Vars reads an app's own variables, such as the budgets of its routes,
-// with FromEnv's checks: a bad value is a *VarError matching ErrInvalid,
-// and Err returns every one at once.
+// with [FromEnv]'s checks. A bad value is a *[VarError] matching
+// [ErrInvalid], and [Vars.Err] returns every one at once.
 //
 //	v := config.NewVars(os.LookupEnv)
 //	api := v.Budget("API_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute})
@@ -301,11 +302,12 @@ func NewVars(lookup func(string) (string, bool)) *Vars {
 	return &Vars{r: reader{lookup: lookup}}
 }
 
-// Budget returns the budget of def's window that the variable name sets:
-// its limit, a whole number from 1 to limiter.MaxLimit, optionally followed
-// by the algorithm (5, 5,sliding, 5,bucket or 5,bucket:20; see README's
-// "How a budget counts"). A limit alone counts by a fixed window, whatever
-// def's algorithm. It returns def when the variable is unset.
+// Budget returns the budget of def's window that the variable name sets.
+// Its value is the limit, a whole number from 1 to [limiter.MaxLimit],
+// optionally followed by the algorithm. It reads as 5, 5,sliding, 5,bucket
+// or 5,bucket:20 (see README's "How a budget counts"). A limit alone counts
+// by a fixed window, whatever def's algorithm. It returns def when the
+// variable is unset.
 func (v *Vars) Budget(name string, def limiter.Budget) limiter.Budget {
 	return v.r.budget(name, def)
 }

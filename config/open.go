@@ -46,9 +46,9 @@ var drivers = map[Kind]struct{ variable, pkg string }{
 // Open opens the store c chooses, its guard configured by o: o.Logger
 // receives its logs (nil means slog.Default()) and o.Observer, when set,
 // hears of its calls. Opening the memory store for an app that has not said
-// it runs one instance logs a warning of kind KindMemoryNotShared; a
+// it runs one instance logs a warning of kind [KindMemoryNotShared]. A
 // TRUSTED_PROXIES that trusts every address logs one of kind
-// KindTrustsEveryone. A shared store opens through the driver its package
+// [KindTrustsEveryone]. A shared store opens through the driver its package
 // registered: one the program does not import is an error matching
 // ErrNoDriver that names the import to add.
 func Open(ctx context.Context, c Config, o store.Options) (*Opened, error) {

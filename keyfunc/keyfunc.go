@@ -71,9 +71,10 @@ func misconfigured(what string) Func {
 }
 
 // JoinKeys encodes parts into one key such that distinct part lists always
-// give distinct keys: each part is written as its length in bytes in decimal,
-// a colon, and the part itself. So JoinKeys("a|b", "c") is "3:a|b1:c" and
-// JoinKeys("a", "b|c") is "1:a3:b|c". JoinKeys() is the empty string.
+// give distinct keys. Each part is written as its length in bytes in
+// decimal, a colon, and the part itself. So JoinKeys("a|b", "c") is
+// "3:a|b1:c" and JoinKeys("a", "b|c") is "1:a3:b|c". JoinKeys() is the
+// empty string.
 func JoinKeys(parts ...string) string {
 	n := 0
 	for _, p := range parts {

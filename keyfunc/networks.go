@@ -2,8 +2,8 @@ package keyfunc
 
 import "net/netip"
 
-// Networks sort client addresses for the limiters: a request from Block is
-// refused before anything is counted; one from Exempt skips the budgets of
+// Networks sort client addresses for the limiters. A request from Block is
+// refused before anything is counted. One from Exempt skips the budgets of
 // the client address, never those of an account or a destination.
 type Networks struct {
 	Exempt []netip.Prefix

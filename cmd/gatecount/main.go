@@ -4,14 +4,14 @@
 //
 //	DATABASE_URL=postgres://user@host/db go run github.com/gatecount/gatecount/cmd/gatecount migrate
 //
-// The migrate command creates or upgrades the store's tables in the database
-// DATABASE_URL names. It is idempotent and safe to run from several
-// instances at once, for PostgreSQL directly or through a pooler in any
-// mode (each migration is one transaction under a transaction-scoped
-// advisory lock); one that waits more than postgres.MigrationLockTimeout
-// (30 s) for another gives up with an error saying so. The URL's scheme
-// chooses the store: postgres:// and postgresql:// for PostgreSQL,
-// sqlite:PATH and file:PATH for SQLite.
+// The migrate command creates or upgrades the store's tables in the
+// database DATABASE_URL names. It is idempotent and safe to run from
+// several instances at once, for PostgreSQL directly or through a pooler in
+// any mode. Each migration is one transaction under a transaction-scoped
+// advisory lock. One that waits more than postgres.MigrationLockTimeout (30
+// s) for another gives up with an error saying so. The URL's scheme chooses
+// the store: postgres:// and postgresql:// for PostgreSQL, sqlite:PATH and
+// file:PATH for SQLite.
 //
 // The unlock, show and reset commands act on the counts of a running app's
 // limiters, in the store the app's environment names (DATABASE_URL or

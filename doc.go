@@ -11,7 +11,7 @@
 //	r.Use(gatecount.LimitByIP(100, time.Minute))                  // chi, gorilla/mux
 //	mux.Handle("GET /", gatecount.LimitByIP(100, time.Minute)(h)) // net/http
 //
-// With several instances, counts must be shared: FromEnv opens the store the
+// With several instances, counts must be shared: [FromEnv] opens the store the
 // environment names and limits per caller, per address, on that store. The
 // program imports the store it uses, which links its driver:
 //
@@ -24,7 +24,7 @@
 //	r.With(authenticate, limits.PerCaller("api", 30, time.Minute)).Post("/api", api)
 //
 // A limiter that cannot be built (a budget out of range, a name taken) never
-// lets requests through unlimited: its routes answer 500 and Limits.Err
+// lets requests through unlimited: its routes answer 500 and [Limits.Err]
 // returns why.
 //
 // # Which package for what

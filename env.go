@@ -10,7 +10,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// An Option configures FromEnv.
+// An Option configures [FromEnv].
 type Option func(*envOptions)
 
 type envOptions struct {
@@ -31,7 +31,7 @@ func WithLogger(log *slog.Logger) Option {
 }
 
 // WithObserver tells obs of every decision. When obs is also a
-// store.Observer (metrics.Expvar, the Prometheus Collector), it hears of
+// [store.Observer] (metrics.Expvar, the Prometheus Collector), it hears of
 // the store's calls too.
 func WithObserver(obs limiter.Observer) Option {
 	return func(o *envOptions) { o.observer = obs }
@@ -92,7 +92,7 @@ func FromEnv(ctx context.Context, opts ...Option) (*Limits, error) {
 	return l, nil
 }
 
-// FromLookup is FromEnv reading the variables through lookup, logging to
+// FromLookup is [FromEnv] reading the variables through lookup, logging to
 // log (nil means slog.Default()).
 func FromLookup(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger) (*Limits, error) {
 	return FromEnv(ctx, WithLookup(lookup), WithLogger(log))

@@ -18,7 +18,7 @@
 //	TRUSTED_PROXY_HEADER                X-Forwarded-For  the one header they set: X-Forwarded-For or Forwarded
 //	GATECOUNT_SECRET                    unset  required by the shared stores; at least 32 bytes
 //
-// and the budgets of the sign-in and send guards (middleware.SignIn, Send):
+// and the budgets of the sign-in and send guards ([middleware.SignIn], Send):
 //
 //	RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES    5  sign-in failures per account and address, per 15 minutes
 //	RATE_LIMIT_LOGIN_ACCOUNT_FAILURES      20  sign-in failures per account, per hour
@@ -51,13 +51,13 @@
 // request skips the per-IP limiters and the guards' address budgets, never
 // a caller's, an account's or a destination's. A blocked request is
 // answered 403 before anything is counted; block wins over exempt. Open
-// logs a warning (KindExemptEveryone, KindBlockEveryone) when either holds
+// logs a warning ([KindExemptEveryone], [KindBlockEveryone]) when either holds
 // every IPv4 or every IPv6 address.
 //
 // # Opening a store links only its driver
 //
-// Open opens a shared store through the driver its package registers
-// (store.RegisterURL), as database/sql drivers do, so that importing config
+// [Open] opens a shared store through the driver its package registers
+// ([store.RegisterURL]), as database/sql drivers do. Importing config so
 // links neither pgx, nor go-redis, nor SQLite. Import the store you use:
 //
 //	import _ "github.com/gatecount/gatecount/store/postgres" // DATABASE_URL=postgres://…
@@ -78,9 +78,9 @@
 // set, and memory otherwise. A Redis URL and DATABASE_URL both set, with
 // RATE_LIMIT_STORE unset, is an error naming both: set it to choose. Set it
 // to memory to keep counts in memory when DATABASE_URL or REDIS_URL serves
-// the app for other things; a URL it does not choose is not read. The
+// the app for other things. A URL it does not choose is not read. The
 // memory store is not shared: on N instances every budget is multiplied by
-// N, and Open logs a warning that says so unless
+// N. Open logs a warning that says so, unless
 // RATE_LIMIT_SINGLE_INSTANCE=true.
 //
 // TRUSTED_PROXY_HEADER names the one forwarding header the proxies of
@@ -88,12 +88,12 @@
 // otherwise send it through a proxy that does not overwrite it. A
 // TRUSTED_PROXIES that trusts every address (0.0.0.0/0, ::/0) lets any
 // client choose its own address: Open logs a warning of kind
-// KindTrustsEveryone.
+// [KindTrustsEveryone].
 //
-// A bad value stops start-up: FromEnv returns an error naming every variable
-// at fault and what it expects, never echoing a password or a query string's
-// values. A store that is chosen but cannot be opened is an error too, never
-// a silent fall back to memory.
+// A bad value stops start-up. [FromEnv] returns an error naming every
+// variable at fault and what it expects. It never echoes a password or a
+// query string's values. A store that is chosen but cannot be opened is an
+// error too, never a silent fall back to memory.
 package config
 
 import (
@@ -154,7 +154,7 @@ type Config struct {
 	BlockNetworks  []netip.Prefix // RATE_LIMIT_BLOCK_NETWORKS
 }
 
-// SignInBudgets are the budgets of a sign-in guard (middleware.SignIn),
+// SignInBudgets are the budgets of a sign-in guard ([middleware.SignIn]),
 // middleware's defaults where unset.
 type SignInBudgets struct {
 	AccountIPFailures limiter.Budget // RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES, per 15 minutes
@@ -162,16 +162,16 @@ type SignInBudgets struct {
 	IPAttempts        limiter.Budget // RATE_LIMIT_LOGIN_IP_ATTEMPTS, per hour
 	// ConsecutiveFailures caps an account's failures since its last
 	// success (RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES), at most
-	// middleware.MaxConsecutiveFailures.
+	// [middleware.MaxConsecutiveFailures].
 	ConsecutiveFailures int
 	// DelayAfter is the consecutive failures before attempts wait
-	// (RATE_LIMIT_LOGIN_DELAY_AFTER; see middleware.Delay).
+	// (RATE_LIMIT_LOGIN_DELAY_AFTER; see [middleware.Delay]).
 	DelayAfter int
 	// Spray counts failures per password (RATE_LIMIT_LOGIN_SPRAY, per
 	// hour, or off; RATE_LIMIT_LOGIN_SPRAY_FIELD).
 	Spray middleware.SprayOptions
 	// Challenge answers a refusal by an account's budget or delay with a
-	// challenge: a middleware.ProofOfWork under GATECOUNT_SECRET when
+	// challenge: a [middleware.ProofOfWork] under GATECOUNT_SECRET when
 	// RATE_LIMIT_LOGIN_CHALLENGE is pow, of RATE_LIMIT_LOGIN_CHALLENGE_BITS;
 	// nil when off.
 	Challenge middleware.Challenge
@@ -180,7 +180,7 @@ type SignInBudgets struct {
 	ChallengeAttempts limiter.Budget
 }
 
-// SendBudgets are the budgets of a send guard (middleware.Send), such as
+// SendBudgets are the budgets of a send guard ([middleware.Send]), such as
 // password resets, middleware's defaults where unset.
 type SendBudgets struct {
 	PerDestination limiter.Budget // RATE_LIMIT_RESET_PER_DESTINATION, per hour
@@ -215,12 +215,12 @@ func (c Config) SendOptions() middleware.SendOptions {
 }
 
 // IP returns the client-address settings of TRUSTED_PROXIES and
-// TRUSTED_PROXY_HEADER, for keyfunc.NewIP and every per-IP middleware.
+// TRUSTED_PROXY_HEADER, for [keyfunc.NewIP] and every per-IP middleware.
 func (c Config) IP() keyfunc.IPOptions {
 	return keyfunc.IPOptions{TrustedProxies: c.TrustedProxies, Header: c.TrustedProxyHeader}
 }
 
-// ErrInvalid is matched by every error FromEnv returns for a bad value.
+// ErrInvalid is matched by every error [FromEnv] returns for a bad value.
 var ErrInvalid = errors.New("config: invalid setting")
 
 // VarError is a bad value of one variable.
@@ -238,11 +238,11 @@ func (e *VarError) Error() string {
 	return fmt.Sprintf("%s=%q: want %s", e.Var, e.Value, e.Want)
 }
 
-// Is reports whether target is ErrInvalid.
+// Is reports whether target is [ErrInvalid].
 func (e *VarError) Is(target error) bool { return target == ErrInvalid }
 
 // FromEnv reads the configuration through lookup (os.LookupEnv, say). It
-// returns every bad value at once, joined, each a *VarError.
+// returns every bad value at once, joined, each a *[VarError].
 func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	r := reader{lookup: lookup}
 	c := Config{
@@ -312,7 +312,7 @@ func (v *Vars) Budget(name string, def limiter.Budget) limiter.Budget {
 	return v.r.budget(name, def)
 }
 
-// Err returns every bad value read so far, joined, each a *VarError; nil
+// Err returns every bad value read so far, joined, each a *[VarError]; nil
 // when there is none.
 func (v *Vars) Err() error { return errors.Join(v.r.errs...) }
 

@@ -50,7 +50,7 @@ var drivers = map[Kind]struct{ variable, pkg string }{
 // TRUSTED_PROXIES that trusts every address logs one of kind
 // [KindTrustsEveryone]. A shared store opens through the driver its package
 // registered: one the program does not import is an error matching
-// ErrNoDriver that names the import to add.
+// [ErrNoDriver] that names the import to add.
 func Open(ctx context.Context, c Config, o store.Options) (*Opened, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()

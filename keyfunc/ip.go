@@ -87,7 +87,7 @@ type IPOptions struct {
 }
 
 // IPKeyer derives keys from the client IP address. Create one with [NewIP];
-// the zero value behaves like NewIP(IPOptions{}). An IPKeyer is immutable
+// the zero value behaves like NewIP([IPOptions]{}). An IPKeyer is immutable
 // and safe for concurrent use.
 type IPKeyer struct {
 	trusted []netip.Prefix
@@ -95,7 +95,7 @@ type IPKeyer struct {
 	mode    HeaderMode
 }
 
-// NewIP returns an IPKeyer configured by opts, or an error matching
+// NewIP returns an [IPKeyer] configured by opts, or an error matching
 // [ErrInvalidOption] when IPv6Prefix is out of range, Header is unknown, or a
 // trusted prefix is invalid.
 func NewIP(opts IPOptions) (*IPKeyer, error) {

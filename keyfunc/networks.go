@@ -31,7 +31,7 @@ func inAny(ps []netip.Prefix, a netip.Addr) bool {
 }
 
 // ParseNetworks parses a comma-separated list of CIDR prefixes, as
-// ParseTrustedProxies does: "10.0.0.0/8, 192.0.2.7, 2001:db8::/32". An error
+// [ParseTrustedProxies] does: "10.0.0.0/8, 192.0.2.7, 2001:db8::/32". An error
 // matches [ErrInvalidOption] and names the element and its position.
 func ParseNetworks(s string) ([]netip.Prefix, error) {
 	return parseNetworks(s, "network")

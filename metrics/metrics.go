@@ -3,7 +3,7 @@
 // address: its labels are limiter names, handle prefixes, call names and
 // reasons, all chosen by the app.
 //
-// An Expvar is both a limiter.Observer and a store.Observer:
+// An Expvar is both a [limiter.Observer] and a [store.Observer]:
 //
 //	m := metrics.NewExpvar("gatecount")
 //	s := memory.New(memory.Options{Store: store.Options{Observer: m}})

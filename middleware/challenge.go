@@ -53,7 +53,7 @@ type Challenge interface {
 type ChallengeFor struct {
 	// Account is the account, normalised as the guard counts it.
 	Account string
-	// Addr is the client address's key (keyfunc.IPKeyer.Key).
+	// Addr is the client address's key ([keyfunc.IPKeyer.Key]).
 	Addr string
 	// Failures is how many challenged attempts on the account failed in
 	// the window of its challenge budget, for a difficulty that grows;

@@ -15,7 +15,7 @@ import (
 	"github.com/gatecount/gatecount/limiter"
 )
 
-// Defaults of DeviceOptions.
+// Defaults of [DeviceOptions].
 const (
 	// DefaultDeviceCookie names the device cookie when it is Secure with
 	// Path "/", as it is by default. Browsers take a __Host- cookie only
@@ -23,7 +23,7 @@ const (
 	DefaultDeviceCookie = "__Host-gatecount-device"
 	// PlainDeviceCookie names the device cookie when the __Host- prefix is
 	// ruled out: Insecure, or a Path other than "/". Until the next release
-	// a guard that sets DefaultDeviceCookie also reads cookies of this name,
+	// a guard that sets [DefaultDeviceCookie] also reads cookies of this name,
 	// which earlier releases set.
 	PlainDeviceCookie = "gatecount-device"
 	// MaxDeviceCookies bounds the device cookies of a request that are
@@ -54,33 +54,33 @@ type DeviceOptions struct {
 	// Off turns device cookies off: every attempt counts against the
 	// account and address budgets.
 	Off bool
-	// Cookie names the cookie. "" means DefaultDeviceCookie, or
-	// PlainDeviceCookie when Insecure or Path rules out the __Host- prefix.
+	// Cookie names the cookie. "" means [DefaultDeviceCookie], or
+	// [PlainDeviceCookie] when Insecure or Path rules out the __Host- prefix.
 	// A name set here is kept as written and is the only one read. A
 	// __Host- name needs Path "/" and Secure, a __Secure- name Secure:
 	// browsers drop such cookies otherwise, so construction refuses them.
 	Cookie string
 	// Lifetime is how long a token is valid after the sign-in that issued
 	// it (each successful sign-in issues a new one); zero means
-	// DefaultDeviceLifetime, at most MaxDeviceLifetime.
+	// [DefaultDeviceLifetime], at most [MaxDeviceLifetime].
 	Lifetime time.Duration
 	// Failures bounds the failed attempts of one device on its account;
-	// zero means DefaultDeviceFailures (5 per 15 minutes).
+	// zero means [DefaultDeviceFailures] (5 per 15 minutes).
 	Failures limiter.Budget
 	// Secret signs the tokens: at least keyhash.MinSecretLen bytes, the
 	// same on every instance of the app (GATECOUNT_SECRET). The signing key
 	// is derived from it, so the same secret may key a store. Nil means a
 	// random key of this process: tokens stop working when it restarts, and
 	// are not valid on other instances. Such a client is counted as an
-	// unknown device until it signs in again. On a shared store, SignIn
-	// then logs a warning of kind KindDeviceKeyNotShared.
+	// unknown device until it signs in again. On a shared store, [SignIn]
+	// then logs a warning of kind [KindDeviceKeyNotShared].
 	Secret []byte
 	// Insecure leaves out the cookie's Secure attribute, for development
 	// over plain HTTP. Never set it in production: the token would travel
 	// in clear.
 	Insecure bool
 	// Path is the cookie's Path; "" means "/". Any other Path rules out
-	// the __Host- prefix, so the default name is then PlainDeviceCookie,
+	// the __Host- prefix, so the default name is then [PlainDeviceCookie],
 	// which other hosts of the site can set and so plant.
 	Path string
 }

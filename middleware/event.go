@@ -9,7 +9,7 @@ import (
 
 // Event is something an app may route to its audit log or its owner: a
 // lock-out begun, a delay imposed, an unlock. A guard emits at most one
-// per account (per password bucket, for EventPasswordSprayed) per window
+// per account (per password bucket, for [EventPasswordSprayed]) per window
 // of the budget concerned, never one per request.
 // It never carries a password or a request body.
 type Event struct {

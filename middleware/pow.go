@@ -20,7 +20,7 @@ import (
 	"github.com/gatecount/gatecount/store/keyhash"
 )
 
-// Defaults and bounds of ProofOfWorkOptions.
+// Defaults and bounds of [ProofOfWorkOptions].
 const (
 	// DefaultProofOfWorkBits is the base difficulty, chosen for the served
 	// script on a phone (DESIGN.md gives its cost).
@@ -40,7 +40,7 @@ const ProofOfWorkScheme = "pow"
 // ProofOfWorkOptions configure [NewProofOfWork]. The zero value gives the
 // defaults, with a key of this process.
 type ProofOfWorkOptions struct {
-	// Secret signs the puzzles: at least keyhash.MinSecretLen bytes, the
+	// Secret signs the puzzles: at least [keyhash.MinSecretLen] bytes, the
 	// same on every instance (GATECOUNT_SECRET). The puzzle key is derived
 	// from it apart from every other use. Nil means a random key of this
 	// process: a puzzle is then answered only on the instance that issued
@@ -49,14 +49,14 @@ type ProofOfWorkOptions struct {
 	Secret []byte
 	// Bits is the difficulty of a puzzle for an account with no challenged
 	// failures: the leading zero bits of its answer's SHA-256. Zero means
-	// DefaultProofOfWorkBits.
+	// [DefaultProofOfWorkBits].
 	Bits int
 	// MaxBits caps the difficulty, which grows by a bit with each
-	// challenged failure; zero means Bits + DefaultProofOfWorkExtraBits.
-	// At most MaxProofOfWorkBits.
+	// challenged failure; zero means Bits + [DefaultProofOfWorkExtraBits].
+	// At most [MaxProofOfWorkBits].
 	MaxBits int
 	// Lifetime is how long a puzzle may be answered; zero means
-	// DefaultPuzzleLifetime, from 1s to 1h.
+	// [DefaultPuzzleLifetime], from 1s to 1h.
 	Lifetime time.Duration
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Default budgets of SendGuard.
+// Default budgets of [SendGuard].
 var (
 	DefaultPerDestination = limiter.Budget{Limit: 3, Window: time.Hour}
 	DefaultSendPerIP      = limiter.Budget{Limit: 20, Window: time.Hour}
@@ -21,22 +21,22 @@ var (
 // DefaultAcceptedBody is the body of the default Accepted answer.
 const DefaultAcceptedBody = `{"status":"accepted"}` + "\n"
 
-// SendOptions configure SendGuard. The zero value gives the defaults.
+// SendOptions configure [SendGuard]. The zero value gives the defaults.
 type SendOptions struct {
 	// Name prefixes the budgets' names: NAME-destination and NAME-ip; ""
 	// means "send".
 	Name string
 	// PerDestination bounds the requests per destination (an address, a
-	// phone number); zero means DefaultPerDestination (3 per hour).
+	// phone number); zero means [DefaultPerDestination] (3 per hour).
 	PerDestination limiter.Budget
-	// PerIP bounds the requests per client IP; zero means DefaultSendPerIP
+	// [PerIP] bounds the requests per client IP; zero means [DefaultSendPerIP]
 	// (20 per hour).
 	PerIP limiter.Budget
 	// Field is the form or JSON body field holding the destination; ""
 	// means "email".
 	Field string
 	// Normalize canonicalises the destination; nil means
-	// keyfunc.NormalizeEmail (keyfunc.NormalizePhone suits phone numbers).
+	// [keyfunc.NormalizeEmail] ([keyfunc.NormalizePhone] suits phone numbers).
 	Normalize func(string) (string, error)
 	// Body bounds how much of the body is read to find Field.
 	Body keyfunc.BodyOptions
@@ -50,12 +50,12 @@ type SendOptions struct {
 	Reveal bool
 	// Accepted is the answer a throttled request gets when Reveal is off.
 	// It must answer exactly as the handler answers a request it accepts;
-	// nil means 202 Accepted with DefaultAcceptedBody as application/json.
+	// nil means 202 Accepted with [DefaultAcceptedBody] as application/json.
 	Accepted http.Handler
 	// Unavailable is what to answer when the store is unavailable; the zero
-	// value, limiter.Default, means Local: sending stays limited per instance.
+	// value, [limiter.Default], means Local: sending stays limited per instance.
 	Unavailable limiter.Policy
-	// Observer, when set, is told of every decision (see limiter.Observer).
+	// Observer, when set, is told of every decision (see [limiter.Observer]).
 	Observer limiter.Observer
 	// Logger receives the guard's logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -73,8 +73,8 @@ type SendOptions struct {
 
 // SendGuard throttles a handler that sends something to a destination the
 // client names: password-reset mail, sign-in codes. Build one with Send.
-// Its keys are keyfunc.JoinKeys("destination", DESTINATION), normalised,
-// and keyfunc.JoinKeys("ip", IP) (see SignInGuard); Unlock clears them.
+// Its keys are [keyfunc.JoinKeys]("destination", DESTINATION), normalised,
+// and keyfunc.JoinKeys("ip", IP) (see [SignInGuard]); Unlock clears them.
 type SendGuard struct {
 	*guard
 	o     SendOptions
@@ -88,7 +88,7 @@ type SendGuard struct {
 // reaches the handler, so nothing is sent for it. It logs one line of kind
 // [KindLimited] naming the budget, never the client or the destination. The
 // handler reads the destination the guard counted with Account. The body
-// may be a form, multipart/form-data or JSON (see keyfunc.BodyField).
+// may be a form, multipart/form-data or JSON (see [keyfunc.BodyField]).
 func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 	o.Name = cmp.Or(o.Name, "send")
 	o.PerDestination = cmp.Or(o.PerDestination, DefaultPerDestination)

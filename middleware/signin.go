@@ -14,7 +14,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Default budgets of SignIn, after OWASP's guidance on authentication and
+// Default budgets of [SignIn], after OWASP's guidance on authentication and
 // credential stuffing.
 var (
 	DefaultAccountIPFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
@@ -38,7 +38,7 @@ const (
 )
 
 // ErrAboveNIST is matched by the error of a cap on consecutive failures
-// above MaxConsecutiveFailures.
+// above [MaxConsecutiveFailures].
 var ErrAboveNIST = fmt.Errorf("%w: NIST SP 800-63B allows at most %d consecutive failed attempts on an account", limiter.ErrInvalidBudget, MaxConsecutiveFailures)
 
 // consecutiveBudget returns the budget of an account's failures since its
@@ -63,11 +63,11 @@ func consecutiveBudget(name string, n int) (limiter.Budget, error) {
 // sleeps.
 type Delay struct {
 	// After is how many consecutive failures pass undelayed; zero means
-	// DefaultDelayAfter (20). At or above the cap, no attempt is delayed.
+	// [DefaultDelayAfter] (20). At or above the cap, no attempt is delayed.
 	After int
-	// First is the first delay; zero means DefaultDelayFirst (30s).
+	// First is the first delay; zero means [DefaultDelayFirst] (30s).
 	First time.Duration
-	// Max caps a delay; zero means DefaultDelayMax (1h).
+	// Max caps a delay; zero means [DefaultDelayMax] (1h).
 	Max time.Duration
 }
 
@@ -95,18 +95,18 @@ type Backoff struct {
 	// Max caps a lock-out; zero turns Backoff off.
 	Max time.Duration
 	// History is how long lock-outs are remembered; zero means
-	// DefaultBackoffHistory.
+	// [DefaultBackoffHistory].
 	History time.Duration
 }
 
-// SignInOptions configure SignIn. The zero value gives the defaults.
+// SignInOptions configure [SignIn]. The zero value gives the defaults.
 type SignInOptions struct {
 	// Name prefixes the names of the three budgets in logs and RateLimit
 	// fields: NAME-account-ip, NAME-account and NAME-ip; "" means
 	// "login".
 	Name string
 	// AccountIPFailures bounds the failures of one account from one client
-	// IP; zero means DefaultAccountIPFailures (5 per 15 minutes).
+	// IP; zero means [DefaultAccountIPFailures] (5 per 15 minutes).
 	AccountIPFailures limiter.Budget
 	// AccountFailures bounds the failures of one account from all clients,
 	// looser. A distributed guesser is so stopped, while a real user on
@@ -115,7 +115,7 @@ type SignInOptions struct {
 	AccountFailures limiter.Budget
 	// IPAttempts bounds the attempts, failed or not, of one client IP on
 	// all accounts: credential stuffing and password spraying; zero means
-	// DefaultIPAttempts (100 per hour).
+	// [DefaultIPAttempts] (100 per hour).
 	IPAttempts limiter.Budget
 	// Backoff lengthens repeated lock-outs; the zero value is off.
 	Backoff Backoff
@@ -123,7 +123,7 @@ type SignInOptions struct {
 	// success, whatever the windows (NAME-consecutive). At the cap the
 	// account admits no client without a known device until Unlock or
 	// Recovered; known devices still sign in, and their successes no longer
-	// clear the count. Zero means MaxConsecutiveFailures (100), which also
+	// clear the count. Zero means [MaxConsecutiveFailures] (100), which also
 	// bounds it.
 	ConsecutiveFailures int
 	// Delay makes further attempts wait from a threshold toward the cap
@@ -135,7 +135,7 @@ type SignInOptions struct {
 	// guard writes a challenged refusal itself, never OnLimit.
 	Challenge Challenge
 	// ChallengeBudget bounds an account's challenged attempts
-	// (NAME-challenge); zero means DefaultChallengeBudget (10 per hour).
+	// (NAME-challenge); zero means [DefaultChallengeBudget] (10 per hour).
 	ChallengeBudget limiter.Budget
 	// OnEvent, when set, is told of each Event of the guard's accounts, on
 	// the request's goroutine: it must not block for long.
@@ -144,15 +144,15 @@ type SignInOptions struct {
 	// means "username".
 	Field string
 	// Spray counts failures per password across accounts and addresses
-	// (NAME-spray); the zero value turns it on (see SprayOptions).
+	// (NAME-spray); the zero value turns it on (see [SprayOptions]).
 	Spray SprayOptions
 	// Normalize canonicalises the account name; nil means
-	// keyfunc.NormalizeUsername. A name it rejects is treated as an
+	// [keyfunc.NormalizeUsername]. A name it rejects is treated as an
 	// unreadable account (see Failed).
 	Normalize func(string) (string, error)
 	// Body bounds how much of the body is read to find Field, and how long
 	// its value may be. The body may be a form, multipart/form-data or JSON
-	// (see keyfunc.BodyField).
+	// (see [keyfunc.BodyField]).
 	Body keyfunc.BodyOptions
 	// Failed answers an attempt whose account the guard cannot read. That
 	// is a duplicate field (in any letter case), or a value over the bound
@@ -164,7 +164,7 @@ type SignInOptions struct {
 	// password; nil means 401 with an application/problem+json body.
 	Failed http.Handler
 	// Device configures the device cookies issued on a successful sign-in;
-	// the zero value turns them on with the defaults (see DeviceOptions).
+	// the zero value turns them on with the defaults (see [DeviceOptions]).
 	Device DeviceOptions
 	// IP configures the client address (trusted proxies, IPv6 prefix).
 	IP keyfunc.IPOptions
@@ -181,13 +181,13 @@ type SignInOptions struct {
 	// ends last (d.RetryAfter is the first refusing budget's).
 	OnLimit func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
 	// Unavailable is what to answer when the store is unavailable; the zero
-	// value, limiter.Default, means Local: guessing stays limited per instance, and users can still
+	// value, [limiter.Default], means Local: guessing stays limited per instance, and users can still
 	// sign in.
 	Unavailable limiter.Policy
 	// UnavailableRetryAfter is the Retry-After of a 503; 0 means
-	// DefaultUnavailableRetryAfter.
+	// [DefaultUnavailableRetryAfter].
 	UnavailableRetryAfter time.Duration
-	// Observer, when set, is told of every decision (see limiter.Observer).
+	// Observer, when set, is told of every decision (see [limiter.Observer]).
 	Observer limiter.Observer
 	// Logger receives the guard's logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -204,11 +204,11 @@ type SignInOptions struct {
 	Networks keyfunc.Networks
 }
 
-// SignInGuard throttles a sign-in handler. Build one with SignIn.
+// SignInGuard throttles a sign-in handler. Build one with [SignIn].
 //
 // Its keys, in the store handle it counts in, are part of its contract.
 // ACCOUNT is the normalised account, IP the client's key
-// (keyfunc.IPKeyer.AddrKey), and each key is keyfunc.JoinKeys of the parts:
+// ([keyfunc.IPKeyer.AddrKey]), and each key is [keyfunc.JoinKeys] of the parts:
 //
 //	("account", ACCOUNT)              failures of the account: NAME-account
 //	("account-ip", ACCOUNT, IP)       failures of the account from IP: NAME-account-ip
@@ -223,7 +223,7 @@ type SignInOptions struct {
 //	("puzzle", ID)                    an answered challenge, until it expires
 //
 // H is a password's bucket, 4 hexadecimal digits of 16 bits (see
-// PasswordBuckets): no key holds more of a password.
+// [PasswordBuckets]): no key holds more of a password.
 //
 // Unlock and Recovered clear an account's keys, Show reads them, and the
 // limiter's Reset clears any one of them.
@@ -315,7 +315,7 @@ var sprayOwn = []int{keyAccountIP, keySprayIP}
 // answered by Failed, without the handler.
 //
 // A successful sign-in gives the client a device cookie (see
-// DeviceOptions). An attempt presenting a valid one for the account it
+// [DeviceOptions]). An attempt presenting a valid one for the account it
 // names is counted against that device's own failures budget, instead of
 // the three above. Strangers' failures on the account or the address never
 // lock it out. Clients without one, a distributed guesser's, keep the three
@@ -460,7 +460,7 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 }
 
 // ReadAccount returns the account named in r's body as the guard counts it:
-// the name normalised. It fails, with an error matching keyfunc.ErrNoKey,
+// the name normalised. It fails, with an error matching [keyfunc.ErrNoKey],
 // when the body cannot be read (see SignInOptions.Failed) or Normalize
 // rejects the name. The body is restored for the handler.
 func (g *SignInGuard) ReadAccount(r *http.Request) (string, error) {

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Algorithm is how a budget counts. The zero value is FixedWindow.
+// Algorithm is how a budget counts. The zero value is [FixedWindow].
 type Algorithm uint8
 
 // The algorithms a budget may count by.
@@ -16,16 +16,16 @@ const (
 	FixedWindow Algorithm = iota
 	// SlidingWindow allows at most Limit units in any span of length
 	// Window. It keeps the time of each unit admitted in the last Window,
-	// so Limit is at most MaxSlidingLimit.
+	// so Limit is at most [MaxSlidingLimit].
 	SlidingWindow
 	// TokenBucket refills Limit units per Window evenly, up to Burst
 	// (Limit when 0): the generic cell rate algorithm (GCRA).
 	TokenBucket
 )
 
-// MaxSlidingLimit is the highest Limit of a SlidingWindow budget. Its state
+// MaxSlidingLimit is the highest Limit of a [SlidingWindow] budget. Its state
 // is the time of every unit in the window, 14 bytes each as JSON, and must
-// fit in MaxValueSize.
+// fit in [MaxValueSize].
 const MaxSlidingLimit = 256
 
 // String names the algorithm as configuration spells it: "fixed",
@@ -48,7 +48,7 @@ func (a Algorithm) String() string {
 const maxBucketSpan = 1 << 46
 
 // Capacity is the most units a key may hold under b at once: Burst for a
-// TokenBucket that sets it, Limit otherwise.
+// [TokenBucket] that sets it, Limit otherwise.
 func (b Budget) Capacity() int64 {
 	if b.Algorithm == TokenBucket && b.Burst > 0 {
 		return int64(b.Burst)
@@ -56,7 +56,7 @@ func (b Budget) Capacity() int64 {
 	return int64(b.Limit)
 }
 
-// Interval is how long a TokenBucket budget takes to refill one unit,
+// Interval is how long a [TokenBucket] budget takes to refill one unit,
 // Window divided by Limit, rounded up to the microsecond. It is 0 for the
 // other algorithms.
 func (b Budget) Interval() time.Duration {
@@ -328,7 +328,7 @@ func (u *units) take(e *Entry, n int64) {
 // time, to the millisecond). It returns the units in use, and when that
 // number next drops (when one more unit is admitted). The time is zero when
 // none are in use. A value that is not b's state is an error matching
-// ErrNotCounter.
+// [ErrNotCounter].
 func (b Budget) Units(now time.Time, e Entry) (count int64, next time.Time, err error) {
 	u, err := readUnits(now.UnixMilli(), &e, b)
 	if err != nil || u.next == 0 {
@@ -362,7 +362,7 @@ func (b Budget) TakeUnits(now time.Time, e *Entry, n int64) error {
 	return nil
 }
 
-// ChargeBucket is KeyTally.Charge for a TokenBucket budget b, on the key's
+// ChargeBucket is [KeyTally.Charge] for a [TokenBucket] budget b, on the key's
 // state itself: tat, its theoretical arrival time in Unix microseconds (0
 // for a key with none). It is for a store that keeps buckets as numbers
 // rather than as values ([AppendBucket]). It takes k.Now, sets the rest of
@@ -394,12 +394,12 @@ func AppendBucket(dst []byte, tat int64) []byte {
 	return append(AppendCount(dst, tat), '}')
 }
 
-// BucketOf reads v as a token bucket's value, as AppendBucket writes it,
+// BucketOf reads v as a token bucket's value, as [AppendBucket] writes it,
 // and reports whether it is one, without allocating.
 func BucketOf(v []byte) (tat int64, ok bool) { return bucketOf(v) }
 
 // Span is the longest a unit stays in use under b: Window, or for a
-// TokenBucket the time it takes to refill from empty (Capacity times
+// [TokenBucket] the time it takes to refill from empty (Capacity times
 // Interval). Units counted now have all dropped a Span later.
 func (b Budget) Span() time.Duration {
 	if b.Algorithm == TokenBucket {

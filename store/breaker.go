@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Defaults of BreakerOptions.
+// Defaults of [BreakerOptions].
 const (
 	DefaultBreakerFailures = 5
 	DefaultBreakerCooldown = time.Second
@@ -29,10 +29,10 @@ var ErrBreakerOpen = errors.New("breaker open after repeated failures")
 // open nor close it.
 type BreakerOptions struct {
 	// Failures in a row that open the breaker; 0 means
-	// DefaultBreakerFailures, a negative value turns the breaker off.
+	// [DefaultBreakerFailures], a negative value turns the breaker off.
 	Failures int
 	// Cooldown is how long the breaker stays open before a probe; 0 means
-	// DefaultBreakerCooldown.
+	// [DefaultBreakerCooldown].
 	Cooldown time.Duration
 }
 

@@ -18,16 +18,16 @@ const MaxCountKeys = 8
 // (limiter.Budget is this type).
 type Budget struct {
 	// Limit is the highest count the key may reach, at least 1 (for a
-	// TokenBucket, the units refilled per Window).
+	// [TokenBucket], the units refilled per Window).
 	Limit int
 	// Window is how long a counter lives from its first count, at least a
-	// millisecond in a Count (MinWindow for a limiter); it is kept to the
+	// millisecond in a Count ([MinWindow] for a limiter); it is kept to the
 	// millisecond.
 	Window time.Duration
-	// Burst is a TokenBucket's capacity; 0 means Limit. Other algorithms
+	// Burst is a [TokenBucket]'s capacity; 0 means Limit. Other algorithms
 	// leave it 0.
 	Burst int
-	// Algorithm is how the budget counts; the zero value is FixedWindow.
+	// Algorithm is how the budget counts; the zero value is [FixedWindow].
 	Algorithm Algorithm
 }
 
@@ -67,7 +67,7 @@ func (b Budget) Validate() error {
 }
 
 // String formats the budget as "5 per 15m0s", followed by the algorithm
-// when it is not FixedWindow: "5 per 15m0s, sliding", "10 per 1s, bucket
+// when it is not [FixedWindow]: "5 per 15m0s, sliding", "10 per 1s, bucket
 // of 50".
 func (b Budget) String() string {
 	switch {
@@ -119,7 +119,7 @@ type KeyTally struct {
 // the results of the generic Count, which runs on Update. It must keep each
 // counter as the generic Count does. For a fixed window that is a JSON
 // integer value expiring at the end of its window; the other algorithms'
-// values are in algorithm.go. Unless it also offers AlgorithmCounter, it is
+// values are in algorithm.go. Unless it also offers [AlgorithmCounter], it is
 // given only budgets of fixed windows. The guard calls it for a backend
 // that is not [Inline]. The contract suite checks both promises. The suite
 // also calls Count directly, since the guard counts through CountOne and
@@ -135,7 +135,7 @@ type Counter interface {
 
 // AlgorithmCounter is an optional capability of a Counter whose Count
 // follows every Algorithm, in one step. On a Counter without it, a Count
-// with a budget other than a FixedWindow runs the generic Count, through
+// with a budget other than a [FixedWindow] runs the generic Count, through
 // Update.
 type AlgorithmCounter interface {
 	Counter
@@ -146,14 +146,14 @@ type AlgorithmCounter interface {
 // ErrInvalidCount is returned by Count for caps or an amount out of range.
 var ErrInvalidCount = errors.New("store: invalid count")
 
-// ErrNotCounter is returned by ParseCount for a value that is not a count.
+// ErrNotCounter is returned by [ParseCount] for a value that is not a count.
 var ErrNotCounter = errors.New("store: value is not a count")
 
 // Count adds n to the counter of each of keys, all or nothing. When every
 // key's count plus n stays within its cap, each is counted; a key with no
 // live counter starts one. Otherwise none is, and the Tally says which key
 // had no room. Each key counts by its budget's Algorithm (the rule is
-// Tally.Charge), and one Count may mix them. It is the counter limiters are
+// [Tally.Charge]), and one Count may mix them. It is the counter limiters are
 // built on, done by the store in one step where it offers Counter or
 // Inline, and through Update where it does not. On error the Tally is the
 // zero Tally with Limiting -1.
@@ -173,7 +173,7 @@ func (h *Handle) CountInto(ctx context.Context, keys []string, caps []Budget, n 
 	return h.checkedCount(ctx, keys, caps, n, t)
 }
 
-// CountKey is Count on one key, with its outcome as a KeyTally: the path of
+// CountKey is Count on one key, with its outcome as a [KeyTally]: the path of
 // a one-key limit. Its arguments and result fit in registers. On a store in
 // process memory it runs the backend's CountOne with no Tally at all. On
 // error the KeyTally is the zero KeyTally.
@@ -297,7 +297,7 @@ func (h *Handle) countInlineApplied(ctx context.Context, keys []string, caps []B
 	return nil
 }
 
-// Key returns the outcome of a one-key Count, t, as a KeyTally: what a
+// Key returns the outcome of a one-key Count, t, as a [KeyTally]: what a
 // CountOne done by CountInline returns.
 func (t *Tally) Key() KeyTally {
 	k := KeyTally{Allowed: t.Allowed, Count: t.Counts[0], Now: t.Now.UnixMilli()}
@@ -503,7 +503,7 @@ func windowEnd(now time.Time, b Budget) time.Time {
 }
 
 // ParseCount reads a counter's value: a JSON integer of at least zero, in
-// the one form AppendCount writes (digits only, no leading zero).
+// the one form [AppendCount] writes (digits only, no leading zero).
 func ParseCount(v []byte) (int64, error) {
 	n, ok := CountOf(v)
 	if !ok {

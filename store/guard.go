@@ -26,22 +26,22 @@ type Options struct {
 	// never a key.
 	Logger *slog.Logger
 	// Deadline bounds every call in the backend, and its wait for a slot
-	// apart; 0 means DefaultDeadline. A call past it is answered as
+	// apart; 0 means [DefaultDeadline]. A call past it is answered as
 	// unavailable even if it still runs in the backend.
 	Deadline time.Duration
 	// MaxInFlight bounds the calls running in the backend at once, including
 	// those answered past their deadline that have not yet returned; 0 means
-	// DefaultMaxInFlight. A call past it waits for a slot, on its own
+	// [DefaultMaxInFlight]. A call past it waits for a slot, on its own
 	// goroutine, up to its deadline (see MaxQueued and Patient). Calls to an Inline
 	// backend (the memory store) are not bounded: they never wait on I/O,
 	// so they cannot pile up behind a slow store.
 	MaxInFlight int
 	// MaxQueued bounds the calls of one handle that may wait for a slot at
-	// once; 0 means DefaultMaxQueued. Slots go to the handles with calls
+	// once; 0 means [DefaultMaxQueued]. Slots go to the handles with calls
 	// waiting in turn, and within a handle first come first served. A call
-	// is answered unavailable (ReasonOverloaded) only when its handle's
-	// queue is full (ErrQueueFull) or its deadline passes while it waits
-	// (ErrWaitedOut). Each waiting call costs about 200 bytes.
+	// is answered unavailable ([ReasonOverloaded]) only when its handle's
+	// queue is full ([ErrQueueFull]) or its deadline passes while it waits
+	// ([ErrWaitedOut]). Each waiting call costs about 200 bytes.
 	MaxQueued int
 	// Breaker configures the breaker; the zero value gives its defaults.
 	Breaker BreakerOptions
@@ -52,7 +52,7 @@ type Options struct {
 	Observer Observer
 	// Announce is how often this instance announces itself in a shared
 	// store, so that every instance knows how many share it (see
-	// Store.Share); 0 means DefaultAnnounce. A member is counted for thirty
+	// [Store.Share]); 0 means [DefaultAnnounce]. A member is counted for thirty
 	// intervals after its last announcement.
 	Announce time.Duration
 }
@@ -157,7 +157,7 @@ type backingPrefix struct {
 
 // Handle returns a new handle whose keys live under prefix. A prefix can have
 // one handle on a backing at a time: a second is refused with
-// ErrDuplicatePrefix until the store holding the first is closed.
+// [ErrDuplicatePrefix] until the store holding the first is closed.
 func (s *Store) Handle(prefix string) (*Handle, error) {
 	if prefix == "" || len(prefix) > MaxPrefixLen {
 		return nil, fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidPrefix, prefix, MaxPrefixLen)
@@ -388,8 +388,8 @@ func (h *Handle) Store() *Store { return h.s }
 func (h *Handle) Shared() bool { return h.s.b.Shared() }
 
 // Claim records that owner, a limiter's name, counts through this handle. A
-// handle can be claimed once: a second claim returns a *ReuseError matching
-// ErrStoreReuse that names both claimants. A name can be claimed once per
+// handle can be claimed once: a second claim returns a *[ReuseError] matching
+// [ErrStoreReuse] that names both claimants. A name can be claimed once per
 // store. A second limiter of the store with the same name is refused with a
 // *[NameError] matching [ErrDuplicateName]. Its RateLimit fields, logs and
 // metrics could not be told from the first's.

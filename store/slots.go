@@ -27,7 +27,7 @@ var (
 // WaitedOut returns the answer to a call whose context ended, with err,
 // while it waited for what. That may be a connection of a pool, a writer, a
 // batch, or the turn of its keys. A wait is overload, never a failure: the
-// error matches ErrWaitedOut and has ReasonOverloaded, so that the call
+// error matches [ErrWaitedOut] and has [ReasonOverloaded], so that the call
 // neither opens the breaker nor lets an attempt through uncounted. Backends
 // use it for the waits of their own.
 func WaitedOut(what string, err error) error {

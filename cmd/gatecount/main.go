@@ -22,11 +22,11 @@
 //	gatecount show -limiter NAME -key KEY [-json]
 //	gatecount reset -limiter NAME -key KEY [-json]
 //
-// -account acts on the sign-in guard named login, or the one -limiter names,
-// with the budgets of RATE_LIMIT_LOGIN_*; -key on one key of any limiter.
-// A change reaches every instance within about a second. A secret the
-// store's live entries were not written under is an error, never a silent
-// reset of nothing.
+// -account acts on the sign-in guard named login, or the one -limiter
+// names, with the budgets of RATE_LIMIT_LOGIN_*. -key acts on one key of
+// any limiter. A change reaches every instance within about a second. A
+// secret the store's live entries were not written under is an error, never
+// a silent reset of nothing.
 //
 // Exit status: 0 on success, 1 when the command failed (a store it cannot
 // reach, a secret that does not match), 2 on a usage error.

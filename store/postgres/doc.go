@@ -20,22 +20,22 @@
 //
 // # Schema
 //
-// Migrate creates the table gatecount_entries, its index and two functions,
-// from SQL embedded in this package, and records each migration in
-// gatecount_migrations; so does
-// `go run github.com/gatecount/gatecount/cmd/gatecount migrate`. It is
-// idempotent, and every instance may run it at once, directly or through a
-// pooler. A migration waits at most MigrationLockTimeout for another, then
-// gives up with an error matching ErrMigrationLocked. New refuses a database
-// without the current schema with an error matching ErrNotMigrated; Version
-// tells the schema a database has. Instances built for schema 1 must not run
-// beside instances built for schema 2.
+// [Migrate] creates the table gatecount_entries, its index and two
+// functions, from SQL embedded in this package. It records each migration
+// in gatecount_migrations. `go run
+// github.com/gatecount/gatecount/cmd/gatecount migrate` does the same. It
+// is idempotent, and every instance may run it at once, directly or through
+// a pooler. A migration waits at most [MigrationLockTimeout] for another,
+// then gives up with an error matching [ErrMigrationLocked]. New refuses a
+// database without the current schema with an error matching
+// [ErrNotMigrated]; Version tells the schema a database has. Instances built
+// for schema 1 must not run beside instances built for schema 2.
 //
 // # Keys and secrets
 //
-// No key is stored: a row is named by the HMAC-SHA-256 of the handle's
-// prefix and the key under Options.Secret (see package keyhash), and records
-// the secret's fingerprint. The secret is required (ErrNoSecret,
+// No key is stored. A row is named by the HMAC-SHA-256 of the handle's
+// prefix and the key under Options.Secret (see package keyhash). It records
+// the secret's fingerprint. The secret is required ([ErrNoSecret],
 // keyhash.ErrWeakSecret say how to make one) and must be the same on every
 // instance. After it changes, instances under the new one neither read nor
 // count the old rows, which go when they expire.
@@ -73,15 +73,16 @@
 // # Bound, sweep and faults
 //
 // A store holds at most Options.MaxEntries live entries of its secret
-// (store.DefaultMaxEntriesDatabase by default); near the bound every new
+// ([store.DefaultMaxEntriesDatabase] by default). Near the bound, every new
 // key is admitted exactly, across instances. Expired rows are removed when
 // the store starts and every Options.SweepInterval (5 minutes), in small
 // batches that never wait for a count. The guard of package store answers
-// every call within its deadline and opens a handle's breaker after
-// repeated failures; nothing needs restarting when the database comes back.
+// every call within its deadline, and opens a handle's breaker after
+// repeated failures. Nothing needs restarting when the database comes back.
 // Errors wrap pgx's with what the store was doing; logs carry a stable
 // "kind" attribute and never a key.
 //
-// DESIGN.md, beside this file, has the SQL of every path, its locks and
-// round trips, how the bound is estimated, and how the benchmarks are run.
+// DESIGN.md, beside this file, has the SQL of every path, with its locks
+// and round trips. It tells how the bound is estimated, and how the
+// benchmarks are run.
 package postgres

@@ -79,7 +79,7 @@ func (e *ConnectError) Error() string {
 // Unwrap returns pgx's error.
 func (e *ConnectError) Unwrap() error { return e.Err }
 
-// Is reports whether target is store.ErrUnavailable: the database did not
+// Is reports whether target is [store.ErrUnavailable]: the database did not
 // answer.
 func (e *ConnectError) Is(target error) bool { return target == store.ErrUnavailable }
 

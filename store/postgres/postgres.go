@@ -39,16 +39,16 @@ var ErrNoSecret = errors.New("postgres: no secret: set Options.Secret")
 // of every other field gives its default.
 type Options struct {
 	// Secret keys the HMAC under which keys are stored, at least
-	// keyhash.MinSecretLen bytes; it is required (ErrNoSecret when empty,
-	// keyhash.ErrWeakSecret when short). Every instance of an app must use
+	// [keyhash.MinSecretLen] bytes; it is required ([ErrNoSecret] when empty,
+	// [keyhash.ErrWeakSecret] when short). Every instance of an app must use
 	// the same secret to share counts.
 	Secret []byte
 	// MaxEntries bounds the live entries of this secret; 0 means
-	// store.DefaultMaxEntriesDatabase (1,000,000).
+	// [store.DefaultMaxEntriesDatabase] (1,000,000).
 	MaxEntries int
 	// SweepInterval is how often expired rows are removed in the
 	// background, after a first sweep when the store starts; 0 means
-	// DefaultSweepInterval.
+	// [DefaultSweepInterval].
 	SweepInterval time.Duration
 	// SyncCommit makes every count wait until its transaction's WAL is
 	// flushed to disk before it answers. By default (false) a count's
@@ -65,7 +65,7 @@ type Options struct {
 	// all the same.
 	SyncCommit bool
 	// CountInterval is how often the approximate count of live entries the
-	// bound relies on is made exact again; 0 means DefaultCountInterval.
+	// bound relies on is made exact again; 0 means [DefaultCountInterval].
 	CountInterval time.Duration
 	// Store configures the guard.
 	Store store.Options
@@ -91,7 +91,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, o Options) (*store.Store, erro
 	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, pool, o) })
 }
 
-// Backend is the PostgreSQL store's store.Backend and store.Counter. Most
+// Backend is the PostgreSQL store's [store.Backend] and [store.Counter]. Most
 // code wants New, which wraps it in the guard.
 type Backend struct {
 	pool       *pgxpool.Pool
@@ -122,7 +122,7 @@ type Backend struct {
 
 // NewBackend returns the PostgreSQL backend and starts its background
 // sweep and count. o.Store should already have its defaults (see
-// store.Options.WithDefaults).
+// [store.Options.WithDefaults]).
 func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: nil pool")
@@ -362,7 +362,7 @@ func (b *Backend) addEstimate(d int64) {
 	}
 }
 
-// Read implements store.Backend in one statement, judged on the database
+// Read implements [store.Backend] in one statement, judged on the database
 // server's clock.
 func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]store.Entry, error) {
 	hashes := make([][]byte, len(keys))
@@ -427,7 +427,7 @@ func (b *Backend) runAcquired(ctx context.Context, acquired func(), i int, each 
 	return r.one(i, rowFn, args...)
 }
 
-// Count implements store.Counter. A single key far from the bound is
+// Count implements [store.Counter]. A single key far from the bound is
 // counted by one plain statement. That is sqlCountOne, or sqlCountMany for
 // the single-key counts of several calls at once (see countOne). Anything
 // else is counted by one call of the function gatecount_count. Either is
@@ -624,8 +624,8 @@ func (b *Backend) read1(ctx context.Context, hash []byte) (val []byte, now, exp 
 	return val, time.UnixMilli(now.UnixMilli()), exp, err
 }
 
-// Sweep implements store.Backend: it deletes expired rows, of every secret,
-// in statements of at most SweepBatch rows each, until none is left, and
+// Sweep implements [store.Backend]: it deletes expired rows, of every secret,
+// in statements of at most [SweepBatch] rows each, until none is left, and
 // returns how many went.
 func (b *Backend) Sweep(ctx context.Context) (int, error) {
 	b.sweepMu.Lock()

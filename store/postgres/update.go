@@ -16,7 +16,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Update implements store.Backend in one transaction of its own, on a
+// Update implements [store.Backend] in one transaction of its own, on a
 // connection of the pool, in two round trips. See the package
 // documentation.
 func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {

@@ -13,7 +13,7 @@ import (
 // float64, exact to 2^53.
 const maxExact = 1 << 52
 
-// Count implements store.Counter: one script, one round trip; countScript
+// Count implements [store.Counter]: one script, one round trip; countScript
 // for fixed windows alone, algoScript for any other algorithm among caps.
 func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) (err error) {
 	defer poolWait(&err)

@@ -17,7 +17,7 @@ import (
 //
 //	goredis.SetLogger(redis.NewRedisLogger(logger))
 //
-// OpenURL does so with the store's logger, which then also carries the
+// [OpenURL] does so with the store's logger, which then also carries the
 // lines of any other go-redis client in the process; New leaves go-redis's
 // logger alone. go-redis may log a line for every call that fails while a
 // server is down. A RedisLogger passes on the first ten, then one every ten
@@ -27,7 +27,7 @@ type RedisLogger struct {
 	every rate.Sometimes
 }
 
-// NewRedisLogger returns a RedisLogger writing to log (nil means
+// NewRedisLogger returns a [RedisLogger] writing to log (nil means
 // slog.Default()).
 func NewRedisLogger(log *slog.Logger) *RedisLogger {
 	if log == nil {

@@ -35,24 +35,24 @@ var ErrCorrupt = errors.New("redis: value not in the store's encoding")
 // Options configure a Redis store.
 type Options struct {
 	// Secret keys the HMAC that names every key; at least
-	// keyhash.MinSecretLen bytes, the same on every instance of the app.
+	// [keyhash.MinSecretLen] bytes, the same on every instance of the app.
 	Secret []byte
 	// MaxEntries bounds the live entries under Secret; 0 means
-	// store.DefaultMaxEntriesDatabase (1,000,000).
+	// [store.DefaultMaxEntriesDatabase] (1,000,000).
 	MaxEntries int
 	// MaxRetries bounds how many times an Update that conflicts with
 	// concurrent updates of its keys is started over; 0 means
-	// DefaultMaxRetries. Past it, the Update is answered unavailable
-	// (ReasonOverloaded, ErrContention).
+	// [DefaultMaxRetries]. Past it, the Update is answered unavailable
+	// (ReasonOverloaded, [ErrContention]).
 	MaxRetries int
 	// SweepInterval is how often the store sweeps in the background; 0
-	// means DefaultSweepInterval.
+	// means [DefaultSweepInterval].
 	SweepInterval time.Duration
 	// AllowEviction accepts a Redis that may evict live entries (a
 	// maxmemory with a maxmemory-policy other than noeviction), which New
-	// otherwise refuses (ErrEvicting). An evicted count frees the budget of
-	// whoever it counted: the store logs an error of kind KindEvicting at
-	// start, and of kind KindEvicted whenever keys were evicted.
+	// otherwise refuses ([ErrEvicting]). An evicted count frees the budget of
+	// whoever it counted: the store logs an error of kind [KindEvicting] at
+	// start, and of kind [KindEvicted] whenever keys were evicted.
 	AllowEviction bool
 	// Store configures the guard.
 	Store store.Options
@@ -67,7 +67,7 @@ func New(ctx context.Context, c goredis.UniversalClient, o Options) (*store.Stor
 	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, c, o) })
 }
 
-// Backend is the Redis store's store.Backend and store.Counter. Most code
+// Backend is the Redis store's [store.Backend] and [store.Counter]. Most code
 // wants New, which wraps it in the guard; Store.Backend returns it.
 type Backend struct {
 	c          goredis.UniversalClient
@@ -116,7 +116,7 @@ type space struct {
 }
 
 // NewBackend returns the backend New wraps, and starts its background sweep.
-// o.Store should already have its defaults (see store.Options.WithDefaults).
+// o.Store should already have its defaults (see [store.Options.WithDefaults]).
 func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Backend, error) {
 	h, err := keyhash.New(o.Secret)
 	if err != nil {
@@ -218,7 +218,7 @@ func (b *Backend) Misses() uint64 { return b.misses.Load() }
 func (b *Backend) Live() int { return int(b.total.Load()) }
 
 // Close stops the background sweep and waits for it; the client is closed
-// if the store opened it (OpenURL). Close is idempotent.
+// if the store opened it ([OpenURL]). Close is idempotent.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.sweeper.Stop()

@@ -14,7 +14,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// ErrEvicting is matched by the error New and OpenURL return for a Redis
+// ErrEvicting is matched by the error New and [OpenURL] return for a Redis
 // that may evict live entries: one with a maxmemory limit and a
 // maxmemory-policy other than noeviction. Every entry has a TTL, so even
 // the volatile-* policies evict them, and an evicted count frees the budget

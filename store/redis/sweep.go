@@ -8,7 +8,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Sweep implements store.Backend. Redis removes expired entries by itself.
+// Sweep implements [store.Backend]. Redis removes expired entries by itself.
 // Sweep removes the expired members of every live index under the secret,
 // and recounts the live entries under each tag (which the bound uses). It
 // returns how many expired entries it removed from the indexes.

@@ -9,7 +9,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Update implements store.Backend.
+// Update implements [store.Backend].
 //
 // Updates of one key from this process take turns, under a local lock, so
 // that they never conflict with each other; only other processes' updates

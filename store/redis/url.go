@@ -14,7 +14,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// ErrURL is matched by the error OpenURL returns for a URL it cannot use.
+// ErrURL is matched by the error [OpenURL] returns for a URL it cannot use.
 // The error never repeats the URL's password.
 var ErrURL = errors.New("redis: invalid Redis URL")
 

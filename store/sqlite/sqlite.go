@@ -46,28 +46,28 @@ const (
 // every other field gives its default.
 type Options struct {
 	// Secret names keys (HMAC-SHA-256) and tells this app's rows from those
-	// written under another secret; at least keyhash.MinSecretLen bytes.
+	// written under another secret; at least [keyhash.MinSecretLen] bytes.
 	// Every process sharing the counts must use the same secret.
 	Secret []byte
 	// MaxEntries bounds the rows held under Secret; 0 means
-	// store.DefaultMaxEntriesDatabase (1,000,000).
+	// [store.DefaultMaxEntriesDatabase] (1,000,000).
 	MaxEntries int
 	// SweepInterval is how often expired rows are removed in the background
-	// after the sweep at open; 0 means DefaultSweepInterval.
+	// after the sweep at open; 0 means [DefaultSweepInterval].
 	SweepInterval time.Duration
 	// SweepBatch is the most rows one sweep transaction removes; 0 means
-	// DefaultSweepBatch. It also bounds the expired rows a new key removes
+	// [DefaultSweepBatch]. It also bounds the expired rows a new key removes
 	// when it finds the store full.
 	SweepBatch int
 	// BusyTimeout bounds a wait for the file's write lock (PRAGMA
 	// busy_timeout); a call's context ends it sooner. 0 means
-	// DefaultBusyTimeout.
+	// [DefaultBusyTimeout].
 	BusyTimeout time.Duration
 	// FullSync sets synchronous=FULL, which syncs the WAL on every commit,
 	// in place of synchronous=NORMAL (see the package documentation).
 	FullSync bool
 	// AutoMigrate runs Migrate when the store opens; otherwise a database
-	// that was not migrated is refused with ErrNotMigrated.
+	// that was not migrated is refused with [ErrNotMigrated].
 	AutoMigrate bool
 	// Store configures the guard.
 	Store store.Options
@@ -136,7 +136,7 @@ func fileURI(path string) string {
 	return "file:" + r.Replace(path)
 }
 
-// Backend is the SQLite store's store.Backend. Most code wants Open or New,
+// Backend is the SQLite store's [store.Backend]. Most code wants Open or New,
 // which wrap it in the guard.
 type Backend struct {
 	db    *sql.DB
@@ -166,7 +166,7 @@ type Backend struct {
 }
 
 // NewBackend is New without the guard. Most code wants New.
-// o.Store should already have its defaults (see store.Options.WithDefaults).
+// o.Store should already have its defaults (see [store.Options.WithDefaults]).
 func NewBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 	if db == nil {
 		return nil, errors.New("sqlite: nil *sql.DB")
@@ -303,7 +303,7 @@ func (b *Backend) Fingerprint() string { return b.fp }
 // -1 before the store first looked.
 func (b *Backend) Entries() int { return int(b.entries.Load()) }
 
-// MaxEntries implements store.Sizer: the bound on rows held under the
+// MaxEntries implements [store.Sizer]: the bound on rows held under the
 // store's secret.
 func (b *Backend) MaxEntries() int { return b.bound.Max() }
 
@@ -471,7 +471,7 @@ func (b *Backend) rowCount(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Read implements store.Backend: one statement on the writer, judged on the
+// Read implements [store.Backend]: one statement on the writer, judged on the
 // host's clock. Alone on the writer it reads outside any write transaction;
 // queued with writes, it shares their transaction and is answered once that
 // committed.

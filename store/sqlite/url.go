@@ -9,7 +9,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// ErrNotSQLiteURL is returned by ParseURL for a URL that does not name an
+// ErrNotSQLiteURL is returned by [ParseURL] for a URL that does not name an
 // SQLite file.
 var ErrNotSQLiteURL = errors.New("sqlite: not an sqlite: or file: URL")
 

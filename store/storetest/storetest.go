@@ -1,5 +1,5 @@
 // Package storetest is the contract suite for limit stores: the cases every
-// store.Backend, wrapped by store.New, must pass.
+// [store.Backend], wrapped by [store.New], must pass.
 //
 // A store's own tests hand Run a function that opens a Pair of handles on a
 // fresh store, as two instances of an app would hold them:
@@ -93,8 +93,8 @@ type Case struct {
 	// Name names the case; Run uses it as the subtest's name.
 	Name string
 	// Run checks the clause against p within ctx. It returns nil when the
-	// store honours it, a *ContractViolation when it does not, and an error
-	// matching ErrNotApplicable when the clause does not apply to the store.
+	// store honours it, a *[ContractViolation] when it does not, and an error
+	// matching [ErrNotApplicable] when the clause does not apply to the store.
 	Run func(ctx context.Context, p Pair) error
 }
 
@@ -120,7 +120,7 @@ var ErrNotApplicable = errors.New("storetest: case does not apply to this store"
 const CaseTimeout = 2 * time.Minute
 
 // Run runs every case in Cases as a subtest of t, each on a Pair newPair
-// opens for it and within CaseTimeout. newPair should register t.Cleanup to
+// opens for it and within [CaseTimeout]. newPair should register t.Cleanup to
 // close the stores it opens. A case that does not apply is skipped, giving
 // the reason; a violation fails the subtest.
 func Run(t *testing.T, newPair func(t *testing.T) Pair) {

@@ -1,7 +1,7 @@
-// Package gatecount is rate-limiting middleware for net/http: it throttles
+// Package gatecount is rate-limiting middleware for net/http. It throttles
 // sign-ins, password resets, codes sent and any route, counting attempts
-// exactly, in memory on one instance or in a shared store (PostgreSQL,
-// SQLite, Redis) when several instances must agree.
+// exactly. It counts in memory on one instance, or in a shared store
+// (PostgreSQL, SQLite, Redis) when several instances must agree.
 //
 // # The short form
 //
@@ -11,7 +11,7 @@
 //	r.Use(gatecount.LimitByIP(100, time.Minute))                  // chi, gorilla/mux
 //	mux.Handle("GET /", gatecount.LimitByIP(100, time.Minute)(h)) // net/http
 //
-// With several instances, counts must be shared: FromEnv opens the store the
+// With several instances, counts must be shared: [FromEnv] opens the store the
 // environment names and limits per caller, per address, on that store. The
 // program imports the store it uses, which links its driver:
 //
@@ -24,16 +24,16 @@
 //	r.With(authenticate, limits.PerCaller("api", 30, time.Minute)).Post("/api", api)
 //
 // A limiter that cannot be built (a budget out of range, a name taken) never
-// lets requests through unlimited: its routes answer 500 and Limits.Err
+// lets requests through unlimited: its routes answer 500 and [Limits.Err]
 // returns why.
 //
 // # Which package for what
 //
 //   - middleware: the full form. PerIP, PerCaller and New limit a route by
-//     one key; SignIn guards a sign-in form (failures per account and
-//     address, per account, attempts per address, known devices); Send
-//     guards a route that sends mail or codes (per destination and address,
-//     silently by default).
+//     one key. SignIn guards a sign-in form: failures per account and
+//     address, per account, attempts per address, and known devices. Send
+//     guards a route that sends mail or codes, per destination and address,
+//     silently by default.
 //   - limiter: budgets counted on a store, for code that is not HTTP.
 //   - keyfunc: what a request is counted by: client address behind trusted
 //     proxies, caller ID, form and JSON fields, account normalisation.
@@ -52,9 +52,9 @@
 //
 // # Examples
 //
-// examples/stdlib, examples/chi and examples/gorilla serve the same demo
-// (per-caller and per-IP routes, a sign-in form, password resets) on three
-// routers; examples/outside is an app of its own module using the short
-// forms. README.md walks through each, and RELIABILITY.md lists every promise
-// with the test that proves it.
+// examples/stdlib, examples/chi and examples/gorilla serve the same demo on
+// three routers: per-caller and per-IP routes, a sign-in form, password
+// resets. examples/outside is an app of its own module using the short
+// forms. README.md walks through each, and RELIABILITY.md lists every
+// promise with the test that proves it.
 package gatecount

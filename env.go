@@ -10,7 +10,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// An Option configures FromEnv.
+// An Option configures [FromEnv].
 type Option func(*envOptions)
 
 type envOptions struct {
@@ -31,24 +31,25 @@ func WithLogger(log *slog.Logger) Option {
 }
 
 // WithObserver tells obs of every decision. When obs is also a
-// store.Observer (metrics.Expvar, the Prometheus Collector), it hears of
+// [store.Observer] (metrics.Expvar, the Prometheus Collector), it hears of
 // the store's calls too.
 func WithObserver(obs limiter.Observer) Option {
 	return func(o *envOptions) { o.observer = obs }
 }
 
-// FromEnv opens the store the environment chooses (see package config:
-// RATE_LIMIT_STORE, DATABASE_URL, RATE_LIMIT_STORE_URL, REDIS_URL,
-// GATECOUNT_SECRET, RATE_LIMIT_MAX_ENTRIES, TRUSTED_PROXIES…) and returns
-// a Limits counting in it, trusting the proxies it names, with the shadow
-// limiters and the networks it names (RATE_LIMIT_SHADOW,
-// RATE_LIMIT_EXEMPT_NETWORKS, RATE_LIMIT_BLOCK_NETWORKS). Its SignIn and
-// Send guards take the budgets of RATE_LIMIT_LOGIN_* and RATE_LIMIT_RESET_*,
-// and sign device cookies with GATECOUNT_SECRET. Close closes the limiters
-// and then the store. A bad setting is an error naming every variable at
-// fault; a store chosen but not reachable is an error, never a silent fall
-// back to memory. A shared store opens through its package, which the
-// program imports for its driver (see package config):
+// FromEnv opens the store the environment chooses, and returns a [Limits]
+// counting in it. The variables are package config's: RATE_LIMIT_STORE,
+// DATABASE_URL, RATE_LIMIT_STORE_URL, REDIS_URL, GATECOUNT_SECRET,
+// RATE_LIMIT_MAX_ENTRIES, TRUSTED_PROXIES… The Limits trusts the proxies
+// they name. It has the shadow limiters and the networks they name
+// (RATE_LIMIT_SHADOW, RATE_LIMIT_EXEMPT_NETWORKS,
+// RATE_LIMIT_BLOCK_NETWORKS). Its SignIn and Send guards take the budgets
+// of RATE_LIMIT_LOGIN_* and RATE_LIMIT_RESET_*, and sign device cookies
+// with GATECOUNT_SECRET. Close closes the limiters and then the store. A
+// bad setting is an error naming every variable at fault; a store chosen
+// but not reachable is an error, never a silent fall back to memory. A
+// shared store opens through its package, which the program imports for its
+// driver (see package config):
 //
 //	import _ "github.com/gatecount/gatecount/store/postgres"
 //
@@ -91,7 +92,7 @@ func FromEnv(ctx context.Context, opts ...Option) (*Limits, error) {
 	return l, nil
 }
 
-// FromLookup is FromEnv reading the variables through lookup, logging to
+// FromLookup is [FromEnv] reading the variables through lookup, logging to
 // log (nil means slog.Default()).
 func FromLookup(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger) (*Limits, error) {
 	return FromEnv(ctx, WithLookup(lookup), WithLogger(log))

@@ -183,7 +183,7 @@ func TestFromEnvOptions(t *testing.T) {
 	if obs.calls == 0 {
 		t.Error("no store call heard")
 	}
-	if !strings.Contains(buf.String(), "kind=limit-store-not-shared") {
+	if !strings.Contains(buf.String(), "kind="+config.KindMemoryNotShared) {
 		t.Errorf("the memory store's warning did not reach the logger:\n%s", buf.String())
 	}
 }

@@ -18,10 +18,6 @@ import (
 	"github.com/gatecount/gatecount/store/memory"
 )
 
-// KindInvalidLimit is the "kind" of the error a Limits logs when it is asked
-// for a limiter it cannot build: a budget out of range, a name taken.
-const KindInvalidLimit = "ratelimit-invalid-limit"
-
 // Options configure a Limits. The zero value trusts no proxy and logs to
 // slog.Default().
 type Options struct {
@@ -34,7 +30,7 @@ type Options struct {
 	Observer limiter.Observer
 	// Secret signs the device cookies of SignIn's guards
 	// (GATECOUNT_SECRET): at least 32 bytes, the same on every instance.
-	// Nil means a key of this process (see middleware.DeviceOptions).
+	// Nil means a key of this process (see [middleware.DeviceOptions]).
 	Secret []byte
 	// SignIn holds the budgets of SignIn's guards where their options
 	// leave them zero (RATE_LIMIT_LOGIN_*); zero means middleware's.
@@ -43,16 +39,16 @@ type Options struct {
 	// them zero (RATE_LIMIT_RESET_*); zero means middleware's.
 	Send config.SendBudgets
 	// Shadow reports whether the limiter of a name runs in shadow
-	// (middleware.Options.Shadow); nil: none does. FromEnv sets it from
+	// (middleware.Options.Shadow); nil: none does. [FromEnv] sets it from
 	// RATE_LIMIT_SHADOW.
 	Shadow func(name string) bool
 	// Networks answers requests from Block 403 and lets those from Exempt
 	// through the per-IP limiters uncounted (middleware.Options.Networks).
-	// FromEnv reads RATE_LIMIT_BLOCK_NETWORKS and RATE_LIMIT_EXEMPT_NETWORKS.
+	// [FromEnv] reads RATE_LIMIT_BLOCK_NETWORKS and RATE_LIMIT_EXEMPT_NETWORKS.
 	Networks keyfunc.Networks
 }
 
-// A RouteOption sets one limiter of PerIP, PerCaller or LimitByIP apart.
+// A RouteOption sets one limiter of PerIP, PerCaller or [LimitByIP] apart.
 type RouteOption func(*middleware.Options)
 
 // Skip lets the requests skip reports true for through the limiter
@@ -66,9 +62,10 @@ func Skip(skip func(r *http.Request) bool) RouteOption {
 // safe for concurrent use.
 //
 // A limiter it cannot build (a budget out of range, a name already taken)
-// is never a way round the limit: its middleware answers every request 500
-// and runs no handler, the error is logged at once (kind KindInvalidLimit),
-// and Err returns it, so that a program can refuse to start:
+// is never a way round the limit. Its middleware answers every request 500
+// and runs no handler. The error is logged at once (kind
+// [KindInvalidLimit]), and [Limits.Err] returns it, so that a program can
+// refuse to start:
 //
 //	api := limits.PerCaller("api", 30, time.Minute)
 //	if err := limits.Err(); err != nil {
@@ -98,7 +95,7 @@ var (
 	defaultLimits *Limits
 )
 
-// Default returns the Limits that LimitByIP uses: one store in this
+// Default returns the Limits that [LimitByIP] uses: one store in this
 // process's memory, for an app that runs one instance, that lives as long as
 // the process. Its Err reports LimitByIP's configuration errors.
 func Default() *Limits {
@@ -118,28 +115,28 @@ func Default() *Limits {
 // answered 429 with Retry-After, and every answer carries the RateLimit
 // fields. It trusts no proxy: behind one, build a Limits with
 // Options.IP.TrustedProxies (or take one from the environment with
-// FromEnv). A budget out of range is reported as New describes: every
+// [FromEnv]). A budget out of range is reported as New describes: every
 // request answered 500, the error logged and returned by Default().Err().
 func LimitByIP(limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
 	return Default().PerIP("", limit, window, opts...)
 }
 
 // PerIP returns a middleware that limits each client address to limit
-// requests per window (middleware.PerIP), named name in the RateLimit
-// fields, logs and metrics, with the handle prefix name + ":". An empty
-// name is made from the budget: "ip-100-per-1m". When the store cannot
-// answer, requests go through (limiter.Allow), counted in memory when the
-// store is busy or full.
+// requests per window ([middleware.PerIP]). It is named name in the
+// RateLimit fields, logs and metrics, with the handle prefix name + ":". An
+// empty name is made from the budget: "ip-100-per-1m". When the store
+// cannot answer, requests go through ([limiter.Allow]), counted in memory
+// when the store is busy or full.
 func (l *Limits) PerIP(name string, limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
 	return l.build("ip", name, limit, window, middleware.PerIP, opts)
 }
 
 // PerCaller returns a middleware that limits each authenticated caller to
-// limit requests per window (middleware.PerCaller), keyed by the caller ID
-// the app's authentication middleware put in the request context with
-// keyfunc.WithCallerID; a request without one is answered 401. Names are as
-// PerIP's, made "caller-30-per-1m" when empty. When the store cannot answer
-// it counts in process memory (limiter.Local).
+// limit requests per window ([middleware.PerCaller]). It is keyed by the
+// caller ID the app's authentication middleware put in the request context
+// with [keyfunc.WithCallerID]. A request without one is answered 401. Names
+// are as PerIP's, made "caller-30-per-1m" when empty. When the store cannot
+// answer it counts in process memory ([limiter.Local]).
 func (l *Limits) PerCaller(name string, limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
 	return l.build("caller", name, limit, window, middleware.PerCaller, opts)
 }
@@ -165,14 +162,13 @@ func (l *Limits) failed(err error) func(http.Handler) http.Handler {
 	return refuseAll
 }
 
-// SignIn returns the middleware of a sign-in guard (middleware.SignIn),
-// on a handle with prefix o.Name + ":" ("login:" when o.Name is empty).
-// Budgets o leaves zero are Options.SignIn's (the cap, the delay
-// threshold and the password count's budget and field too; its Off either
-// turns the count off), a nil device secret is
-// Options.Secret, and the client address, shadow and networks are as for
-// PerIP; a nil Logger or Observer is l's. A guard it cannot build is
-// reported as New describes.
+// SignIn returns the middleware of a sign-in guard ([middleware.SignIn]), on
+// a handle with prefix o.Name + ":" ("login:" when o.Name is empty).
+// Budgets o leaves zero are Options.SignIn's: the cap, the delay threshold,
+// and the password count's budget and field too. The password count's Off
+// in either turns the count off. A nil device secret is Options.Secret. The
+// client address, shadow and networks are as for PerIP, and a nil Logger or
+// Observer is l's. A guard it cannot build is reported as New describes.
 func (l *Limits) SignIn(o middleware.SignInOptions) func(http.Handler) http.Handler {
 	o.Name = cmp.Or(o.Name, "login")
 	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, l.o.SignIn.AccountIPFailures)
@@ -190,7 +186,7 @@ func (l *Limits) SignIn(o middleware.SignInOptions) func(http.Handler) http.Hand
 	return l.addGuard(o.Name, func(h *store.Handle) (guard, error) { return middleware.SignIn(h, o) })
 }
 
-// Send returns the middleware of a send guard (middleware.Send), such as
+// Send returns the middleware of a send guard ([middleware.Send]), such as
 // password resets, on a handle with prefix o.Name + ":" ("send:" when
 // o.Name is empty). Budgets o leaves zero are Options.Send's, and the
 // client address is PerIP's; a nil Logger or Observer is l's. A guard it
@@ -331,7 +327,7 @@ func (l *Limits) ShadowOn(name string) bool { return l.o.Shadow != nil && l.o.Sh
 // limiters built with package middleware.
 func (l *Limits) Networks() keyfunc.Networks { return l.o.Networks }
 
-// Close closes l's limiters, then what l opened (the store, when FromEnv
+// Close closes l's limiters, then what l opened (the store, when [FromEnv]
 // opened it). The middlewares must not be used after.
 func (l *Limits) Close() error {
 	l.mu.Lock()

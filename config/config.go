@@ -1,8 +1,8 @@
 // Package config reads gatecount's settings from the environment, in one
-// place, and opens the limit store they choose. It is for any app: it reads
+// place, and opens the limit store they choose. It is for any app. It reads
 // where counts live, the secret, the bound, the trusted proxies and the
-// budgets of the sign-in and send guards; the budgets of an app's other
-// routes are the app's own (Vars reads them with the same checks).
+// budgets of the sign-in and send guards. The budgets of an app's other
+// routes are the app's own ([Vars] reads them with the same checks).
 //
 // The variables, with their defaults:
 //
@@ -18,7 +18,7 @@
 //	TRUSTED_PROXY_HEADER                X-Forwarded-For  the one header they set: X-Forwarded-For or Forwarded
 //	GATECOUNT_SECRET                    unset  required by the shared stores; at least 32 bytes
 //
-// and the budgets of the sign-in and send guards (middleware.SignIn, Send):
+// and the budgets of the sign-in and send guards ([middleware.SignIn], Send):
 //
 //	RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES    5  sign-in failures per account and address, per 15 minutes
 //	RATE_LIMIT_LOGIN_ACCOUNT_FAILURES      20  sign-in failures per account, per hour
@@ -34,9 +34,9 @@
 //	RATE_LIMIT_RESET_PER_IP                20  sends per address, per hour
 //
 // Each of those budgets but the consecutive cap and the delay is a limit,
-// counted by a fixed window, or a limit and an algorithm: 5,sliding (a
-// sliding window, limit at most 256), 5,bucket or 5,bucket:20 (a token
-// bucket, with its burst).
+// counted by a fixed window, or a limit and an algorithm. The algorithm is
+// 5,sliding (a sliding window, limit at most 256), or 5,bucket or
+// 5,bucket:20 (a token bucket, with its burst).
 //
 // Shadow, exemptions and blocks, for what an app builds from the
 // environment (gatecount.FromEnv):
@@ -46,18 +46,18 @@
 //	RATE_LIMIT_BLOCK_NETWORKS           unset  comma-separated CIDRs whose requests are answered 403
 //
 // A limiter in shadow counts as it would, and reports its would-be
-// refusals (metrics outcome shadow_denied, one log line per key per
-// window), but refuses nothing and adds no rate-limit fields. An exempt
+// refusals: metrics outcome shadow_denied, and one log line per key per
+// window. It refuses nothing and adds no rate-limit fields. An exempt
 // request skips the per-IP limiters and the guards' address budgets, never
 // a caller's, an account's or a destination's. A blocked request is
 // answered 403 before anything is counted; block wins over exempt. Open
-// logs a warning (KindExemptEveryone, KindBlockEveryone) when either
-// holds every IPv4 or every IPv6 address.
+// logs a warning ([KindExemptEveryone], [KindBlockEveryone]) when either holds
+// every IPv4 or every IPv6 address.
 //
 // # Opening a store links only its driver
 //
-// Open opens a shared store through the driver its package registers
-// (store.RegisterURL), as database/sql drivers do, so that importing config
+// [Open] opens a shared store through the driver its package registers
+// ([store.RegisterURL]), as database/sql drivers do. Importing config so
 // links neither pgx, nor go-redis, nor SQLite. Import the store you use:
 //
 //	import _ "github.com/gatecount/gatecount/store/postgres" // DATABASE_URL=postgres://…
@@ -68,31 +68,32 @@
 // import to add.
 //
 // The Redis store refuses to open on a server that may evict its keys (a
-// maxmemory with a maxmemory-policy other than noeviction): an evicted count
-// frees the budget of whoever it counted. RATE_LIMIT_REDIS_ALLOW_EVICTION=true
-// accepts such a server, and the store logs the risk.
+// maxmemory with a maxmemory-policy other than noeviction). An evicted
+// count frees the budget of whoever it counted.
+// RATE_LIMIT_REDIS_ALLOW_EVICTION=true accepts such a server, and the store
+// logs the risk.
 //
 // RATE_LIMIT_STORE chooses where counts live. Unset, it is redis when
 // RATE_LIMIT_STORE_URL or REDIS_URL is set, database when DATABASE_URL is
 // set, and memory otherwise. A Redis URL and DATABASE_URL both set, with
 // RATE_LIMIT_STORE unset, is an error naming both: set it to choose. Set it
 // to memory to keep counts in memory when DATABASE_URL or REDIS_URL serves
-// the app for other things; a URL it does not choose is not read. The
+// the app for other things. A URL it does not choose is not read. The
 // memory store is not shared: on N instances every budget is multiplied by
-// N, and Open logs a warning that says so unless
+// N. Open logs a warning that says so, unless
 // RATE_LIMIT_SINGLE_INSTANCE=true.
 //
 // TRUSTED_PROXY_HEADER names the one forwarding header the proxies of
-// TRUSTED_PROXIES set; the other header is ignored, since a client could
+// TRUSTED_PROXIES set. The other header is ignored, since a client could
 // otherwise send it through a proxy that does not overwrite it. A
 // TRUSTED_PROXIES that trusts every address (0.0.0.0/0, ::/0) lets any
 // client choose its own address: Open logs a warning of kind
-// KindTrustsEveryone.
+// [KindTrustsEveryone].
 //
-// A bad value stops start-up: FromEnv returns an error naming every variable
-// at fault and what it expects, never echoing a password or a query string's
-// values. A store that is chosen but cannot be opened is an error too, never
-// a silent fall back to memory.
+// A bad value stops start-up. [FromEnv] returns an error naming every
+// variable at fault and what it expects. It never echoes a password or a
+// query string's values. A store that is chosen but cannot be opened is an
+// error too, never a silent fall back to memory.
 package config
 
 import (
@@ -153,7 +154,7 @@ type Config struct {
 	BlockNetworks  []netip.Prefix // RATE_LIMIT_BLOCK_NETWORKS
 }
 
-// SignInBudgets are the budgets of a sign-in guard (middleware.SignIn),
+// SignInBudgets are the budgets of a sign-in guard ([middleware.SignIn]),
 // middleware's defaults where unset.
 type SignInBudgets struct {
 	AccountIPFailures limiter.Budget // RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES, per 15 minutes
@@ -161,16 +162,16 @@ type SignInBudgets struct {
 	IPAttempts        limiter.Budget // RATE_LIMIT_LOGIN_IP_ATTEMPTS, per hour
 	// ConsecutiveFailures caps an account's failures since its last
 	// success (RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES), at most
-	// middleware.MaxConsecutiveFailures.
+	// [middleware.MaxConsecutiveFailures].
 	ConsecutiveFailures int
 	// DelayAfter is the consecutive failures before attempts wait
-	// (RATE_LIMIT_LOGIN_DELAY_AFTER; see middleware.Delay).
+	// (RATE_LIMIT_LOGIN_DELAY_AFTER; see [middleware.Delay]).
 	DelayAfter int
 	// Spray counts failures per password (RATE_LIMIT_LOGIN_SPRAY, per
 	// hour, or off; RATE_LIMIT_LOGIN_SPRAY_FIELD).
 	Spray middleware.SprayOptions
 	// Challenge answers a refusal by an account's budget or delay with a
-	// challenge: a middleware.ProofOfWork under GATECOUNT_SECRET when
+	// challenge: a [middleware.ProofOfWork] under GATECOUNT_SECRET when
 	// RATE_LIMIT_LOGIN_CHALLENGE is pow, of RATE_LIMIT_LOGIN_CHALLENGE_BITS;
 	// nil when off.
 	Challenge middleware.Challenge
@@ -179,7 +180,7 @@ type SignInBudgets struct {
 	ChallengeAttempts limiter.Budget
 }
 
-// SendBudgets are the budgets of a send guard (middleware.Send), such as
+// SendBudgets are the budgets of a send guard ([middleware.Send]), such as
 // password resets, middleware's defaults where unset.
 type SendBudgets struct {
 	PerDestination limiter.Budget // RATE_LIMIT_RESET_PER_DESTINATION, per hour
@@ -214,12 +215,12 @@ func (c Config) SendOptions() middleware.SendOptions {
 }
 
 // IP returns the client-address settings of TRUSTED_PROXIES and
-// TRUSTED_PROXY_HEADER, for keyfunc.NewIP and every per-IP middleware.
+// TRUSTED_PROXY_HEADER, for [keyfunc.NewIP] and every per-IP middleware.
 func (c Config) IP() keyfunc.IPOptions {
 	return keyfunc.IPOptions{TrustedProxies: c.TrustedProxies, Header: c.TrustedProxyHeader}
 }
 
-// ErrInvalid is matched by every error FromEnv returns for a bad value.
+// ErrInvalid is matched by every error [FromEnv] returns for a bad value.
 var ErrInvalid = errors.New("config: invalid setting")
 
 // VarError is a bad value of one variable.
@@ -237,11 +238,11 @@ func (e *VarError) Error() string {
 	return fmt.Sprintf("%s=%q: want %s", e.Var, e.Value, e.Want)
 }
 
-// Is reports whether target is ErrInvalid.
+// Is reports whether target is [ErrInvalid].
 func (e *VarError) Is(target error) bool { return target == ErrInvalid }
 
 // FromEnv reads the configuration through lookup (os.LookupEnv, say). It
-// returns every bad value at once, joined, each a *VarError.
+// returns every bad value at once, joined, each a *[VarError].
 func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	r := reader{lookup: lookup}
 	c := Config{
@@ -286,8 +287,8 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 }
 
 // Vars reads an app's own variables, such as the budgets of its routes,
-// with FromEnv's checks: a bad value is a *VarError matching ErrInvalid,
-// and Err returns every one at once.
+// with [FromEnv]'s checks. A bad value is a *[VarError] matching
+// [ErrInvalid], and [Vars.Err] returns every one at once.
 //
 //	v := config.NewVars(os.LookupEnv)
 //	api := v.Budget("API_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute})
@@ -301,16 +302,17 @@ func NewVars(lookup func(string) (string, bool)) *Vars {
 	return &Vars{r: reader{lookup: lookup}}
 }
 
-// Budget returns the budget of def's window that the variable name sets:
-// its limit, a whole number from 1 to limiter.MaxLimit, optionally followed
-// by the algorithm (5, 5,sliding, 5,bucket or 5,bucket:20; see README's
-// "How a budget counts"). A limit alone counts by a fixed window, whatever
-// def's algorithm. It returns def when the variable is unset.
+// Budget returns the budget of def's window that the variable name sets.
+// Its value is the limit, a whole number from 1 to [limiter.MaxLimit],
+// optionally followed by the algorithm. It reads as 5, 5,sliding, 5,bucket
+// or 5,bucket:20 (see README's "How a budget counts"). A limit alone counts
+// by a fixed window, whatever def's algorithm. It returns def when the
+// variable is unset.
 func (v *Vars) Budget(name string, def limiter.Budget) limiter.Budget {
 	return v.r.budget(name, def)
 }
 
-// Err returns every bad value read so far, joined, each a *VarError; nil
+// Err returns every bad value read so far, joined, each a *[VarError]; nil
 // when there is none.
 func (v *Vars) Err() error { return errors.Join(v.r.errs...) }
 

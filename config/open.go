@@ -11,10 +11,6 @@ import (
 	"github.com/gatecount/gatecount/store/memory"
 )
 
-// KindMemoryNotShared is the "kind" of the warning Open logs when it opens
-// the memory store for an app that has not said it runs one instance.
-const KindMemoryNotShared = "limit-store-not-shared"
-
 // ErrNoDriver is matched by the error Open returns for a store whose
 // package the program does not import (see the package doc).
 var ErrNoDriver = store.ErrNoDriver
@@ -50,11 +46,11 @@ var drivers = map[Kind]struct{ variable, pkg string }{
 // Open opens the store c chooses, its guard configured by o: o.Logger
 // receives its logs (nil means slog.Default()) and o.Observer, when set,
 // hears of its calls. Opening the memory store for an app that has not said
-// it runs one instance logs a warning of kind KindMemoryNotShared; a
+// it runs one instance logs a warning of kind [KindMemoryNotShared]. A
 // TRUSTED_PROXIES that trusts every address logs one of kind
-// KindTrustsEveryone. A shared store opens through the driver its package
+// [KindTrustsEveryone]. A shared store opens through the driver its package
 // registered: one the program does not import is an error matching
-// ErrNoDriver that names the import to add.
+// [ErrNoDriver] that names the import to add.
 func Open(ctx context.Context, c Config, o store.Options) (*Opened, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -82,7 +78,7 @@ func Open(ctx context.Context, c Config, o store.Options) (*Opened, error) {
 	default:
 		return nil, fmt.Errorf("%w: unknown store %q", ErrInvalid, c.Store)
 	}
-	log.Info("rate limit store opened", "kind", "limit-store-opened", "store", string(opened.Kind), "shared", opened.Store.Shared(), "instance", opened.Store.InstanceID().String())
+	log.Info("rate limit store opened", "kind", KindStoreOpened, "store", string(opened.Kind), "shared", opened.Store.Shared(), "instance", opened.Store.InstanceID().String())
 	return opened, nil
 }
 

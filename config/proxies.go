@@ -5,10 +5,6 @@ import (
 	"net/netip"
 )
 
-// KindTrustsEveryone is the "kind" of the warning Open logs when
-// TRUSTED_PROXIES trusts every IPv4 or every IPv6 address.
-const KindTrustsEveryone = "trusted-proxies-everyone"
-
 // TrustsEveryone returns the prefixes of ps that trust every address of
 // their family (0.0.0.0/0, ::/0): behind them any client chooses its own
 // address by sending a forwarding header.

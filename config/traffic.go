@@ -9,13 +9,6 @@ import (
 	"github.com/gatecount/gatecount/keyfunc"
 )
 
-// Kinds of the warnings Open logs when RATE_LIMIT_EXEMPT_NETWORKS or
-// RATE_LIMIT_BLOCK_NETWORKS holds every IPv4 or every IPv6 address.
-const (
-	KindExemptEveryone = "exempt-networks-everyone"
-	KindBlockEveryone  = "block-networks-everyone"
-)
-
 // Shadow is which limiters run in shadow (RATE_LIMIT_SHADOW): they count,
 // and report would-be refusals, but refuse nothing.
 type Shadow struct {

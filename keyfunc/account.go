@@ -16,7 +16,7 @@ import (
 // Bounds on account names, in bytes.
 const (
 	// MaxAccountInput is the longest account value, in bytes as sent,
-	// surrounding white space included: the longest input a Normalize
+	// surrounding white space included. It is the longest input a Normalize
 	// function processes, and the default bound of a body field value
 	// ([DefaultMaxValueBytes]). One number for both, so that a value the
 	// body reader refuses as too long is never one a handler's own
@@ -57,13 +57,13 @@ func trimAccount(kind, s string) (string, error) {
 	return s, nil
 }
 
-// NormalizeUsername returns the canonical form of a user name: surrounding
-// white space trimmed, then the RFC 8265 UsernameCaseMapped profile applied
-// (width mapping, lower-casing, NFC, and rejection of spaces, control and
-// other disallowed characters). So "  Alice" and "ＡＬＩＣＥ" both give
-// "alice". The result is at most [MaxUsername] bytes, and normalising it
-// again gives it back unchanged. Rejected names give an error matching
-// [ErrInvalidAccount].
+// NormalizeUsername returns the canonical form of a user name. Surrounding
+// white space is trimmed, then the RFC 8265 UsernameCaseMapped profile is
+// applied. The profile maps widths, lower-cases, applies NFC, and rejects
+// spaces, control and other disallowed characters. So " Alice" and "ＡＬＩＣＥ"
+// both give "alice". The result is at most [MaxUsername] bytes, and
+// normalising it again gives it back unchanged. Rejected names give an
+// error matching [ErrInvalidAccount].
 func NormalizeUsername(s string) (string, error) {
 	const kind = "user name"
 	s, err := trimAccount(kind, s)
@@ -102,8 +102,8 @@ func foldNFKC(s string) (string, bool) {
 //
 //  1. trim surrounding white space;
 //  2. apply Unicode NFKC and full case folding to the whole address, local
-//     part included (mail systems treat local parts case-insensitively in
-//     practice, and for a limiter merging spellings is the safe direction);
+//     part included. Mail systems treat local parts case-insensitively in
+//     practice, and for a limiter merging spellings is the safe direction;
 //  3. require exactly one '@', a non-empty local part of at most
 //     [MaxEmailLocal] bytes, and a domain of non-empty dot-separated labels;
 //     reject white space and control characters anywhere;
@@ -153,15 +153,15 @@ func NormalizeEmail(s string) (string, error) {
 	return s, nil
 }
 
-// NormalizePhone returns the canonical form of a telephone number: after
-// trimming and NFKC (which turns full-width digits into ASCII), spaces, tabs,
-// '-', '.', '(' and ')' are removed, and what is left must be an optional
-// leading '+' followed by [MinPhoneDigits] to [MaxPhoneDigits] ASCII digits.
-// The '+' is kept, so "+1 (415) 555-0100" gives "+14155550100", but a
-// number without it is keyed as written: NormalizePhone knows no country
-// rules and does not turn national numbers into E.164. Any other character
-// gives an error matching [ErrInvalidAccount], as does a digit count out of
-// bounds. The result normalises to itself.
+// NormalizePhone returns the canonical form of a telephone number. It trims
+// it and applies NFKC, which turns full-width digits into ASCII. Then
+// spaces, tabs, '-', '.', '(' and ')' are removed. What is left must be an
+// optional leading '+' followed by [MinPhoneDigits] to [MaxPhoneDigits]
+// ASCII digits. The '+' is kept, so "+1 (415) 555-0100" gives
+// "+14155550100". A number without it is keyed as written: NormalizePhone
+// knows no country rules, and does not turn national numbers into E.164.
+// Any other character gives an error matching [ErrInvalidAccount], as does
+// a digit count out of bounds. The result normalises to itself.
 func NormalizePhone(s string) (string, error) {
 	const kind = "phone number"
 	s, err := trimAccount(kind, s)

@@ -15,9 +15,9 @@ import (
 
 // Defaults for [BodyOptions].
 const (
-	// DefaultMaxBodyBytes bounds how much of a body is read: 64 KiB holds
-	// any sign-in or password-reset form with room to spare, while keeping
-	// the memory spent on a request that is about to be rejected small.
+	// DefaultMaxBodyBytes bounds how much of a body is read. 64 KiB holds
+	// any sign-in or password-reset form with room to spare, and keeps
+	// small the memory spent on a request that is about to be rejected.
 	DefaultMaxBodyBytes = 64 << 10
 	// DefaultMaxValueBytes bounds the length of an extracted field value,
 	// as sent: the one bound on an account value, [MaxAccountInput], which
@@ -123,18 +123,18 @@ const (
 
 // FormField returns a Func keyed by the field name of an
 // application/x-www-form-urlencoded body, with url.ParseQuery's separators
-// and escapes. The name is matched in any letter case, so that a handler
-// matching it in another case than r.PostFormValue does can never see a
-// field the Func did not: "user=a&USER=b" is ambiguous and refused. Like
+// and escapes. The name is matched in any letter case. A handler matching
+// it in another case than r.PostFormValue does can then never see a field
+// the Func did not: "user=a&USER=b" is ambiguous and refused. Like
 // net/http, it reads the body only for POST, PUT and PATCH. The body is
 // restored for the handler, byte for byte, and closing it closes the
 // original body. opts bounds what is read; see [BodyOptions].
 //
 // Errors match [ErrNoKey] and, where one applies, [ErrUnsupportedMediaType]
-// (another Content-Type or method), [ErrBodyTooLarge], [ErrMalformedBody]
-// (bad escapes, ';' separators, or the field given more than once, in any
-// letter case), or [ErrValueTooLong]. A missing or empty field gives plain
-// ErrNoKey.
+// (another Content-Type or method) or [ErrBodyTooLarge]. They may match
+// [ErrMalformedBody] (bad escapes, ';' separators, or the field given more
+// than once, in any letter case), or [ErrValueTooLong]. A missing or empty
+// field gives plain ErrNoKey.
 func FormField(name string, opts BodyOptions) Func {
 	return fieldFunc(name, opts, formBody)
 }
@@ -156,13 +156,14 @@ func JSONField(name string, opts BodyOptions) Func {
 	return fieldFunc(name, opts, jsonBody)
 }
 
-// BodyField returns a Func keyed by the field name of the body, parsed as
-// by [JSONField] for JSON media types, as by [FormField] for
-// application/x-www-form-urlencoded, and for multipart/form-data (what a
-// browser's FormData sends) from its form fields: file parts are never read,
-// and a file part under the field's name, or the field given more than once
-// in any letter case, is malformed. The whole body must fit in opts.MaxBytes
-// in every form. Other media types fail with [ErrUnsupportedMediaType].
+// BodyField returns a Func keyed by the field name of the body. It parses
+// JSON media types as [JSONField] does, and
+// application/x-www-form-urlencoded as [FormField] does. It reads
+// multipart/form-data (what a browser's FormData sends) from its form
+// fields. File parts are never read. A file part under the field's name, or
+// the field given more than once in any letter case, is malformed. The
+// whole body must fit in opts.MaxBytes in every form. Other media types
+// fail with [ErrUnsupportedMediaType].
 func BodyField(name string, opts BodyOptions) Func {
 	return fieldFunc(name, opts, anyBody)
 }
@@ -181,13 +182,14 @@ func fieldFunc(name string, opts BodyOptions, forms bodyForms) Func {
 }
 
 // BodyFields returns the values of the fields names in r's body, read once
-// with the rules of [BodyField]: one reading of the body gives the guard's
+// with the rules of [BodyField]. One reading of the body gives the guard's
 // account field and the handler's other fields alike. A field that is
 // absent gives "". It fails with an error matching [ErrNoKey] when the body
-// cannot be read: [ErrUnsupportedMediaType], [ErrBodyTooLarge],
-// [ErrMalformedBody] (any of names given more than once, in any letter case,
-// included), or [ErrValueTooLong] for a value of names over
-// opts.MaxValueBytes. The body is restored for the handler.
+// cannot be read. The error also matches [ErrUnsupportedMediaType],
+// [ErrBodyTooLarge] or [ErrMalformedBody], which includes any of names
+// given more than once, in any letter case. It matches [ErrValueTooLong]
+// for a value of names over opts.MaxValueBytes. The body is restored for
+// the handler.
 func BodyFields(r *http.Request, opts BodyOptions, names ...string) ([]string, error) {
 	vs, err := readFields(r, opts, anyBody, names, nil)
 	if err != nil {
@@ -198,8 +200,8 @@ func BodyFields(r *http.Request, opts BodyOptions, names ...string) ([]string, e
 
 // BodyFieldAndSecret returns a reader of two fields of r's body in one
 // reading: name, as [BodyField] reads it, and secret, such as a password.
-// The secret is read with the same rules, given more than once in any
-// letter case it is malformed too, but its value is bounded only by
+// The secret is read with the same rules: given more than once in any
+// letter case, it is malformed too. Its value is bounded only by
 // opts.MaxBytes; absent or empty, it is "". Errors never hold its value.
 // The body is restored for the handler.
 func BodyFieldAndSecret(name, secret string, opts BodyOptions) func(r *http.Request) (value, secretValue string, err error) {

@@ -26,10 +26,10 @@ func CallerIDFrom(ctx context.Context) (string, bool) {
 // [WithCallerID]). When the context holds no caller ID, or an empty one, it
 // returns an error matching [ErrNoCallerID] and [ErrNoKey].
 //
-// A caller-keyed limiter must treat a missing caller ID as an error, and the
-// middleware rejects such requests: falling back to "unlimited" would let any
-// request that slips past authentication, or reaches the limiter before it,
-// go unlimited.
+// A caller-keyed limiter must treat a missing caller ID as an error, and
+// the middleware rejects such requests. Falling back to "unlimited" would
+// let any request that slips past authentication, or reaches the limiter
+// before it, go unlimited.
 func CallerID(r *http.Request) (string, error) {
 	id, ok := CallerIDFrom(r.Context())
 	if !ok {

@@ -3,17 +3,17 @@
 // A [Func] turns a request into a string key, or reports that the request
 // carries no usable key by returning an error that matches [ErrNoKey]. The
 // package knows nothing of counting or storage: it only decides which
-// requests share a bucket. Every Func treats the request as hostile input: a
-// malformed or oversized header or body never panics and never yields a key
-// chosen by the client where the client must not choose it.
+// requests share a bucket. Every Func treats the request as hostile input.
+// A malformed or oversized header or body never panics, and never yields a
+// key chosen by the client where the client must not choose it.
 //
 // The building blocks are:
 //
-//   - [IP] and [NewIP]: the client address, honouring X-Forwarded-For or
+//   - [IP] and [NewIP]: the client address. They honour X-Forwarded-For or
 //     Forwarded (RFC 7239), whichever one is configured, only from
-//     configured trusted proxies, with IPv6 addresses grouped by network
-//     prefix (/64 by default) and 6to4 and NAT64 addresses keyed by the IPv4
-//     address they carry.
+//     configured trusted proxies. IPv6 addresses are grouped by network
+//     prefix (/64 by default). 6to4 and NAT64 addresses are keyed by the
+//     IPv4 address they carry.
 //   - [CallerID]: an authenticated caller identity placed in the request
 //     context by the application's authentication middleware.
 //   - [Header]: the value of one request header.

@@ -12,14 +12,14 @@ import (
 const MaxHeaderValue = 256
 
 // Header returns a Func keyed by the value of the request header name, with
-// surrounding white space trimmed. It fails with an error matching [ErrNoKey]
-// when the header is absent, empty, or present on more than one line (which
-// value counts would be ambiguous), and with [ErrValueTooLong] when the value
-// exceeds [MaxHeaderValue] bytes.
+// surrounding white space trimmed. It fails with an error matching
+// [ErrNoKey] when the header is absent, empty, or present on more than one
+// line (which value counts would be ambiguous). It fails with
+// [ErrValueTooLong] when the value exceeds [MaxHeaderValue] bytes.
 //
-// The client chooses header values freely, so a header key only limits
+// The client chooses header values freely. A header key so only limits
 // anything when the value is checked elsewhere (an API key that the
-// authentication layer verifies, for example) or is combined with another
+// authentication layer verifies, for example), or is combined with another
 // key by [Join]. An invalid header name gives a Func that always fails with
 // [ErrInvalidOption].
 func Header(name string) Func {

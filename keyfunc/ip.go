@@ -51,9 +51,9 @@ func (m HeaderMode) String() string {
 }
 
 // ParseHeaderMode reads the name of a forwarding header, such as the value
-// of a TRUSTED_PROXY_HEADER environment variable: "X-Forwarded-For" or
-// "Forwarded", in any case, with surrounding white space ignored; an empty
-// string means X-Forwarded-For. Anything else gives an error matching
+// of a TRUSTED_PROXY_HEADER environment variable. That is "X-Forwarded-For"
+// or "Forwarded", in any case, with surrounding white space ignored. An
+// empty string means X-Forwarded-For. Anything else gives an error matching
 // [ErrInvalidOption].
 func ParseHeaderMode(s string) (HeaderMode, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
@@ -87,7 +87,7 @@ type IPOptions struct {
 }
 
 // IPKeyer derives keys from the client IP address. Create one with [NewIP];
-// the zero value behaves like NewIP(IPOptions{}). An IPKeyer is immutable
+// the zero value behaves like NewIP([IPOptions]{}). An IPKeyer is immutable
 // and safe for concurrent use.
 type IPKeyer struct {
 	trusted []netip.Prefix
@@ -95,7 +95,7 @@ type IPKeyer struct {
 	mode    HeaderMode
 }
 
-// NewIP returns an IPKeyer configured by opts, or an error matching
+// NewIP returns an [IPKeyer] configured by opts, or an error matching
 // [ErrInvalidOption] when IPv6Prefix is out of range, Header is unknown, or a
 // trusted prefix is invalid.
 func NewIP(opts IPOptions) (*IPKeyer, error) {
@@ -216,9 +216,9 @@ func (k *IPKeyer) Key(r *http.Request) (string, error) {
 }
 
 // plainPeer returns the host part of remoteAddr and its address when it is
-// a plain IPv4 address in its one textual form, alone or with a port: then
-// that host part is already the address's key, with nothing to allocate.
-// It reports false for anything else, which parseNode is left to read.
+// a plain IPv4 address in its one textual form, alone or with a port. That
+// host part is then already the address's key, with nothing to allocate. It
+// reports false for anything else, which parseNode is left to read.
 func plainPeer(remoteAddr string) (string, netip.Addr, bool) {
 	a, rest, ok := parseQuad(remoteAddr)
 	if !ok || (rest != "" && (rest[0] != ':' || !validPort(rest[1:], false))) {
@@ -258,22 +258,23 @@ func parseQuad(s string) (netip.Addr, string, bool) {
 // ClientAddr returns the client address of r, unmapped and without zone.
 //
 // It starts from the immediate peer, parsed from r.RemoteAddr ("host:port",
-// "[host]:port" or a bare host). If the peer is not a trusted proxy, the peer
-// is the client, and forwarding headers are ignored. Otherwise the one
-// forwarding header [IPOptions.Header] selects (all its lines, in order,
-// taken as one comma-separated list) is walked from the right, nearest hop
-// first: trusted hops are skipped, and the first untrusted hop is the
-// client; if every hop is trusted, the leftmost is. A trusted peer that sends
-// no such header is itself the client (a proxy's own health check, say). So a
-// client can never choose its key by forging headers, only by reaching a
-// trusted proxy that forwards its true address.
+// "[host]:port" or a bare host). If the peer is not a trusted proxy, the
+// peer is the client, and forwarding headers are ignored. Otherwise it
+// walks the one forwarding header [IPOptions.Header] selects, taking all
+// its lines, in order, as one comma-separated list. It walks from the
+// right, nearest hop first: trusted hops are skipped, and the first
+// untrusted hop is the client. If every hop is trusted, the leftmost is. A
+// trusted peer that sends no such header is itself the client (a proxy's
+// own health check, say). So a client can never choose its key by forging
+// headers, only by reaching a trusted proxy that forwards its true address.
 //
 // ClientAddr fails with an error matching [ErrNoKey] when RemoteAddr cannot
-// be parsed, and with [ErrBadForwarding] when a trusted peer's header is
-// oversized (see [MaxForwardedBytes]), does not follow its grammar, lists no
-// hop, or the walk stops at a hop that is not an IP address ("unknown", an
-// obfuscated identifier, garbage). The client is then unknown: it is never
-// taken to be the proxy, whose own key every such request would share.
+// be parsed. It fails with [ErrBadForwarding] when a trusted peer's header
+// is oversized (see [MaxForwardedBytes]), does not follow its grammar, or
+// lists no hop. It also does when the walk stops at a hop that is not an IP
+// address ("unknown", an obfuscated identifier, garbage). The client is
+// then unknown: it is never taken to be the proxy, whose own key every such
+// request would share.
 func (k *IPKeyer) ClientAddr(r *http.Request) (netip.Addr, error) {
 	peer, ok := parseNode(r.RemoteAddr, false)
 	if !ok {
@@ -329,7 +330,7 @@ var (
 
 // embeddedIPv4 returns the IPv4 address that a, an unmapped address without
 // zone, carries by a transition mechanism, and reports whether it carries
-// one; see AddrKey for the mechanisms and where each puts the address.
+// one. See AddrKey for the mechanisms and where each puts the address.
 func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
 	if !a.Is6() {
 		return netip.Addr{}, false

@@ -61,7 +61,7 @@ var (
 // ErrInvalidOption reports invalid configuration passed to a constructor,
 // such as an out-of-range IPv6 prefix length or a malformed trusted-proxy
 // list. A Func built from invalid configuration returns errors matching both
-// ErrInvalidOption and ErrNoKey.
+// ErrInvalidOption and [ErrNoKey].
 var ErrInvalidOption = errors.New("keyfunc: invalid option")
 
 // misconfigured returns a Func that always fails with ErrInvalidOption.
@@ -71,9 +71,10 @@ func misconfigured(what string) Func {
 }
 
 // JoinKeys encodes parts into one key such that distinct part lists always
-// give distinct keys: each part is written as its length in bytes in decimal,
-// a colon, and the part itself. So JoinKeys("a|b", "c") is "3:a|b1:c" and
-// JoinKeys("a", "b|c") is "1:a3:b|c". JoinKeys() is the empty string.
+// give distinct keys. Each part is written as its length in bytes in
+// decimal, a colon, and the part itself. So JoinKeys("a|b", "c") is
+// "3:a|b1:c" and JoinKeys("a", "b|c") is "1:a3:b|c". JoinKeys() is the
+// empty string.
 func JoinKeys(parts ...string) string {
 	n := 0
 	for _, p := range parts {
@@ -90,7 +91,7 @@ func JoinKeys(parts ...string) string {
 
 // Join returns a Func whose key combines the keys of funcs, in order, with
 // [JoinKeys]. If any part fails, Join fails with that error wrapped with the
-// part's position; the error still matches ErrNoKey and the part's sentinel.
+// part's position; the error still matches [ErrNoKey] and the part's sentinel.
 // Join with no funcs, or with a nil Func, returns a Func that always fails
 // with [ErrInvalidOption].
 func Join(funcs ...Func) Func {

@@ -2,8 +2,8 @@ package keyfunc
 
 import "net/netip"
 
-// Networks sort client addresses for the limiters: a request from Block is
-// refused before anything is counted; one from Exempt skips the budgets of
+// Networks sort client addresses for the limiters. A request from Block is
+// refused before anything is counted. One from Exempt skips the budgets of
 // the client address, never those of an account or a destination.
 type Networks struct {
 	Exempt []netip.Prefix
@@ -31,7 +31,7 @@ func inAny(ps []netip.Prefix, a netip.Addr) bool {
 }
 
 // ParseNetworks parses a comma-separated list of CIDR prefixes, as
-// ParseTrustedProxies does: "10.0.0.0/8, 192.0.2.7, 2001:db8::/32". An error
+// [ParseTrustedProxies] does: "10.0.0.0/8, 192.0.2.7, 2001:db8::/32". An error
 // matches [ErrInvalidOption] and names the element and its position.
 func ParseNetworks(s string) ([]netip.Prefix, error) {
 	return parseNetworks(s, "network")

@@ -14,28 +14,28 @@ import (
 // sharing its store admits nothing alone: it cannot tell its share.
 var errNoShare = errors.New("limiter: this instance has not reached the shared store yet, so it has no share of any budget")
 
-// known is what a limiter's process memory holds of a key: the count the
-// store last told (seen), the attempts this instance admitted alone since
-// (alone, not yet added to the store, and sending, on their way to it), the
-// attempts it sent to the store that are not answered yet (flying), and when
-// the store was last asked about the key (asked, Unix milliseconds on
-// memory's clock), and the end of the store's window that seen counts in
-// (win, Unix milliseconds on the store's clock).
+// known is what a limiter's process memory holds of a key. seen is the
+// count the store last told. alone counts the attempts this instance
+// admitted alone since, not yet added to the store; sending counts those on
+// their way to it. flying counts the attempts it sent to the store that are
+// not answered yet. asked is when the store was last asked about the key
+// (Unix milliseconds on memory's clock). win is the end of the store's
+// window that seen counts in (Unix milliseconds on the store's clock).
 //
 // given counts every attempt this instance admitted alone in the key's
-// window in memory, sent or not: its share is of the budget less what
-// others were seen to admit, so that sending what it admitted never earns
-// it a second share. mine counts the attempts the store admitted for this
+// window in memory, sent or not. Its share is of the budget less what
+// others were seen to admit, so sending what it admitted never earns it a
+// second share. mine counts the attempts the store admitted for this
 // instance in the window ending at win.
 //
 // next is when the store said a unit of the key next drops (Unix
-// milliseconds, memory's clock), for a budget that is not a fixed window,
-// whose memory is kept for the budget's Span so that counting alone never
-// refills; 0 otherwise.
+// milliseconds, memory's clock), for a budget that is not a fixed window; 0
+// otherwise. The memory of such a key is kept for the budget's Span, so
+// that counting alone never refills.
 //
 // alg, limit, windowMs and burst are the budget of the attempts admitted
-// alone, when it is not a fixed window (alg 0), for the outbox to add them
-// to the store under it.
+// alone, when it is not a fixed window (alg 0). The outbox adds them to the
+// store under it.
 type known struct {
 	seen, alone, asked, sending, flying, win, given, mine, next int64
 	alg, limit, windowMs, burst                                 int64
@@ -61,10 +61,10 @@ func (k *known) setBudget(b store.Budget) {
 // see records the store's count c of the key in its window ending at win
 // (Unix milliseconds, the store's clock). Within one window a count only
 // grows but for refunds and resets, and answers reach memory in any order,
-// so the higher is kept; a later window replaces an earlier one, and an
+// so the higher is kept. A later window replaces an earlier one, and an
 // answer of an earlier window is passed over. An answer to asking again
-// (fresh) is taken as it is, so that a refund or reset made through
-// another instance is seen.
+// (fresh) is taken as it is, so that a refund or reset made through another
+// instance is seen.
 func (k *known) see(c, win int64, fresh bool) {
 	switch {
 	case fresh || win > k.win:
@@ -167,17 +167,17 @@ func setNext(e *store.Entry, next int64) {
 	}
 }
 
-// countAlone counts an attempt of cost n on keys in process memory, while the store
-// cannot count them. Each key admits at most this instance's share (see
-// store.Store.Share) of what was left of its budget when the store last
-// told its count: the budget itself for a key this instance never saw, and
-// nothing at all before this instance has reached a shared store. Nor
-// does it admit more, with what the store admitted for it in the window,
-// than its share of the whole budget: the others' views of what was left
-// may be as old as its own, and the two bounds together keep the fleet
-// within the budget however the attempts were spread. The attempts this
-// instance has sent to the store and not yet heard back of count as
-// admitted. What it admits is added to the store once the store
+// countAlone counts an attempt of cost n on keys in process memory, while
+// the store cannot count them. Each key admits at most this instance's
+// share (see store.Store.Share) of what was left of its budget when the
+// store last told its count. For a key this instance never saw, that is the
+// budget itself. Before this instance has reached a shared store, it is
+// nothing at all. Nor does it admit more, with what the store admitted for
+// it in the window, than its share of the whole budget. The others' views
+// of what was left may be as old as its own. The two bounds together keep
+// the fleet within the budget, however the attempts were spread. The
+// attempts this instance has sent to the store and not yet heard back of
+// count as admitted. What it admits is added to the store once the store
 // answers again (see flushAlone). The tally's times are on memory's clock.
 func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Budget, n int64) (store.Tally, error) {
 	m := &memoCall{n: len(keys), cost: n}
@@ -344,13 +344,13 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 }
 
 // Credit gives back, in one store update, the attempt d counted on the keys
-// at the indexes refund (as Refund does: only in the window d counted in),
-// and forgets the count of each key of clear (as Reset does). What this
-// instance remembers of them changes at once. A credit the store cannot
-// take now is kept and tried again in the background until it lands, or
-// until the latest window of d has ended; Credit then returns nil. It
-// returns an error for a decision that counted nothing to give back, or
-// when too many credits already wait.
+// at the indexes refund. As [Limiter.Refund] does, it gives back only in
+// the window d counted in. It forgets the count of each key of clear, as
+// [Limiter.Reset] does. What this instance remembers of them changes at
+// once. A credit the store cannot take now is kept, and tried again in the
+// background until it lands or until the latest window of d has ended.
+// Credit then returns nil. It returns an error for a decision that counted
+// nothing to give back, or when too many credits already wait.
 func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ...string) error {
 	if !d.Allowed || (d.Unavailable && !d.Local) || d.n == 0 {
 		return ErrNotRefundable
@@ -404,9 +404,9 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 	return l.out.retry(l, c)
 }
 
-// credit is a Credit's store update: each key with a window end (Unix
-// milliseconds) gives back n attempts in that window, each with anyWindow
-// n attempts in the window it has, each with 0 is cleared.
+// credit is a Credit's store update. Each key with a window end (Unix
+// milliseconds) gives back n attempts in that window. Each with anyWindow
+// gives back n attempts in the window it has. Each with 0 is cleared.
 type credit struct {
 	keys    []string
 	expires []int64
@@ -468,13 +468,13 @@ func (l *Limiter) budgetOf(d *Decision, i int) store.Budget {
 	return l.caps[i]
 }
 
-// anyWindow is the window end of a credit's key that gives back one
-// attempt in whatever window the store has: an attempt counted alone, then
-// added to the store, whose window the store's clock keeps.
+// anyWindow is the window end of a credit's key that gives back one attempt
+// in whatever window the store has. Such an attempt was counted alone, then
+// added to the store, whose clock keeps its window.
 const anyWindow = -1
 
 // lowerAlone takes n attempts off what memory holds of key as admitted
-// alone and not yet sent to the store, and reports whether there were as
+// alone and not yet sent to the store. It reports whether there were as
 // many: an attempt's cost is sent to the store whole, never in part.
 func (l *Limiter) lowerAlone(ctx context.Context, key string, n int64) bool {
 	took := false

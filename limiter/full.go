@@ -8,15 +8,11 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// KindStoreFull is logged when a full store makes a limiter count the keys
-// it has no room for in process memory.
-const KindStoreFull = "limiter-store-full"
-
 // countHeld decides an attempt that a full store had no room for. The keys
 // the store holds are still counted there, in one update, and a key among
 // them that is spent refuses the attempt as it would any day. Only the keys
-// the store has no room for fall to the policy: under Deny the attempt is
-// refused; otherwise they are counted in process memory, and when memory
+// the store has no room for fall to the policy. Under Deny the attempt is
+// refused. Otherwise they are counted in process memory, and when memory
 // refuses them the store's keys are given back.
 func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Budget, n int64, cause error, d *Decision) error {
 	m := &memoCall{n: len(keys)} // what the apply holds, off the caller's stack

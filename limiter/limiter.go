@@ -1,43 +1,45 @@
 // Package limiter counts attempts against budgets kept in a limit store.
 //
 // A Limiter allows at most Limit attempts per key in each window of length
-// Window, counted by its Budget's Algorithm. The default, FixedWindow, is a
+// Window, counted by its Budget's Algorithm. The default, [FixedWindow], is a
 // fixed window that starts at a key's first counted attempt:
 //
-//   - The first attempt on a key with no live window opens one; the window
-//     ends Window later, on the store's clock (its Reset). Attempts that find
-//     no room do not open or extend a window.
+//   - The first attempt on a key with no live window opens one. The window
+//     ends Window later, on the store's clock (its Reset). Attempts that
+//     find no room do not open or extend a window.
 //   - Within the window, attempts are admitted while the count is below
-//     Limit; the rest are refused with a RetryAfter of the time left in the
+//     Limit. The rest are refused with a RetryAfter of the time left in the
 //     window.
 //   - At Reset the count is gone (the store's entry expires), and the next
 //     attempt opens a new window. At the edge, a client may therefore have
-//     Limit attempts admitted just before one window ends and Limit just
-//     after the next opens: at most 2×Limit in any span of length Window,
-//     and never more than Limit in one window.
+//     Limit attempts admitted just before one window ends, and Limit just
+//     after the next opens. That is at most 2×Limit in any span of length
+//     Window, and never more than Limit in one window.
 //
-// SlidingWindow admits at most Limit in any span of length Window (Limit at
-// most store.MaxSlidingLimit); TokenBucket refills Limit per Window evenly,
-// up to Burst at once. For every algorithm a refused attempt's RetryAfter
-// is when one more attempt is admitted, and Remaining what is admitted now.
+// [SlidingWindow] admits at most Limit in any span of length Window (Limit
+// at most [store.MaxSlidingLimit]). [TokenBucket] refills Limit per Window
+// evenly, up to Burst at once. For every algorithm a refused attempt's
+// RetryAfter is when one more attempt is admitted, and Remaining what is
+// admitted now.
 //
 // Admission is exact: the count is read and written in one atomic store
-// update, so N concurrent attempts against a budget B, on any number of
+// update. N concurrent attempts against a budget B, on any number of
 // instances sharing a store, admit exactly min(N, B).
 //
 // Attempt counts against several keys at once, all or nothing: if any key
 // has no room, none is charged. The Decision tells which key limited.
 //
 // On a store that does I/O (every store but the memory store), a limiter
-// remembers what the store last said of each key, in bounded process memory: a key memory shows spent is refused
-// without a store call until its window ends, and counting in memory, when
-// the store cannot answer, goes on from those counts rather than from zero.
-// Nothing is ever admitted from memory.
+// keeps what the store last said of each key. It keeps it in bounded
+// process memory. A key memory shows spent is refused without a store call
+// until its window ends. When the store cannot answer, counting in memory
+// goes on from those counts rather than from zero. Nothing is ever admitted
+// from memory.
 //
 // What a store that cannot answer means is each limiter's choice (see
-// Policy): refuse, allow, or count in process memory until the store
-// recovers. Whatever the choice, an overloaded or full store never lets an
-// attempt through uncounted, and a full store still counts the keys it
+// [Policy]). It may refuse, allow, or count in process memory until the
+// store recovers. Whatever the choice, an overloaded or full store never
+// lets an attempt through uncounted. A full store still counts the keys it
 // holds.
 package limiter
 
@@ -66,7 +68,7 @@ const (
 var ErrInvalidBudget = store.ErrInvalidBudget
 
 // ErrInvalidKeys is returned for an attempt with no keys, more than
-// MaxKeys, or keys the store refuses.
+// [MaxKeys], or keys the store refuses.
 var ErrInvalidKeys = errors.New("limiter: invalid keys")
 
 // ErrInvalidCost is returned for an attempt whose cost is below 1 or above
@@ -81,10 +83,10 @@ const MaxKeys = store.MaxCountKeys
 // it).
 type Budget = store.Budget
 
-// Algorithm is how a Budget counts (store.Algorithm).
+// Algorithm is how a Budget counts ([store.Algorithm]).
 type Algorithm = store.Algorithm
 
-// The algorithms a Budget may count by: see store.Algorithm.
+// The algorithms a Budget may count by: see [store.Algorithm].
 const (
 	FixedWindow   = store.FixedWindow
 	SlidingWindow = store.SlidingWindow
@@ -110,13 +112,13 @@ const (
 	// Allow admits the attempt uncounted and logs it, but only while the
 	// store is down (its calls fail or time out, or its breaker is open):
 	// fail open. An overloaded store (a call that waited out its deadline
-	// for a slot, or found its queue full) and a full store are not down:
-	// there the attempt is counted as under Local, since anyone able to
-	// send a burst or a flood of new keys could otherwise reach them.
+	// for a slot, or found its queue full) is not down, nor is a full
+	// store. There the attempt is counted as under Local, since anyone able
+	// to send a burst or a flood of new keys could otherwise reach them.
 	Allow
 	// Local counts in this process's memory while the store cannot answer,
-	// starting from the last count this instance had of each key, and
-	// returns to the store as soon as it answers again. A key this
+	// starting from the last count this instance had of each key. It
+	// returns to the store as soon as the store answers again. A key this
 	// instance saw spent stays refused until its window ends. Budgets hold
 	// per instance; across N instances an attacker gets up to N times what
 	// was left of the budget during the outage. A full store still counts
@@ -149,16 +151,6 @@ func (p Policy) Or(def Policy) Policy {
 	return p
 }
 
-// Log kinds of the limiter.
-const (
-	KindFailOpen = "limiter-fail-open"
-	KindLocal    = "limiter-local-fallback"
-	KindDenied   = "limiter-store-unavailable"
-	// KindMemoryFull is logged when the limiter's memory of a shared
-	// store's counts has no room for a new key.
-	KindMemoryFull = "limiter-memory-full"
-)
-
 // Options configure a Limiter.
 type Options struct {
 	// Name identifies the limiter in logs and in the handle's claim.
@@ -173,8 +165,8 @@ type Options struct {
 	Logger *slog.Logger
 	// LocalMaxEntries bounds the limiter's process memory: the keys it
 	// remembers of a shared store and counts when the store cannot answer.
-	// 0 means the smaller of store.DefaultMaxEntriesMemory and the store's
-	// own bound, when the store tells it (store.Sizer). Each entry costs
+	// 0 means the smaller of [store.DefaultMaxEntriesMemory] and the store's
+	// own bound, when the store tells it ([store.Sizer]). Each entry costs
 	// about 200 bytes.
 	LocalMaxEntries int
 	// Observer, when set, is told of every decision (see Observer).
@@ -182,8 +174,8 @@ type Options struct {
 	// Shadow runs the limiter in shadow: it counts exactly as it would,
 	// and each decision says so (Decision.Shadow), for the caller to let
 	// every attempt through. A would-be refusal is reported to the
-	// Observer as ShadowDenied and logged once per key per window (kind
-	// KindShadowDenied).
+	// Observer as [ShadowDenied] and logged once per key per window (kind
+	// [KindShadowDenied]).
 	Shadow bool
 }
 
@@ -202,7 +194,7 @@ const (
 	// DeniedUnavailable: the store could not answer and the policy refused
 	// the attempt.
 	DeniedUnavailable
-	// AllowedLocal and DeniedLocal: counted in process memory while the
+	// AllowedLocal and [DeniedLocal]: counted in process memory while the
 	// store could not answer.
 	AllowedLocal
 	DeniedLocal
@@ -238,7 +230,7 @@ func (o Outcome) String() string {
 }
 
 // OutcomeOf returns what d came to. In shadow, an attempt refused for
-// want of a store is AllowedUnavailable, and one over budget ShadowDenied:
+// want of a store is [AllowedUnavailable], and one over budget [ShadowDenied]:
 // both went ahead.
 func OutcomeOf(d *Decision) Outcome {
 	switch {
@@ -295,7 +287,7 @@ type Limiter struct {
 
 // New returns a Limiter counting in h, which it claims: a handle already
 // claimed by another limiter is refused with an error matching
-// store.ErrStoreReuse.
+// [store.ErrStoreReuse].
 func New(h *store.Handle, o Options) (*Limiter, error) {
 	if h == nil {
 		return nil, errors.New("limiter: nil store handle")
@@ -427,9 +419,10 @@ type Decision struct {
 	remaining [MaxKeys]int32 // at most MaxLimit
 	n         uint8          // keys in use
 	inMemory  uint8          // bit i: key i was counted in process memory
-	// budgets are the keys' budgets when one is not a fixed window, or the
-	// limiter's own budget is not, for a Refund; nil when they are the
-	// limiter's own (Attempt) or all fixed windows, as the limiter's is.
+	// budgets are the keys' budgets, for a Refund, when one is not a fixed
+	// window or the limiter's own budget is not. They are nil when they are
+	// the limiter's own (Attempt), or all fixed windows as the limiter's
+	// is.
 	budgets *[MaxKeys]store.Budget
 }
 
@@ -480,9 +473,9 @@ func (d Decision) Only(indexes ...int) Decision {
 
 // Attempt counts one attempt against each of keys, with the limiter's
 // budget, in one atomic store update, all or nothing. It returns an error
-// only for invalid keys, or when ctx ends before the store answers; a store
+// only for invalid keys, or when ctx ends before the store answers. A store
 // that cannot answer is reported in the Decision, decided by the limiter's
-// Policy.
+// [Policy].
 func (l *Limiter) Attempt(ctx context.Context, keys ...string) (d Decision, err error) {
 	// Small enough to be inlined, so that the Decision is copied once, into
 	// the caller's variable, not also through a result slot.
@@ -516,9 +509,10 @@ func (l *Limiter) AttemptEach(ctx context.Context, charges ...Charge) (Decision,
 }
 
 // AttemptCost counts cost attempts against each charge's key, each with its
-// own budget, in one atomic store update, all or nothing: a key with less
-// than cost left refuses the whole of it. It is exact as Attempt is. A cost
-// below 1 or above a charge's limit is an error matching ErrInvalidCost.
+// own budget, in one atomic store update. It is all or nothing: a key with
+// less than cost left refuses the whole of it. It is exact as Attempt is. A
+// cost below 1 or above a charge's limit is an error matching
+// [ErrInvalidCost].
 func (l *Limiter) AttemptCost(ctx context.Context, cost int, charges ...Charge) (Decision, error) {
 	if len(charges) == 0 || len(charges) > MaxKeys {
 		return Decision{}, errKeyCount(len(charges))
@@ -757,7 +751,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 }
 
 // decide fills d, which holds the zero Decision, from the tally of a count
-// on keys, field by field: a Decision built whole on the stack and copied
+// on keys, field by field. A Decision built whole on the stack and copied
 // in stalls store forwarding.
 func decide(t *store.Tally, keys []string, caps []store.Budget, local bool, d *Decision) {
 	d.Allowed, d.Local, d.Now, d.Limiting, d.n = t.Allowed, local, t.Now, t.Limiting, uint8(len(keys))
@@ -877,10 +871,10 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 }
 
 // Reset forgets the counts of keys: the next attempt on each opens a new
-// window. Keys are cleared in one store update per store.MaxKeys of them.
-// This instance forgets them at once; every other instance on the store asks
-// the store again about a key it remembers spent within about AskAgain, so
-// a Reset reaches the whole fleet in about a second.
+// window. Keys are cleared in one store update per [store.MaxKeys] of them.
+// This instance forgets them at once. Every other instance on the store
+// asks the store again about a key it remembers spent within about
+// [AskAgain]. A Reset so reaches the whole fleet in about a second.
 func (l *Limiter) Reset(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {
 		return errKeyCount(0)

@@ -44,22 +44,22 @@ func newLocal(prefix string, max int, o store.Options) (*store.Handle, *memory.B
 	return h, b, nil
 }
 
-// AskAgain is how long a key that memory shows spent is refused from
-// memory alone. After it, the next attempt on the key asks the store again
-// (one attempt per key and instance, while the others are still refused
-// from memory), so that a Reset, a refund or a Credit made through any
-// instance takes effect on every instance within about AskAgain: a flood of
-// refused attempts costs at most one store call per key per AskAgain.
+// AskAgain is how long a key that memory shows spent is refused from memory
+// alone. After it, the next attempt on the key asks the store again: one
+// attempt per key and instance, while the others are still refused from
+// memory. A Reset, a refund or a Credit made through any instance so takes
+// effect on every instance within about AskAgain. A flood of refused
+// attempts costs at most one store call per key per AskAgain.
 const AskAgain = time.Second
 
 // recall fills d and reports true when memory shows a key of the attempt
-// without room for its cost n, and the store was asked about it within
-// AskAgain (or holds attempts admitted alone, which the store has not yet
-// seen), so that the store need not be asked. When the only such keys were
-// asked about earlier, this attempt claims asking again: memory records it
-// as asked now. When it reports false, it returns the attempts admitted
-// alone that it claimed (see claim), to be added to the store with the
-// attempt's count, or nil.
+// without room for its cost n, and the store need not be asked. That is
+// when the store was asked about the key within AskAgain, or memory holds
+// attempts admitted alone that the store has not yet seen. When the only
+// such keys were asked about earlier, this attempt claims asking again:
+// memory records it as asked now. When it reports false, it returns the
+// attempts admitted alone that it claimed (see claim), to be added to the
+// store with the attempt's count, or nil.
 func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget, n int64, d *Decision) (bool, *memoCall) {
 	m := &memoCall{n: len(keys), cost: n}
 	copy(m.keys[:], keys)
@@ -179,14 +179,14 @@ func (l *Limiter) owe(m *memoCall, keys []string, caps []store.Budget, n int64) 
 // unheld reports whether memory holds none of keys, for a limiter whose
 // memory serves only to refuse: under Deny, it never counts in memory.
 // Memory then has nothing to refuse, claim or mark for an attempt on keys,
-// and recall is passed over; the store's answer is remembered only when
-// it leaves a key without room (see roomLeft).
+// and recall is passed over. The store's answer is remembered only when it
+// leaves a key without room (see roomLeft).
 func (l *Limiter) unheld(keys []string) bool {
 	return l.policy == Deny && !l.localB.Holds(l.local.Prefix(), keys)
 }
 
 // roomLeft reports whether the tally t of an attempt of cost n admitted it
-// and left every key room for another such attempt: memory, which only
+// and left every key room for another such attempt. Memory, which only
 // refuses, has nothing to learn from it.
 func roomLeft(t *store.Tally, caps []store.Budget, n int64) bool {
 	if !t.Allowed {
@@ -246,10 +246,10 @@ func (l *Limiter) unclaim(ctx context.Context, keys []string, send []int64) {
 }
 
 // countSending counts the attempt m describes in the store, in one update
-// that first adds the attempts admitted alone that m claimed: a key's count
-// then holds every attempt this instance admitted, and the attempt is
-// admitted only with room for it on top, and for those that another call
-// is adding (m.hold).
+// that first adds the attempts admitted alone that m claimed. A key's count
+// then holds every attempt this instance admitted. The attempt is admitted
+// only with room for it on top, and for those that another call is adding
+// (m.hold).
 func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) error {
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	if !fixedOnly(cs) {
@@ -294,9 +294,10 @@ func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) er
 	return l.sent(ctx, m, d, err)
 }
 
-// countSendingUnits is countSending for budgets not all fixed windows: the
+// countSendingUnits is countSending for budgets not all fixed windows. The
 // attempts admitted alone that m claimed are added to each key's units
-// (Budget.AddUnits), then the attempt is charged with room kept for m.hold.
+// (Budget.AddUnits). Then the attempt is charged, with room kept for
+// m.hold.
 func (l *Limiter) countSendingUnits(ctx context.Context, m *memoCall, d *Decision) error {
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	err := l.h.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
@@ -429,9 +430,9 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 }
 
 // readCounts fills t from the live counters in es, as of now, without
-// changing them: each key's count and window end, and the first key without
-// room for n more attempts under its budget in caps. It returns the keys
-// with no live counter, bit i for es[i].
+// changing them. It fills each key's count and window end, and the first
+// key without room for n more attempts under its budget in caps. It returns
+// the keys with no live counter, bit i for es[i].
 func readCounts(now time.Time, es []store.Entry, caps []store.Budget, n int64, t *store.Tally) (fresh uint8, err error) {
 	*t = store.Tally{Now: now, Limiting: -1}
 	for i := range es {
@@ -463,11 +464,11 @@ type memoCall struct {
 	keys [MaxKeys]string
 	caps [MaxKeys]store.Budget
 	t    store.Tally
-	// send holds, for each key, the attempts admitted alone that this
-	// call claimed to add to the store, and left what was left of the
-	// key's window in memory then; hold, those that another call or
-	// another instance may still add, which the store does not hold yet;
-	// sending is set when any key has either.
+	// send holds, for each key, the attempts admitted alone that this call
+	// claimed to add to the store. left holds what was left of the key's
+	// window in memory then. hold holds those that another call or another
+	// instance may still add, which the store does not hold yet. sending is
+	// set when any key has either.
 	send, hold [MaxKeys]int64
 	left       [MaxKeys]time.Duration
 	sending    bool
@@ -476,7 +477,7 @@ type memoCall struct {
 	// remember.
 	flew bool
 	// asks has bit i set when this call asks the store again about key i,
-	// memory having shown it spent for AskAgain: its answer is taken as it
+	// memory having shown it spent for AskAgain. Its answer is taken as it
 	// is (see known.see).
 	asks uint8
 }
@@ -492,9 +493,9 @@ func (m *memoCall) flown() int64 {
 
 // updateMemory runs apply on memory's entries for keys. When memory has no
 // room for a key apply would add, it runs apply again, leaving such keys
-// out, so that the keys memory holds are still read and written: an
-// attempt with one new key must still see, and settle, what memory holds
-// of its others. It logs, once a minute, that memory is full.
+// out. The keys memory holds are so still read and written: an attempt with
+// one new key must still see, and settle, what memory holds of its others.
+// It logs, once a minute, that memory is full.
 func (l *Limiter) updateMemory(ctx context.Context, keys []string, apply store.ApplyFunc) error {
 	full := l.local.Update(ctx, keys, apply)
 	if store.ReasonOf(full) != store.ReasonFull {
@@ -538,13 +539,13 @@ func unfly(e *store.Entry, flew int64) {
 	k.put(e)
 }
 
-// setKnown writes a store's count n of a key in its window ending at win
-// (Unix milliseconds on the store's clock; exp on memory's), into what
-// memory holds of it in e, as asked about now (see known.see for fresh).
+// setKnown writes a store's count n of a key into what memory holds of it
+// in e, as asked about now (see known.see for fresh). The window ends at
+// win, in Unix milliseconds on the store's clock, and at exp on memory's.
 // Attempts admitted alone and not yet in the store are kept, and so is the
 // window they were counted in while it ends later. admitted tells that the
-// store admitted for this instance with that count: the attempt's cost,
-// or 0.
+// store admitted for this instance with that count: the attempt's cost, or
+// 0.
 func setKnown(e *store.Entry, now time.Time, n, win int64, fresh bool, admitted int64, exp time.Time) {
 	k, err := knownOf(e)
 	if err != nil || !e.Live() {

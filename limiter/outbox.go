@@ -12,8 +12,8 @@ import (
 
 // Bounds of a limiter's outbox.
 const (
-	// MaxCredits bounds the credits (see Limiter.Credit) that wait for the
-	// store at once; one more is refused with ErrOutboxFull.
+	// MaxCredits bounds the credits (see [Limiter.Credit]) that wait for the
+	// store at once; one more is refused with [ErrOutboxFull].
 	MaxCredits = 10000
 	// outboxEvery is how often the outbox tries the store again.
 	outboxEvery = 250 * time.Millisecond
@@ -22,12 +22,7 @@ const (
 	flushBatch = 1024
 )
 
-// KindOutbox is logged when what a limiter owes the store (attempts
-// admitted alone, credits) is dropped: their windows ended before the
-// store took them.
-const KindOutbox = "limiter-outbox-dropped"
-
-// ErrOutboxFull is returned by Credit when MaxCredits credits already wait
+// ErrOutboxFull is returned by Credit when [MaxCredits] credits already wait
 // for the store.
 var ErrOutboxFull = fmt.Errorf("limiter: %d credits already wait for the store", MaxCredits)
 

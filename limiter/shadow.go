@@ -12,16 +12,12 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// KindShadowDenied is the "kind" of the line a limiter in shadow logs for a
-// would-be refusal: one per key per window.
-const KindShadowDenied = "limiter-shadow-denied"
-
 // maxShadowKeys bounds the keys a limiter in shadow remembers having
 // logged in their current window.
 const maxShadowKeys = 4096
 
 // shadowLog logs the would-be refusals of a limiter in shadow, once per key
-// per window, naming each key by an ID that means nothing outside this
+// per window. It names each key by an ID that means nothing outside this
 // process: an HMAC of the key under a key of the process.
 type shadowLog struct {
 	mac  []byte // the process's HMAC key

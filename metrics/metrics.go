@@ -3,7 +3,7 @@
 // address: its labels are limiter names, handle prefixes, call names and
 // reasons, all chosen by the app.
 //
-// An Expvar is both a limiter.Observer and a store.Observer:
+// An Expvar is both a [limiter.Observer] and a [store.Observer]:
 //
 //	m := metrics.NewExpvar("gatecount")
 //	s := memory.New(memory.Options{Store: store.Options{Observer: m}})
@@ -52,9 +52,9 @@ import (
 // buckets.
 var LatencyBounds = []int64{100, 500, 1_000, 5_000, 10_000, 50_000, 100_000, 500_000, 1_000_000, 2_000_000}
 
-// BucketName is the name of the latency bucket of bound us (microseconds):
-// "le_" and the bound in seven digits, so that the buckets sort as their
-// bounds do; "le_inf" sorts last.
+// BucketName is the name of the latency bucket of bound us (microseconds).
+// It is "le_" and the bound in seven digits, so that the buckets sort as
+// their bounds do; "le_inf" sorts last.
 func BucketName(us int64) string {
 	d := strconv.FormatInt(us, 10)
 	for len(d) < 7 {

@@ -35,11 +35,6 @@ const (
 	MaxChallengeID = 128
 )
 
-// KindChallengeRefused is the "kind" of the log line of an answer the
-// guard refused: malformed, forged, expired, replayed, or for another
-// account or address. It is written at most once a second.
-const KindChallengeRefused = "ratelimit-challenge-refused"
-
 // Challenge is a test a client passes to get one more attempt when an
 // account's budgets, not the client's own, refuse it: a CAPTCHA of the
 // app's provider, or [ProofOfWork]. Its methods must be safe for concurrent
@@ -47,10 +42,10 @@ const KindChallengeRefused = "ratelimit-challenge-refused"
 type Challenge interface {
 	// Issue returns a new challenge for a client of c.
 	Issue(ctx context.Context, c ChallengeFor) (Issued, error)
-	// Verify checks answer, as the client sent it, for c, without
-	// recording it: the guard records its ID in the same store update
-	// that counts the attempt, so that an answer is taken once on every
-	// instance. An answer it refuses is an error.
+	// Verify checks answer, as the client sent it, for c, without recording
+	// it. The guard records its ID in the same store update that counts the
+	// attempt, so that an answer is taken once on every instance. An answer
+	// it refuses is an error.
 	Verify(ctx context.Context, answer string, c ChallengeFor) (Solved, error)
 }
 
@@ -58,7 +53,7 @@ type Challenge interface {
 type ChallengeFor struct {
 	// Account is the account, normalised as the guard counts it.
 	Account string
-	// Addr is the client address's key (keyfunc.IPKeyer.Key).
+	// Addr is the client address's key ([keyfunc.IPKeyer.Key]).
 	Addr string
 	// Failures is how many challenged attempts on the account failed in
 	// the window of its challenge budget, for a difficulty that grows;
@@ -96,10 +91,10 @@ type challenger struct {
 	// to them.
 	fields  *fields
 	entries [5]int
-	// failures remembers, for limiter.AskAgain, each account's
-	// challenged failures as the store last told them, so that a flood of
-	// challenged refusals asks the store once a second per account, as a
-	// flood of refusals does.
+	// failures remembers, for limiter.AskAgain, each account's challenged
+	// failures as the store last told them. A flood of challenged refusals
+	// then asks the store once a second per account, as a flood of refusals
+	// does.
 	mu       sync.Mutex
 	failures map[string]recalled
 }
@@ -168,10 +163,10 @@ func (c *challenger) readAnswer(r *http.Request) string {
 }
 
 // answered counts an attempt that carries an answer to a challenge, and
-// reports whether it answered the request. A valid answer is charged, in
-// one store update, to the client's own budgets, the cap, the account's
-// challenge budget and the answer's ID (once), instead of the account's
-// budget and delay. A refused or replayed answer costs the client's
+// reports whether it answered the request. A valid answer is charged in one
+// store update, instead of the account's budget and delay. It is charged to
+// the client's own budgets, the cap, the account's challenge budget and the
+// answer's ID (once). A refused or replayed answer costs the client's
 // address an attempt, and the attempt goes on as one without an answer.
 func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, a *signInAttempt, exempt bool) bool {
 	c := g.challenge
@@ -273,7 +268,7 @@ func (g *SignInGuard) issue(w http.ResponseWriter, r *http.Request, d *limiter.D
 		err = checkIssued(is)
 	}
 	if err != nil {
-		g.log.Error("challenge not issued", "kind", "ratelimit-challenge-failed", "err", err)
+		g.log.Error("challenge not issued", "kind", KindChallengeNotIssued, "err", err)
 		g.serve(w, d, p)
 		return
 	}
@@ -339,17 +334,17 @@ func writeChallenge(w http.ResponseWriter, is Issued) {
 	w.Write([]byte(body))
 }
 
-// challengeDone credits or counts a challenged attempt by its outcome: a
+// challengeDone credits or counts a challenged attempt by its outcome. A
 // success clears what any success clears and the account's challenged
-// failures, and emits EventChallengePassed; a failure stays charged,
-// backs off as any failure, and emits EventChallengeFailed.
+// failures, and emits EventChallengePassed. A failure stays charged, backs
+// off as any failure, and emits EventChallengeFailed.
 func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *limiter.Decision, a *signInAttempt, success bool) {
 	account := a.out.account
 	if success {
 		err := g.l.Credit(ctx, *d, nil, keyfunc.JoinKeys("account-ip", account, a.ip), keyfunc.JoinKeys("lockouts", account, a.ip),
 			keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account), keyfunc.JoinKeys("challenge", account))
 		if err != nil {
-			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
+			g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
 		}
 		if counted(d) {
 			g.challenge.remember(account, 0)

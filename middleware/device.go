@@ -15,7 +15,7 @@ import (
 	"github.com/gatecount/gatecount/limiter"
 )
 
-// Defaults of DeviceOptions.
+// Defaults of [DeviceOptions].
 const (
 	// DefaultDeviceCookie names the device cookie when it is Secure with
 	// Path "/", as it is by default. Browsers take a __Host- cookie only
@@ -23,7 +23,7 @@ const (
 	DefaultDeviceCookie = "__Host-gatecount-device"
 	// PlainDeviceCookie names the device cookie when the __Host- prefix is
 	// ruled out: Insecure, or a Path other than "/". Until the next release
-	// a guard that sets DefaultDeviceCookie also reads cookies of this name,
+	// a guard that sets [DefaultDeviceCookie] also reads cookies of this name,
 	// which earlier releases set.
 	PlainDeviceCookie = "gatecount-device"
 	// MaxDeviceCookies bounds the device cookies of a request that are
@@ -40,52 +40,47 @@ const (
 	MaxDeviceLifetime = 400 * 24 * time.Hour
 )
 
-// KindDeviceKeyNotShared is the "kind" of the warning SignIn logs when it
-// issues device cookies on a shared store without DeviceOptions.Secret:
-// each instance then signs with a key of its own, and no other accepts it.
-const KindDeviceKeyNotShared = "ratelimit-device-key-not-shared"
-
 // DefaultDeviceFailures is the failures budget of one known device.
 var DefaultDeviceFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
 
-// DeviceOptions configure the device cookies of SignIn, after OWASP's
-// "device cookies" against slow brute force: after a successful sign-in the
-// guard gives the client a token that binds it to the account, and an
-// attempt presenting a valid token for the account it names is counted
-// against that device's own failures budget only, so that strangers'
-// failures on the account or on the client's address never lock it out.
-// The zero value turns them on with the defaults.
+// DeviceOptions configure the device cookies of [SignIn], after OWASP's
+// "device cookies" against slow brute force. After a successful sign-in the
+// guard gives the client a token that binds it to the account. An attempt
+// presenting a valid token for the account it names is counted against that
+// device's own failures budget only. Strangers' failures on the account or
+// on the client's address so never lock it out. The zero value turns them
+// on with the defaults.
 type DeviceOptions struct {
 	// Off turns device cookies off: every attempt counts against the
 	// account and address budgets.
 	Off bool
-	// Cookie names the cookie. "" means DefaultDeviceCookie, or
-	// PlainDeviceCookie when Insecure or Path rules out the __Host- prefix.
+	// Cookie names the cookie. "" means [DefaultDeviceCookie], or
+	// [PlainDeviceCookie] when Insecure or Path rules out the __Host- prefix.
 	// A name set here is kept as written and is the only one read. A
 	// __Host- name needs Path "/" and Secure, a __Secure- name Secure:
 	// browsers drop such cookies otherwise, so construction refuses them.
 	Cookie string
 	// Lifetime is how long a token is valid after the sign-in that issued
 	// it (each successful sign-in issues a new one); zero means
-	// DefaultDeviceLifetime, at most MaxDeviceLifetime.
+	// [DefaultDeviceLifetime], at most [MaxDeviceLifetime].
 	Lifetime time.Duration
 	// Failures bounds the failed attempts of one device on its account;
-	// zero means DefaultDeviceFailures (5 per 15 minutes).
+	// zero means [DefaultDeviceFailures] (5 per 15 minutes).
 	Failures limiter.Budget
-	// Secret signs the tokens: at least keyhash.MinSecretLen bytes, the same
-	// on every instance of the app (GATECOUNT_SECRET). The signing key is
-	// derived from it, so the same secret may key a store. Nil means a
-	// random key of this process: tokens stop working when it restarts and
-	// are not valid on other instances; such a client is counted as an
-	// unknown device until it signs in again. On a shared store, SignIn
-	// then logs a warning of kind KindDeviceKeyNotShared.
+	// Secret signs the tokens: at least keyhash.MinSecretLen bytes, the
+	// same on every instance of the app (GATECOUNT_SECRET). The signing key
+	// is derived from it, so the same secret may key a store. Nil means a
+	// random key of this process: tokens stop working when it restarts, and
+	// are not valid on other instances. Such a client is counted as an
+	// unknown device until it signs in again. On a shared store, [SignIn]
+	// then logs a warning of kind [KindDeviceKeyNotShared].
 	Secret []byte
 	// Insecure leaves out the cookie's Secure attribute, for development
 	// over plain HTTP. Never set it in production: the token would travel
 	// in clear.
 	Insecure bool
 	// Path is the cookie's Path; "" means "/". Any other Path rules out
-	// the __Host- prefix, so the default name is then PlainDeviceCookie,
+	// the __Host- prefix, so the default name is then [PlainDeviceCookie],
 	// which other hosts of the site can set and so plant.
 	Path string
 }
@@ -98,10 +93,10 @@ const (
 	deviceBytes   = 1 + 8 + deviceNonce + deviceMAC
 )
 
-// devices signs and verifies device tokens. A token is
-// base64url(version ‖ expiry ‖ nonce ‖ HMAC-SHA256(key, label ‖ version ‖
-// expiry ‖ nonce ‖ account)): the account is never in it, only bound by the
-// MAC, so a token verifies only for the account it was issued for.
+// devices signs and verifies device tokens. A token is base64url(version ‖
+// expiry ‖ nonce ‖ HMAC-SHA256(key, label ‖ version ‖ expiry ‖ nonce ‖
+// account)). The account is never in it, only bound by the MAC, so a token
+// verifies only for the account it was issued for.
 type devices struct {
 	o     DeviceOptions
 	names []string // the cookie names read, o.Cookie first

@@ -7,51 +7,9 @@ import (
 	"time"
 )
 
-// EventKind names what happened to an account. Each is also the "kind" of
-// the log line the guard writes for it.
-type EventKind string
-
-// The kinds of Event.
-const (
-	// EventBudgetSpent: a failure spent the account's windowed budget.
-	// Attempts without a known device are refused until Until.
-	EventBudgetSpent EventKind = "ratelimit-account-budget-spent"
-	// EventDelayed: a failure past the delay threshold made the account's
-	// next attempt without a known device wait until Until.
-	EventDelayed EventKind = "ratelimit-account-delayed"
-	// EventCapReached: a failure reached the cap on consecutive failures.
-	// Attempts without a known device are refused until an unlock or a
-	// recovery.
-	EventCapReached EventKind = "ratelimit-account-cap-reached"
-	// EventKnownDevice: a known device signed in while the account was at
-	// its cap, which stays: one event per such sign-in.
-	EventKnownDevice EventKind = "ratelimit-account-known-device"
-	// EventChallengeIssued: a failure spent the account's budget, or
-	// imposed a delay, on a guard with a Challenge: attempts without a
-	// known device are challenged until Until (see SignInOptions.Challenge).
-	EventChallengeIssued EventKind = "ratelimit-account-challenge-issued"
-	// EventChallengePassed: a client that answered a challenge signed in.
-	// Failures counts the challenged failures before it.
-	EventChallengePassed EventKind = "ratelimit-account-challenge-passed"
-	// EventChallengeFailed: a client that answered a challenge failed the
-	// check behind it; one event per such attempt, at most the challenge
-	// budget's Limit per window, which ends at Until.
-	EventChallengeFailed EventKind = "ratelimit-account-challenge-failed"
-	// EventUnlocked: an operator unlocked the account (Unlock).
-	EventUnlocked EventKind = KindUnlocked
-	// EventRecovered: the app reported a recovery of the account
-	// (Recovered), such as a completed password reset.
-	EventRecovered EventKind = "ratelimit-account-recovered"
-	// EventPasswordSprayed: a failure spent a password's budget of failed
-	// accounts (NAME-spray). Attempts with a password of its bucket are
-	// refused, but from known devices, until Until. Account is "": the
-	// event concerns a password, which no event carries.
-	EventPasswordSprayed EventKind = "ratelimit-password-sprayed"
-)
-
 // Event is something an app may route to its audit log or its owner: a
 // lock-out begun, a delay imposed, an unlock. A guard emits at most one
-// per account (per password bucket, for EventPasswordSprayed) per window
+// per account (per password bucket, for [EventPasswordSprayed]) per window
 // of the budget concerned, never one per request.
 // It never carries a password or a request body.
 type Event struct {

@@ -36,10 +36,10 @@ func newFields(names []string, budgets []limiter.Budget, hideRemaining, legacy b
 }
 
 // policyOf is the quota and window, in seconds, of a budget's policy item
-// (the draft's q and w): Limit per Window, or for a token bucket its
-// capacity per the time it takes to refill, which says both its burst and
-// its rate. A window is whole seconds, at least 1; a bucket's is rounded
-// up, so that a client pacing by it is never early.
+// (the draft's q and w). That is Limit per Window, or for a token bucket
+// its capacity per the time it takes to refill, which says both its burst
+// and its rate. A window is whole seconds, at least 1; a bucket's is
+// rounded up, so that a client pacing by it is never early.
 func policyOf(b limiter.Budget) (q, w int64) {
 	if b.Algorithm == limiter.TokenBucket {
 		return b.Capacity(), max(ceilSeconds(b.Span()), 1)
@@ -109,7 +109,7 @@ const (
 var slabs sync.Pool
 
 // fieldValue returns a header field value of one line, b, at no allocation
-// of its own most of the time: the text and the slice are cut from a slab,
+// of its own most of the time. The text and the slice are cut from a slab,
 // shared by a few responses and by nothing else. Each response gets its own
 // slot, capped so that an append copies it, and text that is never written
 // again: a strings.Builder only appends to the bytes behind the strings it
@@ -133,8 +133,8 @@ func fieldValue(b []byte) []string {
 }
 
 // merge returns the list members of field values vals, less those naming
-// one of f's budgets, followed by mine: the value of a field that an outer
-// limiter of the same request has already set, so that stacked limiters
+// one of f's budgets, followed by mine. vals is the value of a field that
+// an outer limiter of the same request has already set. Stacked limiters so
 // each keep their members (the draft's fields are lists).
 func (f *fields) merge(vals []string, mine string) string {
 	var b strings.Builder

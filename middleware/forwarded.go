@@ -8,12 +8,6 @@ import (
 	"github.com/gatecount/gatecount/keyfunc"
 )
 
-// KindForwardedUntrusted is the "kind" of the warning a per-IP limiter that
-// trusts no proxy logs, once, when a request carrying X-Forwarded-For or
-// Forwarded reaches it: behind a proxy, every client would share the
-// proxy's address and budget.
-const KindForwardedUntrusted = "ratelimit-forwarded-untrusted"
-
 // forwardedWarning warns, once, of a forwarding header reaching a per-IP
 // limiter that trusts no proxy. The zero value, or one built for a limiter
 // that trusts a proxy, never warns.

@@ -17,9 +17,9 @@ import (
 )
 
 // guard is what every limiter of this package is built on (Middleware,
-// SignInGuard, SendGuard): one limiter counting every budget of a request
-// in one store update, the RateLimit fields naming each budget, and serve,
-// the one path that answers a request by its decision.
+// SignInGuard, SendGuard). It holds one limiter counting every budget of a
+// request in one store update, and the RateLimit fields naming each budget.
+// Its serve is the one path that answers a request by its decision.
 type guard struct {
 	l        *limiter.Limiter
 	ip       *keyfunc.IPKeyer  // nil when the key is not the client address
@@ -151,7 +151,7 @@ func (g *guard) screen(w http.ResponseWriter, r *http.Request) (exempt, ok bool)
 func (g *guard) attempt(w http.ResponseWriter, r *http.Request, charges ...limiter.Charge) (limiter.Decision, bool) {
 	d, err := g.l.AttemptEach(context.WithoutCancel(r.Context()), charges...)
 	if err != nil {
-		g.log.Error("attempt not counted", "kind", "ratelimit-count-failed", "err", err)
+		g.log.Error("attempt not counted", "kind", KindCountFailed, "err", err)
 		writeProblem(w, http.StatusBadRequest, problem400)
 		return d, false
 	}
@@ -170,9 +170,9 @@ type pass struct {
 	refuse http.Handler
 	// fields are those of the budget that applied; nil means the guard's.
 	fields *fields
-	// entries maps each key of the attempt to its budget among the
-	// guard's fields, and own are the keys an allowed attempt's fields
-	// may name (nil: every key); nil entries name the deciding key.
+	// entries maps each key of the attempt to its budget among the guard's
+	// fields; nil entries name the deciding key. own are the keys an
+	// allowed attempt's fields may name (nil: every key).
 	entries, own []int
 	hide         bool // no RateLimit fields at all
 }
@@ -183,12 +183,13 @@ type runner interface {
 	run(w http.ResponseWriter, r *http.Request, next http.Handler, d limiter.Decision)
 }
 
-// serve answers a request by its decision d: 503 when the store is
-// unavailable and the policy refuses, the handler uncounted when the policy
-// lets it through, and otherwise the RateLimit fields then the handler or,
-// over budget, a refusal that never reaches it. In shadow it adds no fields
-// and refuses nothing: a would-be refusal runs the handler alone, with no
-// refund to follow, since nothing was counted.
+// serve answers a request by its decision d. It answers 503 when the store
+// is unavailable and the policy refuses, and runs the handler uncounted
+// when the policy lets it through. Otherwise it writes the RateLimit
+// fields, then runs the handler or, over budget, a refusal that never
+// reaches it. In shadow it adds no fields and refuses nothing: a would-be
+// refusal runs the handler alone, with no refund to follow, since nothing
+// was counted.
 func (g *guard) serve(w http.ResponseWriter, d *limiter.Decision, p *pass) {
 	if d.Shadow && !d.Allowed {
 		p.next.ServeHTTP(w, p.r) // a would-be refusal, in shadow: as if no limiter were there

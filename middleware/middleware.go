@@ -3,15 +3,15 @@
 // request and refuse the ones over budget. (For one line per route, see the
 // module root: gatecount.LimitByIP and gatecount.Limits.)
 //
-//   - PerIP limits each client address (forwarding headers only from
+//   - [PerIP] limits each client address (forwarding headers only from
 //     trusted proxies). Default name "ip"; store down:
-//     requests go through (limiter.Allow).
-//   - PerCaller limits each authenticated caller (keyfunc.WithCallerID); a
+//     requests go through ([limiter.Allow]).
+//   - [PerCaller] limits each authenticated caller ([keyfunc.WithCallerID]); a
 //     request without one is answered 401. Default name "caller"; store
-//     down: it counts in process memory (limiter.Local).
+//     down: it counts in process memory ([limiter.Local]).
 //   - New limits by any key function (Options.Key). Default name "limit";
-//     store down: requests are answered 503 (limiter.Deny).
-//   - SignIn guards a sign-in form: failures per account and address, per
+//     store down: requests are answered 503 ([limiter.Deny]).
+//   - [SignIn] guards a sign-in form: failures per account and address, per
 //     account, attempts per address, and known devices. The handler reads
 //     the account with Account and tells the outcome with ReportSuccess or
 //     ReportFailure. Default name "login".
@@ -20,8 +20,8 @@
 //     unless SendOptions.Reveal. Default name "send".
 //
 // Each one claims its own store handle: a second one on the same handle is
-// refused (store.ErrStoreReuse), and so are two of one store with the same
-// name (store.ErrDuplicateName).
+// refused ([store.ErrStoreReuse]), and so are two of one store with the same
+// name ([store.ErrDuplicateName]).
 //
 //	s := memory.New(memory.Options{})
 //	execH, err := s.Handle("execute:")
@@ -56,23 +56,24 @@
 // Options.Cost what it counts (10 for a batch of ten). Both are exact as
 // the constructor's budget is; the RateLimit fields show the budget that
 // applied, in units of cost. A budget or cost out of range, or an error of
-// either, answers 500 and logs KindInvalidCharge: never a free pass.
+// either, answers 500 and logs [KindInvalidCharge]: never a free pass.
 //
 // # Shadow, Skip and Networks
 //
 // Every form takes Shadow: it counts as it would, but refuses nothing and
-// adds no fields; a would-be refusal reaches the handler, is reported as
-// limiter.ShadowDenied and is logged once per key per window. Skip lets the
-// requests it picks through uncounted. Networks answers blocked client
+// adds no fields. A would-be refusal reaches the handler, is reported as
+// [limiter.ShadowDenied], and is logged once per key per window. Skip lets
+// the requests it picks through uncounted. Networks answers blocked client
 // networks 403 before anything is counted, and lets exempt ones skip the
 // budgets of the client address, never a caller's, an account's or a
 // destination's.
 //
 // # Counting only failures
 //
-// With Options.CountFailures, an attempt is counted before the handler runs
-// and refunded when it succeeds: by its status (Options.Success, by default
-// below 400), or as the handler says with ReportSuccess and ReportFailure.
+// With Options.CountFailures, an attempt is counted before the handler
+// runs, and refunded when it succeeds. Success is judged by its status
+// (Options.Success, by default below 400), or as the handler says with
+// [ReportSuccess] and [ReportFailure].
 package middleware
 
 import (
@@ -91,16 +92,6 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Log kinds of the middleware.
-const (
-	KindNoKey   = "ratelimit-no-key"
-	KindLimited = "ratelimit-limited"
-	// KindInvalidCharge is logged when Options.BudgetFor or Options.Cost
-	// fails, or gives a budget or cost out of range: the request is
-	// answered 500.
-	KindInvalidCharge = "ratelimit-invalid-charge"
-)
-
 // DefaultUnavailableRetryAfter is the Retry-After of a 503 answered while the
 // store is unavailable.
 const DefaultUnavailableRetryAfter = 5 * time.Second
@@ -112,12 +103,12 @@ type Options struct {
 	// "-_.".
 	Name string
 	// Unavailable is what to answer when the store is unavailable; the zero
-	// value, limiter.Default, is the constructor's choice: Local for
-	// PerCaller, Allow for PerIP, Deny for New.
+	// value, [limiter.Default], is the constructor's choice: Local for
+	// [PerCaller], Allow for [PerIP], Deny for New.
 	Unavailable limiter.Policy
 	// Key replaces the constructor's key function.
 	Key keyfunc.Func
-	// IP configures the client address of PerIP (trusted proxies, IPv6
+	// IP configures the client address of [PerIP] (trusted proxies, IPv6
 	// prefix).
 	IP keyfunc.IPOptions
 	// OnLimit replaces the 429 answer. The RateLimit fields and Retry-After
@@ -128,7 +119,7 @@ type Options struct {
 	// handler uncounted.
 	OnNoKey func(w http.ResponseWriter, r *http.Request, err error)
 	// KeyErrorStatus is the status of the default OnNoKey; 0 means the
-	// constructor's (401 for PerCaller, 400 otherwise).
+	// constructor's (401 for [PerCaller], 400 otherwise).
 	KeyErrorStatus int
 	// Skip, when it returns true, lets a request through uncounted: a
 	// platform's health checker, say.
@@ -154,18 +145,18 @@ type Options struct {
 	// CountFailures; nil means status < 400.
 	Success func(status int) bool
 	// UnavailableRetryAfter is the Retry-After of a 503 answered under
-	// the Deny policy; 0 means DefaultUnavailableRetryAfter.
+	// the Deny policy; 0 means [DefaultUnavailableRetryAfter].
 	UnavailableRetryAfter time.Duration
-	// Observer, when set, is told of every decision (see limiter.Observer).
+	// Observer, when set, is told of every decision (see [limiter.Observer]).
 	Observer limiter.Observer
 	// Logger receives the middleware's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Shadow counts as the limiter would but refuses nothing and adds no
 	// fields: a would-be refusal is reported to the Observer as
-	// limiter.ShadowDenied and logged once per key per window.
+	// [limiter.ShadowDenied] and logged once per key per window.
 	Shadow bool
 	// Networks answers requests from its Block networks 403, counting
-	// nothing, and lets those from Exempt through PerIP uncounted. The
+	// nothing, and lets those from Exempt through [PerIP] uncounted. The
 	// client address is found as IP says.
 	Networks keyfunc.Networks
 }
@@ -184,11 +175,11 @@ type Middleware struct {
 
 // PerCaller returns a Middleware that limits each authenticated caller to
 // budget, keyed by the caller ID the app's authentication middleware put in
-// the request context (keyfunc.WithCallerID). A request without one is
+// the request context ([keyfunc.WithCallerID]). A request without one is
 // answered 401 and never reaches the handler. When the store is unavailable
-// it counts in process memory by default (Local): the endpoint it guards
-// does real work, so it should stay limited, but an outage of the store
-// should not stop every caller. Its default name is "caller".
+// it counts in process memory by default ([limiter.Local]). The endpoint it
+// guards does real work, so it should stay limited, but an outage of the
+// store should not stop every caller. Its default name is "caller".
 func PerCaller(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
 	o.Name = cmp.Or(o.Name, "caller")
 	o.KeyErrorStatus = cmp.Or(o.KeyErrorStatus, http.StatusUnauthorized)
@@ -199,13 +190,13 @@ func PerCaller(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, 
 }
 
 // PerIP returns a Middleware that limits each client address to budget,
-// keyed by keyfunc.IP under o.IP (forwarding headers only from trusted
+// keyed by [keyfunc.IP] under o.IP (forwarding headers only from trusted
 // proxies). When the store is unavailable it lets requests through by
 // default (Allow): the cheap routes it is meant for, such as health checks
 // polled by a platform, must keep answering. Its default name is "ip".
 //
 // With no trusted proxies, the first request carrying X-Forwarded-For or
-// Forwarded logs a warning of kind KindForwardedUntrusted: behind a proxy
+// Forwarded logs a warning of kind [KindForwardedUntrusted]. Behind a proxy
 // that nobody told it of, the limiter keys every client by the proxy's
 // address.
 func PerIP(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
@@ -371,7 +362,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		return
 	}
 	if err := m.l.Refund(context.WithoutCancel(r.Context()), d); err != nil {
-		m.log.Warn("refund of a successful request failed", "kind", "ratelimit-refund-failed", "err", err)
+		m.log.Warn("refund of a successful request failed", "kind", KindRefundFailed, "err", err)
 	}
 }
 

@@ -38,7 +38,7 @@ func report(r *http.Request, s said) bool {
 }
 
 // Account returns the account the guard wrapping r counted the request
-// under: the normalised account name of SignIn, the normalised destination
+// under: the normalised account name of [SignIn], the normalised destination
 // of Send. It reports false when no such guard wraps r. A handler must use
 // it rather than read the account from the body again: then the account it
 // checks, or sends to, is always the one that was counted.

@@ -20,7 +20,7 @@ import (
 	"github.com/gatecount/gatecount/store/keyhash"
 )
 
-// Defaults and bounds of ProofOfWorkOptions.
+// Defaults and bounds of [ProofOfWorkOptions].
 const (
 	// DefaultProofOfWorkBits is the base difficulty, chosen for the served
 	// script on a phone (DESIGN.md gives its cost).
@@ -34,34 +34,29 @@ const (
 	DefaultPuzzleLifetime = 5 * time.Minute
 )
 
-// KindChallengeKeyNotShared is the "kind" of the warning SignIn logs when
-// its ProofOfWork has no Secret on a shared store: each instance then signs
-// puzzles with a key of its own, and no other accepts their answers.
-const KindChallengeKeyNotShared = "ratelimit-challenge-key-not-shared"
-
 // ProofOfWorkScheme is the Scheme of [ProofOfWork]'s challenges.
 const ProofOfWorkScheme = "pow"
 
 // ProofOfWorkOptions configure [NewProofOfWork]. The zero value gives the
 // defaults, with a key of this process.
 type ProofOfWorkOptions struct {
-	// Secret signs the puzzles: at least keyhash.MinSecretLen bytes, the
+	// Secret signs the puzzles: at least [keyhash.MinSecretLen] bytes, the
 	// same on every instance (GATECOUNT_SECRET). The puzzle key is derived
 	// from it apart from every other use. Nil means a random key of this
 	// process: a puzzle is then answered only on the instance that issued
-	// it, and SignIn logs a warning of kind KindChallengeKeyNotShared on a
-	// shared store.
+	// it. On a shared store, [SignIn] logs a warning of kind
+	// [KindChallengeKeyNotShared].
 	Secret []byte
 	// Bits is the difficulty of a puzzle for an account with no challenged
 	// failures: the leading zero bits of its answer's SHA-256. Zero means
-	// DefaultProofOfWorkBits.
+	// [DefaultProofOfWorkBits].
 	Bits int
 	// MaxBits caps the difficulty, which grows by a bit with each
-	// challenged failure; zero means Bits + DefaultProofOfWorkExtraBits.
-	// At most MaxProofOfWorkBits.
+	// challenged failure; zero means Bits + [DefaultProofOfWorkExtraBits].
+	// At most [MaxProofOfWorkBits].
 	MaxBits int
 	// Lifetime is how long a puzzle may be answered; zero means
-	// DefaultPuzzleLifetime, from 1s to 1h.
+	// [DefaultPuzzleLifetime], from 1s to 1h.
 	Lifetime time.Duration
 }
 
@@ -235,10 +230,10 @@ func leadingZeros(h [sha256.Size]byte) int {
 }
 
 // SolveProofOfWork answers the puzzle token of difficulty bits as the
-// served script does: it tries the counters 0, 1, 2, … and returns the
+// served script does. It tries the counters 0, 1, 2, …, and returns the
 // first answer token + "." + counter whose SHA-256 has bits leading zero
-// bits, and how many hashes it took. It stops with ctx, returning its
-// error.
+// bits. It also returns how many hashes it took. It stops with ctx,
+// returning its error.
 func SolveProofOfWork(ctx context.Context, token string, bits int) (answer string, hashes int, err error) {
 	buf := make([]byte, 0, len(token)+1+maxCounter)
 	buf = append(append(buf, token...), '.')
@@ -256,9 +251,9 @@ func SolveProofOfWork(ctx context.Context, token string, bits int) (answer strin
 }
 
 // Script returns a handler serving the JavaScript that solves puzzles in
-// the browser, as SolveProofOfWork does, with a compact SHA-256 of its own
-// (crypto.subtle needs a secure context and costs a promise per hash). It
-// defines gatecountSolve(token, bits), which returns {answer, hashes}.
+// the browser, as [SolveProofOfWork] does. It has a compact SHA-256 of its
+// own: crypto.subtle needs a secure context, and costs a promise per hash.
+// It defines gatecountSolve(token, bits), which returns {answer, hashes}.
 func (p *ProofOfWork) Script() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()

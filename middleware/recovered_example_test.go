@@ -63,10 +63,10 @@ func ExampleSignInGuard_Recovered() {
 	// Output:
 	// guess: 401
 	// guess: 401
-	// event ratelimit-account-cap-reached: alice, 3 failures, from 198.51.100.3
+	// event limit-account-cap-reached: alice, 3 failures, from 198.51.100.3
 	// guess: 401
 	// guess: 429
 	// alice: 429
-	// event ratelimit-account-recovered: alice, 0 failures, from invalid IP
+	// event limit-account-recovered: alice, 0 failures, from invalid IP
 	// alice after the reset: 200
 }

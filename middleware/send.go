@@ -12,7 +12,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Default budgets of SendGuard.
+// Default budgets of [SendGuard].
 var (
 	DefaultPerDestination = limiter.Budget{Limit: 3, Window: time.Hour}
 	DefaultSendPerIP      = limiter.Budget{Limit: 20, Window: time.Hour}
@@ -21,22 +21,22 @@ var (
 // DefaultAcceptedBody is the body of the default Accepted answer.
 const DefaultAcceptedBody = `{"status":"accepted"}` + "\n"
 
-// SendOptions configure SendGuard. The zero value gives the defaults.
+// SendOptions configure [SendGuard]. The zero value gives the defaults.
 type SendOptions struct {
 	// Name prefixes the budgets' names: NAME-destination and NAME-ip; ""
 	// means "send".
 	Name string
 	// PerDestination bounds the requests per destination (an address, a
-	// phone number); zero means DefaultPerDestination (3 per hour).
+	// phone number); zero means [DefaultPerDestination] (3 per hour).
 	PerDestination limiter.Budget
-	// PerIP bounds the requests per client IP; zero means DefaultSendPerIP
+	// [PerIP] bounds the requests per client IP; zero means [DefaultSendPerIP]
 	// (20 per hour).
 	PerIP limiter.Budget
 	// Field is the form or JSON body field holding the destination; ""
 	// means "email".
 	Field string
 	// Normalize canonicalises the destination; nil means
-	// keyfunc.NormalizeEmail (keyfunc.NormalizePhone suits phone numbers).
+	// [keyfunc.NormalizeEmail] ([keyfunc.NormalizePhone] suits phone numbers).
 	Normalize func(string) (string, error)
 	// Body bounds how much of the body is read to find Field.
 	Body keyfunc.BodyOptions
@@ -45,17 +45,17 @@ type SendOptions struct {
 	// Reveal answers a throttled request 429 with Retry-After and the
 	// RateLimit fields. Off by default: a throttled request, or one whose
 	// destination is malformed, gets Accepted's answer and the handler does
-	// not run, so nothing is sent and a client cannot tell whether it was
+	// not run. Nothing is sent, and a client cannot tell whether it was
 	// throttled, nor whether the destination is known.
 	Reveal bool
 	// Accepted is the answer a throttled request gets when Reveal is off.
 	// It must answer exactly as the handler answers a request it accepts;
-	// nil means 202 Accepted with DefaultAcceptedBody as application/json.
+	// nil means 202 Accepted with [DefaultAcceptedBody] as application/json.
 	Accepted http.Handler
 	// Unavailable is what to answer when the store is unavailable; the zero
-	// value, limiter.Default, means Local: sending stays limited per instance.
+	// value, [limiter.Default], means Local: sending stays limited per instance.
 	Unavailable limiter.Policy
-	// Observer, when set, is told of every decision (see limiter.Observer).
+	// Observer, when set, is told of every decision (see [limiter.Observer]).
 	Observer limiter.Observer
 	// Logger receives the guard's logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -73,8 +73,8 @@ type SendOptions struct {
 
 // SendGuard throttles a handler that sends something to a destination the
 // client names: password-reset mail, sign-in codes. Build one with Send.
-// Its keys are keyfunc.JoinKeys("destination", DESTINATION), normalised,
-// and keyfunc.JoinKeys("ip", IP) (see SignInGuard); Unlock clears them.
+// Its keys are [keyfunc.JoinKeys]("destination", DESTINATION), normalised,
+// and keyfunc.JoinKeys("ip", IP) (see [SignInGuard]); Unlock clears them.
 type SendGuard struct {
 	*guard
 	o     SendOptions
@@ -82,13 +82,13 @@ type SendGuard struct {
 	names []string // of the budgets, for logs
 }
 
-// Send returns a guard counting in h (which it claims) every request against
-// its destination's budget and its client IP's, in one atomic store update,
-// before the handler runs. A request over either budget never reaches the
-// handler, so nothing is sent for it, and logs one line of kind
-// KindLimited naming the budget (never the client or the destination). The
+// Send returns a guard counting in h (which it claims) every request
+// against its destination's budget and its client IP's, in one atomic store
+// update, before the handler runs. A request over either budget never
+// reaches the handler, so nothing is sent for it. It logs one line of kind
+// [KindLimited] naming the budget, never the client or the destination. The
 // handler reads the destination the guard counted with Account. The body
-// may be a form, multipart/form-data or JSON (see keyfunc.BodyField).
+// may be a form, multipart/form-data or JSON (see [keyfunc.BodyField]).
 func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 	o.Name = cmp.Or(o.Name, "send")
 	o.PerDestination = cmp.Or(o.PerDestination, DefaultPerDestination)
@@ -190,7 +190,7 @@ func (g *SendGuard) count(w http.ResponseWriter, r *http.Request, next http.Hand
 }
 
 // throttled logs one line of a counted refusal, naming the budget and never
-// the client or the destination, so that an operator can tell a throttled
+// the client or the destination. An operator can so tell a throttled
 // request from one the handler found nothing to send for.
 func (g *SendGuard) throttled(d *limiter.Decision) {
 	budget := ""

@@ -44,8 +44,8 @@ func shownKey(d *limiter.Decision, own []int) int {
 }
 
 // show writes the RateLimit fields of d, and Retry-After when it refused,
-// for the key shownKey picks; entries maps each key of the attempt to its
-// budget among the guard's fields, and nil entries name the deciding key.
+// for the key shownKey picks. entries maps each key of the attempt to its
+// budget among the guard's fields; nil entries name the deciding key.
 // Fields f, when not nil, replace the guard's: those of the budget that
 // applied.
 func (g *guard) show(h http.Header, d *limiter.Decision, f *fields, entries, own []int) {

@@ -14,7 +14,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Default budgets of SignIn, after OWASP's guidance on authentication and
+// Default budgets of [SignIn], after OWASP's guidance on authentication and
 // credential stuffing.
 var (
 	DefaultAccountIPFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
@@ -38,7 +38,7 @@ const (
 )
 
 // ErrAboveNIST is matched by the error of a cap on consecutive failures
-// above MaxConsecutiveFailures.
+// above [MaxConsecutiveFailures].
 var ErrAboveNIST = fmt.Errorf("%w: NIST SP 800-63B allows at most %d consecutive failed attempts on an account", limiter.ErrInvalidBudget, MaxConsecutiveFailures)
 
 // consecutiveBudget returns the budget of an account's failures since its
@@ -57,17 +57,17 @@ func consecutiveBudget(name string, n int) (limiter.Budget, error) {
 // threshold of consecutive failures toward the cap. Past After failures
 // since the account's last success, an attempt without a known device is
 // refused, with Retry-After, until a delay has passed since the attempt
-// before it: First for the first, doubling with each further failure, up
-// to Max. The k-th consecutive attempt, k > After, waits
+// before it. The delay is First for the first, doubling with each further
+// failure, up to Max. The k-th consecutive attempt, k > After, waits
 // min(First × 2^(k-After-1), Max) after the (k-1)-th. The server never
 // sleeps.
 type Delay struct {
 	// After is how many consecutive failures pass undelayed; zero means
-	// DefaultDelayAfter (20). At or above the cap, no attempt is delayed.
+	// [DefaultDelayAfter] (20). At or above the cap, no attempt is delayed.
 	After int
-	// First is the first delay; zero means DefaultDelayFirst (30s).
+	// First is the first delay; zero means [DefaultDelayFirst] (30s).
 	First time.Duration
-	// Max caps a delay; zero means DefaultDelayMax (1h).
+	// Max caps a delay; zero means [DefaultDelayMax] (1h).
 	Max time.Duration
 }
 
@@ -95,27 +95,27 @@ type Backoff struct {
 	// Max caps a lock-out; zero turns Backoff off.
 	Max time.Duration
 	// History is how long lock-outs are remembered; zero means
-	// DefaultBackoffHistory.
+	// [DefaultBackoffHistory].
 	History time.Duration
 }
 
-// SignInOptions configure SignIn. The zero value gives the defaults.
+// SignInOptions configure [SignIn]. The zero value gives the defaults.
 type SignInOptions struct {
 	// Name prefixes the names of the three budgets in logs and RateLimit
 	// fields: NAME-account-ip, NAME-account and NAME-ip; "" means
 	// "login".
 	Name string
 	// AccountIPFailures bounds the failures of one account from one client
-	// IP; zero means DefaultAccountIPFailures (5 per 15 minutes).
+	// IP; zero means [DefaultAccountIPFailures] (5 per 15 minutes).
 	AccountIPFailures limiter.Budget
 	// AccountFailures bounds the failures of one account from all clients,
-	// looser, so that a distributed guesser is stopped while a real user
-	// on their own network is rarely locked out by strangers; zero means
-	// DefaultAccountFailures (20 per hour).
+	// looser. A distributed guesser is so stopped, while a real user on
+	// their own network is rarely locked out by strangers. Zero means
+	// [DefaultAccountFailures] (20 per hour).
 	AccountFailures limiter.Budget
 	// IPAttempts bounds the attempts, failed or not, of one client IP on
 	// all accounts: credential stuffing and password spraying; zero means
-	// DefaultIPAttempts (100 per hour).
+	// [DefaultIPAttempts] (100 per hour).
 	IPAttempts limiter.Budget
 	// Backoff lengthens repeated lock-outs; the zero value is off.
 	Backoff Backoff
@@ -123,7 +123,7 @@ type SignInOptions struct {
 	// success, whatever the windows (NAME-consecutive). At the cap the
 	// account admits no client without a known device until Unlock or
 	// Recovered; known devices still sign in, and their successes no longer
-	// clear the count. Zero means MaxConsecutiveFailures (100), which also
+	// clear the count. Zero means [MaxConsecutiveFailures] (100), which also
 	// bounds it.
 	ConsecutiveFailures int
 	// Delay makes further attempts wait from a threshold toward the cap
@@ -135,7 +135,7 @@ type SignInOptions struct {
 	// guard writes a challenged refusal itself, never OnLimit.
 	Challenge Challenge
 	// ChallengeBudget bounds an account's challenged attempts
-	// (NAME-challenge); zero means DefaultChallengeBudget (10 per hour).
+	// (NAME-challenge); zero means [DefaultChallengeBudget] (10 per hour).
 	ChallengeBudget limiter.Budget
 	// OnEvent, when set, is told of each Event of the guard's accounts, on
 	// the request's goroutine: it must not block for long.
@@ -144,27 +144,27 @@ type SignInOptions struct {
 	// means "username".
 	Field string
 	// Spray counts failures per password across accounts and addresses
-	// (NAME-spray); the zero value turns it on (see SprayOptions).
+	// (NAME-spray); the zero value turns it on (see [SprayOptions]).
 	Spray SprayOptions
 	// Normalize canonicalises the account name; nil means
-	// keyfunc.NormalizeUsername. A name it rejects is treated as an
+	// [keyfunc.NormalizeUsername]. A name it rejects is treated as an
 	// unreadable account (see Failed).
 	Normalize func(string) (string, error)
 	// Body bounds how much of the body is read to find Field, and how long
 	// its value may be. The body may be a form, multipart/form-data or JSON
-	// (see keyfunc.BodyField).
+	// (see [keyfunc.BodyField]).
 	Body keyfunc.BodyOptions
-	// Failed answers an attempt whose account the guard cannot read: a
-	// duplicate field (in any letter case), a value over the bound or that
-	// Normalize rejects, an unsupported or malformed media type, a
-	// malformed body. Such an attempt is counted against the client
-	// address's budget only, never under an empty account, and the handler
-	// does not run, since it could read an account the guard did not count.
-	// Failed must answer exactly as the handler answers a wrong password;
-	// nil means 401 with an application/problem+json body.
+	// Failed answers an attempt whose account the guard cannot read. That
+	// is a duplicate field (in any letter case), or a value over the bound
+	// or that Normalize rejects. It is also an unsupported or malformed
+	// media type, or a malformed body. Such an attempt is counted against
+	// the client address's budget only, never under an empty account. The
+	// handler does not run, since it could read an account the guard did
+	// not count. Failed must answer exactly as the handler answers a wrong
+	// password; nil means 401 with an application/problem+json body.
 	Failed http.Handler
 	// Device configures the device cookies issued on a successful sign-in;
-	// the zero value turns them on with the defaults (see DeviceOptions).
+	// the zero value turns them on with the defaults (see [DeviceOptions]).
 	Device DeviceOptions
 	// IP configures the client address (trusted proxies, IPv6 prefix).
 	IP keyfunc.IPOptions
@@ -181,13 +181,13 @@ type SignInOptions struct {
 	// ends last (d.RetryAfter is the first refusing budget's).
 	OnLimit func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
 	// Unavailable is what to answer when the store is unavailable; the zero
-	// value, limiter.Default, means Local: guessing stays limited per instance, and users can still
+	// value, [limiter.Default], means Local: guessing stays limited per instance, and users can still
 	// sign in.
 	Unavailable limiter.Policy
 	// UnavailableRetryAfter is the Retry-After of a 503; 0 means
-	// DefaultUnavailableRetryAfter.
+	// [DefaultUnavailableRetryAfter].
 	UnavailableRetryAfter time.Duration
-	// Observer, when set, is told of every decision (see limiter.Observer).
+	// Observer, when set, is told of every decision (see [limiter.Observer]).
 	Observer limiter.Observer
 	// Logger receives the guard's logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -204,11 +204,11 @@ type SignInOptions struct {
 	Networks keyfunc.Networks
 }
 
-// SignInGuard throttles a sign-in handler. Build one with SignIn.
+// SignInGuard throttles a sign-in handler. Build one with [SignIn].
 //
 // Its keys, in the store handle it counts in, are part of its contract.
 // ACCOUNT is the normalised account, IP the client's key
-// (keyfunc.IPKeyer.AddrKey), and each key is keyfunc.JoinKeys of the parts:
+// ([keyfunc.IPKeyer.AddrKey]), and each key is [keyfunc.JoinKeys] of the parts:
 //
 //	("account", ACCOUNT)              failures of the account: NAME-account
 //	("account-ip", ACCOUNT, IP)       failures of the account from IP: NAME-account-ip
@@ -223,7 +223,7 @@ type SignInOptions struct {
 //	("puzzle", ID)                    an answered challenge, until it expires
 //
 // H is a password's bucket, 4 hexadecimal digits of 16 bits (see
-// PasswordBuckets): no key holds more of a password.
+// [PasswordBuckets]): no key holds more of a password.
 //
 // Unlock and Recovered clear an account's keys, Show reads them, and the
 // limiter's Reset clears any one of them.
@@ -235,8 +235,8 @@ type SignInGuard struct {
 	spray   *sprayer // nil when off
 	rules   accountRules
 	// entries maps the keys of an attempt of an unknown device to the
-	// budgets of the RateLimit fields, sprayEntries those of one with a
-	// password; ipEntry and devEntry hold the entries of the address and
+	// budgets of the RateLimit fields. sprayEntries maps those of one with
+	// a password. ipEntry and devEntry hold the entries of the address and
 	// known device's attempts.
 	entries      [4]int
 	sprayEntries [6]int
@@ -289,9 +289,10 @@ const (
 // cap's key with: it counts, and never refuses.
 var deviceConsecutive = limiter.Budget{Limit: limiter.MaxLimit, Window: limiter.MaxWindow}
 
-// ownKeys are the keys of an attempt that describe the client's own use:
-// the fields of an attempt that is not refused name one of them, never the
-// account's budget, which would tell how others have used the account.
+// ownKeys are the keys of an attempt that describe the client's own use.
+// The fields of an attempt that is not refused name one of them. They never
+// name the account's budget, which would tell how others have used the
+// account.
 var ownKeys = []int{keyAccountIP, keyIP}
 
 // sprayOwn are ownKeys in an attempt with a password.
@@ -300,12 +301,13 @@ var sprayOwn = []int{keyAccountIP, keySprayIP}
 // SignIn returns a guard for a sign-in handler, counting in h (which it
 // claims). Each attempt is counted in one atomic store update against three
 // budgets: failures per (account, client IP), failures per account, and
-// attempts per client IP; and against the cap on the account's consecutive
-// failures (see ConsecutiveFailures and Delay). The attempt is charged before the handler runs, so
-// that concurrent guesses cannot all reach the password check, and when the
-// handler reports success (ReportSuccess, or a status Success accepts) the
-// account's failure is refunded, and the (account, IP) failures and the
-// account's consecutive failures are cleared.
+// attempts per client IP. It is counted against the cap on the account's
+// consecutive failures too (see ConsecutiveFailures and Delay). The attempt
+// is charged before the handler runs, so that concurrent guesses cannot all
+// reach the password check. The handler reports success with
+// [ReportSuccess], or by a status Success accepts. The account's failure is
+// then refunded, and the (account, IP) failures and the account's
+// consecutive failures are cleared.
 //
 // The guard reads the account once, and the handler reads it from the guard
 // (Account): the account checked is the one counted. An attempt whose
@@ -313,26 +315,26 @@ var sprayOwn = []int{keyAccountIP, keySprayIP}
 // answered by Failed, without the handler.
 //
 // A successful sign-in gives the client a device cookie (see
-// DeviceOptions). An attempt presenting a valid one for the account it names
-// is counted against that device's own failures budget instead of the three
-// above: strangers' failures on the account or the address never lock it
-// out, while clients without one, a distributed guesser's, keep the three
+// [DeviceOptions]). An attempt presenting a valid one for the account it
+// names is counted against that device's own failures budget, instead of
+// the three above. Strangers' failures on the account or the address never
+// lock it out. Clients without one, a distributed guesser's, keep the three
 // budgets.
 //
 // With Spray on, as by default, the attempt's password is counted too, by
-// its bucket (see PasswordBuckets), in the same update: a password that
-// failed against more accounts than its budget is refused on every
-// account, but from known devices. A success gives its charge back, and an
-// (account, password) pair counted before counts no more.
+// its bucket (see [PasswordBuckets]), in the same update. A password that
+// failed against more accounts than its budget is refused on every account,
+// but from known devices. A success gives its charge back, and an (account,
+// password) pair counted before counts no more.
 //
 // The guard never learns whether an account exists, so its answers for a
 // known and an unknown account are the same at every attempt count: status,
 // headers and body. The handler must keep that too: answer an unknown
 // account exactly like a wrong password, in comparable time. The RateLimit
 // fields of an attempt that is not refused describe only the client's own
-// budgets (the account from this address, the address), never how others
-// have used the account; those of a refusal name the refusing budget whose
-// window ends last, so that Retry-After is never early.
+// budgets: the account from this address, and the address. They never tell
+// how others have used the account. Those of a refusal name the refusing
+// budget whose window ends last, so that Retry-After is never early.
 func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	o.Name = cmp.Or(o.Name, "login")
 	consecutive, err := consecutiveBudget(o.Name, o.ConsecutiveFailures)
@@ -458,7 +460,7 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 }
 
 // ReadAccount returns the account named in r's body as the guard counts it:
-// the name normalised. It fails, with an error matching keyfunc.ErrNoKey,
+// the name normalised. It fails, with an error matching [keyfunc.ErrNoKey],
 // when the body cannot be read (see SignInOptions.Failed) or Normalize
 // rejects the name. The body is restored for the handler.
 func (g *SignInGuard) ReadAccount(r *http.Request) (string, error) {
@@ -579,10 +581,10 @@ func counted(d *limiter.Decision) bool {
 	return d.Allowed && !d.Shadow && (!d.Unavailable || d.Local)
 }
 
-// delay applies the delay ladder to the attempt d admitted: past the
+// delay applies the delay ladder to the attempt d admitted. Past the
 // threshold, the attempt takes the account's one slot of the delay, which
-// it holds for the wait of the attempt after it. With no slot free it
-// gives back d, answers the refusal and reports false.
+// it holds for the wait of the attempt after it. With no slot free it gives
+// back d, answers the refusal and reports false.
 func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.Decision, a *signInAttempt) bool {
 	n := g.rules.consecutive.Limit - d.RemainingOf(keyConsecutive) // this attempt included
 	wait := g.o.Delay.wait(n + 1)
@@ -593,7 +595,7 @@ func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.D
 	dd, err := g.l.AttemptEach(ctx, limiter.Charge{Key: keyfunc.JoinKeys("delay", a.out.account), Budget: limiter.Budget{Limit: 1, Window: wait}})
 	switch {
 	case err != nil:
-		g.log.Error("delay not counted", "kind", "ratelimit-count-failed", "err", err)
+		g.log.Error("delay not counted", "kind", KindCountFailed, "err", err)
 		return true // the attempt itself was counted
 	case dd.Allowed || dd.Shadow:
 		if counted(&dd) {
@@ -602,7 +604,7 @@ func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.D
 		return true
 	}
 	if err := g.l.Refund(ctx, *d); err != nil {
-		g.log.Warn("delayed attempt not refunded", "kind", "ratelimit-refund-failed", "err", err)
+		g.log.Warn("delayed attempt not refunded", "kind", KindRefundFailed, "err", err)
 	}
 	g.refuseDelayed(w, r, &dd, a)
 	return false
@@ -630,10 +632,10 @@ type signInAttempt struct {
 	challenged bool
 }
 
-// run runs the handler of an allowed attempt, counted (run is never
-// called for one let through uncounted), issues a device cookie with a
-// successful answer, and credits or backs off by the outcome. The charge
-// of a password on a pair counted before is given back first.
+// run runs the handler of an allowed attempt, counted; run is never called
+// for one let through uncounted. It issues a device cookie with a
+// successful answer, and credits or backs off by the outcome. The charge of
+// a password on a pair counted before is given back first.
 func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Handler, d limiter.Decision) {
 	g := a.g
 	success := func(status int) bool {
@@ -652,7 +654,7 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 		// counts once.
 		a.repeat = true
 		if err := g.l.Credit(context.WithoutCancel(r.Context()), d, []int{keySpray}); err != nil {
-			g.log.Warn("repeated password not given back", "kind", "ratelimit-refund-failed", "err", err)
+			g.log.Warn("repeated password not given back", "kind", KindRefundFailed, "err", err)
 		}
 	}
 	next.ServeHTTP(rw, r)
@@ -676,7 +678,7 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 			err = g.l.Credit(ctx, d, nil, a.device, keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
 		}
 		if err != nil {
-			g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
+			g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
 		}
 	case a.challenged:
 		g.challengeDone(ctx, r, &d, a, success(rw.status))
@@ -726,7 +728,7 @@ func (g *SignInGuard) event(ctx context.Context, r *http.Request, e Event) {
 }
 
 // unreadable counts an attempt whose account cannot be read against the
-// client address's budget, and answers it as Failed does, or 429 when that
+// client address's budget. It answers it as Failed does, or 429 when that
 // budget is spent; the handler does not run.
 func (g *SignInGuard) unreadable(w http.ResponseWriter, r *http.Request, ip string, exempt bool, err error) {
 	g.warn.Do(func() { g.log.Info("sign-in attempt without a readable account", "kind", KindNoKey, "err", err) })
@@ -752,10 +754,10 @@ func (g *SignInGuard) skip(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // succeeded refunds the account's failure (or clears the account's
-// failures, under rules.clearAccount) and the password's, and clears the
+// failures, under rules.clearAccount) and the password's. It clears the
 // (account, IP) failures and lock-outs, the account's consecutive failures
-// and delay, and the marker of the (account, password) pair, in one store
-// update, retried until it lands (see limiter.Limiter.Credit).
+// and delay, and the marker of the (account, password) pair. It does all in
+// one store update, retried until it lands (see limiter.Limiter.Credit).
 func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, a *signInAttempt) {
 	account, ip := a.out.account, a.ip
 	refund, cleared := make([]int, 0, 2), make([]string, 0, 6)
@@ -776,7 +778,7 @@ func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, a *sig
 		keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
 	err := g.l.Credit(ctx, *d, refund, cleared...)
 	if err != nil {
-		g.log.Warn("successful sign-in not credited", "kind", "ratelimit-refund-failed", "err", err)
+		g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
 	}
 }
 
@@ -798,6 +800,6 @@ func (g *SignInGuard) lockOut(ctx context.Context, accountIP, account, ip string
 	}
 	wait = min(wait, b.Max)
 	if err := g.l.Block(ctx, accountIP, wait); err != nil {
-		g.log.Warn("lock-out not lengthened", "kind", "signin-backoff-failed", "err", err)
+		g.log.Warn("lock-out not lengthened", "kind", KindBackoffFailed, "err", err)
 	}
 }

@@ -21,15 +21,15 @@ import (
 // fail against, from all clients, before it is refused for everyone.
 var DefaultPasswordSpray = limiter.Budget{Limit: 20, Window: time.Hour}
 
-// DefaultPasswordField is the body field SignIn reads the password from.
+// DefaultPasswordField is the body field [SignIn] reads the password from.
 const DefaultPasswordField = "password"
 
-// PasswordBuckets is how many spray counters all passwords share: a
+// PasswordBuckets is how many spray counters all passwords share. A
 // password is counted under a key of 16 bits, which every one of 65,536
 // passwords shares, so that no stored key tells a password apart.
 const PasswordBuckets = 1 << 16
 
-// SprayOptions configure SignIn's count of failures per password, against
+// SprayOptions configure [SignIn]'s count of failures per password, against
 // password spraying: one password tried on many accounts, each from its
 // own address, which no account or address budget sees. The zero value
 // turns it on with the defaults.
@@ -37,13 +37,13 @@ type SprayOptions struct {
 	// Off turns the count off.
 	Off bool
 	// Field is the body field holding the password; "" means
-	// DefaultPasswordField. It is read with the account, in the same
+	// [DefaultPasswordField]. It is read with the account, in the same
 	// reading of the body. A request without it, or with it empty, is not
 	// counted per password; one with it given twice is unreadable (see
 	// SignInOptions.Failed).
 	Field string
 	// Budget bounds the distinct accounts a password may fail against in
-	// its window; zero means DefaultPasswordSpray (20 per hour).
+	// its window; zero means [DefaultPasswordSpray] (20 per hour).
 	Budget limiter.Budget
 }
 
@@ -91,10 +91,10 @@ func (s *sprayer) bucket(password string) uint16 {
 	return b
 }
 
-// keys returns the keys an attempt with password on account charges: the
-// password's bucket, ("password", H), and the marker of the pair,
-// ("password-account", H, ACCOUNT), which tells a pair counted once from
-// a new one.
+// keys returns the keys an attempt with password on account charges. They
+// are the password's bucket, ("password", H), and the marker of the pair,
+// ("password-account", H, ACCOUNT). The marker tells a pair counted once
+// from a new one.
 func (s *sprayer) keys(password, account string) (spray, marker string) {
 	h := bucketName(s.bucket(password))
 	return keyfunc.JoinKeys("password", h), keyfunc.JoinKeys("password-account", h, account)

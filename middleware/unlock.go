@@ -11,17 +11,13 @@ import (
 	"github.com/gatecount/gatecount/limiter"
 )
 
-// KindUnlocked is the "kind" of the line a guard logs when an operator
-// unlocks an account or a destination. The line never names either.
-const KindUnlocked = "ratelimit-unlocked"
-
 // BudgetState is what the store holds of one budget of one key, read
 // without counting.
 type BudgetState struct {
 	// Budget names the budget as the RateLimit fields do: login-account,
 	// login-account-ip, login-ip, send-destination…
 	Budget string
-	// Key is the key the guard counts it under (see SignInGuard).
+	// Key is the key the guard counts it under (see [SignInGuard]).
 	Key string
 	// Addr is the client address of an address budget; the zero Addr for
 	// the account's or the destination's own.
@@ -61,22 +57,24 @@ func (s Standing) RefusedFrom(a netip.Addr) bool {
 }
 
 // Unlock lets account sign in again, on every instance within about
-// limiter.AskAgain. It clears the account's failures from all clients, its
-// consecutive failures, delay and challenged attempts, and for each of addrs the account's
-// failures and lock-outs from it and its attempts budget. Afterwards the account signs in from any address whose
-// own budgets are not spent, and from every address named; any other
-// address keeps its own budgets as they were. A device's failures are left
-// alone: they are that device's. The account is normalised as the guard
-// normalises it; a name it rejects is an error matching
-// keyfunc.ErrInvalidAccount. It emits EventUnlocked.
+// [limiter.AskAgain]. It clears the account's failures from all clients, its
+// consecutive failures, delay and challenged attempts. For each of addrs,
+// it clears the account's failures and lock-outs from it, and its attempts
+// budget. Afterwards the account signs in from any address whose own
+// budgets are not spent, and from every address named; any other address
+// keeps its own budgets as they were. A device's failures are left alone:
+// they are that device's. The account is normalised as the guard normalises
+// it; a name it rejects is an error matching [keyfunc.ErrInvalidAccount]. It
+// emits [EventUnlocked].
 func (g *SignInGuard) Unlock(ctx context.Context, account string, addrs ...netip.Addr) error {
 	return g.clear(ctx, EventUnlocked, account, addrs)
 }
 
 // Recovered tells the guard that the owner of account proved it another
-// way, such as a completed password reset, from each of addrs: it clears
-// what Unlock clears, the cap on consecutive failures included, so that
-// the account signs in again from any client. It emits EventRecovered.
+// way, such as a completed password reset, from each of addrs. It clears
+// what [SignInGuard.Unlock] clears, the cap on consecutive failures
+// included, so that the account signs in again from any client. It emits
+// [EventRecovered].
 func (g *SignInGuard) Recovered(ctx context.Context, account string, addrs ...netip.Addr) error {
 	return g.clear(ctx, EventRecovered, account, addrs)
 }
@@ -146,10 +144,10 @@ func (g *SignInGuard) accountOf(account string, addrs []netip.Addr) (string, []s
 }
 
 // Unlock lets requests for destination through again, on every instance
-// within about limiter.AskAgain: it clears the destination's budget, and
+// within about [limiter.AskAgain]: it clears the destination's budget, and
 // the budget of each of addrs. The destination is normalised as the guard
 // normalises it; one it rejects is an error matching
-// keyfunc.ErrInvalidAccount.
+// [keyfunc.ErrInvalidAccount].
 func (g *SendGuard) Unlock(ctx context.Context, destination string, addrs ...netip.Addr) error {
 	dest, ips, err := g.destinationOf(destination, addrs)
 	if err != nil {

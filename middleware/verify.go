@@ -13,7 +13,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Default budgets of Verify: tighter than SignIn's, since a code has fewer
+// Default budgets of Verify: tighter than [SignIn]'s, since a code has fewer
 // values than a password.
 var (
 	DefaultCodeAccountIPFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
@@ -21,25 +21,25 @@ var (
 )
 
 // VerifyOptions configure Verify. The zero value gives the defaults. The
-// fields SignInOptions also has mean what they mean there.
+// fields [SignInOptions] also has mean what they mean there.
 type VerifyOptions struct {
 	// Name prefixes the names of the budgets in logs and RateLimit fields:
 	// NAME-account-ip, NAME-account, NAME-consecutive and NAME-ip; ""
 	// means "verify".
 	Name string
 	// AccountIPFailures bounds the failures of one account from one client
-	// IP; zero means DefaultCodeAccountIPFailures (5 per 15 minutes).
+	// IP; zero means [DefaultCodeAccountIPFailures] (5 per 15 minutes).
 	AccountIPFailures limiter.Budget
 	// AccountFailures bounds the failures of one account from all clients;
-	// zero means DefaultCodeAccountFailures (10 per hour).
+	// zero means [DefaultCodeAccountFailures] (10 per hour).
 	AccountFailures limiter.Budget
 	// ConsecutiveFailures bounds the failures of one account since its
 	// last success, whatever the windows; zero means
-	// MaxConsecutiveFailures (100). Above it is an error matching
-	// ErrAboveNIST.
+	// [MaxConsecutiveFailures] (100). Above it is an error matching
+	// [ErrAboveNIST].
 	ConsecutiveFailures int
 	// IPAttempts bounds the attempts, failed or not, of one client IP on
-	// all accounts; zero means DefaultIPAttempts (100 per hour).
+	// all accounts; zero means [DefaultIPAttempts] (100 per hour).
 	IPAttempts limiter.Budget
 	// Account reads the account whose code is checked: from the session of
 	// a second step, say. Nil means the body field Field.
@@ -48,7 +48,7 @@ type VerifyOptions struct {
 	// Account is nil; "" means "username".
 	Field string
 	// Normalize canonicalises the account name; nil means
-	// keyfunc.NormalizeUsername.
+	// [keyfunc.NormalizeUsername].
 	Normalize func(string) (string, error)
 	// Body bounds how much of the body is read to find Field.
 	Body keyfunc.BodyOptions
@@ -71,19 +71,19 @@ type VerifyOptions struct {
 	// zero value means Local.
 	Unavailable limiter.Policy
 	// UnavailableRetryAfter is the Retry-After of a 503; 0 means
-	// DefaultUnavailableRetryAfter.
+	// [DefaultUnavailableRetryAfter].
 	UnavailableRetryAfter time.Duration
 	// Observer, when set, is told of every decision.
 	Observer limiter.Observer
 	// OnEvent, when set, is told of each Event of the guard's accounts
 	// (see SignInOptions.OnEvent); Verify delays no attempt, so emits no
-	// EventDelayed.
+	// [EventDelayed].
 	OnEvent func(Event)
 	// Challenge, when set, answers an attempt that the account's budget
 	// refuses with a challenge (see SignInOptions.Challenge).
 	Challenge Challenge
 	// ChallengeBudget bounds an account's challenged attempts
-	// (NAME-challenge); zero means DefaultChallengeBudget.
+	// (NAME-challenge); zero means [DefaultChallengeBudget].
 	ChallengeBudget limiter.Budget
 	// Logger receives the guard's logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -100,20 +100,20 @@ type VerifyOptions struct {
 // VerifyGuard throttles a handler that checks a one-time code: an emailed
 // or SMS code, a TOTP, a recovery code. Build one with Verify.
 //
-// Its keys, in its own store handle, are SignInGuard's but the device's,
-// the lock-outs' and the delay's: ("account", ACCOUNT), ("account-ip",
-// ACCOUNT, IP), ("ip", IP) and ("consecutive", ACCOUNT); with a
-// Challenge, ("challenge", ACCOUNT) and ("puzzle", ID) too.
+// Its keys, in its own store handle, are [SignInGuard]'s but the device's,
+// the lock-outs' and the delay's. They are ("account", ACCOUNT),
+// ("account-ip", ACCOUNT, IP), ("ip", IP) and ("consecutive", ACCOUNT).
+// With a Challenge, they are ("challenge", ACCOUNT) and ("puzzle", ID) too.
 type VerifyGuard struct{ g *SignInGuard }
 
 // Verify returns a guard for a handler that checks a one-time code,
 // counting in h (which it claims) apart from the password's, as NIST
-// counts failures per authenticator. It is SignIn's guard without device
+// counts failures per authenticator. It is [SignIn]'s guard without device
 // cookies, back-off or delays, with its own consecutive cap: the account's
-// failures since its last success, at most MaxConsecutiveFailures. Each
+// failures since its last success, at most [MaxConsecutiveFailures]. Each
 // attempt is charged against every budget in one atomic store update
 // before the handler runs, so that concurrent guesses cannot all reach the
-// check. The handler reports a right code with ReportSuccess (or a status
+// check. The handler reports a right code with [ReportSuccess] (or a status
 // Success accepts), which clears the account's failures: from this
 // address, from all, and consecutive. The answers are the same for a
 // known and an unknown account; the handler must keep that too.
@@ -161,12 +161,12 @@ func Verify(h *store.Handle, o VerifyOptions) (*VerifyGuard, error) {
 func (g *VerifyGuard) Wrap(next http.Handler) http.Handler { return g.g.Wrap(next) }
 
 // ReadAccount returns the account of r as the guard counts it (see
-// SignInGuard.ReadAccount).
+// [SignInGuard.ReadAccount]).
 func (g *VerifyGuard) ReadAccount(r *http.Request) (string, error) { return g.g.ReadAccount(r) }
 
 // Unlock lets account try codes again: it clears the account's failures
 // from all clients and its consecutive failures, and for each of addrs
-// what SignInGuard.Unlock clears of it.
+// what [SignInGuard.Unlock] clears of it.
 func (g *VerifyGuard) Unlock(ctx context.Context, account string, addrs ...netip.Addr) error {
 	return g.g.Unlock(ctx, account, addrs...)
 }
@@ -182,5 +182,5 @@ func (g *VerifyGuard) Show(ctx context.Context, account string, addrs ...netip.A
 func (g *VerifyGuard) Limiter() *limiter.Limiter { return g.g.Limiter() }
 
 // Close releases what the limiter holds of its own (see
-// limiter.Limiter.Close). The store is the caller's to close.
+// [limiter.Limiter.Close]). The store is the caller's to close.
 func (g *VerifyGuard) Close() error { return g.g.Close() }

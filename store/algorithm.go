@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Algorithm is how a budget counts. The zero value is FixedWindow.
+// Algorithm is how a budget counts. The zero value is [FixedWindow].
 type Algorithm uint8
 
 // The algorithms a budget may count by.
@@ -16,16 +16,16 @@ const (
 	FixedWindow Algorithm = iota
 	// SlidingWindow allows at most Limit units in any span of length
 	// Window. It keeps the time of each unit admitted in the last Window,
-	// so Limit is at most MaxSlidingLimit.
+	// so Limit is at most [MaxSlidingLimit].
 	SlidingWindow
 	// TokenBucket refills Limit units per Window evenly, up to Burst
 	// (Limit when 0): the generic cell rate algorithm (GCRA).
 	TokenBucket
 )
 
-// MaxSlidingLimit is the highest Limit of a SlidingWindow budget. Its state
+// MaxSlidingLimit is the highest Limit of a [SlidingWindow] budget. Its state
 // is the time of every unit in the window, 14 bytes each as JSON, and must
-// fit in MaxValueSize.
+// fit in [MaxValueSize].
 const MaxSlidingLimit = 256
 
 // String names the algorithm as configuration spells it: "fixed",
@@ -42,13 +42,13 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
-// maxBucketSpan is the longest a token bucket may take to refill from empty,
-// in microseconds (about 2.2 years): it keeps every time of a bucket's
-// state within 2^53, which a Lua number holds exactly.
+// maxBucketSpan is the longest a token bucket may take to refill from
+// empty, in microseconds (about 2.2 years). It keeps every time of a
+// bucket's state within 2^53, which a Lua number holds exactly.
 const maxBucketSpan = 1 << 46
 
 // Capacity is the most units a key may hold under b at once: Burst for a
-// TokenBucket that sets it, Limit otherwise.
+// [TokenBucket] that sets it, Limit otherwise.
 func (b Budget) Capacity() int64 {
 	if b.Algorithm == TokenBucket && b.Burst > 0 {
 		return int64(b.Burst)
@@ -56,7 +56,7 @@ func (b Budget) Capacity() int64 {
 	return int64(b.Limit)
 }
 
-// Interval is how long a TokenBucket budget takes to refill one unit,
+// Interval is how long a [TokenBucket] budget takes to refill one unit,
 // Window divided by Limit, rounded up to the microsecond. It is 0 for the
 // other algorithms.
 func (b Budget) Interval() time.Duration {
@@ -73,10 +73,10 @@ func emission(b Budget) int64 {
 	return (w + l - 1) / l
 }
 
-// checkAlgorithm reports what of b's algorithm a store cannot count: an
-// unknown algorithm, a Burst outside a token bucket or below 0, a sliding
-// window past MaxSlidingLimit, a bucket that takes longer than
-// maxBucketSpan to refill.
+// checkAlgorithm reports what of b's algorithm a store cannot count. That
+// is an unknown algorithm, or a Burst outside a token bucket or below 0. It
+// is also a sliding window past [MaxSlidingLimit], or a bucket that takes
+// longer than maxBucketSpan to refill.
 func checkAlgorithm(b Budget) error {
 	switch {
 	case b.Algorithm > TokenBucket:
@@ -92,8 +92,8 @@ func checkAlgorithm(b Budget) error {
 }
 
 // firstDrop is when a key that had no units and was charged at nowMs (Unix
-// milliseconds) next drops a unit: its window's end, or for a bucket the
-// first unit's refill, rounded up to the millisecond.
+// milliseconds) next drops a unit. That is its window's end, or for a
+// bucket the first unit's refill, rounded up to the millisecond.
 func firstDrop(nowMs int64, b Budget) int64 {
 	if b.Algorithm == TokenBucket {
 		return nowMs + (emission(b)+999)/1000
@@ -206,8 +206,8 @@ func bucketOf(v []byte) (int64, bool) {
 func ceilMs(us int64) int64 { return (us + 999) / 1000 }
 
 // add adds n units at now and writes the state into e, without checking
-// room: past a sliding window's Limit, the oldest times go (a key at its
-// limit refuses until the newest Limit leave, whatever came before them).
+// room. Past a sliding window's Limit, the oldest times go. A key at its
+// limit refuses until the newest Limit leave, whatever came before them.
 func (u *units) add(e *Entry, n int64) {
 	switch u.b.Algorithm {
 	case SlidingWindow:
@@ -281,8 +281,8 @@ func (u *units) putBucket(e *Entry) {
 	e.ExpiresAt = time.UnixMilli(ceilMs(u.tat))
 }
 
-// take gives back n units (a refund) and writes the state into e: a fixed
-// count goes down by n, a sliding window drops its newest n times, a
+// take gives back n units (a refund) and writes the state into e. A fixed
+// count goes down by n, a sliding window drops its newest n times, and a
 // bucket's TAT goes back n refills. A key left with none is deleted.
 func (u *units) take(e *Entry, n int64) {
 	n = min(n, u.count)
@@ -325,9 +325,10 @@ func (u *units) take(e *Entry, n int64) {
 }
 
 // Units reads e, an entry of a key counted under b, at now (the store's
-// time, to the millisecond): the units in use, and when that number next
-// drops (when one more unit is admitted); the zero time when none are in
-// use. A value that is not b's state is an error matching ErrNotCounter.
+// time, to the millisecond). It returns the units in use, and when that
+// number next drops (when one more unit is admitted). The time is zero when
+// none are in use. A value that is not b's state is an error matching
+// [ErrNotCounter].
 func (b Budget) Units(now time.Time, e Entry) (count int64, next time.Time, err error) {
 	u, err := readUnits(now.UnixMilli(), &e, b)
 	if err != nil || u.next == 0 {
@@ -361,11 +362,11 @@ func (b Budget) TakeUnits(now time.Time, e *Entry, n int64) error {
 	return nil
 }
 
-// ChargeBucket is KeyTally.Charge for a TokenBucket budget b, on the key's
+// ChargeBucket is [KeyTally.Charge] for a [TokenBucket] budget b, on the key's
 // state itself: tat, its theoretical arrival time in Unix microseconds (0
-// for a key with none). It takes k.Now, sets the rest of k as Charge does,
-// and returns the key's new TAT (tat when refused), for a store that keeps
-// buckets as numbers rather than as values (AppendBucket).
+// for a key with none). It is for a store that keeps buckets as numbers
+// rather than as values ([AppendBucket]). It takes k.Now, sets the rest of
+// k as Charge does, and returns the key's new TAT (tat when refused).
 func (k *KeyTally) ChargeBucket(b Budget, n, tat int64) int64 {
 	now := k.Now * 1000
 	tat = max(tat, now)
@@ -393,12 +394,12 @@ func AppendBucket(dst []byte, tat int64) []byte {
 	return append(AppendCount(dst, tat), '}')
 }
 
-// BucketOf reads v as a token bucket's value, as AppendBucket writes it,
+// BucketOf reads v as a token bucket's value, as [AppendBucket] writes it,
 // and reports whether it is one, without allocating.
 func BucketOf(v []byte) (tat int64, ok bool) { return bucketOf(v) }
 
 // Span is the longest a unit stays in use under b: Window, or for a
-// TokenBucket the time it takes to refill from empty (Capacity times
+// [TokenBucket] the time it takes to refill from empty (Capacity times
 // Interval). Units counted now have all dropped a Span later.
 func (b Budget) Span() time.Duration {
 	if b.Algorithm == TokenBucket {

@@ -13,12 +13,6 @@ const (
 	DefaultMaxEntriesDatabase = 1_000_000
 )
 
-// Log kinds: the stable "kind" attribute of the logs stores write.
-const (
-	KindFilling = "limit-store-filling"
-	KindFull    = "limit-store-full"
-)
-
 // Bound is the limit on a store's live entries, and the logs that go with
 // it. Stores call Admit before they add a new key. A Bound is safe for
 // concurrent use.
@@ -31,8 +25,8 @@ type Bound struct {
 }
 
 // NewBound returns a Bound of max live entries that logs to log. At 80% of
-// max it logs a warning of kind KindFilling; when a new key finds no room it
-// logs an error of kind KindFull. Each is logged at most once a minute.
+// max it logs a warning of kind [KindFilling]; when a new key finds no room it
+// logs an error of kind [KindFull]. Each is logged at most once a minute.
 func NewBound(max int, log *slog.Logger) *Bound {
 	if log == nil {
 		log = slog.Default()
@@ -55,7 +49,7 @@ func (b *Bound) Max() int { return b.max }
 func (b *Bound) Full(live int) bool { return live >= b.max }
 
 // Admit answers whether a store holding live entries may add one more for a
-// key under prefix: nil, or ErrFull. It logs a warning when the store is 80%
+// key under prefix: nil, or [ErrFull]. It logs a warning when the store is 80%
 // full and an error when it is full.
 func (b *Bound) Admit(live int, prefix string) error {
 	if live >= b.max {

@@ -7,17 +7,7 @@ import (
 	"time"
 )
 
-// Log kinds of the breaker.
-const (
-	// KindDown is logged when a handle's breaker opens: its calls are
-	// answered unavailable at once until a probe succeeds.
-	KindDown = "limit-store-down"
-	// KindRecovered is logged when an open breaker closes again: the store
-	// answers that handle's calls once more.
-	KindRecovered = "limit-store-recovered"
-)
-
-// Defaults of BreakerOptions.
+// Defaults of [BreakerOptions].
 const (
 	DefaultBreakerFailures = 5
 	DefaultBreakerCooldown = time.Second
@@ -27,22 +17,22 @@ const (
 // while the breaker is open.
 var ErrBreakerOpen = errors.New("breaker open after repeated failures")
 
-// BreakerOptions configure the breakers of a Store over a backend that is not
-// Inline. Each handle has a breaker of its own, so that a store that fails
-// for the keys of one handle (a Redis Cluster node that serves its slot)
-// refuses only that handle's calls. After Failures calls of a handle in a
-// row fail (the store down, or past the
-// deadline), the breaker opens: calls are answered unavailable at once, with
-// no call to the backend, for Cooldown. Then one call goes through as a
-// probe; its success closes the breaker, its failure opens it again for
-// another Cooldown. Errors of the caller's own making (bad keys, apply's
-// errors, a full store) neither open nor close it.
+// BreakerOptions configure the breakers of a Store over a backend that is
+// not Inline. Each handle has a breaker of its own. A store that fails for
+// the keys of one handle (a Redis Cluster node that serves its slot) then
+// refuses only that handle's calls. The breaker opens after Failures calls
+// of a handle in a row fail (the store down, or past the deadline). For
+// Cooldown, calls are then answered unavailable at once, with no call to
+// the backend. Then one call goes through as a probe; its success closes
+// the breaker, its failure opens it again for another Cooldown. Errors of
+// the caller's own making (bad keys, apply's errors, a full store) neither
+// open nor close it.
 type BreakerOptions struct {
 	// Failures in a row that open the breaker; 0 means
-	// DefaultBreakerFailures, a negative value turns the breaker off.
+	// [DefaultBreakerFailures], a negative value turns the breaker off.
 	Failures int
 	// Cooldown is how long the breaker stays open before a probe; 0 means
-	// DefaultBreakerCooldown.
+	// [DefaultBreakerCooldown].
 	Cooldown time.Duration
 }
 
@@ -95,7 +85,7 @@ func (b *breaker) allow() error {
 
 // record notes the outcome of a call that went to the backend. A call that
 // waited (for its slot, or for a connection of the backend's pool) and then
-// ran out of time says nothing of the store's health: it is counted neither
+// ran out of time says nothing of the store's health. It is counted neither
 // as a failure nor as a success.
 func (b *breaker) record(err error, waited bool) {
 	if b.opts.Failures < 0 {

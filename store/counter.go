@@ -18,16 +18,16 @@ const MaxCountKeys = 8
 // (limiter.Budget is this type).
 type Budget struct {
 	// Limit is the highest count the key may reach, at least 1 (for a
-	// TokenBucket, the units refilled per Window).
+	// [TokenBucket], the units refilled per Window).
 	Limit int
 	// Window is how long a counter lives from its first count, at least a
-	// millisecond in a Count (MinWindow for a limiter); it is kept to the
+	// millisecond in a Count ([MinWindow] for a limiter); it is kept to the
 	// millisecond.
 	Window time.Duration
-	// Burst is a TokenBucket's capacity; 0 means Limit. Other algorithms
+	// Burst is a [TokenBucket]'s capacity; 0 means Limit. Other algorithms
 	// leave it 0.
 	Burst int
-	// Algorithm is how the budget counts; the zero value is FixedWindow.
+	// Algorithm is how the budget counts; the zero value is [FixedWindow].
 	Algorithm Algorithm
 }
 
@@ -41,11 +41,12 @@ const (
 // ErrInvalidBudget is returned by Validate for a budget out of range.
 var ErrInvalidBudget = errors.New("invalid budget")
 
-// Validate reports whether the budget is one a limiter can use: Limit from
-// 1 to MaxLimit, Window from MinWindow to MaxWindow, in whole milliseconds,
-// and what its Algorithm can count: a SlidingWindow's Limit at most
-// MaxSlidingLimit, a TokenBucket refilling at most once a microsecond, a
-// Burst only on a TokenBucket. The error names the bound it passed.
+// Validate reports whether the budget is one a limiter can use. Limit runs
+// from 1 to [MaxLimit], and Window from [MinWindow] to [MaxWindow], in
+// whole milliseconds. Its Algorithm must be able to count it: a
+// [SlidingWindow]'s Limit is at most [MaxSlidingLimit], a [TokenBucket]
+// refills at most once a microsecond, and only a TokenBucket has a Burst.
+// The error names the bound it passed.
 func (b Budget) Validate() error {
 	switch {
 	case b.Limit < 1 || b.Limit > MaxLimit:
@@ -66,7 +67,7 @@ func (b Budget) Validate() error {
 }
 
 // String formats the budget as "5 per 15m0s", followed by the algorithm
-// when it is not FixedWindow: "5 per 15m0s, sliding", "10 per 1s, bucket
+// when it is not [FixedWindow]: "5 per 15m0s, sliding", "10 per 1s, bucket
 // of 50".
 func (b Budget) String() string {
 	switch {
@@ -114,28 +115,27 @@ type KeyTally struct {
 }
 
 // Counter is an optional Backend capability: a Count done by the store in
-// one step, as fast as it can. A backend that offers it must give exactly the
-// results of the generic Count, which runs on Update, and keep each counter
-// as the generic Count does: for a fixed window, a JSON integer value
-// expiring at the end of its window (the other algorithms' values are in
-// algorithm.go). Unless it also offers AlgorithmCounter, it is given only
-// budgets of fixed windows. The guard calls it for a backend that is not
-// Inline; the contract suite checks both promises, calling it directly as
-// well, since the guard counts through CountOne and CountInline on an
-// Inline backend.
+// one step, as fast as it can. A backend that offers it must give exactly
+// the results of the generic Count, which runs on Update. It must keep each
+// counter as the generic Count does. For a fixed window that is a JSON
+// integer value expiring at the end of its window; the other algorithms'
+// values are in algorithm.go. Unless it also offers [AlgorithmCounter], it is
+// given only budgets of fixed windows. The guard calls it for a backend
+// that is not [Inline]. The contract suite checks both promises. The suite
+// also calls Count directly, since the guard counts through CountOne and
+// CountInline on an Inline backend.
 //
-// What it saves (BenchmarkGuardCount, the memory backend on the prompt
-// path): about 0.6 µs a one-key Count and 6 allocations, against about
-// 0.7 µs and 7 through Update; a store that does I/O saves
-// round trips besides (PostgreSQL's Count is one statement instead of a
-// transaction, Redis's one script: see BENCHMARKS.md).
+// It saves the work of an Update, and round trips on a store that does I/O.
+// PostgreSQL's Count is one statement instead of a transaction, and Redis's
+// is one script. The figures are in the package's DESIGN.md and in
+// BENCHMARKS.md.
 type Counter interface {
 	Count(ctx context.Context, prefix string, keys []string, caps []Budget, n int64, t *Tally) error
 }
 
 // AlgorithmCounter is an optional capability of a Counter whose Count
 // follows every Algorithm, in one step. On a Counter without it, a Count
-// with a budget other than a FixedWindow runs the generic Count, through
+// with a budget other than a [FixedWindow] runs the generic Count, through
 // Update.
 type AlgorithmCounter interface {
 	Counter
@@ -146,15 +146,15 @@ type AlgorithmCounter interface {
 // ErrInvalidCount is returned by Count for caps or an amount out of range.
 var ErrInvalidCount = errors.New("store: invalid count")
 
-// ErrNotCounter is returned by ParseCount for a value that is not a count.
+// ErrNotCounter is returned by [ParseCount] for a value that is not a count.
 var ErrNotCounter = errors.New("store: value is not a count")
 
-// Count adds n to the counter of each of keys, all or nothing: when every
-// key's count plus n stays within its cap, each is counted (a key with no
-// live counter starts one); otherwise none is, and the Tally says which
-// key had no room. Each key counts by its budget's Algorithm (the rule is
-// Tally.Charge), and one Count may mix them. It is the counter limiters
-// are built on, done by the store in one step where it offers Counter or
+// Count adds n to the counter of each of keys, all or nothing. When every
+// key's count plus n stays within its cap, each is counted; a key with no
+// live counter starts one. Otherwise none is, and the Tally says which key
+// had no room. Each key counts by its budget's Algorithm (the rule is
+// [Tally.Charge]), and one Count may mix them. It is the counter limiters are
+// built on, done by the store in one step where it offers Counter or
 // Inline, and through Update where it does not. On error the Tally is the
 // zero Tally with Limiting -1.
 func (h *Handle) Count(ctx context.Context, keys []string, caps []Budget, n int64) (t Tally, err error) {
@@ -165,21 +165,18 @@ func (h *Handle) Count(ctx context.Context, keys []string, caps []Budget, n int6
 	return t, err
 }
 
-// CountInto is Count, with the Tally written into t rather than returned.
-// A caller that keeps the Tally in a variable of its own, as a limiter
-// does, spares the copy of a returned one: a few nanoseconds of a one-key
-// Count in process memory (BenchmarkGuardCount: about 48 ns against 51),
-// and of a one-key limiter Attempt about 7 of 73.
+// CountInto is Count, with the Tally written into t rather than returned. A
+// caller that keeps the Tally in a variable of its own, as a limiter does,
+// spares the copy of a returned one.
 func (h *Handle) CountInto(ctx context.Context, keys []string, caps []Budget, n int64, t *Tally) error {
 	*t = Tally{}
 	return h.checkedCount(ctx, keys, caps, n, t)
 }
 
-// CountKey is Count on one key, with its outcome as a KeyTally: the path of
-// a one-key limit. Its arguments and result fit in registers, and on a
-// store in process memory it runs the backend's CountOne with no Tally at
-// all, which spares a one-key limiter Attempt about 8 of its 69 ns
-// (BenchmarkAttemptHotKey). On error the KeyTally is the zero KeyTally.
+// CountKey is Count on one key, with its outcome as a [KeyTally]: the path of
+// a one-key limit. Its arguments and result fit in registers. On a store in
+// process memory it runs the backend's CountOne with no Tally at all. On
+// error the KeyTally is the zero KeyTally.
 func (h *Handle) CountKey(ctx context.Context, key string, b Budget, n int64) (KeyTally, error) {
 	if err := checkCount([]string{key}, []Budget{b}, n); err != nil {
 		return KeyTally{}, err
@@ -235,10 +232,10 @@ func (h *Handle) checkedCount(ctx context.Context, keys []string, caps []Budget,
 }
 
 // count runs a Count into out, which holds the zero Tally with Limiting -1
-// on entry and again on error, on one of the guard's two paths: on the caller's goroutine for a backend in process
-// memory, under call for one that does I/O. The Tally is written into out
-// rather than returned: a Tally copied from function to function costs
-// more than the count itself.
+// on entry and again on error. It takes one of the guard's two paths: the
+// caller's goroutine for a backend in process memory, call for one that
+// does I/O. The Tally is written into out rather than returned: a Tally
+// copied from function to function costs more than the count itself.
 func (h *Handle) count(ctx context.Context, keys []string, caps []Budget, n int64, out *Tally) error {
 	s := h.s
 	if s.inline == nil {
@@ -300,7 +297,7 @@ func (h *Handle) countInlineApplied(ctx context.Context, keys []string, caps []B
 	return nil
 }
 
-// Key returns the outcome of a one-key Count, t, as a KeyTally: what a
+// Key returns the outcome of a one-key Count, t, as a [KeyTally]: what a
 // CountOne done by CountInline returns.
 func (t *Tally) Key() KeyTally {
 	k := KeyTally{Allowed: t.Allowed, Count: t.Counts[0], Now: t.Now.UnixMilli()}
@@ -407,7 +404,7 @@ type countCall struct {
 var countPool = sync.Pool{New: func() any { return new(countCall) }}
 
 // ApplyCount is the step of the generic Count, as an apply of Update runs
-// it: it reads the live counters in es into t, applies Charge, and writes
+// it. It reads the live counters in es into t, applies Charge, and writes
 // the counts back. A backend that offers Counter but cannot count some
 // values in one step runs ApplyCount through its own Update for them, so
 // that both paths agree.
@@ -446,12 +443,12 @@ func ApplyCount(now time.Time, es []Entry, caps []Budget, n int64, t *Tally) err
 // Algorithm. It takes t.Now and, for each of caps' keys, its units in use
 // in Counts and when they next drop in ExpiresAt (the zero time for a key
 // with none). It sets Limiting to the first key whose count plus n passes
-// its Capacity, or -1. When no key does, it adds n to every count, sets
-// the drop of each key that had none (caps[i].Window after Now, to the
-// millisecond; a token bucket's Interval after, rounded up), and sets
-// Allowed. It reports Allowed. A key's units in use are, by algorithm: a
-// fixed window's count; the units a sliding window admitted in the last
-// Window; a token bucket's Burst less its tokens, rounded down.
+// its Capacity, or -1. When no key does, it adds n to every count and sets
+// Allowed. It sets the drop of each key that had none: caps[i].Window after
+// Now, to the millisecond, or a token bucket's Interval after, rounded up.
+// It reports Allowed. A key's units in use depend on its algorithm. They
+// are a fixed window's count, the units a sliding window admitted in the
+// last Window, or a token bucket's Burst less its tokens, rounded down.
 func (t *Tally) Charge(caps []Budget, n int64) bool {
 	t.Limiting, t.Allowed = -1, false
 	for i := range caps {
@@ -470,10 +467,10 @@ func (t *Tally) Charge(caps []Budget, n int64) bool {
 	return true
 }
 
-// Charge is Tally.Charge for one key, on Unix milliseconds: it takes k.Now
-// and the key's units in use and when they next drop (0 when it has none),
-// and when the count plus n stays within b's Capacity, it adds n and sets
-// the drop as Tally.Charge does if there was none. It reports Allowed.
+// Charge is [Tally.Charge] for one key, on Unix milliseconds. It takes
+// k.Now, the key's units in use, and when they next drop (0 when it has
+// none). When the count plus n stays within b's Capacity, it adds n, and
+// sets the drop as Tally.Charge does if there was none. It reports Allowed.
 func (k *KeyTally) Charge(b Budget, n int64) bool {
 	k.Allowed = fits(k.Count, b, n)
 	if k.Allowed {
@@ -506,7 +503,7 @@ func windowEnd(now time.Time, b Budget) time.Time {
 }
 
 // ParseCount reads a counter's value: a JSON integer of at least zero, in
-// the one form AppendCount writes (digits only, no leading zero).
+// the one form [AppendCount] writes (digits only, no leading zero).
 func ParseCount(v []byte) (int64, error) {
 	n, ok := CountOf(v)
 	if !ok {
@@ -515,9 +512,9 @@ func ParseCount(v []byte) (int64, error) {
 	return n, nil
 }
 
-// CountOf reads v as a counter's value, as ParseCount does, and reports
-// whether it is one, without allocating: for a caller to whom a value that
-// is not a count is no error.
+// CountOf reads v as a counter's value, as [ParseCount] does, and reports
+// whether it is one, without allocating. It is for a caller to whom a value
+// that is not a count is no error.
 func CountOf(v []byte) (int64, bool) {
 	if len(v) == 0 || len(v) > 19 || (v[0] == '0' && len(v) > 1) {
 		return 0, false

@@ -9,7 +9,7 @@ import (
 	"sync"
 )
 
-// URLOptions configure a store opened by OpenURL.
+// URLOptions configure a store opened by [OpenURL].
 type URLOptions struct {
 	// Secret names keys (HMAC-SHA-256) in the stores that keep them out of
 	// the clear; at least 32 bytes. Every instance sharing counts must use
@@ -30,14 +30,14 @@ type URLOptions struct {
 // connection pool), and is called after the store is closed.
 type URLOpener func(ctx context.Context, url string, o URLOptions) (s *Store, release func() error, err error)
 
-// ErrNoDriver is matched by the error OpenURL returns for a URL whose scheme
+// ErrNoDriver is matched by the error [OpenURL] returns for a URL whose scheme
 // no imported store package registered.
 var ErrNoDriver = errors.New("store: no store registered for the URL's scheme")
 
 // ErrMayEvict is matched by the error of a store opened over a server that
-// may evict live entries (a Redis whose maxmemory-policy is not
-// noeviction) when URLOptions.AllowEviction is false: an evicted count frees
-// the budget of whoever it counted.
+// may evict live entries, when URLOptions.AllowEviction is false. Such a
+// server is a Redis whose maxmemory-policy is not noeviction. An evicted
+// count frees the budget of whoever it counted.
 var ErrMayEvict = errors.New("store: the server may evict live entries")
 
 var drivers = struct {
@@ -45,7 +45,7 @@ var drivers = struct {
 	m map[string]URLOpener
 }{m: map[string]URLOpener{}}
 
-// RegisterURL makes OpenURL open URLs of scheme (such as "postgres") with
+// RegisterURL makes [OpenURL] open URLs of scheme (such as "postgres") with
 // open. Store packages call it from an init function, as database/sql
 // drivers register themselves, so that a program links only the stores it
 // imports. Registering a scheme twice panics, at start-up, as sql.Register
@@ -76,8 +76,8 @@ func Schemes() []string {
 }
 
 // OpenURL opens the store url names, by its scheme, with the opener a store
-// package registered (see RegisterURL). A scheme nobody registered gives an
-// error matching ErrNoDriver that names the scheme and never the rest of
+// package registered (see [RegisterURL]). A scheme nobody registered gives an
+// error matching [ErrNoDriver] that names the scheme and never the rest of
 // the URL, which may hold a password.
 func OpenURL(ctx context.Context, url string, o URLOptions) (s *Store, release func() error, err error) {
 	scheme, _, ok := strings.Cut(url, ":")
@@ -96,8 +96,9 @@ func OpenURL(ctx context.Context, url string, o URLOptions) (s *Store, release f
 }
 
 // RedactURL returns s with what in a URL could be a secret hidden, so that
-// it can be quoted in an error: the password of its user information and
-// the values of its query string (?password=…). s need not parse as a URL.
+// it can be quoted in an error. It hides the password of its user
+// information and the values of its query string (?password=…). s need not
+// parse as a URL.
 func RedactURL(s string) string {
 	if q := strings.IndexByte(s, '?'); q >= 0 {
 		var kept []string

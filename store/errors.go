@@ -12,26 +12,26 @@ import (
 var ErrUnavailable = errors.New("store: unavailable")
 
 // ErrValueTooLarge is returned when apply leaves a value longer than
-// MaxValueSize. Nothing is written.
+// [MaxValueSize]. Nothing is written.
 var ErrValueTooLarge = errors.New("store: value larger than 4096 bytes")
 
 // ErrInvalidValue is returned when apply leaves a value that is not JSON.
 // Nothing is written.
 var ErrInvalidValue = errors.New("store: value is not JSON")
 
-// ErrInvalidKey is returned for a call with no keys, more than MaxKeys keys,
-// an empty key, a key longer than MaxKeyLen bytes, or the same key twice.
+// ErrInvalidKey is returned for a call with no keys, more than [MaxKeys] keys,
+// an empty key, a key longer than [MaxKeyLen] bytes, or the same key twice.
 var ErrInvalidKey = errors.New("store: invalid key")
 
-// ErrInvalidPrefix is returned by Store.Handle for an empty prefix or one
-// longer than MaxPrefixLen bytes.
+// ErrInvalidPrefix is returned by [Store.Handle] for an empty prefix or one
+// longer than [MaxPrefixLen] bytes.
 var ErrInvalidPrefix = errors.New("store: invalid prefix")
 
-// ErrStoreReuse is matched by the *ReuseError a second Claim of a Handle
+// ErrStoreReuse is matched by the *[ReuseError] a second Claim of a Handle
 // returns: one handle must back exactly one limiter.
 var ErrStoreReuse = errors.New("store: handle already claimed by another limiter")
 
-// ErrDuplicateName is matched by the *NameError a Claim returns when
+// ErrDuplicateName is matched by the *[NameError] a Claim returns when
 // another handle of the same store is claimed by a limiter of that name.
 var ErrDuplicateName = errors.New("store: limiter name already used on this store")
 
@@ -46,13 +46,13 @@ type Reason uint8
 // The reasons a store can be unavailable.
 const (
 	// ReasonDown: the store failed or could not be reached, or the
-	// handle's breaker was open (ErrBreakerOpen).
+	// handle's breaker was open ([ErrBreakerOpen]).
 	ReasonDown Reason = iota + 1
 	// ReasonDeadline: the call did not finish within the guard's deadline.
 	ReasonDeadline
 	// ReasonOverloaded: the call waited for a slot under the guard's
-	// in-flight bound until its deadline passed (ErrWaitedOut), or found its
-	// handle's queue of waiting calls full (ErrQueueFull). The store itself
+	// in-flight bound until its deadline passed ([ErrWaitedOut]), or found its
+	// handle's queue of waiting calls full ([ErrQueueFull]). The store itself
 	// may be healthy.
 	ReasonOverloaded
 	// ReasonFull: the store holds MaxEntries live entries and had no room
@@ -80,7 +80,7 @@ func (r Reason) String() string {
 }
 
 // UnavailableError is the error of a store that could not answer. It
-// matches ErrUnavailable through errors.Is; errors.As tells its Reason.
+// matches [ErrUnavailable] through errors.Is; errors.As tells its Reason.
 type UnavailableError struct {
 	Reason Reason
 	// Err is the underlying failure, if any.
@@ -95,13 +95,13 @@ func (e *UnavailableError) Error() string {
 	return "store: unavailable (" + e.Reason.String() + "): " + e.Err.Error()
 }
 
-// Is reports whether target is ErrUnavailable.
+// Is reports whether target is [ErrUnavailable].
 func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
 
 // Unwrap returns the underlying failure.
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
-// NewUnavailableError returns an *UnavailableError with the reason and
+// NewUnavailableError returns an *[UnavailableError] with the reason and
 // cause: what a Backend returns to say it could not answer.
 func NewUnavailableError(r Reason, err error) error { return &UnavailableError{Reason: r, Err: err} }
 
@@ -130,7 +130,7 @@ var (
 	ErrFull error = &UnavailableError{Reason: ReasonFull}
 )
 
-// ReuseError is returned by Handle.Claim when the handle already serves
+// ReuseError is returned by [Handle.Claim] when the handle already serves
 // another limiter. It names both claimants.
 type ReuseError struct {
 	Prefix string
@@ -143,10 +143,10 @@ func (e *ReuseError) Error() string {
 	return fmt.Sprintf("store: handle %q is claimed by %q and cannot also serve %q: give each limiter its own handle", e.Prefix, e.First, e.Second)
 }
 
-// Is reports whether target is ErrStoreReuse.
+// Is reports whether target is [ErrStoreReuse].
 func (e *ReuseError) Is(target error) bool { return target == ErrStoreReuse }
 
-// NameError is returned by Handle.Claim when another handle of the store
+// NameError is returned by [Handle.Claim] when another handle of the store
 // serves a limiter of the same name. It names the name and both prefixes.
 type NameError struct {
 	Name   string
@@ -159,5 +159,5 @@ func (e *NameError) Error() string {
 	return fmt.Sprintf("store: limiter name %q is taken on this store by the handle %q, so the handle %q cannot use it: give each limiter its own name", e.Name, e.First, e.Second)
 }
 
-// Is reports whether target is ErrDuplicateName.
+// Is reports whether target is [ErrDuplicateName].
 func (e *NameError) Is(target error) bool { return target == ErrDuplicateName }

@@ -22,26 +22,27 @@ const memberLife = 30
 // the others take it as owing the store (see Store.Reserved).
 const quietAfter = 2
 
-// aloneGrace is how many announce intervals pass, after an instance's last
-// announcement or the first that said it may count alone, before it counts
-// alone: by then every other instance takes it as owing (quiet for
-// quietAfter intervals, read at their next announcement, one interval of
-// margin), or has seen it say so, and keeps room for its share.
+// aloneGrace is how many announce intervals pass before an instance counts
+// alone. They are counted from its last announcement, or from the first
+// that said it may count alone. By then every other instance takes it as
+// owing, or has seen it say so, and keeps room for its share. Taking it as
+// owing needs quietAfter intervals, then the next announcement that reads
+// it, then one interval of margin.
 const aloneGrace = quietAfter + 3
 
-// The fleet's entry: one key, under a prefix no handle can have (a handle's
+// The fleet's entry: one key, under a prefix no handle can have. A handle's
 // prefix ends in no particular way, but "gatecount.fleet\x00" holds a byte
-// no limiter name or prefix of this module uses).
+// no limiter name or prefix of this module uses.
 const (
 	fleetPrefix = "gatecount.fleet\x00"
 	fleetKey    = "members"
 )
 
 // fleet is how a Store over a shared backend learns how many instances
-// share it: each announces itself in one entry, a JSON object of member IDs
-// and the Unix milliseconds each is counted until (negative while the
-// member owes the store attempts it admitted alone), and keeps what it last
-// read there.
+// share it. Each instance announces itself in one entry, and keeps what it
+// last read there. The entry is a JSON object of member IDs and the Unix
+// milliseconds each is counted until. The time is negative while the member
+// owes the store attempts it admitted alone.
 type fleet struct {
 	id    string // this instance's member ID: 8 bytes of its InstanceID, in hex
 	every time.Duration
@@ -54,25 +55,25 @@ type fleet struct {
 	// owed holds the ranks of the other members that owe the store, at the
 	// last announcement.
 	owed atomic.Pointer[[]int]
-	// assume is set while this instance owes the store, and until an
-	// announcement made once it owes nothing has told who else does: an
+	// assume is set while this instance owes the store. It stays set until
+	// an announcement made once it owes nothing has told who else does. An
 	// overload that made it count alone likely made the others do so too,
 	// so until then it takes every other member as owing.
 	assume atomic.Bool
 	// okAt is when the last announcement that succeeded returned (Unix
-	// nanoseconds); markedAt, when the first of an
-	// unbroken run of them that said this instance may count alone
-	// returned (0 when the last said not); wantUntil, until when this
-	// instance says it may (see WantAlone).
+	// nanoseconds). markedAt is when the first of an unbroken run of them
+	// that said this instance may count alone returned; it is 0 when the
+	// last said not. wantUntil is until when this instance says it may (see
+	// WantAlone).
 	okAt, markedAt, wantUntil atomic.Int64
 	// joinedAt is when Join began the announcements (Unix nanoseconds):
 	// an instance that has reached no store yet is not taken as out of
 	// reach before the grace has passed since.
 	joinedAt atomic.Int64
 	// seen packs the members counted at the last announcement (high 32
-	// bits) and this instance's rank among them by ID (low 32 bits); 0
-	// until an announcement succeeds, and rank 1<<32-1 when the entry had
-	// no room for this instance.
+	// bits) and this instance's rank among them by ID (low 32 bits). It is
+	// 0 until an announcement succeeds. The rank is 1<<32-1 when the entry
+	// had no room for this instance.
 	seen atomic.Uint64
 }
 
@@ -80,11 +81,11 @@ type fleet struct {
 const noRank = 1<<32 - 1
 
 // Join starts announcing this instance in a shared store, so that it can
-// tell its share of a budget (see Share); a limiter that may count without
-// the store calls it when it is made. The first announcement is made at
-// once, in the background, and then one every Options.Announce until the
-// store is closed. Join does nothing on a store no other instance sees, or
-// when called again.
+// tell its share of a budget (see [Store.Share]). A limiter that may count
+// without the store calls it when it is made. The first announcement is
+// made at once, in the background, and then one every Options.Announce
+// until the store is closed. Join does nothing on a store no other instance
+// sees, or when called again.
 func (s *Store) Join() {
 	if s.inline != nil || !s.b.Shared() {
 		return
@@ -162,11 +163,11 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 	}
 }
 
-// rewrite updates the fleet's entry e: members past their time go, and
-// this instance is counted until memberLife intervals from now (or taken
-// out, when leaving), marked as owing the store when marked. It returns the members counted, this
-// instance's rank among them (noRank when the entry had no room for it),
-// and the ranks of the others that owe the store.
+// rewrite updates the fleet's entry e. Members past their time go. This
+// instance is counted until memberLife intervals from now (or taken out,
+// when leaving), and marked as owing the store when marked. It returns the
+// members counted, this instance's rank among them (noRank when the entry
+// had no room for it), and the ranks of the others that owe the store.
 func (f *fleet) rewrite(now time.Time, e *Entry, leaving, marked bool) (members, rank int, owed []int) {
 	m := map[string]int64{}
 	if e.Live() && json.Unmarshal(e.Value, &m) != nil {
@@ -234,8 +235,8 @@ func abs(n int64) int64 {
 // Owing records that a limiter of this instance holds attempts it admitted
 // alone that the store has not taken (true), or no longer does (false).
 // While any does, the instance announces it at once and then at every
-// announcement, and the other instances keep room in every key for the
-// share it may have admitted (see Reserved). Calls must pair up.
+// announcement. The other instances keep room in every key for the share it
+// may have admitted (see [Store.Reserved]). Calls must pair up.
 func (s *Store) Owing(owes bool) {
 	f := &s.fleet
 	if !owes {
@@ -253,9 +254,10 @@ func (s *Store) Owing(owes bool) {
 	}
 }
 
-// WantAlone records that this instance is about to count alone: its
+// WantAlone records that this instance is about to count alone. Its
 // announcements say so for the next two intervals, starting with one made
-// at once, so that the others keep room for its share (see AloneAfter).
+// at once. The others then keep room for its share (see
+// [Store.AloneAfter]).
 func (s *Store) WantAlone() {
 	f := &s.fleet
 	now := time.Now()
@@ -269,11 +271,11 @@ func (s *Store) WantAlone() {
 }
 
 // AloneAfter returns how long this instance must wait before it counts
-// alone: until every other instance keeps room for its share, having
-// taken it as quiet since its last announcement, or having read that it
-// may count alone. It is 0 on a store no other instance sees, and once
-// those have passed. The others then keep that room for as long as it
-// says it may, or stays quiet.
+// alone. It waits until every other instance keeps room for its share. An
+// instance does once it takes this one as quiet since its last
+// announcement, or reads that it may count alone. It is 0 on a store no
+// other instance sees, and once those have passed. The others then keep
+// that room for as long as it says it may, or stays quiet.
 func (s *Store) AloneAfter() time.Duration {
 	if s.inline != nil || !s.b.Shared() {
 		return 0
@@ -288,13 +290,14 @@ func (s *Store) AloneAfter() time.Duration {
 }
 
 // Reserved returns how many of a key's budget of limit the other instances
-// that owe the store may have admitted alone: the sum of their shares of
-// the whole budget (see Share). Counting in the store, an instance keeps
-// that room free, so that what they admitted alone, once added, still
-// fits; 0 when no other instance owes anything. An instance not heard from
-// for two announce intervals is taken as owing, since it may not have been
-// able to say so. While this instance owes the store, and until it has
-// heard since who else does, it takes every other instance as owing.
+// that owe the store may have admitted alone. That is the sum of their
+// shares of the whole budget (see [Store.Share]). Counting in the store, an
+// instance keeps that room free, so that what they admitted alone, once
+// added, still fits; 0 when no other instance owes anything. An instance
+// not heard from for two announce intervals is taken as owing, since it may
+// not have been able to say so. While this instance owes the store, and
+// until it has heard since who else does, it takes every other instance as
+// owing.
 func (s *Store) Reserved(key string, limit int64) int64 {
 	f := &s.fleet
 	seen := f.seen.Load()
@@ -329,9 +332,9 @@ func (s *Store) Reserved(key string, limit int64) int64 {
 	return sum
 }
 
-// Members returns how many instances share the store, as this instance
-// last counted them: 1 for a store no other instance sees, 0 for a shared
-// store this instance has not joined or not yet reached.
+// Members returns how many instances share the store, as this instance last
+// counted them. It is 1 for a store no other instance sees. It is 0 for a
+// shared store this instance has not joined or not yet reached.
 func (s *Store) Members() int {
 	if s.inline != nil || !s.b.Shared() {
 		return 1
@@ -341,8 +344,8 @@ func (s *Store) Members() int {
 
 // Share returns how many of left, what remains of a key's budget, this
 // instance may admit while it counts the key without the store. The shares
-// of all the instances sharing the store sum to left: each gets left
-// divided by their number, and the remainder goes one each to the first
+// of all the instances sharing the store sum to left. Each gets left
+// divided by their number. The remainder goes one each to the first
 // instances in an order that turns with the key, so that a small budget
 // still admits something (5 shared by 3 is 2, 2 and 1). An instance that
 // has not reached the store, or had no room in its fleet entry, gets 0: it

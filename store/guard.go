@@ -26,22 +26,22 @@ type Options struct {
 	// never a key.
 	Logger *slog.Logger
 	// Deadline bounds every call in the backend, and its wait for a slot
-	// apart; 0 means DefaultDeadline. A call past it is answered as
+	// apart; 0 means [DefaultDeadline]. A call past it is answered as
 	// unavailable even if it still runs in the backend.
 	Deadline time.Duration
 	// MaxInFlight bounds the calls running in the backend at once, including
 	// those answered past their deadline that have not yet returned; 0 means
-	// DefaultMaxInFlight. A call past it waits for a slot, on its own
+	// [DefaultMaxInFlight]. A call past it waits for a slot, on its own
 	// goroutine, up to its deadline (see MaxQueued and Patient). Calls to an Inline
 	// backend (the memory store) are not bounded: they never wait on I/O,
 	// so they cannot pile up behind a slow store.
 	MaxInFlight int
 	// MaxQueued bounds the calls of one handle that may wait for a slot at
-	// once; 0 means DefaultMaxQueued. Slots go to the handles with calls
+	// once; 0 means [DefaultMaxQueued]. Slots go to the handles with calls
 	// waiting in turn, and within a handle first come first served. A call
-	// is answered unavailable (ReasonOverloaded) only when its handle's
-	// queue is full (ErrQueueFull) or its deadline passes while it waits
-	// (ErrWaitedOut). Each waiting call costs about 200 bytes.
+	// is answered unavailable ([ReasonOverloaded]) only when its handle's
+	// queue is full ([ErrQueueFull]) or its deadline passes while it waits
+	// ([ErrWaitedOut]). Each waiting call costs about 200 bytes.
 	MaxQueued int
 	// Breaker configures the breaker; the zero value gives its defaults.
 	Breaker BreakerOptions
@@ -52,7 +52,7 @@ type Options struct {
 	Observer Observer
 	// Announce is how often this instance announces itself in a shared
 	// store, so that every instance knows how many share it (see
-	// Store.Share); 0 means DefaultAnnounce. A member is counted for thirty
+	// [Store.Share]); 0 means [DefaultAnnounce]. A member is counted for thirty
 	// intervals after its last announcement.
 	Announce time.Duration
 }
@@ -157,7 +157,7 @@ type backingPrefix struct {
 
 // Handle returns a new handle whose keys live under prefix. A prefix can have
 // one handle on a backing at a time: a second is refused with
-// ErrDuplicatePrefix until the store holding the first is closed.
+// [ErrDuplicatePrefix] until the store holding the first is closed.
 func (s *Store) Handle(prefix string) (*Handle, error) {
 	if prefix == "" || len(prefix) > MaxPrefixLen {
 		return nil, fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidPrefix, prefix, MaxPrefixLen)
@@ -233,7 +233,7 @@ func (s *Store) enter() error {
 	return nil
 }
 
-// acquire admits a call of lane l to a backend that is not inline: it takes
+// acquire admits a call of lane l to a backend that is not inline. It takes
 // a slot under the in-flight bound, waiting for one until ctx ends, then
 // asks l's breaker. The caller gives the slot back (s.slots.release) when
 // the backend returns.
@@ -261,12 +261,13 @@ func (s *Store) admit(l *lane) error {
 	return nil
 }
 
-// call runs f under the deadline, the in-flight bound and l's breaker: on
-// the caller's goroutine for an inline backend (no deadline) or a prompt one
-// (under a deadline context), on a goroutine of its own otherwise. A call
-// waits for a slot up to the deadline (a Patient call as long as ctx
-// lasts), then has the whole deadline in the backend: one that reached the
-// backend with its time nearly spent would waste the work done for it.
+// call runs f under the deadline, the in-flight bound and l's breaker. It
+// runs on the caller's goroutine for an inline backend (no deadline) or a
+// prompt one (under a deadline context). Otherwise it runs on a goroutine
+// of its own. A call waits for a slot up to the deadline (a Patient call as
+// long as ctx lasts). Then it has the whole deadline in the backend: one
+// that reached the backend with its time nearly spent would waste the work
+// done for it.
 func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) error) error {
 	if s.inline != nil {
 		if err := s.enter(); err != nil {
@@ -387,10 +388,10 @@ func (h *Handle) Store() *Store { return h.s }
 func (h *Handle) Shared() bool { return h.s.b.Shared() }
 
 // Claim records that owner, a limiter's name, counts through this handle. A
-// handle can be claimed once: a second claim returns a *ReuseError matching
-// ErrStoreReuse that names both claimants. A name can be claimed once per
-// store: a second limiter of the store with the same name is refused with a
-// *NameError matching ErrDuplicateName, since its RateLimit fields, logs and
+// handle can be claimed once: a second claim returns a *[ReuseError] matching
+// [ErrStoreReuse] that names both claimants. A name can be claimed once per
+// store. A second limiter of the store with the same name is refused with a
+// *[NameError] matching [ErrDuplicateName]. Its RateLimit fields, logs and
 // metrics could not be told from the first's.
 func (h *Handle) Claim(owner string) error {
 	h.mu.Lock()
@@ -423,12 +424,13 @@ func (h *Handle) Owner() string {
 }
 
 // Update atomically reads the live entries for keys, calls apply with them
-// and the store's clock, and writes what apply leaves in them, with no other
-// update to these keys in between (see ApplyFunc). It returns apply's own
-// error unchanged; ErrValueTooLarge or ErrInvalidValue when apply left a bad
-// value (nothing is written); ErrInvalidKey for bad keys; ErrFull (matching
-// ErrUnavailable) when a new key finds the store full; and an error matching
-// ErrUnavailable when the store could not answer.
+// and the store's clock, and writes what apply leaves in them. No other
+// update to these keys comes in between (see [ApplyFunc]). It returns
+// apply's own error unchanged. When apply left a bad value, it returns
+// [ErrValueTooLarge] or [ErrInvalidValue], and nothing is written. It
+// returns [ErrInvalidKey] for bad keys, and [ErrFull] (matching
+// [ErrUnavailable]) when a new key finds the store full. When the store
+// could not answer, the error matches ErrUnavailable.
 func (h *Handle) Update(ctx context.Context, keys []string, apply ApplyFunc) error {
 	if err := checkKeys(keys); err != nil {
 		return err
@@ -574,10 +576,10 @@ func (c *applyCall) run(now time.Time, entries []Entry) error {
 	return c.checkErr
 }
 
-// checkApplied checks and normalises what an apply left in entries: every
-// value at most MaxValueSize bytes of JSON, every expiry at millisecond
-// precision, and a value that expires at or before now dropped, since it
-// would not be live.
+// checkApplied checks and normalises what an apply left in entries. Every
+// value must be at most MaxValueSize bytes of JSON, and every expiry is cut
+// to the millisecond. A value that expires at or before now is dropped,
+// since it would not be live.
 func checkApplied(now time.Time, entries []Entry) error {
 	for i := range entries {
 		e := &entries[i]

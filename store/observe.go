@@ -2,7 +2,7 @@ package store
 
 import "time"
 
-// Op names a store call in a CallEvent.
+// Op names a store call in a [CallEvent].
 type Op uint8
 
 // The calls an Observer hears of.
@@ -86,7 +86,7 @@ type Stats struct {
 	Entries    int
 	MaxEntries int
 	// Members is how many instances share the store, as last counted
-	// (see Store.Members).
+	// (see [Store.Members]).
 	Members int
 }
 

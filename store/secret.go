@@ -21,7 +21,7 @@ type Secrets interface {
 }
 
 // SecretError is the error of CheckSecret for a secret the store's live
-// entries were not written under. It matches ErrSecretMismatch.
+// entries were not written under. It matches [ErrSecretMismatch].
 type SecretError struct {
 	Own   string // the fingerprint of the store's secret
 	Other string // the fingerprint of a secret live entries were written under
@@ -32,14 +32,14 @@ func (e *SecretError) Error() string {
 	return fmt.Sprintf("store: the store holds live entries under the secret with fingerprint %s and none under this one's (%s): is it the app's secret?", e.Other, e.Own)
 }
 
-// Is reports whether target is ErrSecretMismatch.
+// Is reports whether target is [ErrSecretMismatch].
 func (e *SecretError) Is(target error) bool { return target == ErrSecretMismatch }
 
-// CheckSecret returns a *SecretError when the store holds live entries under
+// CheckSecret returns a *[SecretError] when the store holds live entries under
 // another secret and none under its own: a tool given the wrong secret would
 // read and reset nothing. It returns nil for a backend without secrets, an
 // empty store, or one holding entries of its own secret. A store that cannot
-// answer is an error matching ErrUnavailable.
+// answer is an error matching [ErrUnavailable].
 func (s *Store) CheckSecret(ctx context.Context) error {
 	b, ok := s.b.(Secrets)
 	if !ok {

@@ -9,9 +9,9 @@ import (
 
 // DefaultMaxQueued is the default of Options.MaxQueued: the calls of one
 // handle that may wait for a slot at once. It is large: a waiting call
-// costs about 200 bytes beside the request's own goroutine, and a call that
-// waits is counted by the store, exactly, where one refused a place in the
-// queue has to be counted without it.
+// costs about 200 bytes beside the request's own goroutine. A call that
+// waits is counted by the store, exactly; one refused a place in the queue
+// has to be counted without it.
 const DefaultMaxQueued = 16384
 
 // Why a call that waited for a slot was answered unavailable.
@@ -25,11 +25,11 @@ var (
 )
 
 // WaitedOut returns the answer to a call whose context ended, with err,
-// while it waited for what: a connection of a pool, a writer, a batch, the
-// turn of its keys. A wait is overload, never a failure: the error matches
-// ErrWaitedOut and has ReasonOverloaded, so that the call neither opens the
-// breaker nor lets an attempt through uncounted. Backends use it for the
-// waits of their own.
+// while it waited for what. That may be a connection of a pool, a writer, a
+// batch, or the turn of its keys. A wait is overload, never a failure: the
+// error matches [ErrWaitedOut] and has [ReasonOverloaded], so that the call
+// neither opens the breaker nor lets an attempt through uncounted. Backends
+// use it for the waits of their own.
 func WaitedOut(what string, err error) error {
 	return &UnavailableError{Reason: ReasonOverloaded, Err: fmt.Errorf("%w: for %s: %w", ErrWaitedOut, what, err)}
 }
@@ -42,9 +42,9 @@ var (
 type patientKey struct{}
 
 // Patient returns a context under which a call waits for a slot even when
-// its handle's queue is full (see Options.MaxQueued), and for as long as
-// ctx lasts: for a call that has no other way to be counted. In the
-// backend it still has no more than its deadline.
+// its handle's queue is full (see Options.MaxQueued). It waits for as long
+// as ctx lasts. It is for a call that has no other way to be counted. In
+// the backend it still has no more than its deadline.
 func Patient(ctx context.Context) context.Context {
 	return context.WithValue(ctx, patientKey{}, true)
 }
@@ -52,10 +52,10 @@ func Patient(ctx context.Context) context.Context {
 // IsPatient reports whether ctx came from Patient.
 func IsPatient(ctx context.Context) bool { return ctx.Value(patientKey{}) != nil }
 
-// lane is one handle's share of its Store: the queue of its calls waiting for
-// a slot, and its breaker. Slots go to the lanes with waiters in turn, so a
-// flood of calls on one handle waits behind its own queue and takes every
-// other slot at most while another handle has calls waiting.
+// lane is one handle's share of its Store: the queue of its calls waiting
+// for a slot, and its breaker. Slots go to the lanes with waiters in turn.
+// A flood of calls on one handle so waits behind its own queue, and takes
+// every other slot at most while another handle has calls waiting.
 type lane struct {
 	breaker breaker
 	// Guarded by the Store's slot mutex.
@@ -75,8 +75,8 @@ type waiter struct {
 var waiterPool = sync.Pool{New: func() any { return &waiter{ready: make(chan struct{}, 1)} }}
 
 // slots is a Store's in-flight bound: at most max calls run in the backend
-// at once, and calls past it wait their turn, first come first served within
-// a lane, lanes in turn.
+// at once. Calls past it wait their turn, first come first served within a
+// lane, lanes in turn.
 type slots struct {
 	max int64
 

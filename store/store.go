@@ -1,13 +1,14 @@
-// Package store is where limits keep their counts: the contract every limit
-// store honours, and the guard, bound and handles every store gets for free.
+// Package store is where limits keep their counts. It holds the contract
+// every limit store honours, and the guard, bound and handles every store
+// gets for free.
 //
-// A store author implements Backend. store.New wraps a Backend in the guard:
-// every call is answered within a deadline (2 s by default); at most 64 calls
-// run at once, and calls past that wait their turn; each handle's breaker
-// stops calling a store that keeps failing for it; and every failure is
-// answered as an error matching ErrUnavailable. A limiter never
-// talks to a Backend directly: it claims a Handle, a prefixed view of one
-// Store with a key space of its own.
+// A store author implements Backend. [New] wraps a Backend in the guard.
+// Every call is answered within a deadline (2 s by default). At most 64
+// calls run at once, and calls past that wait their turn. Each handle's
+// breaker stops calling a store that keeps failing for it. Every failure is
+// answered as an error matching [ErrUnavailable]. A limiter never talks to
+// a Backend directly. It claims a [Handle], a prefixed view of one [Store]
+// with a key space of its own.
 //
 //	s := memory.New(memory.Options{})
 //	defer s.Close()
@@ -15,20 +16,21 @@
 //
 // # Entries and time
 //
-// A store keeps, for each key, an Entry: a JSON value of at most
-// MaxValueSize bytes and the time it expires, to the millisecond, on the
+// A store keeps an [Entry] for each key. That is a JSON value of at most
+// [MaxValueSize] bytes, and the time it expires, to the millisecond, on the
 // store's own clock. An entry whose ExpiresAt is not after the store's
-// current time is not live: it is neither read nor given to apply, and Sweep
-// removes it. Judging expiry on the store's clock (a database server's, say)
-// lets instances whose clocks differ agree on when a window ends.
+// current time is not live. It is neither read nor given to apply, and
+// Sweep removes it. Judging expiry on the store's clock (a database
+// server's, say) lets instances whose clocks differ agree on when a window
+// ends.
 //
 // # The bound
 //
 // A store holds a bounded number of live entries (see Bound). It never
-// removes a live entry to make room, since anyone able to send new keys could
+// removes a live entry to make room. Anyone able to send new keys could
 // then free the count of an attacker they cover for. When full it removes
-// expired entries; if there is still no room, a new key is answered with
-// ErrFull while keys it already holds keep counting.
+// expired entries. If there is still no room, a new key is answered with
+// [ErrFull], while keys it already holds keep counting.
 package store
 
 import (
@@ -50,7 +52,7 @@ const (
 
 // Entry is what a store keeps under a key.
 type Entry struct {
-	// Value is JSON of at most MaxValueSize bytes. A nil Value means the key
+	// Value is JSON of at most [MaxValueSize] bytes. A nil Value means the key
 	// has no live entry; leaving it nil in apply deletes the key.
 	Value []byte
 	// ExpiresAt is when the entry stops being live, on the store's clock,
@@ -79,7 +81,7 @@ type ApplyFunc func(now time.Time, entries []Entry) error
 //
 // A Backend is called through the guard of the Store that wraps it, which
 // checks keys, enforces the value limits, deadline and calls in flight, and
-// turns failures into ErrUnavailable. Backends return ErrFull when the bound
+// turns failures into [ErrUnavailable]. Backends return [ErrFull] when the bound
 // refuses a new key, the error of apply unchanged, and any other error for a
 // failure of their own.
 type Backend interface {
@@ -108,30 +110,26 @@ type Backend interface {
 // apply, within the same atomic step, and writes nothing when either fails.
 // It passes apply a time truncated to the millisecond. It returns apply's or
 // check's error unchanged with ofCaller true, and an error of its own (such
-// as ErrFull) with ofCaller false. Close does not wait for an inline
+// as [ErrFull]) with ofCaller false. Close does not wait for an inline
 // backend's calls: a call that began before Close may still be running as
 // the backend's Close runs, and must come to no harm.
 //
-// CountInline is Count for the backend: the counting rule (Tally.Charge)
+// CountInline is Count for the backend: the counting rule ([Tally.Charge])
 // applied to the held counters of the first len(caps) keys, as the
 // generic Count would. It takes the keys and returns the Tally by value, so
 // that nothing of the caller's escapes to the heap. A backend with no
-// faster way runs ApplyCount through its UpdateInline. Unless the backend
-// offers AlgorithmCounter, the guard calls it and CountOne only with
+// faster way runs [ApplyCount] through its UpdateInline. Unless the backend
+// offers [AlgorithmCounter], the guard calls it and CountOne only with
 // budgets of fixed windows, and runs ApplyCount through UpdateInline for
 // the rest.
 //
-// CountOne is CountInline for one key (KeyTally.Charge is the rule for
-// one), the guard's path for a one-key Count: its arguments and results fit
+// CountOne is CountInline for one key ([KeyTally.Charge] is the rule for
+// one), the guard's path for a one-key Count. Its arguments and results fit
 // in registers, where CountInline's arrays are copied through the stack. A
 // backend with no faster way returns the Key of its CountInline's Tally.
 //
-// What it saves (BenchmarkGuardUpdate and BenchmarkGuardCount, the memory
-// backend on each path, on 2 shared cores): a one-key Update through the
-// guard costs about 90 ns inline with 0 allocations, against about 0.7 µs
-// and 6 allocations on the prompt path (a deadline timer, a slot of the
-// in-flight bound); a one-key Count about 45 ns through CountOne and 90 ns
-// through CountInline, against 0.6 to 0.7 µs on the prompt path.
+// The inline path saves a deadline timer and a slot of the in-flight bound
+// per call; the figures are in the package's DESIGN.md.
 type Inline interface {
 	Backend
 	UpdateInline(prefix string, keys []string, apply, check ApplyFunc) (ofCaller bool, err error)
@@ -140,16 +138,14 @@ type Inline interface {
 }
 
 // Prompt is implemented by backends whose calls return promptly once their
-// context's deadline passes, and soon after it is cancelled (a backend may
-// finish the round trips of a call under way, which end by the deadline),
-// as pgx's and go-redis's do when set to. The guard runs their calls on the
-// caller's goroutine under a deadline context, which saves a goroutine and a
-// channel handoff per call: a one-key Update of the memory backend through
-// the guard costs about 0.7 µs and 6 allocations so, against about 2.8 µs
-// and 11 on a goroutine of its own (BenchmarkGuardUpdate). A backend
-// that answers true but keeps running past its context delays its callers
-// past the deadline; one that answers false has its calls answered at the
-// deadline however long they run.
+// context's deadline passes, and soon after it is cancelled. A backend may
+// finish the round trips of a call under way, which end by the deadline.
+// pgx's and go-redis's calls behave so when set to. The guard runs a prompt
+// backend's calls on the caller's goroutine under a deadline context. That
+// saves a goroutine and a channel handoff per call (figures in the
+// package's DESIGN.md). A backend that answers true but keeps running past
+// its context delays its callers past the deadline. One that answers false
+// has its calls answered at the deadline, however long they run.
 type Prompt interface {
 	Prompt() bool
 }
@@ -157,7 +153,7 @@ type Prompt interface {
 // Backing is implemented by backends that share something, such as a
 // connection pool, with other Backend values. Backing returns a comparable
 // identity of it; two handles with one prefix on one backing are refused
-// with ErrDuplicatePrefix even when they come from different Stores.
+// with [ErrDuplicatePrefix] even when they come from different Stores.
 type Backing interface {
 	Backing() any
 }

@@ -20,12 +20,13 @@
 //	-burst N          burst mode: N concurrent POST /execute per round (see below)
 //	-rounds N         rounds of the burst mode (default 1)
 //
-// It builds examples/stdlib once into a temporary directory, migrates the
-// store (PostgreSQL, SQLite: a file in that directory), starts the servers on
-// free loopback ports with a fresh random GATECOUNT_SECRET, so that runs
-// never share counts, and waits until each answers GET /health. The clients
-// then send request i as caller i mod callers to server (i div callers) mod
-// servers, so every caller reaches every server in turn, over loopback only.
+// It builds examples/stdlib once into a temporary directory, and migrates
+// the store (PostgreSQL, SQLite: a file in that directory). It starts the
+// servers on free loopback ports with a fresh random GATECOUNT_SECRET, so
+// that runs never share counts. It waits until each answers GET /health.
+// The clients then send request i as caller i mod callers to server (i div
+// callers) mod servers, so every caller reaches every server in turn, over
+// loopback only.
 //
 // While it runs, a progress line goes to standard error about once a second:
 //
@@ -55,14 +56,14 @@
 //
 // # Burst mode
 //
-// With -burst N, each of -rounds rounds sends N POST /execute at once, every
-// one on a connection of its own, for one caller the round alone uses (so
-// it starts with the whole budget), request i to server i mod servers; the
-// rounds run one after another and -callers, -clients, -duration and
-// -requests do not apply. On a shared store each round must be answered
-// exactly budget × 200 and the rest 429; on the memory store, the budget on
-// each server. Any other status (a 503: the store answered unavailable) or a
-// failed request makes the round WRONG:
+// With -burst N, each of -rounds rounds sends N POST /execute at once,
+// every one on a connection of its own. They are for one caller the round
+// alone uses, so it starts with the whole budget, and request i goes to
+// server i mod servers. The rounds run one after another, and -callers,
+// -clients, -duration and -requests do not apply. On a shared store each
+// round must be answered exactly budget × 200 and the rest 429; on the
+// memory store, the budget on each server. Any other status (a 503: the
+// store answered unavailable) or a failed request makes the round WRONG:
 //
 //	store       postgres (shared), 2 servers, budget 30 per minute
 //	burst       3 rounds of 500 concurrent POST /execute, one fresh caller each, split over 2 servers

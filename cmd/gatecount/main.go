@@ -4,14 +4,14 @@
 //
 //	DATABASE_URL=postgres://user@host/db go run github.com/gatecount/gatecount/cmd/gatecount migrate
 //
-// The migrate command creates or upgrades the store's tables in the database
-// DATABASE_URL names. It is idempotent and safe to run from several
-// instances at once, for PostgreSQL directly or through a pooler in any
-// mode (each migration is one transaction under a transaction-scoped
-// advisory lock); one that waits more than postgres.MigrationLockTimeout
-// (30 s) for another gives up with an error saying so. The URL's scheme
-// chooses the store: postgres:// and postgresql:// for PostgreSQL,
-// sqlite:PATH and file:PATH for SQLite.
+// The migrate command creates or upgrades the store's tables in the
+// database DATABASE_URL names. It is idempotent and safe to run from
+// several instances at once, for PostgreSQL directly or through a pooler in
+// any mode. Each migration is one transaction under a transaction-scoped
+// advisory lock. One that waits more than postgres.MigrationLockTimeout (30
+// s) for another gives up with an error saying so. The URL's scheme chooses
+// the store: postgres:// and postgresql:// for PostgreSQL, sqlite:PATH and
+// file:PATH for SQLite.
 //
 // The unlock, show and reset commands act on the counts of a running app's
 // limiters, in the store the app's environment names (DATABASE_URL or
@@ -22,11 +22,11 @@
 //	gatecount show -limiter NAME -key KEY [-json]
 //	gatecount reset -limiter NAME -key KEY [-json]
 //
-// -account acts on the sign-in guard named login, or the one -limiter names,
-// with the budgets of RATE_LIMIT_LOGIN_*; -key on one key of any limiter.
-// A change reaches every instance within about a second. A secret the
-// store's live entries were not written under is an error, never a silent
-// reset of nothing.
+// -account acts on the sign-in guard named login, or the one -limiter
+// names, with the budgets of RATE_LIMIT_LOGIN_*. -key acts on one key of
+// any limiter. A change reaches every instance within about a second. A
+// secret the store's live entries were not written under is an error, never
+// a silent reset of nothing.
 //
 // Exit status: 0 on success, 1 when the command failed (a store it cannot
 // reach, a secret that does not match), 2 on a usage error.

@@ -13,10 +13,10 @@ import (
 )
 
 // Refused runs, at concurrency 8 on 1,000 keys that l has spent in h, a
-// Count the store refuses (store/c8) next to l's Attempt (memory/c8), which
-// the limiter's process memory answers without a store call but for one
-// attempt per key every limiter.AskAgain, which asks the store again. Each
-// run spends the keys just before it, as an attacker's flood follows the
+// Count the store refuses (store/c8) next to l's Attempt (memory/c8). The
+// limiter's process memory answers the Attempt without a store call. Only
+// one attempt per key every limiter.AskAgain asks the store again. Each run
+// spends the keys just before it, as an attacker's flood follows the
 // refusals. l counts one attempt an hour in h.
 func Refused(b *testing.B, h *store.Handle, l *limiter.Limiter) {
 	const conc, keys = 8, 1000

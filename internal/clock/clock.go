@@ -1,5 +1,5 @@
-// Package clock is the seam between gatecount and the passing of time, so
-// that tests can set and advance the time a store or limiter sees.
+// Package clock is the seam between gatecount and the passing of time.
+// Through it, tests can set and advance the time a store or limiter sees.
 package clock
 
 import (

@@ -7,17 +7,17 @@ import (
 )
 
 // Coarse is the process clock at millisecond precision, read from memory
-// instead of the system: a goroutine of its own advances it every
-// millisecond while it is being read, and goes to sleep after a second in
-// which nobody read it. A read while it sleeps takes the system clock and
-// wakes it.
+// instead of the system. A goroutine of its own advances it every
+// millisecond while it is being read. The goroutine goes to sleep after a
+// second in which nobody read it. A read while it sleeps takes the system
+// clock and wakes it.
 //
-// A read costs an atomic load, where time.Now costs one or two reads of
-// the system clock (about 50 ns on a virtual machine). The price is that a
-// read may lag the system clock by the goroutine's scheduling latency: a
-// millisecond or two on an idle machine, tens of milliseconds on one whose
-// cores are all busy. It never runs ahead of the system clock. Make one
-// with NewCoarse and stop its goroutine with Close.
+// A read costs an atomic load, where time.Now costs one or two reads of the
+// system clock. The price is that a read may lag the system clock by the
+// goroutine's scheduling latency. That is a millisecond or two on an idle
+// machine, and tens of milliseconds on one whose cores are all busy. It
+// never runs ahead of the system clock. Make one with NewCoarse and stop
+// its goroutine with Close.
 type Coarse struct {
 	ms   atomic.Int64 // unix milliseconds while awake; 0 while asleep
 	read atomic.Bool  // read since the last tick

@@ -1,8 +1,8 @@
 // Package faultproxy is a loopback TCP proxy that a test puts between a
-// client (a pgx pool, a Redis client) and a real server, and then breaks on
-// command: it cuts connections, delays traffic or swallows it, so that a
-// store's answers to a failing server can be tested without stopping the
-// server other tests share.
+// client (a pgx pool, a Redis client) and a real server. The test then
+// breaks it on command: it cuts connections, delays traffic or swallows it.
+// A store's answers to a failing server can so be tested without stopping
+// the server other tests share.
 //
 // A Proxy starts in pass mode, forwarding bytes both ways as they come:
 //

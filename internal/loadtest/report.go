@@ -61,8 +61,8 @@ func (v Violation) String() string {
 
 // Check returns the budget windows in which a caller was admitted more than
 // e.Budget, or was answered at least e.Budget times (200 or 429) and
-// admitted fewer: on a shared store, the windows every server reported
-// together; otherwise each server's own.
+// admitted fewer. On a shared store, the windows are those every server
+// reported together; otherwise each server's own.
 func (r *Result) Check(e Expect) []Violation {
 	var out []Violation
 	for _, c := range r.Callers {

@@ -1,9 +1,9 @@
 // Package turns makes the calls of one process on one key take turns, first
-// come first served. Keys share Queues queues by a hash the caller picks, so
-// two busy keys of one queue wait for each other; a call with several keys
-// takes their queues in ascending order (see lockorder), so that calls never
-// wait for each other in a circle. A wait holds nothing else and ends with
-// the call's context.
+// come first served. Keys share Queues queues by a hash the caller picks,
+// so two busy keys of one queue wait for each other. A call with several
+// keys takes their queues in ascending order (see lockorder). Calls so
+// never wait for each other in a circle. A wait holds nothing else and ends
+// with the call's context.
 package turns
 
 import (

@@ -1,7 +1,8 @@
 // Package keyhash turns a handle's prefix and a key into the name a shared
-// store keeps it under: HMAC-SHA-256 under the app's secret, so that no store
-// ever holds a key (an account name, an address) in clear, and so that rows
-// written under one secret can be told from rows written under another.
+// store keeps it under. The name is an HMAC-SHA-256 under the app's secret.
+// So no store ever holds a key (an account name, an address) in clear. Rows
+// written under one secret can also be told from rows written under
+// another.
 package keyhash
 
 import (
@@ -18,7 +19,7 @@ import (
 // MinSecretLen is the shortest secret accepted, in bytes.
 const MinSecretLen = 32
 
-// ErrWeakSecret is returned for a secret shorter than MinSecretLen.
+// ErrWeakSecret is returned for a secret shorter than [MinSecretLen].
 var ErrWeakSecret = errors.New("keyhash: secret too short")
 
 // HowToMakeSecret says how to make a good secret, for error messages.
@@ -30,7 +31,7 @@ type Hasher struct {
 	pool        sync.Pool
 }
 
-// New returns a Hasher for secret, which must be at least MinSecretLen bytes.
+// New returns a Hasher for secret, which must be at least [MinSecretLen] bytes.
 func New(secret []byte) (*Hasher, error) {
 	if len(secret) < MinSecretLen {
 		return nil, fmt.Errorf("%w: %d bytes, want at least %d (%s)", ErrWeakSecret, len(secret), MinSecretLen, HowToMakeSecret)
@@ -48,9 +49,9 @@ func New(secret []byte) (*Hasher, error) {
 // secret cannot be recovered. Stores record it beside every entry.
 func (h *Hasher) Fingerprint() string { return h.fingerprint }
 
-// Sum returns the name of key under prefix: the HMAC-SHA-256, under the
-// secret, of the prefix's length, the prefix and the key, so that no two
-// (prefix, key) pairs share a name.
+// Sum returns the name of key under prefix. It is the HMAC-SHA-256, under
+// the secret, of the prefix's length, the prefix and the key, so that no
+// two (prefix, key) pairs share a name.
 func (h *Hasher) Sum(prefix, key string) [sha256.Size]byte {
 	s := h.pool.Get().(*summer)
 	out := s.sum(prefix, key)

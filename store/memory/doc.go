@@ -5,7 +5,8 @@
 // own counts, so every budget is multiplied by the number of instances. Use
 // a shared store (PostgreSQL, SQLite on one host, Redis) when that matters.
 //
-// Expired entries are removed when their key is next touched, by a
-// background sweep every SweepInterval, and at once when a new key finds the
-// store full. Close stops the sweep. DESIGN.md says how the store works.
+// Expired entries are removed when their key is next touched, and by a
+// background sweep every SweepInterval. They are removed at once when a new
+// key finds the store full. Close stops the sweep. DESIGN.md says how the
+// store works.
 package memory

@@ -26,19 +26,19 @@ type Options struct {
 	// Store configures the guard.
 	Store store.Options
 	// MaxEntries bounds the live entries; 0 means
-	// store.DefaultMaxEntriesMemory (100,000).
+	// [store.DefaultMaxEntriesMemory] (100,000).
 	MaxEntries int
 	// SweepInterval is how often expired entries are removed in the
-	// background; 0 means DefaultSweepInterval.
+	// background; 0 means [DefaultSweepInterval].
 	SweepInterval time.Duration
 	// Shards is the number of shards, rounded up to a power of two; 0 means
-	// DefaultShards.
+	// [DefaultShards].
 	Shards int
-	// Now is the store's clock; nil means the process clock read at
-	// millisecond precision from memory, which a goroutine of the store's
-	// advances every millisecond while the store is busy (it may lag the
-	// system clock by a few milliseconds when every core is busy; it never
-	// runs ahead). Close stops that goroutine. Tests set Now.
+	// Now is the store's clock. Nil means the process clock, read at
+	// millisecond precision from memory. A goroutine of the store's
+	// advances that clock every millisecond while the store is busy. It may
+	// lag the system clock by a few milliseconds when every core is busy;
+	// it never runs ahead. Close stops that goroutine. Tests set Now.
 	Now func() time.Time
 }
 
@@ -49,7 +49,7 @@ func New(o Options) *store.Store {
 	return s
 }
 
-// Backend is the memory store's store.Backend. Most code wants New, which
+// Backend is the memory store's [store.Backend]. Most code wants New, which
 // wraps it in the guard.
 type Backend struct {
 	shards []shard
@@ -68,10 +68,10 @@ type Backend struct {
 	sweeper *store.Loop
 }
 
-// item is one entry. A value that is a count (store.ParseCount) is kept as
-// the number n, with value nil, so that counting formats and parses
-// nothing; so is a token bucket's TAT (store.BucketOf), with bucket set;
-// any other value is kept as its bytes. Items whose keys hash alike are
+// item is one entry. A value that is a count ([store.ParseCount]) is kept
+// as the number n, with value nil, so that counting formats and parses
+// nothing. So is a token bucket's TAT ([store.BucketOf]), with bucket set.
+// Any other value is kept as its bytes. Items whose keys hash alike are
 // chained through next.
 type item struct {
 	prefix, key string
@@ -154,7 +154,7 @@ func (s *shard) remove(h uint64, it *item) {
 }
 
 // NewBackend returns the memory backend and starts its background sweep.
-// o.Store should already have its defaults (see store.Options.WithDefaults).
+// o.Store should already have its defaults (see [store.Options.WithDefaults]).
 func NewBackend(o Options) *Backend {
 	store.Default(&o.MaxEntries, store.DefaultMaxEntriesMemory)
 	store.Default(&o.SweepInterval, DefaultSweepInterval)
@@ -248,13 +248,13 @@ func (b *Backend) unlock(ls *lockSet) {
 	}
 }
 
-// Update implements store.Backend.
+// Update implements [store.Backend].
 func (b *Backend) Update(_ context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
 	_, err := b.UpdateInline(prefix, keys, apply, nil)
 	return err
 }
 
-// UpdateInline implements store.Inline: Update, with check run after apply
+// UpdateInline implements [store.Inline]: Update, with check run after apply
 // (when not nil) in the same step.
 func (b *Backend) UpdateInline(prefix string, keys []string, apply, check store.ApplyFunc) (ofCaller bool, err error) {
 	full, ofCaller, err := b.update(prefix, keys, apply, check, false)
@@ -295,8 +295,8 @@ func (b *Backend) lowerMinExp(exp int64) {
 }
 
 // liveItem returns the item of prefix and key with hash h in sh, whose lock
-// the caller holds, or nil when there is none or it expired by nowMs; an
-// expired item is removed.
+// the caller holds. It returns nil when there is none or it expired by
+// nowMs; an expired item is removed.
 func (b *Backend) liveItem(sh *shard, h uint64, prefix, key string, nowMs int64) *item {
 	it := sh.find(h, prefix, key)
 	if it != nil && it.exp <= nowMs {
@@ -334,11 +334,11 @@ func (b *Backend) reserve(prefix string, added int, swept bool) (full bool, err 
 	return false, nil
 }
 
-// CountInline implements store.Inline: the counting rule
-// (store.Tally.Charge) applied to the held counts in place, with no copy of
-// them for an apply and no check of what it wrote, since it writes only
-// counts. Budgets of other algorithms than FixedWindow run store.ApplyCount
-// through UpdateInline.
+// CountInline implements [store.Inline]: the counting rule
+// ([store.Tally.Charge]) applied to the held counts in place. It makes no
+// copy of them for an apply, and no check of what it wrote, since it writes
+// only counts. Budgets of other algorithms than FixedWindow run
+// [store.ApplyCount] through UpdateInline.
 func (b *Backend) CountInline(prefix string, keys [store.MaxCountKeys]string, caps []store.Budget, n int64) (t store.Tally, err error) {
 	ks := keys[:len(caps)]
 	for _, c := range caps {
@@ -355,10 +355,10 @@ func (b *Backend) CountInline(prefix string, keys [store.MaxCountKeys]string, ca
 	return t, err
 }
 
-// CountOne implements store.Inline: CountInline for one key, with one
+// CountOne implements [store.Inline]: CountInline for one key, with one
 // shard locked and no arrays. A token bucket is counted as a fixed window
-// is, on its TAT (store.KeyTally.ChargeBucket); a sliding window runs
-// store.ApplyCount through UpdateInline.
+// is, on its TAT ([store.KeyTally.ChargeBucket]); a sliding window runs
+// [store.ApplyCount] through UpdateInline.
 func (b *Backend) CountOne(prefix, key string, c store.Budget, n int64) (k store.KeyTally, err error) {
 	if c.Algorithm == store.SlidingWindow {
 		var t store.Tally
@@ -448,7 +448,7 @@ func (b *Backend) countApplied(prefix string, keys []string, caps []store.Budget
 	return err
 }
 
-// Count implements store.Counter, as CountInline.
+// Count implements [store.Counter], as CountInline.
 func (b *Backend) Count(_ context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	var ks [store.MaxCountKeys]string
 	copy(ks[:], keys)
@@ -457,8 +457,8 @@ func (b *Backend) Count(_ context.Context, prefix string, keys []string, caps []
 	return err
 }
 
-// CountsAlgorithms implements store.AlgorithmCounter: Count follows every
-// store.Algorithm.
+// CountsAlgorithms implements [store.AlgorithmCounter]: Count follows every
+// [store.Algorithm].
 func (b *Backend) CountsAlgorithms() {}
 
 func (b *Backend) count(prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally, swept bool) (full bool, err error) {
@@ -588,7 +588,7 @@ func (b *Backend) Holds(prefix string, keys []string) bool {
 	return false
 }
 
-// Read implements store.Backend.
+// Read implements [store.Backend].
 func (b *Backend) Read(_ context.Context, prefix string, keys []string) ([]store.Entry, error) {
 	var ls lockSet
 	b.lock(&ls, prefix, keys)
@@ -605,7 +605,7 @@ func (b *Backend) Read(_ context.Context, prefix string, keys []string) ([]store
 	return out, nil
 }
 
-// Sweep implements store.Backend.
+// Sweep implements [store.Backend].
 func (b *Backend) Sweep(context.Context) (int, error) { return b.sweep(), nil }
 
 func (b *Backend) sweep() int {

@@ -11,7 +11,7 @@ import (
 const sqlCountAlgorithms = `SELECT now_ms, allowed, limiting, counts, expires_ms, added, bad, is_full, live
   FROM gatecount_count_algorithms($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 
-// CountsAlgorithms implements store.AlgorithmCounter: a Count with a
+// CountsAlgorithms implements [store.AlgorithmCounter]: a Count with a
 // budget other than a fixed window is one call of the function
 // gatecount_count_algorithms.
 func (b *Backend) CountsAlgorithms() {}

@@ -53,12 +53,12 @@ const (
 
 // countBatcher gathers the single-key counts of concurrent calls into
 // batches of distinct keys, each counted by one statement (see
-// Backend.Count). At most limit batches run at a time; a call that arrives
-// while they all run waits in the queue, and the first of the queue leads
-// the next batch once one ends, taking with it those queued behind it, up
-// to maxCountBatch. A call whose key another call has queued or running is
-// not batched (do answers errSameKey): no batch could take it before that
-// one ends, and the key's row serialises the two anyway. A call alone is
+// Backend.Count). At most limit batches run at a time. A call that arrives
+// while they all run waits in the queue. Once a batch ends, the first of
+// the queue leads the next, taking with it those queued behind it, up to
+// maxCountBatch. A call whose key another call has queued or running is not
+// batched (do answers errSameKey). No batch could take it before that one
+// ends, and the key's row serialises the two anyway. A call alone is
 // counted at once, by a batch of one. A call that leads runs its batch on
 // its own goroutine, under its own deadline, so the batcher has no
 // goroutine of its own.
@@ -120,9 +120,10 @@ var errSameKey = errors.New("postgres: count: the key is in a batch already")
 func (bt *countBatcher) forget(r *oneCount) { delete(bt.keys, [32]byte(r.hash)) }
 
 // wait waits, with bt.mu held and released meanwhile, until r's batch ran
-// (returning its error, bt.mu released) or r is asked to lead (returning
-// nil, bt.mu held); or returns ctx's error, with r out of the queue and
-// bt.mu released.
+// or r is asked to lead. When the batch ran, it returns its error, bt.mu
+// released. When r is to lead, it returns nil, bt.mu held. When ctx ends
+// first, it returns ctx's error, with r out of the queue and bt.mu
+// released.
 func (bt *countBatcher) wait(ctx context.Context, r *oneCount) error {
 	for {
 		bt.mu.Unlock()

@@ -14,9 +14,9 @@ import (
 )
 
 // Importing the package registers the schemes postgres: and postgresql:
-// with store.OpenURL (and so with package config's DATABASE_URL): a pool
-// is opened on the URL, which must name a migrated database, and closed
-// after the store.
+// with store.OpenURL, and so with package config's DATABASE_URL. A pool is
+// opened on the URL, which must name a migrated database, and closed after
+// the store.
 func init() {
 	store.RegisterURL("postgres", openURL)
 	store.RegisterURL("postgresql", openURL)
@@ -25,7 +25,7 @@ func init() {
 // DefaultPoolConns is the least number of connections of the pool opened
 // for a URL that does not set pool_max_conns. Counts of single keys share a
 // connection in batches, so the guard's in-flight bound (64 calls by
-// default) needs far fewer; a call that waits for a connection past its
+// default) needs far fewer. A call that waits for a connection past its
 // deadline is answered overloaded, as one that waits in the guard's queue.
 // Sixteen leaves room for six instances in PostgreSQL's default
 // max_connections of 100.
@@ -79,7 +79,7 @@ func (e *ConnectError) Error() string {
 // Unwrap returns pgx's error.
 func (e *ConnectError) Unwrap() error { return e.Err }
 
-// Is reports whether target is store.ErrUnavailable: the database did not
+// Is reports whether target is [store.ErrUnavailable]: the database did not
 // answer.
 func (e *ConnectError) Is(target error) bool { return target == store.ErrUnavailable }
 

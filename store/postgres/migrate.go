@@ -14,10 +14,10 @@ import (
 	schema "github.com/gatecount/gatecount/internal/migrations"
 )
 
-// ErrNotMigrated is matched by the error New returns when the database lacks
-// the store's table, or has an older version of it: run Migrate, or
-// `go run github.com/gatecount/gatecount/cmd/gatecount migrate` with
-// DATABASE_URL set, first.
+// ErrNotMigrated is matched by the error [New] returns when the database
+// lacks the store's table, or has an older version of it. Run [Migrate]
+// first, or `go run github.com/gatecount/gatecount/cmd/gatecount migrate`
+// with DATABASE_URL set.
 var ErrNotMigrated = errors.New("postgres: database not migrated for gatecount")
 
 //go:embed migrations/*.sql
@@ -28,15 +28,15 @@ var migrationFiles embed.FS
 // migration once.
 const migrationLock int64 = 0x6761_7465_6d69_6772 // "gatemigr"
 
-// MigrationLockTimeout is how long Migrate waits for a lock: the migration
-// lock, while another instance migrates, or a lock on the store's tables
-// that a migration's statements need, while calls hold it. Past it Migrate
-// gives up with an error matching ErrMigrationLocked. Migrations take
-// milliseconds, so a wait this long means one is stuck.
+// MigrationLockTimeout is how long [Migrate] waits for a lock. That is the
+// migration lock, while another instance migrates. It is also a lock on the
+// store's tables that a migration's statements need, while calls hold it.
+// Past it Migrate gives up with an error matching [ErrMigrationLocked].
+// Migrations take milliseconds, so a wait this long means one is stuck.
 const MigrationLockTimeout = 30 * time.Second
 
 // ErrMigrationLocked is matched by the error of a Migrate that waited
-// MigrationLockTimeout for a lock and gave up, having changed nothing.
+// [MigrationLockTimeout] for a lock and gave up, having changed nothing.
 var ErrMigrationLocked = errors.New("postgres: migrate: gave up waiting for a lock")
 
 // migrationLockTimeout is MigrationLockTimeout; tests shorten it.
@@ -56,17 +56,17 @@ var migrations = func() []schema.Migration {
 // the number of its newest migration.
 func SchemaVersion() int { return migrations[len(migrations)-1].Version }
 
-// Migrate brings the database pool connects to up to SchemaVersion: it
+// Migrate brings the database pool connects to up to [SchemaVersion]: it
 // creates the store's table and functions, recording each applied migration
 // in the table gatecount_migrations. It is idempotent, and safe to run from
-// several instances at once, directly or through a pooler in any mode:
-// each migration runs in a transaction of its own, which first takes a
-// transaction-scoped advisory lock (pg_advisory_xact_lock), so that one
-// instance applies it while the others wait, then find it applied. The
-// lock ends with its transaction, on the connection that took it. A wait
-// for a lock ends after MigrationLockTimeout (lock_timeout, set for the
-// transaction alone) with an error matching ErrMigrationLocked. A database
-// that is up to date is only read, without the lock.
+// several instances at once, directly or through a pooler in any mode. Each
+// migration runs in a transaction of its own, which first takes a
+// transaction-scoped advisory lock (pg_advisory_xact_lock). One instance
+// applies it while the others wait, then find it applied. The lock ends
+// with its transaction, on the connection that took it. A wait for a lock
+// ends after [MigrationLockTimeout] (lock_timeout, set for the transaction
+// alone) with an error matching [ErrMigrationLocked]. A database that is up
+// to date is only read, without the lock.
 //
 // Migrate sends its statements in the simple protocol, whatever the pool's
 // default_query_exec_mode, so that it prepares no named statement.

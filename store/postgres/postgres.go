@@ -35,42 +35,37 @@ const (
 // config reads it from GATECOUNT_SECRET).
 var ErrNoSecret = errors.New("postgres: no secret: set Options.Secret")
 
-// Log kinds of this store, besides those of store.Bound.
-const (
-	KindSweepFailed = "limit-store-sweep-failed"
-	KindCountFailed = "limit-store-count-failed"
-)
-
 // Options configure a PostgreSQL store. Secret is required; the zero value
 // of every other field gives its default.
 type Options struct {
 	// Secret keys the HMAC under which keys are stored, at least
-	// keyhash.MinSecretLen bytes; it is required (ErrNoSecret when empty,
-	// keyhash.ErrWeakSecret when short). Every instance of an app must use
+	// [keyhash.MinSecretLen] bytes; it is required ([ErrNoSecret] when empty,
+	// [keyhash.ErrWeakSecret] when short). Every instance of an app must use
 	// the same secret to share counts.
 	Secret []byte
 	// MaxEntries bounds the live entries of this secret; 0 means
-	// store.DefaultMaxEntriesDatabase (1,000,000).
+	// [store.DefaultMaxEntriesDatabase] (1,000,000).
 	MaxEntries int
 	// SweepInterval is how often expired rows are removed in the
 	// background, after a first sweep when the store starts; 0 means
-	// DefaultSweepInterval.
+	// [DefaultSweepInterval].
 	SweepInterval time.Duration
 	// SyncCommit makes every count wait until its transaction's WAL is
 	// flushed to disk before it answers. By default (false) a count's
 	// transaction commits asynchronously (synchronous_commit = off for that
-	// transaction only): it answers, and releases its keys' locks, without
-	// waiting for the flush, which on an ordinary disk takes milliseconds
-	// and would bound one hot key to a few hundred counts a second. If the
-	// database server crashes, the counts of its last moments (at most
-	// three times wal_writer_delay, 600 ms by default) are lost; the table
-	// stays consistent. Set SyncCommit when that matters more than speed.
-	// SyncCommit leaves the session's setting as it is (on, unless the
-	// pool's connections set synchronous_commit otherwise): on a pool whose
-	// sessions turn it off, counts commit asynchronously all the same.
+	// transaction only). It answers, and releases its keys' locks, without
+	// waiting for the flush. On an ordinary disk the flush takes
+	// milliseconds, and would bound one hot key to a few hundred counts a
+	// second. If the database server crashes, the counts of its last
+	// moments (at most three times wal_writer_delay, 600 ms by default) are
+	// lost; the table stays consistent. Set SyncCommit when that matters
+	// more than speed. SyncCommit leaves the session's setting as it is
+	// (on, unless the pool's connections set synchronous_commit otherwise):
+	// on a pool whose sessions turn it off, counts commit asynchronously
+	// all the same.
 	SyncCommit bool
 	// CountInterval is how often the approximate count of live entries the
-	// bound relies on is made exact again; 0 means DefaultCountInterval.
+	// bound relies on is made exact again; 0 means [DefaultCountInterval].
 	CountInterval time.Duration
 	// Store configures the guard.
 	Store store.Options
@@ -80,23 +75,23 @@ type Options struct {
 }
 
 // New returns a store over pool, the app's own pool, behind the guard. It
-// checks that Migrate has run (or returns an error matching ErrNotMigrated)
-// and that pgx can run queries with the pool's settings (or returns an
-// error matching ErrPoolSetting, naming the setting), and starts the
-// background sweep and count, which run until the Store is closed. Closing
-// the Store does not close pool. The store runs its statements in the
-// pool's own query exec mode (see "Statements" in the package
-// documentation): behind a pooler in transaction mode, give the pool
-// default_query_exec_mode=exec.
+// checks that [Migrate] has run, or returns an error matching
+// [ErrNotMigrated]. It checks that pgx can run queries with the pool's
+// settings, or returns an error matching [ErrPoolSetting], naming the
+// setting. It starts the background sweep and count, which run until the
+// Store is closed. Closing the Store does not close pool. The store runs
+// its statements in the pool's own query exec mode (see "Statements" in the
+// package documentation): behind a pooler in transaction mode, give the
+// pool default_query_exec_mode=exec.
 //
 // Stores made by several New calls over one pool share it and open no
-// connections of their own; a prefix can have one handle on a pool at a
-// time (store.ErrDuplicatePrefix).
+// connections of their own. A prefix can have one handle on a pool at a
+// time ([store.ErrDuplicatePrefix]).
 func New(ctx context.Context, pool *pgxpool.Pool, o Options) (*store.Store, error) {
 	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, pool, o) })
 }
 
-// Backend is the PostgreSQL store's store.Backend and store.Counter. Most
+// Backend is the PostgreSQL store's [store.Backend] and [store.Counter]. Most
 // code wants New, which wraps it in the guard.
 type Backend struct {
 	pool       *pgxpool.Pool
@@ -127,7 +122,7 @@ type Backend struct {
 
 // NewBackend returns the PostgreSQL backend and starts its background
 // sweep and count. o.Store should already have its defaults (see
-// store.Options.WithDefaults).
+// [store.Options.WithDefaults]).
 func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: nil pool")
@@ -181,12 +176,10 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 
 // countBatches is how many batches of single-key counts run at a time: an
 // eighth of the pool's connections, at least one. Counts arriving while
-// they all run are counted together by the next batch, in one statement,
-// which costs the database little more than a count alone: under load,
-// fewer and larger batches count more keys a second. (At concurrency 8 on
-// a pool of 8, one batch at a time counted 10 to 20% more than two, directly
-// and more so through a pooler, where each statement is parsed with its
-// call.)
+// they all run are counted together by the next batch, in one statement.
+// That costs the database little more than a count alone, so under load
+// fewer and larger batches count more keys a second (see DESIGN.md,
+// "Count").
 func countBatches(pool *pgxpool.Pool) int { return max(1, int(pool.Config().MaxConns)/8) }
 
 // slackFor is how far below the bound the approximate count is trusted: a
@@ -230,9 +223,9 @@ func (b *Backend) near(added int) bool {
 
 // SQL of the store. See DESIGN.md.
 const (
-	// sqlLock locks the rows of keys, in ascending keyhash order, and
+	// sqlLock locks the rows of keys, in ascending keyhash order. It
 	// inserts a placeholder (expired, so never live) for each key without
-	// one; it returns the keys it inserted placeholders for. ON CONFLICT
+	// one, and returns the keys it inserted placeholders for. ON CONFLICT
 	// DO UPDATE locks the conflicting row even though its WHERE false
 	// changes nothing.
 	sqlLock = `INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
@@ -240,13 +233,13 @@ SELECT k, $2, '', timestamptz 'epoch' FROM unnest($1::bytea[]) AS u(k) ORDER BY 
 ON CONFLICT (keyhash) DO UPDATE SET value = g.value WHERE false
 RETURNING g.keyhash`
 	// Statements that name keys by an array have a single-key twin that
-	// names its key by a scalar (the names ending in 1). PostgreSQL plans
-	// a prepared statement afresh on every call while its generic plan,
-	// made for an array of unknown length, looks dearer than the plans
-	// for the arrays it was given, which for "keyhash = ANY($1)" is
-	// always; planning costs more than running these statements. The
-	// twins' generic plans cost what their custom plans do, so they are
-	// planned once per connection.
+	// names its key by a scalar (the names ending in 1). PostgreSQL plans a
+	// prepared statement afresh on every call while its generic plan looks
+	// dearer than the plans for the arrays it was given. The generic plan
+	// is made for an array of unknown length, and for "keyhash = ANY($1)"
+	// it always looks dearer. Planning costs more than running these
+	// statements. The twins' generic plans cost what their custom plans do,
+	// so they are planned once per connection.
 	sqlRead = `SELECT c.now, g.keyhash, g.value, g.expires_at
   FROM (SELECT date_trunc('milliseconds', clock_timestamp()) AS now) c
   LEFT JOIN gatecount_entries g
@@ -256,7 +249,7 @@ RETURNING g.keyhash`
   LEFT JOIN gatecount_entries g
     ON g.keyhash = $1 AND g.fingerprint = $2 AND g.expires_at > c.now`
 	// sqlLockRead locks the rows that keys have, in ascending keyhash
-	// order, and reads them and then the clock: an aggregate's result is
+	// order, and reads them and then the clock. An aggregate's result is
 	// computed after it has consumed, and so locked, every row.
 	// sqlLockReadAsync also makes the transaction commit asynchronously.
 	sqlLockRead      = `SELECT date_trunc('milliseconds', clock_timestamp()),` + sqlLockReadRest
@@ -267,9 +260,9 @@ RETURNING g.keyhash`
          WHERE keyhash = ANY($1) ORDER BY keyhash FOR UPDATE) AS l`
 	// sqlLockRead1 is sqlLockRead for one key, with scalar results: the
 	// clock, then the row's fingerprint, value and expiry, all null when
-	// the key has no row. The left join makes the result one row, which
-	// is computed (the clock read) after its inner side has locked the
-	// row; it costs the server less than aggregates of one row or none.
+	// the key has no row. The left join makes the result one row, which is
+	// computed (the clock read) after its inner side has locked the row. It
+	// costs the server less than aggregates of one row or none.
 	sqlLockRead1      = `SELECT date_trunc('milliseconds', clock_timestamp()),` + sqlLockRead1Cols + sqlLockRead1From
 	sqlLockRead1Async = `SELECT date_trunc('milliseconds', clock_timestamp()),` + sqlLockRead1Cols +
 		`, set_config('synchronous_commit', 'off', true)` + sqlLockRead1From
@@ -283,8 +276,8 @@ RETURNING g.keyhash`
   FROM unnest($1::bytea[], $3::text[], $4::timestamptz[]) AS u(k, v, e)
  WHERE g.keyhash = u.k`
 	sqlWrite1 = `UPDATE gatecount_entries SET fingerprint = $2, value = $3, expires_at = $4 WHERE keyhash = $1`
-	// sqlInsert inserts keys that had no row; one that has one now (another
-	// transaction inserted it since) is left as it is, and the caller,
+	// sqlInsert inserts keys that had no row. A key that has one now
+	// (another transaction inserted it since) is left as it is; the caller,
 	// seeing fewer rows inserted, starts again.
 	sqlInsert = `INSERT INTO gatecount_entries (keyhash, fingerprint, value, expires_at)
 SELECT k, $2, v, e FROM unnest($1::bytea[], $3::text[], $4::timestamptz[]) AS u(k, v, e)
@@ -298,11 +291,11 @@ ON CONFLICT (keyhash) DO NOTHING`
 	sqlCount   = `SELECT now_ms, allowed, limiting, counts, expires_ms, added, bad, is_full, live
   FROM gatecount_count($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 	// sqlCountOne is the single-key Count far from the bound: one plain
-	// statement, serialised by the primary key (a first insert waits for
-	// a concurrent one, the conflict path locks the row and decides on its
-	// newest version). It judges expiry at the statement's start, now().
-	// It returns no row when there is no room. sqlCountOneAsync is the
-	// same, committing asynchronously.
+	// statement, serialised by the primary key. A first insert waits for a
+	// concurrent one; the conflict path locks the row and decides on its
+	// newest version. It judges expiry at the statement's start, now(). It
+	// returns no row when there is no room. sqlCountOneAsync is the same,
+	// committing asynchronously.
 	sqlCountOne = `INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
 SELECT $1, $2, $3::bigint::text, date_trunc('milliseconds', now()) + $5::bigint * interval '1 millisecond'` +
 		sqlCountOneRest
@@ -311,11 +304,11 @@ SELECT $1, $2, $3::bigint::text, date_trunc('milliseconds', now()) + $5::bigint 
   FROM (SELECT set_config('synchronous_commit', 'off', true)) AS c(s) WHERE c.s = 'off'` +
 		sqlCountOneRest
 	// sqlCountMany is sqlCountOne for several distinct keys, each with its
-	// own n, cap and window (arrays in one order), inserted (and so locked)
-	// in ascending keyhash order, so that it never deadlocks with another
-	// statement that locks keys in order. Each key is counted or refused
-	// on its own; a counted key returns a row, with its keyhash. On
-	// conflict, EXCLUDED.value is the key's n as text.
+	// own n, cap and window (arrays in one order). It inserts (and so
+	// locks) them in ascending keyhash order, so that it never deadlocks
+	// with another statement that locks keys in order. Each key is counted
+	// or refused on its own; a counted key returns a row, with its keyhash.
+	// On conflict, EXCLUDED.value is the key's n as text.
 	sqlCountMany = `INSERT INTO gatecount_entries AS g (keyhash, fingerprint, value, expires_at)
 SELECT u.k, $2, u.n::text, date_trunc('milliseconds', now()) + u.w * interval '1 millisecond'
   FROM unnest($1::bytea[], $3::bigint[], $5::bigint[]) AS u(k, n, w)
@@ -369,7 +362,7 @@ func (b *Backend) addEstimate(d int64) {
 	}
 }
 
-// Read implements store.Backend in one statement, judged on the database
+// Read implements [store.Backend] in one statement, judged on the database
 // server's clock.
 func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]store.Entry, error) {
 	hashes := make([][]byte, len(keys))
@@ -434,12 +427,12 @@ func (b *Backend) runAcquired(ctx context.Context, acquired func(), i int, each 
 	return r.one(i, rowFn, args...)
 }
 
-// Count implements store.Counter. A single key far from the bound is
-// counted by one plain statement (sqlCountOne, or sqlCountMany for the
-// single-key counts of several calls at once, see countOne); anything else
-// by one call of the function gatecount_count. Either is one round trip
-// and one implicit transaction; a refused single-key count takes a second
-// round trip to read the count it was refused at.
+// Count implements [store.Counter]. A single key far from the bound is
+// counted by one plain statement. That is sqlCountOne, or sqlCountMany for
+// the single-key counts of several calls at once (see countOne). Anything
+// else is counted by one call of the function gatecount_count. Either is
+// one round trip and one implicit transaction; a refused single-key count
+// takes a second round trip to read the count it was refused at.
 func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	for _, c := range caps {
 		if c.Algorithm != store.FixedWindow {
@@ -465,9 +458,9 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	return b.countBy(ctx, cCount, prefix, keys, t, hashes, b.fp, maxes, windows, n, int64(b.bound.Max()), b.near(len(keys)), b.boundLock, !b.syncCommit)
 }
 
-// countBy runs stmt, a Count of keys in one call of a function that
-// answers as gatecount_count does, with args; it keeps the bound's
-// estimate and writes the Tally into t.
+// countBy runs stmt with args: a Count of keys in one call of a function
+// that answers as gatecount_count does. It keeps the bound's estimate and
+// writes the Tally into t.
 func (b *Backend) countBy(ctx context.Context, stmt int, prefix string, keys []string, t *store.Tally, args ...any) error {
 	var (
 		nowMs, live          int64
@@ -514,8 +507,8 @@ func (b *Backend) countBy(ctx context.Context, stmt int, prefix string, keys []s
 
 // countOne counts one key, in a batch with the single-key counts of other
 // calls (see countBatcher and runCounts). When the statement counts, that
-// is the answer. When it refuses, countOne reads the key: a live count with
-// no room for n is the answer, as of the read; a live value that is not a
+// is the answer. When it refuses, countOne reads the key. A live count with
+// no room for n is the answer, as of the read. A live value that is not a
 // count is ErrNotCounter. Otherwise the key changed since, or holds a count
 // the statement's pattern does not take, and countOne reports false, having
 // written nothing, for gatecount_count to decide.
@@ -589,9 +582,9 @@ func (b *Backend) runCounts(ctx context.Context, batch []*oneCount) error {
 	}, hashes, b.fp, ns, maxes, windows)
 }
 
-// readRefused reads a key whose count was refused: a live count with no
-// room for n is the answer, as of the read; a live value that is not a
-// count is ErrNotCounter; otherwise it reports false, for gatecount_count
+// readRefused reads a key whose count was refused. A live count with no
+// room for n is the answer, as of the read. A live value that is not a
+// count is ErrNotCounter. Otherwise it reports false, for gatecount_count
 // to decide.
 func (b *Backend) readRefused(ctx context.Context, hash []byte, c store.Budget, n int64, t *store.Tally) (done bool, err error) {
 	val, now, exp, err := b.read1(ctx, hash)
@@ -631,8 +624,8 @@ func (b *Backend) read1(ctx context.Context, hash []byte) (val []byte, now, exp 
 	return val, time.UnixMilli(now.UnixMilli()), exp, err
 }
 
-// Sweep implements store.Backend: it deletes expired rows, of every secret,
-// in statements of at most SweepBatch rows each, until none is left, and
+// Sweep implements [store.Backend]: it deletes expired rows, of every secret,
+// in statements of at most [SweepBatch] rows each, until none is left, and
 // returns how many went.
 func (b *Backend) Sweep(ctx context.Context) (int, error) {
 	b.sweepMu.Lock()
@@ -693,13 +686,13 @@ func (b *Backend) recount(ctx context.Context) error {
 // background counts and sweeps at once, then sweeps every sweepEvery, and
 // recounts after each sweep and every countEvery, until ctx is cancelled.
 // The first count comes before the first sweep, which can take seconds on a
-// table with many expired rows: until the estimate is known, every new key
+// table with many expired rows. Until the estimate is known, every new key
 // is admitted through the bound's lock, one at a time.
 func (b *Backend) background(ctx context.Context, sweepEvery, countEvery time.Duration) {
 	sweep := func() {
 		if _, err := b.Sweep(ctx); err != nil && ctx.Err() == nil {
 			b.log.Warn("limit store sweep failed; expired entries stay until the next sweep",
-				"kind", KindSweepFailed, "err", err)
+				"kind", store.KindSweepFailed, "err", err)
 		}
 	}
 	recount := func() {

@@ -11,30 +11,30 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// runner runs the store's statements for one call on one connection, in
-// the store's mode (see execMode), through pgx's public API: a pgconn
-// pipeline in the extended protocol (a prepared statement by name, or an
-// unnamed one parsed with the call), or pgx batches in the simple protocol.
-// Every mode gives the same transactions:
+// runner runs the store's statements for one call on one connection, in the
+// store's mode (see execMode), through pgx's public API. In the extended
+// protocol it uses a pgconn pipeline, with a prepared statement by name or
+// an unnamed one parsed with the call. In the simple protocol it uses pgx
+// batches. Every mode gives the same transactions:
 //
-//   - Statements sent before a sync run in one transaction, which commits at
-//     the sync, or rolls back if a statement failed; a flush between them
-//     gets the results so far without ending it. In the extended protocol
-//     this is the implicit transaction that lasts up to the pipeline's
-//     Sync, with no BEGIN or COMMIT statement. In the simple protocol, a
-//     transaction of one round trip is the implicit transaction of one
-//     query string, and one that a flush spans starts with BEGIN and ends
-//     with COMMIT (or ROLLBACK).
+//   - Statements sent before a sync run in one transaction, which commits
+//     at the sync, or rolls back if a statement failed. A flush between
+//     them gets the results so far without ending it. In the extended
+//     protocol this is the implicit transaction that lasts up to the
+//     pipeline's Sync, with no BEGIN or COMMIT statement. In the simple
+//     protocol, a transaction of one round trip is the implicit transaction
+//     of one query string. One that a flush spans starts with BEGIN and
+//     ends with COMMIT (or ROLLBACK).
 //   - Once a statement fails, the server skips what follows up to the end
 //     of the transaction, and so does the runner: every later statement's
 //     result is that error.
 //   - A runner that ends (close) with its transaction open closes the
-//     connection, which rolls the transaction back: a connection is never
+//     connection, which rolls the transaction back. A connection is never
 //     handed back to the pool mid-transaction or with answers unread.
 //
 // Either way a transaction stays on one server connection behind a pooler
-// in transaction mode: the pooler hands the server connection back only
-// once the server says it is idle, which it does at the end of a
+// in transaction mode. The pooler hands the server connection back only
+// once the server says it is idle. The server does at the end of a
 // transaction, not at a flush.
 type runner struct {
 	ctx  context.Context
@@ -129,10 +129,10 @@ func (r *runner) sync() error {
 	return r.p.Sync()
 }
 
-// roundTrip sends the queued statements in one batch of the simple
-// protocol (one query string), after a BEGIN when the transaction is to
-// outlive it (!end), and with COMMIT, or ROLLBACK once a statement failed,
-// when it ends a transaction that a BEGIN opened.
+// roundTrip sends the queued statements in one batch of the simple protocol
+// (one query string). It sends a BEGIN first when the transaction is to
+// outlive it (!end). When it ends a transaction that a BEGIN opened, it
+// sends COMMIT, or ROLLBACK once a statement failed.
 func (r *runner) roundTrip(end bool) error {
 	if r.br != nil {
 		if err := r.br.Close(); err != nil && r.failed == nil {
@@ -260,7 +260,7 @@ func (r *runner) row(dest ...any) error {
 }
 
 // one runs statement i with args in a transaction of its own (one round
-// trip), calling each with the fields and values of each of its rows,
+// trip). It calls each with the fields and values of each of its rows,
 // which are valid only during the call. In the extended protocol, on a
 // runner that has sent nothing yet, the statement goes without a pipeline,
 // as pgx's own queries do.

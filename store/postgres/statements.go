@@ -102,8 +102,8 @@ const (
 	numStatements
 )
 
-// stmtSpec is a statement of the store, with the types of its parameters,
-// which the store declares rather than leaves to the server to infer, so
+// stmtSpec is a statement of the store, with the types of its parameters.
+// The store declares them rather than leaves the server to infer them, so
 // that its arguments are encoded the same in every mode.
 type stmtSpec struct {
 	sql    string
@@ -178,8 +178,8 @@ var statementSpecs = func() [numStatements]stmtSpec {
 const stmtsKey = "github.com/gatecount/gatecount/store/postgres statements"
 
 // errStmtGone is the SQLSTATE of a prepared statement the connection no
-// longer has (DEALLOCATE or DISCARD ran on it, or a pooler in transaction
-// mode gave the call another server connection).
+// longer has. DEALLOCATE or DISCARD ran on it, or a pooler in transaction
+// mode gave the call another server connection.
 const errStmtGone = "26000"
 
 // errStmtExists is the SQLSTATE of a prepared statement that exists
@@ -202,19 +202,19 @@ func stmtName(i int) string { return "gatecount_" + strconv.Itoa(i) }
 var binaryFormat = []int16{pgtype.BinaryFormatCode}
 
 // statements returns the store's statements, prepared by name on c (in
-// modeNamed): the first call on a connection prepares them all in one round
-// trip of a pgconn pipeline (closing any of the same names first, so a
-// half-done earlier attempt does not get in the way); later calls find them
-// in the connection's CustomData.
+// modeNamed). The first call on a connection prepares them all in one round
+// trip of a pgconn pipeline. It closes any of the same names first, so that
+// a half-done earlier attempt does not get in the way. Later calls find
+// them in the connection's CustomData.
 //
 // They are prepared again once the table has grown well past its size when
 // they were prepared (more than four times the estimate of live entries
-// then, plus 1,024). PostgreSQL settles on one plan for a prepared statement
-// after its first few runs, and keeps it: a point lookup planned while the
-// table is nearly empty is a sequential scan, which it then stays as the
+// then, plus 1,024). PostgreSQL settles on one plan for a prepared
+// statement after its first few runs, and keeps it. A point lookup planned
+// while the table is nearly empty is a sequential scan. It stays one as the
 // table grows, until the table's statistics change (autovacuum's ANALYZE,
-// which a server may not run). Prepared again, on a table of more than a few
-// pages, the lookups use the primary key. A connection prepares its
+// which a server may not run). Prepared again, on a table of more than a
+// few pages, the lookups use the primary key. A connection prepares its
 // statements again a handful of times at most.
 func (b *Backend) statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, error) {
 	pc := c.PgConn()
@@ -276,15 +276,16 @@ func (b *Backend) statements(ctx context.Context, c *pgx.Conn) (*preparedStmts, 
 
 // checkNamedStatements returns an error matching ErrPoolSetting when a
 // statement prepared by name on one of pool's connections is lost by the
-// connection's next transaction: behind a pooler in transaction mode that
-// keeps no prepared statements (PgBouncer before 1.21, or without
-// max_prepared_statements), whose next transaction can run on another
-// server connection. It prepares a statement on one connection, makes a
-// second connection hold a transaction open (a pooler hands it the server
-// connection the first just released, as PgBouncer does), then runs the
-// statement on the first. A direct connection, a session pooler, or a
-// pooler that prepares statements again on the server connection it
-// picks, runs it. With a pool of one connection it checks nothing.
+// connection's next transaction. That happens behind a pooler in
+// transaction mode that keeps no prepared statements (PgBouncer before
+// 1.21, or without max_prepared_statements). There the next transaction can
+// run on another server connection. It prepares a statement on one
+// connection, then makes a second connection hold a transaction open. A
+// pooler hands the second the server connection the first just released, as
+// PgBouncer does. Then it runs the statement on the first. A direct
+// connection, a session pooler, or a pooler that prepares statements again
+// on the server connection it picks, runs it. With a pool of one connection
+// it checks nothing.
 func checkNamedStatements(ctx context.Context, pool *pgxpool.Pool) error {
 	if pool.Config().MaxConns < 2 {
 		return nil
@@ -337,12 +338,12 @@ func poolerHint(err error) error {
 }
 
 // acquire takes a connection of the pool for one call and returns a runner
-// of statements on it (see run.go), in the store's mode; in modeNamed the
+// of statements on it (see run.go), in the store's mode. In modeNamed the
 // store's statements are prepared on the connection first. The runner
 // watches ctx: a call whose context ends mid-round-trip fails with ctx's
-// error, and pgx closes its connection, which rolls back what it had
-// begun. The caller ends the runner with close and gives the connection
-// back with release.
+// error, and pgx closes its connection, which rolls back what it had begun.
+// The caller ends the runner with close and gives the connection back with
+// release.
 func (b *Backend) acquire(ctx context.Context) (*pgxpool.Conn, *runner, error) {
 	start := time.Now()
 	c, err := b.pool.Acquire(ctx)
@@ -366,8 +367,8 @@ func (b *Backend) acquire(ctx context.Context) (*pgxpool.Conn, *runner, error) {
 const acquireWaited = time.Millisecond
 
 // overrun returns err, the outcome of a call on r, as a wait's overload
-// when the call waited for its connection and its deadline then passed:
-// the time went to the wait, and says nothing of the database's health.
+// when the call waited for its connection and its deadline then passed. The
+// time went to the wait, and says nothing of the database's health.
 func (r *runner) overrun(err error) error {
 	if err != nil && r.waited && r.ctx.Err() != nil && store.ReasonOf(err) == 0 {
 		return store.WaitedOut("a connection of the pool, then ran out of time", err)
@@ -376,10 +377,11 @@ func (r *runner) overrun(err error) error {
 }
 
 // release gives back a connection of acquire, after the call that used it
-// ended with err: it drops the connection's statements if err says it lost
-// one (to DEALLOCATE or DISCARD, so that the next call prepares them
-// again), and returns the connection to the pool (which destroys it if the
-// call left it mid-transaction or broken). It returns err.
+// ended with err. If err says the connection lost a statement (to
+// DEALLOCATE or DISCARD), it drops the connection's statements, so that the
+// next call prepares them again. It returns the connection to the pool,
+// which destroys it if the call left it mid-transaction or broken. It
+// returns err.
 func release(c *pgxpool.Conn, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == errStmtGone {
@@ -392,11 +394,10 @@ func release(c *pgxpool.Conn, err error) error {
 
 // acquireError classifies a failure to take a connection of the pool. A
 // call whose deadline passed while it waited for a free connection met a
-// busy pool, not a failing database: it is answered overloaded, as a call
-// that waits out its deadline in the guard's queue, so that it neither
-// opens the breaker nor lets an attempt through uncounted. Any other
-// failure, a new connection that could not be opened in time included, is
-// the database's.
+// busy pool, not a failing database. It is answered overloaded, as a call
+// that waits out its deadline in the guard's queue. So it neither opens the
+// breaker nor lets an attempt through uncounted. Any other failure, a new
+// connection that could not be opened in time included, is the database's.
 func acquireError(ctx context.Context, err error) error {
 	var dial *pgconn.ConnectError
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) && !errors.As(err, &dial) {

@@ -16,7 +16,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Update implements store.Backend in one transaction of its own, on a
+// Update implements [store.Backend] in one transaction of its own, on a
 // connection of the pool, in two round trips. See the package
 // documentation.
 func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
@@ -101,10 +101,11 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	return false, b.wrote(prefix, w, live, err)
 }
 
-// updateTry is what one try of Update knows of its keys: the entries apply
-// sees, copies of them as read, which keys have a row, which rows are
-// placeholders this try inserted, and the database's time. The arrays hold
-// a lone key, the common case, so that it takes one allocation.
+// updateTry is what one try of Update knows of its keys. It holds the
+// entries apply sees and copies of them as read. It holds which keys have a
+// row, which rows are placeholders this try inserted, and the database's
+// time. The arrays hold a lone key, the common case, so that it takes one
+// allocation.
 type updateTry struct {
 	hashes      [][]byte
 	entries     []store.Entry
@@ -318,9 +319,10 @@ func (b *Backend) write(q *runner, t *updateTry, w writes, exact bool) (live int
 	return live, retry, q.synced()
 }
 
-// wrote accounts for a write that ended with err: a full table is answered
-// by the bound; otherwise the estimate of live entries follows the write,
-// set from live when the write counted them exactly (live -1 when not).
+// wrote accounts for a write that ended with err. A full table is answered
+// by the bound. Otherwise the estimate of live entries follows the write.
+// It is set from live when the write counted them exactly (live is -1 when
+// not).
 func (b *Backend) wrote(prefix string, w writes, live int64, err error) error {
 	if err != nil {
 		var pgErr *pgconn.PgError
@@ -367,9 +369,8 @@ func (b *Backend) readLocked1(q *runner, now *time.Time, e *store.Entry, hasRow 
 }
 
 // sendWrite sends the write of the keys at indexes idx of hashes, whose
-// entries are to be written: by the single-key statement one when there is
-// one key, by the array statement many when there are several, by none
-// when there are none.
+// entries are to be written. It uses the single-key statement one for one
+// key, and the array statement many for several. It sends nothing for none.
 func (q *runner) sendWrite(one, many int, hashes [][]byte, entries []store.Entry, idx []int, fp string) error {
 	switch len(idx) {
 	case 0:

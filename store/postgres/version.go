@@ -8,7 +8,7 @@ import (
 )
 
 // Version returns the schema version the database pool connects to was
-// migrated to: 0 when it never was, SchemaVersion when it is up to date.
+// migrated to: 0 when it never was, [SchemaVersion] when it is up to date.
 // Like Migrate, it prepares no named statement, so it works through any
 // pooler.
 func Version(ctx context.Context, pool *pgxpool.Pool) (int, error) {

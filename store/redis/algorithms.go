@@ -3,12 +3,13 @@ package redis
 // algoScript is store.Count for budgets of any algorithm, mixed in one
 // call, in one step: the rule of store.ApplyCount in Lua. It reads and
 // writes each algorithm's value as store documents it, inside the entry
-// "<expiry ms>:<value JSON>", and answers as countScript does: {-1} for a
-// value it cannot read (the caller then counts through Update), {-2, now,
-// live} when new entries find no room, else {allowed, now, limiting, live,
-// count1, next1, ...}, next being when one more unit is admitted (0 for
-// none). Every number stays below 2^53, which Lua holds exactly
-// (store.Budget.Validate bounds a bucket's span), and division is exact.
+// "<expiry ms>:<value JSON>". It answers as countScript does. It answers
+// {-1} for a value it cannot read (the caller then counts through Update),
+// and {-2, now, live} when new entries find no room. Otherwise it answers
+// {allowed, now, limiting, live, count1, next1, ...}, next being when one
+// more unit is admitted (0 for none). Every number stays below 2^53, which
+// Lua holds exactly (store.Budget.Validate bounds a bucket's span), and
+// division is exact.
 var algoScript = newScript(indexLua.Replace(algoLayout.Replace(`$INDEX
 local nowu = now * 1000
 local amt = tonumber(ARGV[1])

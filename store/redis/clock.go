@@ -8,13 +8,13 @@ import (
 // serverClock estimates the server's time from the times it answers, so
 // that an Update that guesses its keys are absent need not read the time
 // first. Each answer carrying the server's time S, arriving at local time
-// L, bounds the offset of the server's clock from below: S was read before
+// L, bounds the offset of the server's clock from below. S was read before
 // L, so the server's clock reads at least S - L + l at any later local time
-// l. The estimate is that bound, less a millisecond for rounding: never
-// after the server's time, unless a clock jumps, which the write script
-// catches; and behind it by at most the round trip of the answer it came
-// from. The bound is kept at its highest, or renewed once a second, so that
-// clock drift does not build up.
+// l. The estimate is that bound, less a millisecond for rounding. It is
+// never after the server's time, unless a clock jumps, which the write
+// script catches. It is behind it by at most the round trip of the answer
+// it came from. The bound is kept at its highest, or renewed once a second,
+// so that clock drift does not build up.
 //
 // Every Count observes, so the clock takes no lock. Any answer's bound is a
 // true bound, so two observations racing can only leave a lower one than

@@ -13,7 +13,7 @@ import (
 // float64, exact to 2^53.
 const maxExact = 1 << 52
 
-// Count implements store.Counter: one script, one round trip; countScript
+// Count implements [store.Counter]: one script, one round trip; countScript
 // for fixed windows alone, algoScript for any other algorithm among caps.
 func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) (err error) {
 	defer poolWait(&err)
@@ -76,9 +76,9 @@ func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []strin
 	})
 }
 
-// countCall is the scratch of one Count: its keys and the script's command,
-// whose arguments point into it rather than hold copies (a string or a
-// large number put in an interface would be an allocation of its own).
+// countCall is the scratch of one Count: its keys and the script's command.
+// The command's arguments point into it rather than hold copies: a string
+// or a large number put in an interface would be an allocation of its own.
 // Counts take them from countCalls, so that a Count allocates none.
 type countCall struct {
 	ks        keySet

@@ -11,7 +11,7 @@
 //	...
 //	signIn, err := s.Handle("signin:")
 //
-// OpenURL opens a store with a client of its own, from a URL:
+// [OpenURL] opens a store with a client of its own, from a URL:
 //
 //	RATE_LIMIT_STORE_URL=redis://[user:password@]host:6379/0   plain TCP
 //	RATE_LIMIT_STORE_URL=rediss://[user:password@]host:6380/0  TLS
@@ -30,12 +30,12 @@
 // # Redis settings
 //
 // Redis must not evict: set maxmemory-policy noeviction, or no maxmemory.
-// New refuses a server that may evict (ErrEvicting), unless
+// New refuses a server that may evict ([ErrEvicting]), unless
 // Options.AllowEviction. A full Redis answers writes as a full store
 // (store.ErrFull), keys it holds included: size maxmemory for the bound (the
 // README gives the memory an entry takes). Redis 6.2 or later is needed,
-// with Lua scripting. The logs of kinds KindEvicting, KindEvicted,
-// KindEvictionUnchecked, KindOOM and KindNotPersistent say when a server's
+// with Lua scripting. The logs of kinds [KindEvicting], [KindEvicted],
+// [KindEvictionUnchecked], [KindOOM] and [KindNotPersistent] say when a server's
 // settings put counts at risk.
 //
 // # Cluster
@@ -47,9 +47,9 @@
 // # Faults
 //
 // The guard of package store bounds every call by its deadline and opens
-// its breaker when Redis keeps failing; the store recovers by itself. Give a
-// client of your own ContextTimeoutEnabled, so that a call abandoned at its
-// deadline frees its connection, and MaxRetries -1, as a retried command
-// may count an attempt twice. OpenURL's client has both. DESIGN.md says how
-// the store works.
+// its breaker when Redis keeps failing; the store recovers by itself. Give
+// a client of your own ContextTimeoutEnabled, so that a call abandoned at
+// its deadline frees its connection. Give it MaxRetries -1, as a retried
+// command may count an attempt twice. OpenURL's client has both. DESIGN.md
+// says how the store works.
 package redis

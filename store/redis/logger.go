@@ -10,28 +10,24 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// KindClient is the "kind" of a line that go-redis itself logged (a pool
-// that failed to dial, say), passed on by a RedisLogger.
-const KindClient = "limit-store-redis-client"
-
 // RedisLogger passes go-redis's own log lines to a slog.Logger, as warnings
-// of kind KindClient, so that they come out with the app's other records
+// of kind [KindClient]. They then come out with the app's other records
 // instead of as bare lines on stderr. go-redis logs through one logger for
 // the whole process, set with go-redis's SetLogger:
 //
 //	goredis.SetLogger(redis.NewRedisLogger(logger))
 //
-// OpenURL does so with the store's logger, which then also carries the
+// [OpenURL] does so with the store's logger, which then also carries the
 // lines of any other go-redis client in the process; New leaves go-redis's
 // logger alone. go-redis may log a line for every call that fails while a
-// server is down: a RedisLogger passes on the first ten, then one every ten
+// server is down. A RedisLogger passes on the first ten, then one every ten
 // seconds, as the guard's own records already count the failures.
 type RedisLogger struct {
 	log   *slog.Logger
 	every rate.Sometimes
 }
 
-// NewRedisLogger returns a RedisLogger writing to log (nil means
+// NewRedisLogger returns a [RedisLogger] writing to log (nil means
 // slog.Default()).
 func NewRedisLogger(log *slog.Logger) *RedisLogger {
 	if log == nil {

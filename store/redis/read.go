@@ -75,7 +75,7 @@ func serverTime(sec, usec any) (int64, error) {
 	return si*1000 + ui/1000, nil
 }
 
-// Read implements store.Backend.
+// Read implements [store.Backend].
 func (b *Backend) Read(ctx context.Context, prefix string, keys []string) (_ []store.Entry, err error) {
 	defer poolWait(&err)
 	sp := b.space(prefix)

@@ -23,24 +23,6 @@ const (
 	DefaultMaxRetries    = 32
 )
 
-// Log kinds: the stable "kind" attribute of the logs this store writes, on
-// top of those of package store.
-const (
-	// KindEvicting: Redis's maxmemory-policy may evict live entries.
-	KindEvicting = "limit-store-evicting"
-	// KindEvictionUnchecked: the maxmemory-policy could not be read.
-	KindEvictionUnchecked = "limit-store-eviction-unchecked"
-	// KindSweepFailed: a background sweep failed.
-	KindSweepFailed = "limit-store-sweep-failed"
-	// KindEvicted: Redis evicted keys since the last sweep.
-	KindEvicted = "limit-store-evicted"
-	// KindOOM: Redis is at its maxmemory and refuses writes.
-	KindOOM = "limit-store-redis-oom"
-	// KindNotPersistent: Redis keeps nothing on disk, so a restart
-	// forgets every count.
-	KindNotPersistent = "limit-store-not-persistent"
-)
-
 // ErrContention is the cause of the unavailable error (ReasonOverloaded) an
 // Update returns when it conflicted with concurrent updates of its keys
 // Options.MaxRetries times in a row.
@@ -53,39 +35,39 @@ var ErrCorrupt = errors.New("redis: value not in the store's encoding")
 // Options configure a Redis store.
 type Options struct {
 	// Secret keys the HMAC that names every key; at least
-	// keyhash.MinSecretLen bytes, the same on every instance of the app.
+	// [keyhash.MinSecretLen] bytes, the same on every instance of the app.
 	Secret []byte
 	// MaxEntries bounds the live entries under Secret; 0 means
-	// store.DefaultMaxEntriesDatabase (1,000,000).
+	// [store.DefaultMaxEntriesDatabase] (1,000,000).
 	MaxEntries int
 	// MaxRetries bounds how many times an Update that conflicts with
 	// concurrent updates of its keys is started over; 0 means
-	// DefaultMaxRetries. Past it, the Update is answered unavailable
-	// (ReasonOverloaded, ErrContention).
+	// [DefaultMaxRetries]. Past it, the Update is answered unavailable
+	// (ReasonOverloaded, [ErrContention]).
 	MaxRetries int
 	// SweepInterval is how often the store sweeps in the background; 0
-	// means DefaultSweepInterval.
+	// means [DefaultSweepInterval].
 	SweepInterval time.Duration
 	// AllowEviction accepts a Redis that may evict live entries (a
 	// maxmemory with a maxmemory-policy other than noeviction), which New
-	// otherwise refuses (ErrEvicting). An evicted count frees the budget of
-	// whoever it counted: the store logs an error of kind KindEvicting at
-	// start, and of kind KindEvicted whenever keys were evicted.
+	// otherwise refuses ([ErrEvicting]). An evicted count frees the budget of
+	// whoever it counted: the store logs an error of kind [KindEvicting] at
+	// start, and of kind [KindEvicted] whenever keys were evicted.
 	AllowEviction bool
 	// Store configures the guard.
 	Store store.Options
 }
 
 // New returns a Redis store over c behind the guard. It checks that Redis
-// answers (an error matching store.ErrUnavailable if not) and cannot evict
-// live entries (ErrEvicting, unless o.AllowEviction), loads its scripts and
-// starts a background sweep, which runs until the store is closed. Closing
-// the store does not close c.
+// answers (an error matching [store.ErrUnavailable] if not). It checks that
+// Redis cannot evict live entries ([ErrEvicting], unless o.AllowEviction).
+// It loads its scripts and starts a background sweep, which runs until the
+// store is closed. Closing the store does not close c.
 func New(ctx context.Context, c goredis.UniversalClient, o Options) (*store.Store, error) {
 	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, c, o) })
 }
 
-// Backend is the Redis store's store.Backend and store.Counter. Most code
+// Backend is the Redis store's [store.Backend] and [store.Counter]. Most code
 // wants New, which wraps it in the guard; Store.Backend returns it.
 type Backend struct {
 	c          goredis.UniversalClient
@@ -134,7 +116,7 @@ type space struct {
 }
 
 // NewBackend returns the backend New wraps, and starts its background sweep.
-// o.Store should already have its defaults (see store.Options.WithDefaults).
+// o.Store should already have its defaults (see [store.Options.WithDefaults]).
 func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Backend, error) {
 	h, err := keyhash.New(o.Secret)
 	if err != nil {
@@ -187,7 +169,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 			return nil, err
 		}
 		b.log.Warn("limit store sweep failed at start: the count of live entries under other limiters is taken at the next sweep",
-			"kind", KindSweepFailed, "err", err)
+			"kind", store.KindSweepFailed, "err", err)
 	}
 	b.sweeper = store.Go(ctx, func(ctx context.Context) { store.Every(ctx, store.Task{Every: o.SweepInterval, Do: b.sweepTick}) })
 	return b, nil
@@ -205,12 +187,12 @@ type backing struct {
 // one prefix on one client and secret are refused.
 func (b *Backend) Backing() any { return backing{b.c, b.fp} }
 
-// Prompt reports whether calls return once their context is done: true for
-// a *goredis.Client with ContextTimeoutEnabled (the client OpenURL makes has
-// it), which bounds every wait for a connection, dial, write and read by
-// the call's deadline. The guard then runs calls on the caller's goroutine;
-// with any other client it runs them on goroutines of its own, and answers
-// at the deadline however long they take.
+// Prompt reports whether calls return once their context is done. It is
+// true for a *goredis.Client with ContextTimeoutEnabled, as the client
+// [OpenURL] makes has. That setting bounds every wait for a connection,
+// dial, write and read by the call's deadline. The guard then runs calls on
+// the caller's goroutine; with any other client it runs them on goroutines
+// of its own, and answers at the deadline however long they take.
 func (b *Backend) Prompt() bool { return b.prompt }
 
 // honoursDeadlines reports whether c's calls return once their context's
@@ -236,7 +218,7 @@ func (b *Backend) Misses() uint64 { return b.misses.Load() }
 func (b *Backend) Live() int { return int(b.total.Load()) }
 
 // Close stops the background sweep and waits for it; the client is closed
-// if the store opened it (OpenURL). Close is idempotent.
+// if the store opened it ([OpenURL]). Close is idempotent.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.sweeper.Stop()
@@ -248,8 +230,8 @@ func (b *Backend) Close() error {
 }
 
 // poolWait turns a call's failure to get a connection of the client's pool
-// in time into the guard's overloaded answer: a busy pool, not a failing
-// server, so that the call neither opens the breaker nor lets an attempt
+// in time into the guard's overloaded answer. That is a busy pool, not a
+// failing server, so the call neither opens the breaker nor lets an attempt
 // through uncounted.
 func poolWait(err *error) {
 	if *err != nil && errors.Is(*err, goredis.ErrPoolTimeout) {

@@ -63,8 +63,9 @@ func (b *Backend) eval(ctx context.Context, s *script, keys []string, args ...an
 }
 
 // evalInts runs the command a, laid out by cmdArgs and followed by the
-// script's arguments, as eval runs s, for a script that answers an array
-// of integers: they are read as such, with no interface to hold each.
+// script's arguments, as eval runs s. It is for a script that answers an
+// array of integers, which it reads as such, with no interface to hold
+// each.
 func (b *Backend) evalInts(ctx context.Context, s *script, a []any) ([]int64, error) {
 	a[0], a[1] = "evalsha", s.hash
 	cmd := goredis.NewIntSliceCmd(ctx, a...)
@@ -82,10 +83,11 @@ func (b *Backend) evalInts(ctx context.Context, s *script, a []any) ([]int64, er
 	return cmd.Val(), nil
 }
 
-// cmdArgs lays out the start of an EVAL or EVALSHA of keys in a: two
-// places for the command and the script (set when it is sent), the number
-// of keys, then the keys, each as a pointer to its name (a string put in an
-// interface would be copied). It returns how many places it filled.
+// cmdArgs lays out the start of an EVAL or EVALSHA of keys in a. It puts
+// two places for the command and the script (set when it is sent), then the
+// number of keys, then the keys. Each key is a pointer to its name, since a
+// string put in an interface would be copied. It returns how many places it
+// filled.
 func cmdArgs(a []any, keys []string) int {
 	a[2] = len(keys)
 	for i := range keys {
@@ -113,18 +115,18 @@ return r
 `)
 
 // writeScript is the compare-and-set step of an Update. KEYS are the entry
-// keys, then the live index. ARGV: max entries, live entries elsewhere, the
-// time apply was given (Unix ms), then five per key: member, mode, raw value
-// as read, new raw value, new expiry (the layout, the modes and the special
-// raw values are in args.go). The time apply was given must not be
+// keys, then the live index's. ARGV: max entries, live entries elsewhere,
+// the time apply was given (Unix ms). Then come four per key: mode, raw
+// value as read, new raw value, new expiry. The layout, the modes and the
+// special raw values are in args.go. The time apply was given must not be
 // after the server's.
 //
-// It returns {status, live, now}: status 0 on a conflict, 2 when new
-// entries find no room, 1 when written; live is the index's count (after
-// the write), or -1 when it was not counted; now is the server's time. A
-// conflict writes nothing and answers, after those three, the raw values of
-// the entry keys, false where there is none, as readScript would at now: a
-// read, which the Update that guessed wrong goes on from.
+// It returns {status, live, now}. status is 0 on a conflict, 2 when new
+// entries find no room, 1 when written. live is the index's count (after
+// the write), or -1 when it was not counted. now is the server's time. A
+// conflict writes nothing. After those three, it answers the raw values of
+// the entry keys, false where there is none, as readScript would at now.
+// The Update that guessed wrong goes on from that read.
 var writeScript = newScript(indexLua.Replace(writeLayout.Replace(`$INDEX
 local function conflict()
   local r = {0, -1, now}
@@ -184,21 +186,21 @@ return {1, live, now}
 `)))
 
 // countScript is the fixed-window count of store.Count in one step. KEYS
-// are the counters' keys, then the live index. ARGV: amount, max entries,
-// live entries elsewhere, then three per key: member, cap, window ms (the
+// are the counters' keys, then the live index's. ARGV: amount, max
+// entries, live entries elsewhere, then two per key: cap, window ms (the
 // layout is in args.go).
 //
 // It returns {-1} when a value is not a plain count it can do exact
-// arithmetic on (the caller then counts through Update); {-2, now, live}
-// when new counters find no room; otherwise {allowed (0 or 1), now,
-// limiting (1-based, 0 for none), live, count1, expiry1, count2, ...}, an
-// expiry of 0 meaning no counter.
+// arithmetic on; the caller then counts through Update. It returns {-2,
+// now, live} when new counters find no room. Otherwise it returns {allowed
+// (0 or 1), now, limiting (1-based, 0 for none), live, count1, expiry1,
+// count2, ...}, an expiry of 0 meaning no counter.
 //
-// It runs on every limiter attempt, so it does the least it can: one
-// pattern match per value, the answer built in place, Lua's own conversion
-// of ARGV's strings where exact, and KEEPTTL for a live counter, whose TTL
-// is its expiry since every entry is set with PXAT at it (see "What a Count
-// costs in Redis" in DESIGN.md).
+// It runs on every limiter attempt, so it does the least it can. It makes
+// one pattern match per value, builds the answer in place, and uses Lua's
+// own conversion of ARGV's strings where exact. It sets a live counter with
+// KEEPTTL: its TTL is its expiry, since every entry is set with PXAT at it.
+// See "What a Count costs in Redis" in DESIGN.md.
 var countScript = newScript(indexLua.Replace(countLayout.Replace(`$INDEX
 local amt = tonumber(ARGV[1])
 local r = {1, now, 0, -1}

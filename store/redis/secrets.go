@@ -11,11 +11,11 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Secrets reports whether Redis holds live entries under the store's secret,
-// and the fingerprint of one other secret with live entries, or ""
-// (store.Secrets). It sweeps, which recounts the secret's own live entries;
-// only when there are none does it scan every master for the tag sets of
-// other secrets and look for a live member in their indexes. It is for
+// Secrets reports whether Redis holds live entries under the store's
+// secret, and the fingerprint of one other secret with live entries, or ""
+// (store.Secrets). It sweeps, which recounts the secret's own live entries.
+// Only when there are none does it scan every master for the tag sets of
+// other secrets, and look for a live expiry in their indexes. It is for
 // tools, not for a request's path: the scan visits every key of the server.
 func (b *Backend) Secrets(ctx context.Context) (own bool, other string, err error) {
 	if _, err := b.Sweep(ctx); err != nil {

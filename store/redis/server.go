@@ -14,7 +14,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// ErrEvicting is matched by the error New and OpenURL return for a Redis
+// ErrEvicting is matched by the error New and [OpenURL] return for a Redis
 // that may evict live entries: one with a maxmemory limit and a
 // maxmemory-policy other than noeviction. Every entry has a TTL, so even
 // the volatile-* policies evict them, and an evicted count frees the budget
@@ -124,9 +124,9 @@ func (b *Backend) servers(ctx context.Context, persist bool) (out []serverFacts,
 }
 
 // checkServers checks at start that no server may evict live entries,
-// unless evicting is allowed, and logs what a deployment should know: a
+// unless evicting is allowed. It logs what a deployment should know: a
 // server that may evict (when allowed), one whose settings could not be
-// read, one that keeps no data across a restart.
+// read, and one that keeps no data across a restart.
 func (b *Backend) checkServers(ctx context.Context) error {
 	fs, down, err := b.servers(ctx, true)
 	if err != nil {
@@ -169,9 +169,9 @@ func (b *Backend) checkServers(ctx context.Context) error {
 	return nil
 }
 
-// recheckServers runs with each background sweep: it logs an error when a
-// server's settings changed so that it may now evict live entries, and when
-// a server evicted keys since the last check.
+// recheckServers runs with each background sweep. It logs an error when a
+// server's settings changed so that it may now evict live entries. It logs
+// one when a server evicted keys since the last check.
 func (b *Backend) recheckServers(ctx context.Context) {
 	fs, _, err := b.servers(ctx, false)
 	if err != nil {
@@ -196,9 +196,9 @@ func (b *Backend) recheckServers(ctx context.Context) {
 	}
 }
 
-// storeErr turns a Redis error answer into the store's: an OOM answer (a
-// Redis at its maxmemory, refusing writes) is the store being full, which
-// the limiters answer as they answer a full bound, not as a store that is
+// storeErr turns a Redis error answer into the store's. An OOM answer (a
+// Redis at its maxmemory, refusing writes) is the store being full. The
+// limiters answer it as they answer a full bound, not as a store that is
 // down.
 func (b *Backend) storeErr(err error) error {
 	if err == nil || !goredis.IsOOMError(err) {

@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+
+	"github.com/gatecount/gatecount/store"
 )
 
-// Sweep implements store.Backend. Redis removes expired entries by itself;
-// Sweep removes the expired members of every live index under the secret,
-// recounts the live entries under each tag (which the bound uses), and
+// Sweep implements [store.Backend]. Redis removes expired entries by itself.
+// Sweep removes the expired entries from every live index under the
+// secret, and recounts the live entries under each tag (which the bound uses). It
 // returns how many expired entries it removed from the indexes.
 func (b *Backend) Sweep(ctx context.Context) (int, error) {
 	b.sweepMu.Lock()
@@ -62,10 +64,10 @@ func (b *Backend) tidy(ctx context.Context, tag string) (removed int, err error)
 }
 
 // sweepFull is what Update and Count do when a new key seems to find the
-// bound reached: they sweep, which recounts the live entries under every
+// bound reached. They sweep, which recounts the live entries under every
 // tag, and try once more. A sweep that fails (a Cluster node down, say)
 // leaves the tags it could not count at their last counts, as between two
-// sweeps: the second try is decided on those, and a Redis that does not
+// sweeps. The second try is decided on those, and a Redis that does not
 // answer fails that try.
 func (b *Backend) sweepFull(ctx context.Context) { _, _ = b.Sweep(ctx) }
 
@@ -77,7 +79,7 @@ func (b *Backend) sweepTick(loop context.Context) {
 	if _, err := b.Sweep(ctx); err != nil && loop.Err() == nil {
 		b.sweepLog.Do(func() {
 			b.log.Warn("limit store sweep failed: the count of live entries may be stale",
-				"kind", KindSweepFailed, "err", err)
+				"kind", store.KindSweepFailed, "err", err)
 		})
 	}
 	b.recheckServers(ctx)

@@ -9,18 +9,18 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Update implements store.Backend.
+// Update implements [store.Backend].
 //
 // Updates of one key from this process take turns, under a local lock, so
 // that they never conflict with each other; only other processes' updates
 // can. When no key of the update is known here to be live, Update first
-// guesses that none is: it calls apply with no entries and an estimate of
+// guesses that none is. It calls apply with no entries and an estimate of
 // the server's time (see serverClock), and sends its result to the write
-// script, which checks the guess (every key absent, the estimate not after
-// the server's time) as it checks a read. A right guess saves the read's
-// round trip. A wrong one writes nothing and is answered with what the
-// keys hold, as a read would be, and the Update goes on from that read: it
-// costs no more round trips than reading first.
+// script. The script checks the guess as it checks a read: every key
+// absent, and the estimate not after the server's time. A right guess saves
+// the read's round trip. A wrong one writes nothing and is answered with
+// what the keys hold, as a read would be. The Update goes on from that
+// read, so it costs no more round trips than reading first.
 func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) (err error) {
 	defer poolWait(&err)
 	sp := b.space(prefix)
@@ -90,11 +90,11 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	}
 }
 
-// updateCall is the scratch of one Update: its keys, the entries apply
-// sees and the write script's arguments, which point into it rather than
-// hold copies (each copy of a string or a large number in an interface
-// would be an allocation of its own). The arrays hold a lone key, the
-// common case, so that it takes one allocation.
+// updateCall is the scratch of one Update: its keys, the entries apply sees
+// and the write script's arguments. The arguments point into it rather than
+// hold copies: each copy of a string or a large number in an interface
+// would be an allocation of its own. The arrays hold a lone key, the common
+// case, so that it takes one allocation.
 type updateCall struct {
 	ks      keySet
 	entries []store.Entry
@@ -138,10 +138,10 @@ func newUpdateCall(n int) *updateCall {
 }
 
 // guess runs apply on the guess that no key has an entry, at the estimated
-// server time est, and writes its result if the guess was right. It
-// reports done when the Update is answered; otherwise the Update goes on
-// from the read a wrong guess was answered with (read: u.raws and
-// u.present hold it, at the server's time now), or with a read of its own.
+// server time est, and writes its result if the guess was right. It reports
+// done when the Update is answered. Otherwise the Update goes on from the
+// read a wrong guess was answered with, or with a read of its own. With
+// read, u.raws and u.present hold that answer, at the server's time now.
 func (b *Backend) guess(ctx context.Context, sp *space, prefix string, u *updateCall, est int64, apply store.ApplyFunc) (done, read bool, now int64, err error) {
 	ks, entries := &u.ks, u.entries
 	clear(entries)
@@ -180,8 +180,8 @@ func (b *Backend) guess(ctx context.Context, sp *space, prefix string, u *update
 // write runs writeScript and notes the server's time it answers.
 //
 // On a conflict, when raws is not nil, raws and present get what the
-// conflict answered the keys hold, as read does, at the server's time the
-// answer carries; read reports that they did.
+// conflict answered the keys hold, as read does. That is at the server's
+// time the answer carries; read reports that they did.
 func (b *Backend) write(ctx context.Context, ks *keySet, args []any, raws []string, present []bool) (res [3]int64, read bool, err error) {
 	ans, err := b.eval(ctx, writeScript, ks.names, args...).Slice()
 	if err != nil {

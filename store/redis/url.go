@@ -14,7 +14,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// ErrURL is matched by the error OpenURL returns for a URL it cannot use.
+// ErrURL is matched by the error [OpenURL] returns for a URL it cannot use.
 // The error never repeats the URL's password.
 var ErrURL = errors.New("redis: invalid Redis URL")
 
@@ -25,29 +25,35 @@ var ErrURL = errors.New("redis: invalid Redis URL")
 //	rediss://...  the same, over TLS
 //	redis://[user:password@]host:port?addr=host2:port2&addr=host3:port3
 //
-// The URL may name a single server or any node of a Redis Cluster: OpenURL
-// asks the server (INFO cluster) and, on a Cluster node, uses a cluster
+// The URL may name a single server or any node of a Redis Cluster. OpenURL
+// asks the server (INFO cluster). On a Cluster node it uses a cluster
 // client, which finds the other nodes by itself. The third form, with one
-// or more addr options, names more nodes of a Cluster to start from, so
-// that the store can start while the first one is down; it always means a
-// Cluster. A Cluster has only database 0: a URL naming another is refused.
+// or more addr options, names more nodes of a Cluster to start from. The
+// store can then start while the first one is down. The third form always
+// means a Cluster. A Cluster has only database 0: a URL naming another is
+// refused.
 //
 // The options are those of go-redis's ParseURL (dial_timeout, pool_size,
 // max_retries, ...), or of ParseClusterURL for a Cluster. Unless the URL
-// sets them, OpenURL picks settings for a limit store: the client honours
-// the deadline of each call (ContextTimeoutEnabled), never retries a
-// command on its own (max_retries -1, as a retried write can count an
-// attempt twice; a cluster client still follows MOVED and ASK redirects,
-// which Redis answers without running the command), dials, reads, writes
-// and waits for a pooled connection for at most the guard's deadline, and
-// pools at least as many connections as the guard lets calls run at once
-// (per node, on a Cluster). go-redis's own logs go to the store's logger
-// (see NewRedisLogger). Closing the store closes the client.
+// sets them, OpenURL picks settings for a limit store:
 //
-// Like New, OpenURL checks that Redis answers and returns an error matching
-// store.ErrUnavailable if it does not, and refuses a server that may evict
-// live entries (ErrEvicting) unless Options.AllowEviction; an unusable URL
-// gives an error matching ErrURL.
+//   - The client honours the deadline of each call (ContextTimeoutEnabled).
+//   - It never retries a command on its own (max_retries -1), as a retried
+//     write can count an attempt twice. A cluster client still follows
+//     MOVED and ASK redirects, which Redis answers without running the
+//     command.
+//   - It dials, reads, writes and waits for a pooled connection for at
+//     most the guard's deadline.
+//   - It pools at least as many connections as the guard lets calls run at
+//     once (per node, on a Cluster).
+//
+// go-redis's own logs go to the store's logger (see [NewRedisLogger]).
+// Closing the store closes the client.
+//
+// Like [New], OpenURL checks that Redis answers, and returns an error
+// matching [store.ErrUnavailable] if it does not. It refuses a server that
+// may evict live entries ([ErrEvicting]) unless Options.AllowEviction. An
+// unusable URL gives an error matching [ErrURL].
 func OpenURL(ctx context.Context, rawURL string, o Options) (*store.Store, error) {
 	return store.Build(&o.Store, func() (*Backend, error) {
 		goredis.SetLogger(NewRedisLogger(o.Store.LoggerFor("redis")))
@@ -130,9 +136,9 @@ type clientSettings struct {
 }
 
 // withDefaults gives the settings the URL's query q leaves out the store's
-// values: calls bounded by their context, no retries (a retried script may
-// count twice), timeouts of the guard's deadline, and a pool as large as
-// the calls the guard lets run at once.
+// values. Calls are bounded by their context, with no retries (a retried
+// script may count twice). Timeouts are the guard's deadline, and the pool
+// is as large as the calls the guard lets run at once.
 func withDefaults(q url.Values, so store.Options, s clientSettings) {
 	*s.contextTimeout = true
 	if !q.Has("max_retries") {

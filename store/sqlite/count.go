@@ -9,14 +9,14 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Count implements store.Counter and store.AlgorithmCounter:
-// store.Handle.Count with the result the generic Count gives, whatever
-// each budget's algorithm. Alone on the writer, a count of one key is, in the
-// common case (the key new, expired, or live with room), one UPSERT in a
-// transaction of its own: a write statement outside BEGIN takes the file's
-// write lock when it starts, as BEGIN IMMEDIATE does. Otherwise it runs in
-// the writer's BEGIN IMMEDIATE transaction, shared with the calls that
-// waited with it.
+// Count implements [store.Counter] and [store.AlgorithmCounter]:
+// [store.Handle.Count] with the result the generic Count gives, whatever each
+// budget's algorithm. Alone on the writer, a count of one key is one UPSERT
+// in a transaction of its own, in the common case: the key new, expired, or
+// live with room. A write statement outside BEGIN takes the file's write
+// lock when it starts, as BEGIN IMMEDIATE does. Otherwise it runs in the
+// writer's BEGIN IMMEDIATE transaction, shared with the calls that waited
+// with it.
 func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps []store.Budget, n int64, t *store.Tally) error {
 	// The writer fills its own Tally: it may still run once ctx is done
 	// and Count has returned.
@@ -42,8 +42,8 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	return err
 }
 
-// CountsAlgorithms implements store.AlgorithmCounter: Count runs
-// store.ApplyCount, the rule of every algorithm, in its own transaction;
+// CountsAlgorithms implements [store.AlgorithmCounter]: Count runs
+// [store.ApplyCount], the rule of every algorithm, in its own transaction;
 // only a fixed window's one-key Count has a statement of its own.
 func (b *Backend) CountsAlgorithms() {}
 

@@ -4,7 +4,7 @@
 // It runs over database/sql with the pure-Go driver of modernc.org/sqlite
 // (driver name "sqlite"; no cgo). Open opens a file; New uses a *sql.DB the
 // app already has. Either way the tables must exist: run Migrate once (for
-// instance from the app's migrate command, MigrateFile), or set
+// instance from the app's migrate command, [MigrateFile]), or set
 // Options.AutoMigrate.
 //
 // # Sharing
@@ -17,10 +17,10 @@
 // # Other writers
 //
 // Every count waits for any write transaction open on the file, by any
-// process. An app that holds a long write transaction on the same file holds
-// up its limits for that long. A count that cannot start within the guard's
-// deadline is answered unavailable (store.ReasonDeadline); it never
-// deadlocks, and counting resumes once the other transaction ends.
+// process. An app that holds a long write transaction on the same file
+// holds up its limits for that long. A count that cannot start within the
+// guard's deadline is answered unavailable ([store.ReasonDeadline]). It
+// never deadlocks, and counting resumes once the other transaction ends.
 //
 // # Durability
 //
@@ -40,8 +40,8 @@
 //
 // A store holds at most Options.MaxEntries rows under its secret
 // (store.DefaultMaxEntriesDatabase by default). A new key that finds no
-// room first removes a batch of expired rows; if there is still none it is
-// answered store.ErrFull, while keys already held keep counting. Expired
+// room first removes a batch of expired rows. If there is still none, it is
+// answered [store.ErrFull], while keys already held keep counting. Expired
 // rows are removed when the store opens and every SweepInterval.
 //
 // Expiry is judged on the host's clock, which every process sharing the

@@ -25,7 +25,7 @@ var SchemaVersion = func() int {
 }()
 
 // ErrNotMigrated is returned by Open and New when the database's schema is
-// older than SchemaVersion: run Migrate first (or set Options.AutoMigrate).
+// older than [SchemaVersion]: run Migrate first (or set Options.AutoMigrate).
 var ErrNotMigrated = errors.New("sqlite: limit store schema not migrated")
 
 // migrations returns the embedded migrations in version order.
@@ -42,12 +42,12 @@ const schemaTable = `CREATE TABLE IF NOT EXISTS gatecount_limit_schema (
     applied_at INTEGER NOT NULL
 )`
 
-// Migrate brings the limit store's tables in db up to SchemaVersion, applying
-// each embedded migration the database has not had, in order, in one
-// BEGIN IMMEDIATE transaction: all of them or none. It is idempotent, and safe
-// to run from several processes at once on one file: they take turns and the
-// later ones find nothing to do. It also turns on WAL mode, which the file
-// keeps.
+// Migrate brings the limit store's tables in db up to [SchemaVersion]. It
+// applies each embedded migration the database has not had, in order, in
+// one BEGIN IMMEDIATE transaction: all of them or none. It is idempotent,
+// and safe to run from several processes at once on one file: they take
+// turns and the later ones find nothing to do. It also turns on WAL mode,
+// which the file keeps.
 //
 // db must use the driver of modernc.org/sqlite (driver name "sqlite").
 func Migrate(ctx context.Context, db *sql.DB) error {
@@ -109,9 +109,9 @@ func migrate(ctx context.Context, db *sql.DB) (from int, err error) {
 }
 
 // MigrateFile runs Migrate on the SQLite file at path, creating it if need
-// be: what a migrate command calls with the path ParseURL returns. It
+// be: what a migrate command calls with the path [ParseURL] returns. It
 // returns the schema version the file had before: 0 for a new file,
-// SchemaVersion when there was nothing to do.
+// [SchemaVersion] when there was nothing to do.
 func MigrateFile(ctx context.Context, path string) (from int, err error) {
 	if path == "" {
 		return 0, errors.New("sqlite: empty path")

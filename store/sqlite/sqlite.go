@@ -30,55 +30,44 @@ const (
 )
 
 // The WAL holds every commit until a checkpoint copies its pages into the
-// database file, which the writer does in the COMMIT that takes the WAL past
-// walCheckpointPages pages: every call queued behind it waits meanwhile. A
-// page written many times between two checkpoints is copied once, so larger
-// checkpoints, less often, cost less in all; on this project's machines
-// 10,000 pages (about 40 MB of WAL) against SQLite's default of 1,000 gave
-// counts of random keys a third more throughput and a p99 latency two to
-// three times lower. walSizeLimit is what the WAL file is cut back to when
-// it starts over, should it ever have grown past it.
+// database file. The writer does that in the COMMIT that takes the WAL past
+// walCheckpointPages pages, and every call queued behind it waits
+// meanwhile. A page written many times between two checkpoints is copied
+// once, so larger checkpoints, less often, cost less in all. 10,000 pages
+// make about 40 MB of WAL; the package's DESIGN.md gives what they save.
+// walSizeLimit is what the WAL file is cut back to when it starts over,
+// should it ever have grown past it.
 const (
 	walCheckpointPages = 10_000
 	walSizeLimit       = 64 << 20
-)
-
-// Log kinds: the stable "kind" attribute of the logs this package writes.
-const (
-	// KindSweepFailed: a background sweep of expired rows failed; the next
-	// one will try again.
-	KindSweepFailed = "limit-store-sweep-failed"
-	// KindRollbackFailed: a rollback failed; the writer's connection may be
-	// unusable.
-	KindRollbackFailed = "limit-store-rollback-failed"
 )
 
 // Options configure an SQLite store. Secret is required; the zero value of
 // every other field gives its default.
 type Options struct {
 	// Secret names keys (HMAC-SHA-256) and tells this app's rows from those
-	// written under another secret; at least keyhash.MinSecretLen bytes.
+	// written under another secret; at least [keyhash.MinSecretLen] bytes.
 	// Every process sharing the counts must use the same secret.
 	Secret []byte
 	// MaxEntries bounds the rows held under Secret; 0 means
-	// store.DefaultMaxEntriesDatabase (1,000,000).
+	// [store.DefaultMaxEntriesDatabase] (1,000,000).
 	MaxEntries int
 	// SweepInterval is how often expired rows are removed in the background
-	// after the sweep at open; 0 means DefaultSweepInterval.
+	// after the sweep at open; 0 means [DefaultSweepInterval].
 	SweepInterval time.Duration
 	// SweepBatch is the most rows one sweep transaction removes; 0 means
-	// DefaultSweepBatch. It also bounds the expired rows a new key removes
+	// [DefaultSweepBatch]. It also bounds the expired rows a new key removes
 	// when it finds the store full.
 	SweepBatch int
 	// BusyTimeout bounds a wait for the file's write lock (PRAGMA
 	// busy_timeout); a call's context ends it sooner. 0 means
-	// DefaultBusyTimeout.
+	// [DefaultBusyTimeout].
 	BusyTimeout time.Duration
 	// FullSync sets synchronous=FULL, which syncs the WAL on every commit,
 	// in place of synchronous=NORMAL (see the package documentation).
 	FullSync bool
 	// AutoMigrate runs Migrate when the store opens; otherwise a database
-	// that was not migrated is refused with ErrNotMigrated.
+	// that was not migrated is refused with [ErrNotMigrated].
 	AutoMigrate bool
 	// Store configures the guard.
 	Store store.Options
@@ -98,8 +87,8 @@ func Open(ctx context.Context, path string, o Options) (*store.Store, error) {
 
 // New returns a store behind the guard over db, a *sql.DB of the
 // modernc.org/sqlite driver the app opened. The store takes one connection
-// of db's pool, the writer, for its own use (so db must allow one more open
-// connection than the app needs); Close closes it rather than returning it,
+// of db's pool, the writer, for its own use, so db must allow one more open
+// connection than the app needs. Close closes it rather than returning it,
 // with the store's settings, to the pool. It does not close db.
 func New(ctx context.Context, db *sql.DB, o Options) (*store.Store, error) {
 	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, db, o) })
@@ -128,7 +117,7 @@ func OpenBackend(ctx context.Context, path string, o Options) (*Backend, error) 
 }
 
 // pathError names the file of a failure to open or migrate it, and the
-// likely cause when its directory is missing: SQLite's own error, "unable
+// likely cause when its directory is missing. SQLite's own error, "unable
 // to open database file (14)", names neither.
 func pathError(path string, err error) error {
 	dir := filepath.Dir(path)
@@ -147,7 +136,7 @@ func fileURI(path string) string {
 	return "file:" + r.Replace(path)
 }
 
-// Backend is the SQLite store's store.Backend. Most code wants Open or New,
+// Backend is the SQLite store's [store.Backend]. Most code wants Open or New,
 // which wrap it in the guard.
 type Backend struct {
 	db    *sql.DB
@@ -177,7 +166,7 @@ type Backend struct {
 }
 
 // NewBackend is New without the guard. Most code wants New.
-// o.Store should already have its defaults (see store.Options.WithDefaults).
+// o.Store should already have its defaults (see [store.Options.WithDefaults]).
 func NewBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 	if db == nil {
 		return nil, errors.New("sqlite: nil *sql.DB")
@@ -308,13 +297,13 @@ func (b *Backend) Shared() bool { return true }
 // beside every row it writes.
 func (b *Backend) Fingerprint() string { return b.fp }
 
-// Entries implements store.Sizer: the rows held under the store's secret,
-// expired ones not yet removed included, as last seen by the store (at each
-// sweep, and when a new key was admitted the long way); -1 before it first
-// looked.
+// Entries implements [store.Sizer]: the rows held under the store's secret,
+// expired ones not yet removed included. It gives them as last seen by the
+// store, at each sweep and when a new key was admitted the long way. It is
+// -1 before the store first looked.
 func (b *Backend) Entries() int { return int(b.entries.Load()) }
 
-// MaxEntries implements store.Sizer: the bound on rows held under the
+// MaxEntries implements [store.Sizer]: the bound on rows held under the
 // store's secret.
 func (b *Backend) MaxEntries() int { return b.bound.Max() }
 
@@ -377,9 +366,9 @@ func (b *Backend) readRows(ctx context.Context, names [][32]byte, rows []row, no
 	return rs.Err()
 }
 
-// Update implements store.Backend: the read-modify-write runs in a BEGIN
+// Update implements [store.Backend]. The read-modify-write runs in a BEGIN
 // IMMEDIATE transaction of the writer, which it may share with other calls
-// that waited for it, and Update returns once that transaction committed.
+// that waited for it. Update returns once that transaction committed.
 func (b *Backend) Update(ctx context.Context, prefix string, keys []string, apply store.ApplyFunc) error {
 	_, err := b.do(ctx, func(tctx context.Context) error {
 		return b.update(tctx, prefix, keys, apply)
@@ -482,7 +471,7 @@ func (b *Backend) rowCount(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Read implements store.Backend: one statement on the writer, judged on the
+// Read implements [store.Backend]: one statement on the writer, judged on the
 // host's clock. Alone on the writer it reads outside any write transaction;
 // queued with writes, it shares their transaction and is answered once that
 // committed.
@@ -511,9 +500,9 @@ func (b *Backend) Read(ctx context.Context, prefix string, keys []string) ([]sto
 	return out, nil
 }
 
-// Sweep implements store.Backend: it removes expired rows, of every secret,
-// in transactions of at most SweepBatch rows, letting other calls use the
-// writer between them, until none is left or ctx ends.
+// Sweep implements [store.Backend]. It removes expired rows, of every
+// secret, in transactions of at most SweepBatch rows, until none is left or
+// ctx ends. Other calls may use the writer between two of them.
 func (b *Backend) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
@@ -559,7 +548,7 @@ func (b *Backend) sweepBatch(ctx context.Context, count bool) (int, error) {
 func (b *Backend) sweepTick(ctx context.Context) {
 	if _, err := b.Sweep(ctx); err != nil && ctx.Err() == nil && !b.closing() {
 		b.log.Warn("limit store sweep failed: expired rows stay until the next sweep",
-			"kind", KindSweepFailed, "err", err)
+			"kind", store.KindSweepFailed, "err", err)
 	}
 }
 

@@ -38,9 +38,9 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, expires_at = excluded.e
 	// sqlFastCount counts n on one key in one statement when that is sure
 	// to give what the generic Count gives, and returns the counter. It
 	// returns no row, and changes nothing, when the key has a live value
-	// that is not a plain count, has no room, or is new and the store is
-	// at 80% of its bound (where a new key must be logged or refused):
-	// the caller then counts the long way.
+	// that is not a plain count, or has no room. It does the same for a new
+	// key when the store is at 80% of its bound, where a new key must be
+	// logged or refused. The caller then counts the long way.
 	//
 	// ?1 name, ?2 secret, ?3 n, ?4 expiry of a new counter, ?5 the rows
 	// below which a new key is admitted without a log, ?6 now, ?7 cap - n.

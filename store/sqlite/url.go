@@ -9,7 +9,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// ErrNotSQLiteURL is returned by ParseURL for a URL that does not name an
+// ErrNotSQLiteURL is returned by [ParseURL] for a URL that does not name an
 // SQLite file.
 var ErrNotSQLiteURL = errors.New("sqlite: not an sqlite: or file: URL")
 
@@ -23,10 +23,10 @@ var ErrNotSQLiteURL = errors.New("sqlite: not an sqlite: or file: URL")
 //
 // A relative PATH is relative to the working directory. Percent-escapes in
 // PATH are decoded. A URL of another scheme (postgres:, redis:) returns an
-// error matching ErrNotSQLiteURL, so a caller can try each store in turn; a
-// query string, a host, an empty path or an in-memory database (":memory:",
-// which no other connection or process could share) is refused with a
-// descriptive error.
+// error matching [ErrNotSQLiteURL], so a caller can try each store in turn.
+// A query string, a host, an empty path or an in-memory database is refused
+// with a descriptive error. No other connection or process could share an
+// in-memory database (":memory:").
 func ParseURL(s string) (path string, err error) {
 	scheme, rest, ok := strings.Cut(s, ":")
 	if !ok || (!strings.EqualFold(scheme, "sqlite") && !strings.EqualFold(scheme, "file")) {

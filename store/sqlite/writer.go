@@ -31,8 +31,8 @@ type op struct {
 	started atomic.Bool
 }
 
-// waitedOut is the answer to a call whose context ended while it waited
-// for the writer, behind other calls of this store: the store was busy, not
+// waitedOut is the answer to a call whose context ended while it waited for
+// the writer, behind other calls of this store. The store was busy, not
 // failing, so the call neither opens the breaker nor lets an attempt
 // through uncounted. (A wait for the file's write lock, which another
 // connection holds, is the writer's, and ends in a deadline.)
@@ -103,11 +103,11 @@ func (b *Backend) do(ctx context.Context, run func(ctx context.Context) error, s
 	}
 }
 
-// writeLoop is the writer: it takes the calls waiting, up to maxBatch, and
-// serves them in one BEGIN IMMEDIATE transaction, so that the cost of a
-// commit is shared by every call that waited for it. Each call's work is
-// atomic on its own (it writes nothing before it is sure to succeed), so one
-// call's answer, such as a full store, never undoes another's.
+// writeLoop is the writer. It takes the calls waiting, up to maxBatch, and
+// serves them in one BEGIN IMMEDIATE transaction. The cost of a commit is
+// so shared by every call that waited for it. Each call's work is atomic on
+// its own (it writes nothing before it is sure to succeed), so one call's
+// answer, such as a full store, never undoes another's.
 func (b *Backend) writeLoop() {
 	defer close(b.writerDone)
 	batch := make([]*op, 0, maxBatch)
@@ -172,10 +172,10 @@ func (b *Backend) serve(ops []*op) {
 	}
 }
 
-// serveTx runs ops in one transaction and answers them, or returns those
-// to run again: when one op's database failure left the transaction in
-// doubt, it is rolled back, that op is answered with its failure, and the
-// others are returned.
+// serveTx runs ops in one transaction and answers them, or returns those to
+// run again. When one op's database failure left the transaction in doubt,
+// the transaction is rolled back. That op is answered with its failure, and
+// the others are returned.
 func (b *Backend) serveTx(ops []*op) (again []*op) {
 	bctx, cancel := b.batchContext(ops)
 	_, err := b.st.begin.ExecContext(bctx)
@@ -219,7 +219,7 @@ func (b *Backend) serveTx(ops []*op) (again []*op) {
 }
 
 // batchContext returns the context of a batch's wait for the file's write
-// lock: it ends at the latest deadline of the batch's calls, when no call
+// lock. It ends at the latest deadline of the batch's calls, when no call
 // is left to wait for, or at Close.
 func (b *Backend) batchContext(ops []*op) (context.Context, context.CancelFunc) {
 	var latest time.Time

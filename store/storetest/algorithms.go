@@ -15,12 +15,11 @@ var (
 	bucketBudget = store.Budget{Limit: 1, Window: longTTL, Burst: 30, Algorithm: store.TokenBucket}
 )
 
-// algorithmExactBudget: for a sliding window and a token bucket (a fixed
-// window is count-exact-budget's), 200 Counts of one key, started
-// at once across First and Second, allow exactly the 30 the budget holds,
-// each seeing a count of its own, and the value read back holds 30 units.
-// It catches a Count of a sliding window or a token bucket that is not
-// atomic.
+// algorithmExactBudget is for a sliding window and a token bucket; a fixed
+// window is count-exact-budget's. 200 Counts of one key, started at once
+// across First and Second, allow exactly the 30 the budget holds. Each sees
+// a count of its own, and the value read back holds 30 units. It catches a
+// Count of a sliding window or a token bucket that is not atomic.
 func algorithmExactBudget(r *runner) error {
 	const calls = 200
 	for _, b := range []store.Budget{slidingBudget, bucketBudget} {
@@ -70,9 +69,9 @@ func algorithmExactBudget(r *runner) error {
 }
 
 // algorithmMatchesGeneric: Count gives the results of the generic Count
-// (store.ApplyCount through Update), step for step, on keys of every
-// algorithm alone and mixed in one Count, and keeps each key's value in
-// its algorithm's form: the units and next drop a Tally tells are those
+// (store.ApplyCount through Update), step for step. It does so on keys of
+// every algorithm, alone and mixed in one Count. It keeps each key's value
+// in its algorithm's form: the units and next drop a Tally tells are those
 // its value reads as (Budget.Units). It catches a store's own Count of a
 // sliding window or token bucket that differs from the rule.
 func algorithmMatchesGeneric(r *runner) error {
@@ -152,10 +151,10 @@ func algorithmMatchesGeneric(r *runner) error {
 // algorithmWindowEdge: across the edge of a window on the store's clock, a
 // sliding window admits again only the units that left it, and a token
 // bucket only the tokens refilled. A sliding window of 3 per second takes 2
-// units, then 1 half a second later, and once the first 2 have left takes 2
-// and refuses a third; a bucket of 2 per second, spent, takes 1 at its
-// next token and refuses a second. It catches a store that counts them as
-// fixed windows, or whose entry ends when the next unit drops.
+// units, then 1 half a second later. Once the first 2 have left, it takes 2
+// and refuses a third. A bucket of 2 per second, spent, takes 1 at its next
+// token and refuses a second. It catches a store that counts them as fixed
+// windows, or whose entry ends when the next unit drops.
 func algorithmWindowEdge(r *runner) error {
 	const w = time.Second
 	sliding := []store.Budget{{Limit: 3, Window: w, Algorithm: store.SlidingWindow}}
@@ -216,12 +215,12 @@ func algorithmWindowEdge(r *runner) error {
 	return nil
 }
 
-// algorithmPacing: a client that counts a unit every 20 ms for 1.5 s,
-// across several windows, on both handles, never has more than Limit
-// admitted in any span of Window of a sliding window, nor more than Burst
-// plus the refill in any span of a token bucket, judged on the store's
-// times of the admissions; and each admits some. It catches a store that
-// lets a sliding window's units go early, or refills a bucket too fast.
+// algorithmPacing: a client counts a unit every 20 ms for 1.5 s, across
+// several windows, on both handles. A sliding window never admits more than
+// Limit in any span of Window. A token bucket never admits more than Burst
+// plus the refill in any span. Both are judged on the store's times of the
+// admissions, and each admits some. It catches a store that lets a sliding
+// window's units go early, or refills a bucket too fast.
 func algorithmPacing(r *runner) error {
 	sliding := store.Budget{Limit: 4, Window: 500 * time.Millisecond, Algorithm: store.SlidingWindow}
 	bucket := store.Budget{Limit: 2, Window: 400 * time.Millisecond, Burst: 3, Algorithm: store.TokenBucket}

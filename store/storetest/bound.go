@@ -9,10 +9,10 @@ import (
 )
 
 // bound: a store of max live entries refuses a new key with ReasonFull and
-// writes nothing, keeps counting keys it holds, frees room on a delete and,
-// once an entry has expired, for a new key. It catches a store that evicts
-// a live entry to make room, one that ignores its bound, and one that
-// never reuses the room of an expired entry.
+// writes nothing. It keeps counting keys it holds. It frees room on a
+// delete and, once an entry has expired, for a new key. It catches a store
+// that evicts a live entry to make room, one that ignores its bound, and
+// one that never reuses the room of an expired entry.
 func bound(r *runner) error {
 	const max = 8
 	h, err := r.bounded(max)
@@ -164,9 +164,9 @@ func (r *runner) keys(label string, n int) []string {
 	return ks
 }
 
-// boundCount: the bound holds for Count as for Update: a store of 8 live
+// boundCount: the bound holds for Count as for Update. A store of 8 live
 // entries filled by Counts refuses a new key's Count as full and charges
-// nothing, even with a held key beside it, while every key it holds keeps
+// nothing, even with a held key beside it. Every key it holds keeps
 // counting. It catches a store's own Count (store.Counter) that adds keys
 // without asking the bound.
 func boundCount(r *runner) error {
@@ -201,11 +201,11 @@ func boundCount(r *runner) error {
 	return nil
 }
 
-// boundHandles: one bound covers every handle of a store: a store of 8
-// live entries filled half through one handle and half through another
-// (one by Update, one by Count) refuses a new key through either, by
-// Update and by Count. The case opens the second handle itself. It
-// catches a bound kept per prefix rather than per store.
+// boundHandles: one bound covers every handle of a store. A store of 8 live
+// entries is filled half through one handle and half through another (one
+// by Update, one by Count). It refuses a new key through either, by Update
+// and by Count. The case opens the second handle itself. It catches a bound
+// kept per prefix rather than per store.
 func boundHandles(r *runner) error {
 	const max = 8
 	h, err := r.bounded(max)
@@ -234,12 +234,13 @@ func boundHandles(r *runner) error {
 }
 
 // boundRewrite: keys written again once their entries have expired take no
-// more room than they held. In a store of 8 live entries, 4 keys expire, are
-// written again and deleted, leaving the store empty: it then has room for
-// 8 new keys, on Update and on Count alike (each on a store of its own).
-// It catches a store whose count of live entries leaks when an expired key
-// is rewritten (counting the rewrite as a new entry without taking off the
-// expired one it replaced): such a store ends up full for ever.
+// more room than they held. In a store of 8 live entries, 4 keys expire,
+// are written again and deleted, leaving the store empty. It then has room
+// for 8 new keys, on Update and on Count alike (each on a store of its
+// own). It catches a store whose count of live entries leaks when an
+// expired key is rewritten. Such a store counts the rewrite as a new entry
+// without taking off the expired one it replaced, and ends up full for
+// ever.
 func boundRewrite(r *runner) error {
 	const max = 8
 	hu, err := r.bounded(max)

@@ -15,21 +15,21 @@ const (
 	promptDeadline = 200 * time.Millisecond
 	// promptSlack is how long past that deadline the case waits for the
 	// call's answer, with the key still held, before it calls the store
-	// late: far more than a store that honours its context takes.
+	// late. It is far more than a store that honours its context takes.
 	promptSlack = 5 * time.Second
 )
 
 // promptDeadlineCase: a call whose context ends while another call holds
-// its key answers then, without waiting for the key: an Update, a Count and
-// a Read through each handle, with a deadline of promptDeadline, answer
+// its key answers then, without waiting for the key. An Update, a Count and
+// a Read through each handle have a deadline of promptDeadline. They answer
 // while an Update through First holds their key in its apply. A store that
 // claims store.Prompt has its calls run on the caller's goroutine under the
-// deadline, and must honour it; for any other store that is not in process
-// memory the guard answers at the deadline itself. It catches a store that
-// claims Prompt but waits on a key's lock (or a file's, or a
-// connection's) past its context's end, delaying every caller of a hot key.
-// It does not apply to a store in process memory (store.Inline), whose
-// calls have no deadline.
+// deadline, and must honour it. For any other store that is not in process
+// memory, the guard answers at the deadline itself. It catches a store that
+// claims Prompt but waits on a key's lock (or a file's, or a connection's)
+// past its context's end, delaying every caller of a hot key. It does not
+// apply to a store in process memory (store.Inline), whose calls have no
+// deadline.
 func promptDeadlineCase(r *runner) error {
 	if r.p.First.Store().Inline() {
 		return r.notApplicable("the store runs in process memory (store.Inline): its calls have no deadline")
@@ -104,13 +104,13 @@ func promptDeadlineCase(r *runner) error {
 }
 
 // sizerCase: a store that tells its entries (store.Sizer) tells the bound
-// it was opened with as MaxEntries, and Entries follows what it holds: a
-// store bound to 12 entries holding 8 tells at least 8 and at most 12; once
-// 6 of them have expired, Sweep has run and one new key has been written,
-// it tells fewer than before, and at least the 3 it holds. It catches a
-// MaxEntries that reports a default instead of the configured bound (a
-// limiter sizes its memory from it) and an Entries that only grows, or
-// only counts the keys added.
+// it was opened with as MaxEntries. Its Entries follows what it holds. A
+// store bound to 12 entries holding 8 tells at least 8 and at most 12. Then
+// 6 of them expire, Sweep runs and one new key is written. The store tells
+// fewer than before, and at least the 3 it holds. It catches a MaxEntries
+// that reports a default instead of the configured bound; a limiter sizes
+// its memory from it. It catches an Entries that only grows, or only counts
+// the keys added.
 func sizerCase(r *runner) error {
 	if _, ok := r.p.First.Store().Backend().(store.Sizer); !ok {
 		return r.notApplicable("the backend offers no store.Sizer")
@@ -160,11 +160,11 @@ func sizerCase(r *runner) error {
 }
 
 // secretsCase: a store that names its entries under a secret
-// (store.Secrets) tells the same non-empty fingerprint each time, and once
-// it holds a live entry written through First, reports that it holds
+// (store.Secrets) tells the same non-empty fingerprint each time. Once it
+// holds a live entry written through First, it reports that it holds
 // entries under its own secret, so that Store.CheckSecret passes. It
 // catches a Secrets that looks under another name than the one the store
-// writes under (a fingerprint in another encoding, say): a tool given the
+// writes under (a fingerprint in another encoding, say). A tool given the
 // app's own secret would be told it is the wrong one.
 func secretsCase(r *runner) error {
 	sec, ok := r.p.First.Store().Backend().(store.Secrets)
@@ -193,13 +193,12 @@ func secretsCase(r *runner) error {
 }
 
 // backingCase: a store that shares its backing with other Store values
-// (store.Backing) tells one identity for all of them, so that the guard
+// (store.Backing) tells one identity for all of them. The guard then
 // refuses a handle with First's prefix on another Store over First's
-// backing (Pair.SameBacking) with ErrDuplicatePrefix, and grants one with
+// backing (Pair.SameBacking), with ErrDuplicatePrefix. It grants one with
 // another prefix. It catches a Backing that names the Backend value rather
-// than what it shares (its pool, its client): two limiters could then
-// claim one prefix, and count in one key space, through two stores of one
-// app.
+// than what it shares (its pool, its client). Two limiters could then claim
+// one prefix, and count in one key space, through two stores of one app.
 func backingCase(r *runner) error {
 	if _, ok := r.p.First.Store().Backend().(store.Backing); !ok {
 		return r.notApplicable("the backend offers no store.Backing")

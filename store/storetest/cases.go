@@ -59,8 +59,8 @@ var Cases = []Case{
 }
 
 // directions returns the (writer, reader) pairs of a case that checks what
-// one instance sees of another's writes: each handle with itself and, for
-// a shared store, First with Second both ways.
+// one instance sees of another's writes. They are each handle with itself
+// and, for a shared store, First with Second both ways.
 func (r *runner) directions() [][2]*store.Handle {
 	f, s := r.p.First, r.p.Second
 	if f == s {
@@ -70,11 +70,11 @@ func (r *runner) directions() [][2]*store.Handle {
 }
 
 // roundTrip: values of every JSON shape written through a handle read back,
-// with their expiry to the millisecond, through Read and to apply, on the
-// same handle and, for a shared store, on the other instance's, both ways.
-// It catches a store that changes what it keeps: one that re-encodes JSON
-// (losing an integer's digits or a number's form), on one instance as on
-// two, or rounds an expiry.
+// with their expiry to the millisecond, through Read and to apply. They do
+// on the same handle and, for a shared store, on the other instance's, both
+// ways. It catches a store that changes what it keeps. Such a store
+// re-encodes JSON (losing an integer's digits or a number's form), on one
+// instance as on two, or rounds an expiry.
 func roundTrip(r *runner) error {
 	values := []string{
 		`0`, `17`, `-3`, `9223372036854775807`, `"text"`, `true`, `null`,
@@ -111,13 +111,13 @@ func roundTrip(r *runner) error {
 	return nil
 }
 
-// visibility: what one handle writes or deletes is seen at once through
-// the other, in every order: for each writer and reader (each handle with
-// itself, and First with Second both ways for a shared store), the reader
-// looks before the first write and after each of two writes, a delete and a
-// write again, once through Read alone and once through apply alone (an
-// Update may well drop what an instance cached). It catches a store that
-// caches what it read, per instance, for a moment.
+// visibility: what one handle writes or deletes is seen at once through the
+// other, in every order. It takes each writer and reader: each handle with
+// itself, and First with Second both ways for a shared store. The reader
+// looks before the first write, and after each of two writes, a delete and
+// a write again. It looks once through Read alone and once through apply
+// alone, since an Update may well drop what an instance cached. It catches
+// a store that caches what it read, per instance, for a moment.
 func visibility(r *runner) error {
 	if r.p.First.Shared() != r.p.Second.Shared() || r.p.First.Shared() != r.p.Other.Shared() {
 		return r.failf("handles disagree on Shared: First %v, Second %v, Other %v",
@@ -179,12 +179,12 @@ func scribble(b []byte) {
 }
 
 // valuesOwned: the values Read returns are the caller's to keep and change,
-// each its own; so are the value bytes apply is given, which it may change
-// in place without changing what is stored unless it leaves them to be
-// written; and a value apply left is the store's own copy once Update
-// returns. It catches a Read whose values alias the store's storage (or
-// one another's), an apply handed the store's own bytes, and a store that
-// keeps the caller's buffer.
+// each its own. So are the value bytes apply is given. Apply may change
+// them in place without changing what is stored, unless it leaves them to
+// be written. A value apply left is the store's own copy once Update
+// returns. It catches a Read whose values alias the store's storage (or one
+// another's), an apply handed the store's own bytes, and a store that keeps
+// the caller's buffer.
 func valuesOwned(r *runner) error {
 	const v = `{"owned":"abcdefghij"}`
 	k := r.key("own")
@@ -320,10 +320,10 @@ func applyError(r *runner) error {
 	return nil
 }
 
-// valueLimits: a value of MaxValueSize bytes is kept; one byte more is
-// refused with ErrValueTooLarge, a value that is not JSON with
-// ErrInvalidValue, and neither writes anything, on any key of the Update.
-// It catches a store that writes some keys of an Update the guard refused.
+// valueLimits: a value of MaxValueSize bytes is kept. One byte more is
+// refused with ErrValueTooLarge, and a value that is not JSON with
+// ErrInvalidValue. Neither writes anything, on any key of the Update. It
+// catches a store that writes some keys of an Update the guard refused.
 func valueLimits(r *runner) error {
 	ok, held, fresh := r.key("lim-ok"), r.key("lim-held"), r.key("lim-fresh")
 	max := `"` + strings.Repeat("v", store.MaxValueSize-2) + `"`
@@ -376,9 +376,9 @@ func valueLimits(r *runner) error {
 }
 
 // invalidKeys: calls naming no key, an empty key, a key too long, the same
-// key twice or too many keys are refused with ErrInvalidKey, as is a Count
-// naming any of them; out-of-range counts with ErrInvalidCount. It catches
-// a store that refuses the longest key the contract allows.
+// key twice or too many keys are refused with ErrInvalidKey. So is a Count
+// naming any of them. Out-of-range counts are refused with ErrInvalidCount.
+// It catches a store that refuses the longest key the contract allows.
 func invalidKeys(r *runner) error {
 	k := r.key("ik")
 	many := make([]string, store.MaxKeys+1)

@@ -67,8 +67,8 @@ func (r *runner) exactTotal(k string, want int64, what string) error {
 }
 
 // noLostUpdate: 64 goroutines, half on First and half on Second, start at
-// once and each add one to a counter 20 times through an apply that yields
-// between what it reads and what it leaves; the total is exact. It catches
+// once. Each adds one to a counter 20 times, through an apply that yields
+// between what it reads and what it leaves. The total is exact. It catches
 // an update that is not atomic: one that reads, lets go of the key while
 // apply runs, and writes.
 func noLostUpdate(r *runner) error {
@@ -87,10 +87,11 @@ func noLostUpdate(r *runner) error {
 }
 
 // moves runs movers goroutines that move a unit at a time between a and b,
-// which hold total between them, through two-key updates naming a first,
-// that yield between what they read and what they leave, and as many
-// lookers, on both handles at once, each calling look as often as a mover
-// moves. It returns the first failure and checks the sum at the end.
+// which hold total between them. They move through two-key updates naming a
+// first, that yield between what they read and what they leave. As many
+// lookers run beside them, each calling look as often as a mover moves. All
+// run on both handles at once. It returns the first failure and checks the
+// sum at the end.
 func (r *runner) moves(a, b string, movers, each int, look func(h *store.Handle) error) error {
 	const total = 100
 	if err := r.update(r.p.First, []string{a, b}, func(now time.Time, es []store.Entry) error {
@@ -168,9 +169,9 @@ func (r *runner) sum(es []store.Entry, total int64, how string, h *store.Handle)
 	return nil
 }
 
-// multiKeyAtomic: while 8 goroutines move units between two keys through
-// two-key updates, 8 more, all on both handles at once, look at both keys
-// through applies that change nothing: the sum never changes. It catches a
+// multiKeyAtomic: 8 goroutines move units between two keys through two-key
+// updates. 8 more look at both keys through applies that change nothing,
+// all on both handles at once. The sum never changes. It catches a
 // multi-key update written one key at a time, and one that lets go of some
 // keys while apply runs.
 func multiKeyAtomic(r *runner) error {
@@ -209,12 +210,12 @@ func readSnapshot(r *runner) error {
 }
 
 // lockOrder: 16 goroutines on both handles at once add one to two keys
-// through two-key updates, half naming the keys in one order and half in
-// the other; all of them finish and both totals are exact. It catches a
-// store that takes its keys' locks in the order a call names them, which
-// deadlocks two calls naming them in opposite orders: when no update
-// finishes for stallLimit the case reports the deadlock, leaving the stuck
-// goroutines behind, rather than hang.
+// through two-key updates. Half name the keys in one order and half in the
+// other. All of them finish, and both totals are exact. It catches a store
+// that takes its keys' locks in the order a call names them, which
+// deadlocks two calls naming them in opposite orders. When no update
+// finishes for stallLimit, the case reports the deadlock rather than hang,
+// leaving the stuck goroutines behind.
 func lockOrder(r *runner) error {
 	const workers, each = 16, 30
 	a, b := r.key("order-a"), r.key("order-b")
@@ -240,12 +241,13 @@ func lockOrder(r *runner) error {
 }
 
 // applyRetriedOnce: however often a store calls apply for one Update,
-// exactly one run counts, and each run is given what is stored, not what
-// an earlier run left: 16 goroutines on both handles at once add one 20
-// times each through an apply that yields between what it reads and what
-// it leaves, and the total is exact. It catches a store that retries apply
-// (an optimistic one, on a conflict) and then writes the result of a run
-// other than the last, or gives a retry the entries an earlier run changed.
+// exactly one run counts. Each run is given what is stored, not what an
+// earlier run left. 16 goroutines on both handles at once add one 20 times
+// each, through an apply that yields between what it reads and what it
+// leaves. The total is exact. It catches a store that retries apply (an
+// optimistic one, on a conflict) and then writes the result of a run other
+// than the last. It catches one that gives a retry the entries an earlier
+// run changed.
 func applyRetriedOnce(r *runner) error {
 	const workers, each = 16, 20
 	k := r.key("retry")

@@ -169,10 +169,11 @@ func countAllOrNothing(r *runner) error {
 }
 
 // countValues: counters are kept as store.ParseCount values expiring a
-// window after the store's time of their first count, which later counts do
-// not move (the second count comes once the store's time has moved on); the
-// Tally tells the store's time. It catches a Count that starts the window
-// again on every count, so that a steady attacker's window never ends.
+// window after the store's time of their first count. Later counts do not
+// move that expiry; the second count comes once the store's time has moved
+// on. The Tally tells the store's time. It catches a Count that starts the
+// window again on every count, so that a steady attacker's window never
+// ends.
 func countValues(r *runner) error {
 	a, b := r.key("val-a"), r.key("val-b")
 	keys := []string{a, b}

@@ -9,15 +9,16 @@ import (
 )
 
 // rewriteLiveExpiry: a live entry written again takes the new entry's
-// expiry, later or earlier than its old one, on both handles. Written to
-// expire shortTTL after the store's time, then again through Second to
-// expire longTTL after it, the entry reads the later expiry and is still
-// live once the store's time has passed the first; written again through
-// First to expire shortTTL after the store's time, it reads that earlier
-// expiry and is gone once the store's time has passed it. It catches a
-// store that keeps a live row's expiry when it writes over the row (a Redis
-// SET with KEEPTTL, an UPDATE that sets the value alone): a block a limiter
-// writes over its counter would end when the counter's window does.
+// expiry, later or earlier than its old one, on both handles. The entry is
+// written to expire shortTTL after the store's time, then again through
+// Second to expire longTTL after it. It reads the later expiry, and is
+// still live once the store's time has passed the first. Written again
+// through First to expire shortTTL after the store's time, it reads that
+// earlier expiry. It is gone once the store's time has passed it. It
+// catches a store that keeps a live row's expiry when it writes over the
+// row (a Redis SET with KEEPTTL, an UPDATE that sets the value alone). A
+// block a limiter writes over its counter would then end when the counter's
+// window does.
 func rewriteLiveExpiry(r *runner) error {
 	k := r.key("live-rw")
 	_, first, err := r.put(r.p.First, `1`, shortTTL, k)
@@ -91,14 +92,13 @@ const boundaryKeys = store.MaxKeys
 // expiryAtBoundary: an entry is gone exactly at its ExpiresAt, on the
 // store's clock: at a store time equal to it, to the millisecond, it is
 // neither given to apply nor read. The case writes entries expiring one
-// millisecond apart and looks at all of them every few milliseconds
-// through apply (which is told the store's time) and through Read
-// (checked against the time an apply told just before), on each handle, as
-// their expiries pass; whichever millisecond a look lands on, one of the
-// entries expires exactly then. It catches a store that keeps an entry
-// live at its ExpiresAt (>= for >, or a millisecond rounded up), which
-// expiry-not-late sees only when one of its looks lands on that
-// millisecond.
+// millisecond apart. As their expiries pass, it looks at all of them every
+// few milliseconds on each handle. It looks through apply, which is told
+// the store's time, and through Read, checked against the time an apply
+// told just before. Whichever millisecond a look lands on, one of the
+// entries expires exactly then. It catches a store that keeps an entry live
+// at its ExpiresAt (>= for >, or a millisecond rounded up). expiry-not-late
+// sees that only when one of its looks lands on that millisecond.
 func expiryAtBoundary(r *runner) error {
 	for _, h := range r.handles() {
 		shown := false

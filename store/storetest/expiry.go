@@ -44,13 +44,14 @@ func expiredNotSeen(r *runner) error {
 
 // expiryNotEarly: an entry is live until the store's time reaches its
 // ExpiresAt, to the millisecond, on both handles. Written to expire liveTTL
-// after the store's time, it is live at once; looked at every few
-// milliseconds as its expiry nears, through apply (which is told the
-// store's time) and through Read (checked against the time an apply tells
-// just after), it is live at every look before ExpiresAt. It catches a
-// store that judges expiry on a clock ahead of the one it tells apply, a
-// handle whose clock runs ahead, and entries that expire early, by a
-// minute or by 100 ms (by more than the few milliseconds between looks).
+// after the store's time, it is live at once. As its expiry nears, the case
+// looks at it every few milliseconds. It looks through apply, which is told
+// the store's time, and through Read, checked against the time an apply
+// tells just after. The entry is live at every look before ExpiresAt. It
+// catches a store that judges expiry on a clock ahead of the one it tells
+// apply, and a handle whose clock runs ahead. It catches entries that
+// expire early, by a minute or by 100 ms: by more than the few milliseconds
+// between looks.
 func expiryNotEarly(r *runner) error {
 	if err := r.liveAtOnce(); err != nil {
 		return err
@@ -219,14 +220,14 @@ func expiryNotLate(r *runner) error {
 	return nil
 }
 
-// rewriteAfterExpiry: a key written again once its entry has expired
-// takes the new entry's expiry, and a counter counted again once its window
-// has ended starts a new window and counts from zero up to its cap in it,
+// rewriteAfterExpiry: a key written again once its entry has expired takes
+// the new entry's expiry. A counter counted again once its window has ended
+// starts a new window, and counts from zero up to its cap in it. That holds
 // on the generic path (Count done through Update) and on the store's own
-// Count, through either handle. It catches a store that keeps the old
-// row's expiry when it writes over an expired row: every entry it rewrites
-// is born expired, so after the first window every count is allowed and
-// the limit never applies again.
+// Count, through either handle. It catches a store that keeps the old row's
+// expiry when it writes over an expired row. Every entry it rewrites is
+// born expired, so after the first window every count is allowed and the
+// limit never applies again.
 func rewriteAfterExpiry(r *runner) error {
 	const capMax = 3
 	k, gk, nk := r.key("rw"), r.key("rw-generic"), r.key("rw-native")

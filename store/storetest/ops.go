@@ -45,8 +45,8 @@ const (
 	closePoll = 10 * time.Millisecond
 	closeWait = 5 * time.Second
 	// nearPoll is the pause between two looks at an entry close to its
-	// expiry; a look that comes more than nearGap after the one before,
-	// across the expiry, shows nothing, and the case tries again, up to
+	// expiry. A look that comes more than nearGap after the one before,
+	// across the expiry, shows nothing. The case then tries again, up to
 	// nearAttempts times.
 	nearPoll     = 2 * time.Millisecond
 	nearGap      = 50 * time.Millisecond
@@ -294,8 +294,8 @@ func (r *runner) handles() []*store.Handle {
 }
 
 // yield gives up the processor in the middle of an apply, as a slow apply
-// or a busy machine would, so that a store that does not hold its keys
-// through apply lets other updates in meanwhile; every fourth call, i
+// or a busy machine would. A store that does not hold its keys through
+// apply then lets other updates in meanwhile. Every fourth call, i
 // counting, it also sleeps a moment, long enough for the goroutines that
 // wait on a lock to queue behind it.
 func yield(i int) {
@@ -330,11 +330,11 @@ func (f *firstErr) get() error {
 }
 
 // together runs workers goroutines, alternately on First and Second, that
-// start at one moment and each call step each times, with their number and
-// the call's; it returns the first failure, after which the others stop at
+// start at one moment. Each calls step each times, with their number and
+// the call's. It returns the first failure, after which the others stop at
 // their next step. When no step finishes for stallLimit while some are
-// under way, it returns a violation at once and leaves the stuck
-// goroutines behind: the store is deadlocked.
+// under way, it returns a violation at once and leaves the stuck goroutines
+// behind: the store is deadlocked.
 func (r *runner) together(workers, each int, step func(w, i int, h *store.Handle) error) error {
 	var (
 		wg       sync.WaitGroup

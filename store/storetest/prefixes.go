@@ -70,12 +70,12 @@ var separators = []string{"", ":", "/", "|", ".", "-", "_", "#", " "}
 
 // nestedPrefixes: handles whose prefixes and keys would join into the same
 // string keep their keys apart. For each separator sep a store might join
-// them with, a handle "P" writes and counts the key "q"+sep+"k" and a
-// handle "P"+sep+"q" the key "k" (with no separator, "P" and "Px:", as a
-// handle "p" and a handle "px:" would); each reads back its own value and
-// counts from zero. The case opens these handles itself, on First's
-// Store. It catches a store that names an entry by its prefix and key
-// joined, with or without a separator.
+// them with, a handle "P" writes and counts the key "q"+sep+"k". A handle
+// "P"+sep+"q" writes and counts the key "k". With no separator, the handles
+// are "P" and "Px:", as a handle "p" and a handle "px:" would be. Each
+// reads back its own value and counts from zero. The case opens these
+// handles itself, on First's Store. It catches a store that names an entry
+// by its prefix and key joined, with or without a separator.
 func nestedPrefixes(r *runner) error {
 	s := r.p.First.Store()
 	base, err := r.handle(s, "n")

@@ -8,10 +8,11 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// A countRoute is one way a Count reaches a store: a Handle method, which
-// the guard sends down the backend's CountOne or CountInline (store.Inline),
-// its Count (store.Counter) or ApplyCount through its Update, or a call of
-// the backend's own Counter.Count, or ApplyCount through Update.
+// A countRoute is one way a Count reaches a store. It may be a Handle
+// method, which the guard sends down the backend's CountOne or CountInline
+// (store.Inline), its Count (store.Counter), or ApplyCount through its
+// Update. It may be a call of the backend's own Counter.Count, or
+// ApplyCount through Update.
 type countRoute struct {
 	name  string
 	keys  int // how many keys its Counts name
@@ -134,12 +135,12 @@ var routeAmounts = []int64{1, 1, 2, 3, 1, 1, 2, 1}
 // Each route counts keys of its own, through First and Second in turn,
 // against a model of what the rule leaves. It spends their budgets, counts
 // once through store.ApplyCount (which reads what the route wrote), then
-// counts every few milliseconds until every window has ended and a new
-// one has begun. Every Tally's Allowed, Limiting, counts and window ends
-// must be the model's. It catches a route of its own that differs from the
-// generic rule: a CountOne that starts a window again before it ends, or
-// moves its end, or a Counter.Count that no caller but the suite reaches
-// and that counts wrong.
+// counts every few milliseconds until every window has ended and a new one
+// has begun. Every Tally's Allowed, Limiting, counts and window ends must
+// be the model's. It catches a route of its own that differs from the
+// generic rule. That may be a CountOne that starts a window again before it
+// ends, or moves its end. It may be a Counter.Count that no caller but the
+// suite reaches, and that counts wrong.
 func countRoutesCase(r *runner) error {
 	routes := countRoutes(r.p)
 	keys := make([][]string, len(routes))
@@ -276,16 +277,16 @@ const (
 	contentionCalls   = 40
 )
 
-// countContention: Counts of one key, on the route the guard takes for a
-// one-key limit (Handle.CountKey), interleaved with generic Counts
-// (store.ApplyCount through Update) whose apply yields, all started at
-// once through First and Second with a cap none reaches, lose no count:
-// each call sees a count of its own, and the counter ends at the number of
+// countContention: Counts of one key lose no count. They take the route the
+// guard takes for a one-key limit (Handle.CountKey), interleaved with
+// generic Counts (store.ApplyCount through Update) whose apply yields. All
+// start at once through First and Second, with a cap none reaches. Each
+// call sees a count of its own, and the counter ends at the number of
 // calls. The updates hold the key while they yield, so that calls queue for
 // it and a lock the store lets go of is handed straight to one of them. It
-// catches a Count that is not atomic on a store with no round trip to
-// widen the race (one that reads the counter, lets go of its lock and
-// writes), which count-exact-budget sees only now and then.
+// catches a Count that is not atomic on a store with no round trip to widen
+// the race (one that reads the counter, lets go of its lock and writes),
+// which count-exact-budget sees only now and then.
 func countContention(r *runner) error {
 	k := r.key("contention")
 	caps := []store.Budget{{Limit: store.MaxLimit, Window: longTTL}}

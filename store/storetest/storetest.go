@@ -1,5 +1,5 @@
 // Package storetest is the contract suite for limit stores: the cases every
-// store.Backend, wrapped by store.New, must pass.
+// [store.Backend], wrapped by [store.New], must pass.
 //
 // A store's own tests hand Run a function that opens a Pair of handles on a
 // fresh store, as two instances of an app would hold them:
@@ -16,27 +16,27 @@
 //
 // Each case uses fresh random keys, so cases never see each other's entries
 // and may run against a store other tests use too. The cases never assume a
-// fake clock: to test expiry they write entries that expire a few hundred
-// milliseconds after the store's own time and wait, polling the store, until
-// the store's time has passed it. Every wait is bounded.
+// fake clock. To test expiry, they write entries that expire a few hundred
+// milliseconds after the store's own time. They wait, polling the store,
+// until the store's time has passed it. Every wait is bounded.
 //
 // Each case's doc says which bug of a store author it catches. The cases
 // that race calls against each other start their goroutines at one moment,
-// on both handles, and yield inside apply, so that a store that does not
-// hold its keys through apply lets other calls in; when none of their calls
-// finishes for 10 s the case reports the store deadlocked and returns,
-// leaving the stuck goroutines behind, rather than hang. The whole suite
+// on both handles. They yield inside apply, so that a store that does not
+// hold its keys through apply lets other calls in. When none of their calls
+// finishes for 10 s, the case reports the store deadlocked and returns
+// rather than hang. It leaves the stuck goroutines behind. The whole suite
 // takes about 7 s on the memory store.
 //
-// What the suite cannot show is a store's own tests' to add: its faults
-// (lost connections, timeouts mid-call, restarts), races it cannot provoke
-// from one process, behaviour at scale, and what only that store has
-// (migrations, secrets, configuration).
+// What the suite cannot show is a store's own tests' to add. That is its
+// faults (lost connections, timeouts mid-call, restarts), and races the
+// suite cannot provoke from one process. It is also behaviour at scale, and
+// what only that store has (migrations, secrets, configuration).
 //
-// A case that finds the contract broken returns a *ContractViolation saying
-// what broke; a case that does not apply to the store (one that needs
-// stores of its own when Pair.NewBounded is not set, say) returns an error
-// matching ErrNotApplicable, and Run skips it.
+// A case that finds the contract broken returns a *[ContractViolation]
+// saying what broke. A case may not apply to the store: one that needs
+// stores of its own when Pair.NewBounded is not set, say. It returns an
+// error matching [ErrNotApplicable], and [Run] skips it.
 package storetest
 
 import (
@@ -55,10 +55,10 @@ import (
 // of an app hold them.
 //
 // Besides these handles, the cases open handles of their own, on First's
-// Store and on the stores NewBounded opens, under random prefixes that begin
-// with "stc-" (to check that nested prefixes are kept apart, and that one
-// bound covers every handle of a store). They stay open until that store
-// is closed.
+// Store and on the stores NewBounded opens. Their random prefixes begin
+// with "stc-". They check that nested prefixes are kept apart, and that one
+// bound covers every handle of a store. They stay open until that store is
+// closed.
 type Pair struct {
 	// First and Second have the same prefix: two instances of an app. For a
 	// shared store they use separate connections or clients; for a store
@@ -72,14 +72,14 @@ type Pair struct {
 	// that handle's Store. The cases of the bound, of Sweep's count and of
 	// Close run on such stores; when NewBounded is nil they do not apply.
 	// The close case calls it, and uses the store, under a profiler label
-	// of its own, and counts every goroutine started under that label as
-	// the store's: one that NewBounded starts (a connection pool's or a
+	// of its own. It counts every goroutine started under that label as the
+	// store's. One that NewBounded starts (a connection pool's or a
 	// client's it opens) must have ended once the store's Close returns.
 	NewBounded func(max int) (*store.Handle, error)
 	// SharedSweep says that Sweep on a store NewBounded opens also removes
-	// entries other stores wrote (every expired row of a table other stores
-	// write too, say), so that how many it removes is not the suite's to
-	// know: the sweep-exact case does not apply.
+	// entries other stores wrote. It removes every expired row of a table
+	// other stores write too, say. How many it removes is then not the
+	// suite's to know, and the sweep-exact case does not apply.
 	SharedSweep bool
 	// SameBacking, when set, opens another Store over First's backing (its
 	// connection pool or client, under its secret), as a second store of
@@ -93,8 +93,8 @@ type Case struct {
 	// Name names the case; Run uses it as the subtest's name.
 	Name string
 	// Run checks the clause against p within ctx. It returns nil when the
-	// store honours it, a *ContractViolation when it does not, and an error
-	// matching ErrNotApplicable when the clause does not apply to the store.
+	// store honours it, a *[ContractViolation] when it does not, and an error
+	// matching [ErrNotApplicable] when the clause does not apply to the store.
 	Run func(ctx context.Context, p Pair) error
 }
 
@@ -120,7 +120,7 @@ var ErrNotApplicable = errors.New("storetest: case does not apply to this store"
 const CaseTimeout = 2 * time.Minute
 
 // Run runs every case in Cases as a subtest of t, each on a Pair newPair
-// opens for it and within CaseTimeout. newPair should register t.Cleanup to
+// opens for it and within [CaseTimeout]. newPair should register t.Cleanup to
 // close the stores it opens. A case that does not apply is skipped, giving
 // the reason; a violation fails the subtest.
 func Run(t *testing.T, newPair func(t *testing.T) Pair) {

@@ -83,11 +83,11 @@ func sweep(r *runner) error {
 }
 
 // sweepExact: on a store of its own (from Pair.NewBounded), Sweep reports
-// exactly how many entries it removed, those the case left to expire under
-// two handles, and a second Sweep right after finds none; the live entries
-// stay. It catches a Sweep that over-counts (counting rows it looked at,
-// say) and one that does not commit what it removes. It does not apply
-// when Pair.SharedSweep is set.
+// exactly how many entries it removed. Those are the entries the case left
+// to expire under two handles. A second Sweep right after finds none, and
+// the live entries stay. It catches a Sweep that over-counts (counting rows
+// it looked at, say) and one that does not commit what it removes. It does
+// not apply when Pair.SharedSweep is set.
 func sweepExact(r *runner) error {
 	if r.p.SharedSweep {
 		return r.notApplicable("Pair.SharedSweep is set: the store's Sweep also removes entries of other stores")
@@ -162,8 +162,8 @@ const goroutineLabel = "gatecount-storetest-close"
 // (the case gives them closeWait to end). It catches a background sweep,
 // clock or connection that Close does not stop. The store comes from
 // Pair.NewBounded, called on a goroutine with a profiler label of the
-// case's own, which every goroutine started from it inherits: that tells
-// the store's goroutines from those of other tests in the process.
+// case's own. Every goroutine started from it inherits the label, which
+// tells the store's goroutines from those of other tests in the process.
 func closeCase(r *runner) error {
 	var err error
 	pprof.Do(r.ctx, pprof.Labels(goroutineLabel, r.id), func(context.Context) { err = r.useAndClose() })

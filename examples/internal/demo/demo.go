@@ -387,7 +387,7 @@ func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, r
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("listening", "kind", "server-listening", "addr", ln.Addr().String())
+	log.Info("listening", "kind", KindListening, "addr", ln.Addr().String())
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -402,6 +402,6 @@ func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, r
 	defer cancel()
 	err = srv.Shutdown(shutdown)
 	<-errc
-	log.Info("shut down", "kind", "server-stopped")
+	log.Info("shut down", "kind", KindStopped)
 	return err
 }

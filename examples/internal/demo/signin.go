@@ -131,7 +131,7 @@ func (a *App) PasswordResetHandler() http.Handler {
 			}
 			a.mu.Unlock()
 			if known {
-				a.Log.Info("password reset code sent", "kind", "password-reset-sent", "account", local, "code", code)
+				a.Log.Info("password reset code sent", "kind", KindResetSent, "account", local, "code", code)
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -188,7 +188,7 @@ func (a *App) PasswordResetCompleteHandler() http.Handler {
 			addrs = append(addrs, addr)
 		}
 		if err := a.Login.Recovered(context.WithoutCancel(r.Context()), local, addrs...); err != nil {
-			a.Log.Error("recovery not recorded", "kind", "password-reset-recovery-failed", "err", err)
+			a.Log.Error("recovery not recorded", "kind", KindRecoveryFailed, "err", err)
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "password changed"})
 	})

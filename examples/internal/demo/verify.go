@@ -19,11 +19,11 @@ func codeFailed(w http.ResponseWriter) {
 // takes the same work as one with a code.
 const unknownCode = "no code was sent"
 
-// VerifyHandler checks the code POST /password-reset logged for an
-// address: 200 once, and then the code is spent (a reset can no longer
-// complete with it); 401 for a wrong or expired code, an unknown address
-// or one with no code, alike. The address is the one the
-// code guard counted.
+// VerifyHandler checks the code POST /password-reset logged for an address.
+// It answers 200 once, and then the code is spent: a reset can no longer
+// complete with it. It answers 401 for a wrong or expired code, an unknown
+// address or one with no code, alike. The address is the one the code guard
+// counted.
 func (a *App) VerifyHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := credentials(r, "email", "code")

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gatecount/gatecount/examples/internal/demo"
 	"github.com/gatecount/gatecount/middleware"
 )
 
@@ -65,12 +66,12 @@ func credentials(user, password string) string {
 
 // CheckDeviceCookies checks, against a server started with AttackEnv, that
 // strangers who spend alice's per-account budget cannot lock out her own
-// device: alice signs in from one address and keeps her cookies, of which
-// the device cookie is a __Host- one; 25 strangers' addresses spend her
-// account's budget; alice from a new address with her cookies and her
-// password is signed in, and so she is with her token under the old name,
-// or among 10 and up to MaxDeviceCookies planted device cookies; with one
-// more planted, or with one character of her token changed, she is not.
+// device. Alice signs in from one address and keeps her cookies, of which
+// the device cookie is a __Host- one. 25 strangers' addresses spend her
+// account's budget. Alice, from a new address with her cookies and her
+// password, is signed in. So she is with her token under the old name, or
+// among 10 and up to MaxDeviceCookies planted device cookies. With one more
+// planted, or with one character of her token changed, she is not.
 func CheckDeviceCookies(t *testing.T, s *Server) {
 	res, body := PostBody(t, s.URL+"/login", "192.0.2.101", formType, credentials("alice", "correct-horse"))
 	if res.StatusCode != 200 {
@@ -135,9 +136,9 @@ func CheckDeviceCookies(t *testing.T, s *Server) {
 }
 
 // CheckMultipart checks multipart/form-data sign-ins and resets against a
-// server started with AttackEnv: 5 wrong multipart passwords for alice,
-// then her right one, from one address, are refused; bob's right password
-// from another address signs him in; a multipart reset sends its code.
+// server started with AttackEnv. 5 wrong multipart passwords for alice,
+// then her right one, from one address, are refused. Bob's right password
+// from another address signs him in. A multipart reset sends its code.
 func CheckMultipart(t *testing.T, s *Server) {
 	for i := range 5 {
 		ct, body := Multipart("username", "alice", "password", "wrong")
@@ -200,10 +201,10 @@ func CheckUnreadable(t *testing.T, s *Server) {
 }
 
 // CheckRetryAfter checks, against a server started with AttackEnv, that a
-// refusal's Retry-After is the latest among the budgets that refuse: 5
-// wrong passwords for alice and 95 other names, each with a password of
-// its own, from one address, then
-// alice waits at least as long as the address budget refuses.
+// refusal's Retry-After is the latest among the budgets that refuse. One
+// address sends 5 wrong passwords for alice, and one for each of 95 other
+// names, each with a password of its own. Then alice waits at least as long
+// as the address budget refuses.
 func CheckRetryAfter(t *testing.T, s *Server) {
 	const ip = "192.0.2.131"
 	for range 5 {
@@ -325,7 +326,7 @@ func CheckResetLogs(t *testing.T, routes Routes) {
 		Post(t, s.URL+"/password-reset", "192.0.2.141", url.Values{"email": {"alice@example.com"}})
 	}
 	Post(t, s.URL+"/password-reset", "192.0.2.142", url.Values{"email": {"ghost@example.com"}})
-	sent := logs.Lines("password-reset-sent")
+	sent := logs.Lines(demo.KindResetSent)
 	if len(sent) != 3 {
 		t.Fatalf("%d codes logged, want 3: %q", len(sent), sent)
 	}
@@ -334,7 +335,7 @@ func CheckResetLogs(t *testing.T, routes Routes) {
 			t.Fatalf("code sent without its account: %q", l)
 		}
 	}
-	throttled := logs.Lines("ratelimit-limited")
+	throttled := logs.Lines(middleware.KindLimited)
 	if len(throttled) != 1 || !strings.Contains(throttled[0], "limiter=reset") || !strings.Contains(throttled[0], "budget=reset-destination") ||
 		strings.Contains(throttled[0], "192.0.2") || strings.Contains(throttled[0], "alice") {
 		t.Fatalf("throttled resets logged as %q", throttled)

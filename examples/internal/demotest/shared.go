@@ -17,10 +17,10 @@ func NewSecret() string {
 	return hex.EncodeToString(b)
 }
 
-// CheckShared checks that two servers over one shared store, started with
-// RATE_LIMIT_EXECUTE_PER_MINUTE=30 and the default sign-in budgets, share
-// every budget exactly: concurrent requests split across both admit exactly
-// the budget, and concurrent wrong passwords for one account reach the
+// CheckShared checks that two servers over one shared store share every
+// budget exactly. They start with RATE_LIMIT_EXECUTE_PER_MINUTE=30 and the
+// default sign-in budgets. Concurrent requests split across both admit
+// exactly the budget. Concurrent wrong passwords for one account reach the
 // password check exactly as often as the failures budget allows.
 func CheckShared(t *testing.T, a, b *Server) {
 	servers := []*Server{a, b}

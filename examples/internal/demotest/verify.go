@@ -7,19 +7,21 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/gatecount/gatecount/examples/internal/demo"
 )
 
-// CheckVerify checks POST /verify end to end: 200 concurrent wrong codes
-// for alice reach the check exactly the code guard's budget for one
-// address (5); a stranger's wrong codes for an unknown address are
-// answered alike; the code POST /password-reset logged then verifies once
-// from another address, and never again.
+// CheckVerify checks POST /verify end to end. 200 concurrent wrong codes
+// for alice reach the check exactly the code guard's budget for one address
+// (5). A stranger's wrong codes for an unknown address are answered alike.
+// The code POST /password-reset logged then verifies once from another
+// address, and never again.
 func CheckVerify(t *testing.T, routes Routes) {
 	logs := &Logs{}
 	env := map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32", "DEMO_USERS": AttackEnv["DEMO_USERS"]}
 	s := StartLogged(t, routes, env, slog.New(slog.NewTextHandler(logs, nil)))
 	Post(t, s.URL+"/password-reset", "192.0.2.150", url.Values{"email": {"alice@example.com"}})
-	sent := logs.Lines("password-reset-sent")
+	sent := logs.Lines(demo.KindResetSent)
 	_, code, ok := strings.Cut(strings.Join(sent, ""), " code=")
 	if len(sent) != 1 || !ok || code == "" {
 		t.Fatalf("no code logged: %q", sent)

@@ -1,0 +1,9 @@
+package sqlite
+
+// Log kinds: the stable "kind" attribute of the logs this store writes,
+// besides those of package store ([store.KindSweepFailed] among them).
+const (
+	// KindRollbackFailed is logged when a rollback fails. The writer's
+	// connection may be unusable.
+	KindRollbackFailed = "limit-store-rollback-failed"
+)

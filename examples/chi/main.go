@@ -101,16 +101,22 @@ func newApp(ctx context.Context, lookup func(string) (string, bool), log *slog.L
 		return nil, nil, err
 	}
 
+	return routes(execute, health, login, reset, a), closeAll, nil
+}
+
+// routes mounts the limiters, around the app's handlers, on a chi router:
+// per route with r.With, or per route group with r.Use.
+func routes(execute, health *middleware.Middleware, login, reset func(http.Handler) http.Handler, app *demo) http.Handler {
 	r := chi.NewRouter()
-	r.With(a.authenticate, execute.Wrap).Post("/execute", a.execute)
+	r.With(app.authenticate, execute.Wrap).Post("/execute", app.execute)
 	r.Group(func(r chi.Router) {
 		r.Use(health.Wrap) // one budget per client IP for the group
-		r.Get("/health", a.health)
-		r.Get("/ready", a.ready)
+		r.Get("/health", app.health)
+		r.Get("/ready", app.ready)
 	})
-	r.With(login).Post("/login", a.signIn)
-	r.With(reset).Post("/password-reset", a.passwordReset)
-	return r, closeAll, nil
+	r.With(login).Post("/login", app.signIn)
+	r.With(reset).Post("/password-reset", app.passwordReset)
+	return r
 }
 
 // routeLimiter builds a limiter of one key (middleware.PerCaller or PerIP)

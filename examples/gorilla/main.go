@@ -101,15 +101,21 @@ func newApp(ctx context.Context, lookup func(string) (string, bool), log *slog.L
 		return nil, nil, err
 	}
 
+	return routes(execute, health, login, reset, a), closeAll, nil
+}
+
+// routes mounts the limiters, around the app's handlers, on a gorilla/mux
+// router: per route, or per subrouter with Use.
+func routes(execute, health *middleware.Middleware, login, reset func(http.Handler) http.Handler, app *demo) http.Handler {
 	r := mux.NewRouter()
-	r.Handle("/execute", a.authenticate(execute.Wrap(http.HandlerFunc(a.execute)))).Methods("POST")
+	r.Handle("/execute", app.authenticate(execute.Wrap(http.HandlerFunc(app.execute)))).Methods("POST")
 	group := r.NewRoute().Subrouter()
 	group.Use(health.Wrap) // one budget per client IP for the subrouter
-	group.HandleFunc("/health", a.health).Methods("GET")
-	group.HandleFunc("/ready", a.ready).Methods("GET")
-	r.Handle("/login", login(http.HandlerFunc(a.signIn))).Methods("POST")
-	r.Handle("/password-reset", reset(http.HandlerFunc(a.passwordReset))).Methods("POST")
-	return r, closeAll, nil
+	group.HandleFunc("/health", app.health).Methods("GET")
+	group.HandleFunc("/ready", app.ready).Methods("GET")
+	r.Handle("/login", login(http.HandlerFunc(app.signIn))).Methods("POST")
+	r.Handle("/password-reset", reset(http.HandlerFunc(app.passwordReset))).Methods("POST")
+	return r
 }
 
 // routeLimiter builds a limiter of one key (middleware.PerCaller or PerIP)

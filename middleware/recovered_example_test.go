@@ -15,9 +15,9 @@ import (
 )
 
 // recovered ends a password-reset completion handler, once the code checked
-// out and the new password is stored: the owner proved control of the
-// account, so its cap, delay and budgets are cleared, and its lock-outs at
-// the address the reset was completed from.
+// out and the new password is stored. The owner proved control of the
+// account: its cap, delay and budgets are cleared, and its lock-outs at the
+// address the reset was completed from.
 func recovered(r *http.Request, guard *middleware.SignInGuard, ipKeyer *keyfunc.IPKeyer, account string) {
 	addr, _ := ipKeyer.ClientAddr(r) // keyfunc.NewIP with the guard's IPOptions
 	if err := guard.Recovered(context.WithoutCancel(r.Context()), account, addr); err != nil {

@@ -26,8 +26,8 @@ var RoutesEnv = map[string]string{
 }
 
 // CheckRoutes serves the app newApp builds with RoutesEnv, over loopback
-// until the test ends, and checks the routes examples/chi and
-// examples/gorilla share with examples/stdlib: each limiter refuses past its
+// until the test ends. It checks the routes examples/chi and
+// examples/gorilla share with examples/stdlib. Each limiter refuses past its
 // budget, the sign-in guard counts failures only, and the send guard
 // throttles silently.
 func CheckRoutes(t *testing.T, newApp NewApp) {
@@ -96,9 +96,9 @@ func checkHealthGroup(t *testing.T, base string) {
 }
 
 // checkSignInRoute: 5 wrong passwords for an account from one address spend
-// its budget there, so that even the right one is then refused with 429,
-// while the account still signs in from another address; a success clears
-// the failures counted before it; an unknown account is answered as a wrong
+// its budget there. Even the right one is then refused with 429, while the
+// account still signs in from another address. A success clears the
+// failures counted before it. An unknown account is answered as a wrong
 // password.
 func checkSignInRoute(t *testing.T, base string) {
 	login := func(ip, user, password string) (*http.Response, string) {

@@ -13,24 +13,26 @@ import (
 	"github.com/gatecount/gatecount/keyfunc"
 )
 
-// The short form: each client address gets 2 requests a minute, counted in
-// this process's memory.
+// The short form: each client address gets 100 requests a minute, counted
+// in this process's memory.
 func ExampleLimitByIP() {
-	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	search := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "results") })
 	mux := http.NewServeMux()
-	mux.Handle("GET /hello", gatecount.LimitByIP(2, time.Minute)(hello))
+	mux.Handle("GET /search", gatecount.LimitByIP(100, time.Minute)(search))
 
-	for range 3 {
+	for i := 1; i <= 101; i++ {
 		w := httptest.NewRecorder()
-		r := httptest.NewRequest("GET", "/hello", nil)
+		r := httptest.NewRequest("GET", "/search", nil)
 		r.RemoteAddr = "192.0.2.1:1234"
 		mux.ServeHTTP(w, r)
-		fmt.Printf("%d RateLimit: %s Retry-After: %q\n", w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+		if i >= 99 {
+			fmt.Printf("%d: %d RateLimit: %s Retry-After: %q\n", i, w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+		}
 	}
 	// Output:
-	// 200 RateLimit: "ip-2-per-1m";r=1;t=60 Retry-After: ""
-	// 200 RateLimit: "ip-2-per-1m";r=0;t=60 Retry-After: ""
-	// 429 RateLimit: "ip-2-per-1m";r=0;t=60 Retry-After: "60"
+	// 99: 200 RateLimit: "ip-100-per-1m";r=1;t=60 Retry-After: ""
+	// 100: 200 RateLimit: "ip-100-per-1m";r=0;t=60 Retry-After: ""
+	// 101: 429 RateLimit: "ip-100-per-1m";r=0;t=60 Retry-After: "60"
 }
 
 // Limits from the environment: the store that RATE_LIMIT_STORE,

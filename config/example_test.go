@@ -3,6 +3,7 @@ package config_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,8 +16,8 @@ import (
 	_ "github.com/gatecount/gatecount/store/sqlite" // lets DATABASE_URL=sqlite:… open
 )
 
-// An app reads the store's settings with FromEnv and its own budgets with
-// Vars, then opens the store; real apps pass os.LookupEnv.
+// An app reads the store's settings with FromEnv, then opens the store;
+// real apps pass os.LookupEnv.
 func Example() {
 	dir, _ := os.MkdirTemp("", "gatecount-example")
 	defer os.RemoveAll(dir)
@@ -24,7 +25,6 @@ func Example() {
 		"DATABASE_URL":     "sqlite:" + filepath.Join(dir, "limits.db"),
 		"GATECOUNT_SECRET": "an-example-secret-of-at-least-32-bytes",
 		"TRUSTED_PROXIES":  "10.0.0.0/8",
-		"API_PER_MINUTE":   "45",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 
@@ -33,13 +33,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	v := config.NewVars(lookup)
-	api := v.Budget("API_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute})
-	if err := v.Err(); err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println("store:", c.Store, "proxies:", c.IP().TrustedProxies, "api:", api)
+	fmt.Println("store:", c.Store, "proxies:", c.IP().TrustedProxies)
 
 	opened, err := config.Open(context.Background(), c, store.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -49,8 +43,20 @@ func Example() {
 	defer opened.Close()
 	fmt.Println("opened:", opened.Kind, "shared:", opened.Store.Shared())
 	// Output:
-	// store: sqlite proxies: [10.0.0.0/8] api: 45 per 1m0s
+	// store: sqlite proxies: [10.0.0.0/8]
 	// opened: sqlite shared: true
+}
+
+// An app reads its own variables, such as its routes' budgets, with the
+// checks of FromEnv: here API_PER_MINUTE, "30" or "30,sliding".
+func ExampleVars() {
+	v := config.NewVars(os.LookupEnv)
+	api := v.Budget("API_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute})
+	if err := v.Err(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("api:", api)
+	// Output: api: 30 per 1m0s
 }
 
 // A bad setting stops start-up with one error naming every variable at

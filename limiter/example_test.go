@@ -79,3 +79,17 @@ func ExampleLimiter_Refund() {
 	fmt.Println(d.Allowed)
 	// Output: true
 }
+
+// A budget's algorithm is a field of it: a fixed window unless set.
+func ExampleBudget() {
+	sliding := limiter.Budget{Limit: 5, Window: 15 * time.Minute, Algorithm: limiter.SlidingWindow}
+	bucket := limiter.Budget{Limit: 10, Window: time.Second, Burst: 50, Algorithm: limiter.TokenBucket}
+	tooWide := limiter.Budget{Limit: 1000, Window: time.Minute, Algorithm: limiter.SlidingWindow}
+	for _, b := range []limiter.Budget{sliding, bucket, tooWide} {
+		fmt.Printf("%v: %v\n", b, b.Validate())
+	}
+	// Output:
+	// 5 per 15m0s, sliding: <nil>
+	// 10 per 1s, bucket of 50: <nil>
+	// 1000 per 1m0s, sliding: invalid budget: sliding window of limit 1000, want at most 256 (the times of every unit in the window are kept)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -21,32 +22,41 @@ import (
 // cookie, she is challenged instead of locked out, solves the puzzle and
 // signs in.
 func ExampleProofOfWork() {
+	secret := []byte("the app's GATECOUNT_SECRET, 32 bytes or more")
+	signIn := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if pw, _ := url.ParseQuery(readBody(r)); pw.Get("password") == "correct-horse" { // your check
+			fmt.Fprintln(w, "signed in")
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	})
+
 	s := memory.New(memory.Options{})
 	defer s.Close()
-	h, _ := s.Handle("login:")
+	h, err := s.Handle("login:")
+	if err != nil {
+		log.Fatal(err)
+	}
 	pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{
-		Secret: []byte("the app's GATECOUNT_SECRET, 32 bytes or more"),
-		Bits:   8, // 17, the default, takes a phone about a second
+		Secret: secret, // GATECOUNT_SECRET
+		Bits:   8,      // 17, the default, takes a phone about a second
 	})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	g, err := middleware.SignIn(h, middleware.SignInOptions{
+	guard, err := middleware.SignIn(h, middleware.SignInOptions{
 		AccountFailures: limiter.Budget{Limit: 3, Window: time.Hour},
 		Challenge:       pow,
 		Logger:          slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	defer g.Close()
-	signIn := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if pw, _ := url.ParseQuery(readBody(r)); pw.Get("password") == "correct-horse" {
-			fmt.Fprintln(w, "signed in")
-			return
-		}
-		w.WriteHeader(http.StatusUnauthorized)
-	}))
+	defer guard.Close()
+	mux := http.NewServeMux()
+	mux.Handle("GET /pow.js", pow.Script()) // the solver, for your sign-in page
+	mux.Handle("POST /login", guard.Wrap(signIn))
+
 	attempt := func(ip, password, answer string) *httptest.ResponseRecorder {
 		body := url.Values{"username": {"alice"}, "password": {password}}.Encode()
 		r := httptest.NewRequest("POST", "/login", strings.NewReader(body))
@@ -56,7 +66,7 @@ func ExampleProofOfWork() {
 		}
 		r.RemoteAddr = ip + ":4000"
 		w := httptest.NewRecorder()
-		signIn.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r)
 		return w
 	}
 	for _, ip := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3"} {

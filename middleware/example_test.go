@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"fmt"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,72 @@ import (
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store/memory"
 )
+
+// The full form on net/http's ServeMux: one store, a handle of its own for
+// each limiter, and each limiter with its options.
+func Example() {
+	// authenticate stands for your authentication: it names the caller with
+	// keyfunc.WithCallerID, which PerCaller counts by.
+	authenticate := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx := keyfunc.WithCallerID(r.Context(), r.Header.Get("X-User"))
+			next.ServeHTTP(w, r.WithContext(ctx))
+		})
+	}
+	execute := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "done") })
+	health := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	proxies, err := keyfunc.ParseTrustedProxies("10.0.0.0/8") // your load balancers
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	s := memory.New(memory.Options{}) // or a shared store: see "Choosing a store"
+	defer s.Close()
+	// One handle per limiter, each with its own prefix.
+	execH, err := s.Handle("execute:")
+	if err != nil {
+		log.Fatal(err)
+	}
+	healthH, err := s.Handle("health:")
+	if err != nil {
+		log.Fatal(err)
+	}
+	perCaller, err := middleware.PerCaller(execH, limiter.Budget{Limit: 30, Window: time.Minute},
+		middleware.Options{Name: "execute"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer perCaller.Close()
+	perIP, err := middleware.PerIP(healthH, limiter.Budget{Limit: 300, Window: time.Minute},
+		middleware.Options{Name: "health", IP: keyfunc.IPOptions{TrustedProxies: proxies}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer perIP.Close()
+
+	mux := http.NewServeMux()
+	// A request without a caller ID is answered 401 by PerCaller.
+	mux.Handle("POST /execute", authenticate(perCaller.Wrap(execute)))
+	mux.Handle("GET /health", perIP.Wrap(health))
+
+	for _, user := range []string{"alice", ""} {
+		r := httptest.NewRequest("POST", "/execute", nil)
+		r.Header.Set("X-User", user)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		fmt.Printf("POST /execute as %q: %d RateLimit=%q\n", user, w.Code, w.Header().Get("RateLimit"))
+	}
+	r := httptest.NewRequest("GET", "/health", nil)
+	r.RemoteAddr = "10.1.2.3:5000"                  // a trusted proxy
+	r.Header.Set("X-Forwarded-For", "198.51.100.7") // so the client is this
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, r)
+	fmt.Printf("GET /health: %d RateLimit=%q\n", w.Code, w.Header().Get("RateLimit"))
+	// Output:
+	// POST /execute as "alice": 200 RateLimit="\"execute\";r=29;t=60"
+	// POST /execute as "": 401 RateLimit=""
+	// GET /health: 200 RateLimit="\"health\";r=299;t=60"
+}
 
 func ExamplePerCaller() {
 	s := memory.New(memory.Options{})
@@ -60,25 +127,52 @@ func ExamplePerIP() {
 }
 
 func ExampleSignIn() {
-	s := memory.New(memory.Options{})
-	defer s.Close()
-	h, _ := s.Handle("login:")
-	g, err := middleware.SignIn(h, middleware.SignInOptions{}) // its budgets are named login-…
+	proxies, err := keyfunc.ParseTrustedProxies("10.0.0.0/8") // your load balancers
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	defer g.Close()
-	login := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name, _ := middleware.Account(r) // the account the guard counted
-		fields, _ := keyfunc.BodyFields(r, keyfunc.BodyOptions{}, "password")
-		if name != "alice" || fields[0] != "correct-horse" {
+	secret := []byte("the app's GATECOUNT_SECRET, 32 bytes or more")
+	// wrongPassword is your answer to a wrong password; the guard gives it
+	// to a request it cannot read an account from, too.
+	wrongPassword := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "invalid username or password", http.StatusUnauthorized)
+	})
+	loginHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, ok := middleware.Account(r) // the account the guard counted
+		if !ok {
+			http.Error(w, "no account", http.StatusInternalServerError) // not behind the guard
+			return
+		}
+		// The password, read with the guard's own reader, and your check of it.
+		fields, err := keyfunc.BodyFields(r, keyfunc.BodyOptions{}, "password")
+		if err != nil || name != "alice" || fields[0] != "correct-horse" {
 			middleware.ReportFailure(r)
-			http.Error(w, "invalid username or password", http.StatusUnauthorized)
+			wrongPassword.ServeHTTP(w, r)
 			return
 		}
 		middleware.ReportSuccess(r)
 		fmt.Fprintln(w, "signed in", name)
-	}))
+	})
+
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	h, err := s.Handle("login:")
+	if err != nil {
+		log.Fatal(err)
+	}
+	guard, err := middleware.SignIn(h, middleware.SignInOptions{
+		Field:   "username", // the form, multipart or JSON field with the account name
+		IP:      keyfunc.IPOptions{TrustedProxies: proxies},
+		Device:  middleware.DeviceOptions{Secret: secret}, // GATECOUNT_SECRET
+		Failed:  wrongPassword,
+		Backoff: middleware.Backoff{Max: 24 * time.Hour}, // optional
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer guard.Close()
+	mux := http.NewServeMux()
+	mux.Handle("POST /login", guard.Wrap(loginHandler))
 
 	for _, body := range []string{
 		"username=+Alice&password=correct-horse",
@@ -87,7 +181,7 @@ func ExampleSignIn() {
 		r := httptest.NewRequest("POST", "/login", strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		w := httptest.NewRecorder()
-		login.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r)
 		device := false
 		for _, c := range w.Result().Cookies() {
 			device = device || c.Name == middleware.DefaultDeviceCookie
@@ -98,7 +192,7 @@ func ExampleSignIn() {
 	// Output:
 	// 200 "signed in alice" device cookie: true
 	//   RateLimit-Policy: "login-account-ip";q=5;w=900, "login-account";q=20;w=3600, "login-consecutive";q=100;w=31622400, "login-spray";q=20;w=3600, "login-device";q=5;w=900, "login-ip";q=100;w=3600
-	// 401 "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401}" device cookie: false
+	// 401 "invalid username or password" device cookie: false
 	//   RateLimit-Policy: "login-account-ip";q=5;w=900, "login-account";q=20;w=3600, "login-consecutive";q=100;w=31622400, "login-spray";q=20;w=3600, "login-device";q=5;w=900, "login-ip";q=100;w=3600
 }
 
@@ -181,33 +275,40 @@ func ExampleNew() {
 func ExampleOptions_budgetFor() {
 	s := memory.New(memory.Options{})
 	defer s.Close()
+	execH, err := s.Handle("execute:")
+	if err != nil {
+		log.Fatal(err)
+	}
+	batchH, err := s.Handle("batch:")
+	if err != nil {
+		log.Fatal(err)
+	}
 	free := limiter.Budget{Limit: 30, Window: time.Minute}
 	paid := limiter.Budget{Limit: 600, Window: time.Minute}
-	plan := map[string]limiter.Budget{"alice": paid} // the app's own records
-	h, _ := s.Handle("execute:")
-	perPlan, err := middleware.PerCaller(h, free, middleware.Options{
+	plans := map[string]limiter.Budget{"alice": paid} // your records of who pays
+	perPlan, err := middleware.PerCaller(execH, free, middleware.Options{
 		Name: "execute",
 		BudgetFor: func(r *http.Request) (limiter.Budget, error) {
 			id, _ := keyfunc.CallerIDFrom(r.Context())
-			if b, ok := plan[id]; ok {
+			if b, ok := plans[id]; ok {
 				return b, nil
 			}
 			return free, nil
 		},
 	})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	defer perPlan.Close()
-	bh, _ := s.Handle("batch:")
-	batch, err := middleware.PerCaller(bh, limiter.Budget{Limit: 100, Window: time.Minute}, middleware.Options{
+	batch, err := middleware.PerCaller(batchH, limiter.Budget{Limit: 100, Window: time.Minute}, middleware.Options{
 		Name: "batch",
 		Cost: func(r *http.Request) (int, error) { return 10, nil }, // a batch of ten
 	})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	defer batch.Close()
+
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
 
 	for _, call := range []struct {

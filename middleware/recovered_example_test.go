@@ -9,9 +9,21 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store/memory"
 )
+
+// recovered ends a password-reset completion handler, once the code checked
+// out and the new password is stored. The owner proved control of the
+// account: its cap, delay and budgets are cleared, and its lock-outs at the
+// address the reset was completed from.
+func recovered(r *http.Request, guard *middleware.SignInGuard, ipKeyer *keyfunc.IPKeyer, account string) {
+	addr, _ := ipKeyer.ClientAddr(r) // keyfunc.NewIP with the guard's IPOptions
+	if err := guard.Recovered(context.WithoutCancel(r.Context()), account, addr); err != nil {
+		slog.Error("recovery not recorded", "kind", "account-recovery-failed", "err", err)
+	}
+}
 
 // A guesser spread over many addresses reaches the cap on alice's
 // consecutive failures; the app hears of it through OnEvent, and a
@@ -55,10 +67,14 @@ func ExampleSignInGuard_Recovered() {
 	}
 	fmt.Println("alice:", attempt("203.0.113.7", "right"))
 
-	// In the password-reset completion handler, once the code checked out:
-	if err := g.Recovered(context.Background(), "alice"); err != nil {
+	// alice completes a password reset from her address.
+	ipKeyer, err := keyfunc.NewIP(keyfunc.IPOptions{})
+	if err != nil {
 		panic(err)
 	}
+	reset := httptest.NewRequest("POST", "/password-reset/complete", nil)
+	reset.RemoteAddr = "203.0.113.7:4000"
+	recovered(reset, g, ipKeyer, "alice")
 	fmt.Println("alice after the reset:", attempt("203.0.113.7", "right"))
 	// Output:
 	// guess: 401

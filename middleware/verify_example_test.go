@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -18,39 +19,49 @@ import (
 // codes from one address spend its budget: even the right code is then
 // refused, and never checked, until Unlock.
 func ExampleVerify() {
-	s := memory.New(memory.Options{})
-	defer s.Close()
-	h, _ := s.Handle("verify:") // its own handle: code failures never spend the password's budgets
-	g, err := middleware.Verify(h, middleware.VerifyOptions{
-		Account: func(r *http.Request) (string, error) { // your session lookup
-			if c, err := r.Cookie("pending-mfa"); err == nil && c.Value == "s1" {
-				return "alice", nil
-			}
-			return "", keyfunc.ErrNoKey
-		},
-	})
-	if err != nil {
-		panic(err)
+	// pendingUser is your session lookup: the account whose password step
+	// passed, waiting for its code.
+	pendingUser := func(r *http.Request) (string, error) {
+		if c, err := r.Cookie("pending-mfa"); err == nil && c.Value == "s1" {
+			return "alice", nil
+		}
+		return "", keyfunc.ErrNoKey
 	}
-	defer g.Close()
-	verify := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	wrongCode := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "invalid code", http.StatusUnauthorized)
+	})
+	verifyHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, _ := middleware.Account(r) // the account the guard counted
-		code, _ := keyfunc.BodyFields(r, keyfunc.BodyOptions{}, "code")
-		if name != "alice" || code[0] != "246810" { // compare in constant time in real code
+		code, err := keyfunc.BodyFields(r, keyfunc.BodyOptions{}, "code")
+		if err != nil || name != "alice" || code[0] != "246810" { // compare in constant time in real code
 			middleware.ReportFailure(r)
-			http.Error(w, "invalid code", http.StatusUnauthorized)
+			wrongCode.ServeHTTP(w, r)
 			return
 		}
 		middleware.ReportSuccess(r) // clears the account's code failures
 		fmt.Fprintln(w, "verified", name)
-	}))
+	})
+
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	h, err := s.Handle("verify:") // its own handle, never the sign-in guard's
+	if err != nil {
+		log.Fatal(err)
+	}
+	guard, err := middleware.Verify(h, middleware.VerifyOptions{Account: pendingUser, Failed: wrongCode})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer guard.Close()
+	mux := http.NewServeMux()
+	mux.Handle("POST /verify", guard.Wrap(verifyHandler))
 
 	try := func(code string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("POST", "/verify", strings.NewReader("code="+code))
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		r.AddCookie(&http.Cookie{Name: "pending-mfa", Value: "s1"})
 		w := httptest.NewRecorder()
-		verify.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r)
 		fmt.Println(code, w.Code)
 		return w
 	}
@@ -61,8 +72,8 @@ func ExampleVerify() {
 	fmt.Println("  RateLimit-Policy:", w.Header().Get("RateLimit-Policy"))
 
 	// An operator (or your account recovery) lets alice in again from her address.
-	if err := g.Unlock(context.Background(), "alice", netip.MustParseAddr("192.0.2.1")); err != nil {
-		panic(err)
+	if err := guard.Unlock(context.Background(), "alice", netip.MustParseAddr("192.0.2.1")); err != nil {
+		log.Fatal(err)
 	}
 	try("246810")
 	// Output:

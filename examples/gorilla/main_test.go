@@ -10,6 +10,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestExample starts the gorilla example for real and checks its limits and its
-// sign-in and password-reset routes.
-func TestExample(t *testing.T) { demotest.CheckExample(t, routes) }
+// TestExample serves the gorilla example's router and checks its limits, its
+// sign-in guard and its password resets.
+func TestExample(t *testing.T) { demotest.CheckRoutes(t, newApp) }

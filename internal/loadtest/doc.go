@@ -1,5 +1,6 @@
 // Package loadtest runs the example server as real processes and drives
-// load at them: what cmd/gatecount-load and the fault tests share.
+// load at them: what the load tool (tools/cmd/gatecount-load, in a module
+// of its own), the example's tests and the fault tests share.
 //
 // Build compiles examples/stdlib once. StartCluster starts N servers on
 // free loopback ports over one store, and stops them on Close. Each gets a

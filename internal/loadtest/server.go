@@ -26,8 +26,11 @@ import (
 	"github.com/gatecount/gatecount/store/sqlite"
 )
 
+// LibraryModule is the module ServerPackage belongs to.
+const LibraryModule = "github.com/gatecount/gatecount"
+
 // ServerPackage is the example server Build compiles.
-const ServerPackage = "github.com/gatecount/gatecount/examples/stdlib"
+const ServerPackage = LibraryModule + "/examples/stdlib"
 
 // Defaults of the shared stores' locations: the local test servers.
 const (
@@ -65,12 +68,33 @@ var ErrUsage = errors.New("loadtest: invalid configuration")
 // answer.
 var ErrServer = errors.New("loadtest: server failed")
 
+// LibraryDir returns the directory of LibraryModule's source, as the go
+// command found on PATH resolves it from the current directory: the
+// repository root, from the library's module or from one that replaces it
+// with its local copy (the tools module).
+func LibraryDir(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", LibraryModule).Output()
+	if err != nil {
+		return "", fmt.Errorf("loadtest: go list -m %s: %w", LibraryModule, err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return "", fmt.Errorf("loadtest: %s has no local copy", LibraryModule)
+	}
+	return dir, nil
+}
+
 // Build compiles ServerPackage into dir with the go command found on PATH,
-// from the current directory (which must be inside the module), and returns
-// the binary's path.
+// in LibraryDir (so with the library's own go.mod), and returns the
+// binary's path.
 func Build(ctx context.Context, dir string) (string, error) {
+	root, err := LibraryDir(ctx)
+	if err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, "stdlib")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ServerPackage)
+	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("loadtest: go build %s: %w\n%s", ServerPackage, err, out)

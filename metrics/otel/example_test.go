@@ -3,6 +3,7 @@ package otel_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -31,7 +32,7 @@ func ExampleObserver() {
 
 	o, err := gcotel.New(provider, "gatecount")
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	defer o.Close()
 	s := memory.New(memory.Options{Store: store.Options{Observer: o}})
@@ -39,12 +40,12 @@ func ExampleObserver() {
 	o.Watch("memory", s)
 	h, err := s.Handle("health:")
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	perIP, err := middleware.PerIP(h, limiter.Budget{Limit: 2, Window: time.Minute},
 		middleware.Options{Name: "health", Observer: o, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	defer perIP.Close()
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})

@@ -23,35 +23,26 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var quiet = slog.New(slog.DiscardHandler)
 
-// newPair opens a memory store for one contract case: First and Second are
-// one handle, since the store is not shared; Other is another prefix on it.
-func newPair(t *testing.T) storetest.Pair {
-	s := memory.New(memory.Options{Store: store.Options{Logger: quiet}})
-	t.Cleanup(func() { s.Close() })
-	first, err := s.Handle("contract:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := s.Handle("contract-other:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return storetest.Pair{
-		First:  first,
-		Second: first,
-		Other:  other,
-		NewBounded: func(max int) (*store.Handle, error) {
-			s := memory.New(memory.Options{MaxEntries: max, Store: store.Options{Logger: quiet}})
-			h, err := s.Handle("bounded:")
+// TestContract runs the contract suite on the memory store. It is not
+// shared, so Second is left out (it is First); a shared store's test opens
+// two instances over one server, as store/sqlite's does.
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Pair {
+		s := memory.New(memory.Options{})
+		t.Cleanup(func() { s.Close() })
+		handle := func(prefix string) *store.Handle {
+			h, err := s.Handle(prefix)
 			if err != nil {
-				s.Close()
+				t.Fatal(err)
 			}
-			return h, err
-		},
-	}
+			return h
+		}
+		return storetest.Pair{First: handle("contract:"), Other: handle("contract-other:"),
+			NewBounded: func(max int) (*store.Handle, error) {
+				return memory.New(memory.Options{MaxEntries: max}).Handle("bounded:") // a store of its own
+			}}
+	})
 }
-
-func TestContract(t *testing.T) { storetest.Run(t, newPair) }
 
 // TestContractOneShard runs the suite on a store of one shard, where every
 // key shares a lock.

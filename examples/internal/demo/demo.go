@@ -1,6 +1,6 @@
-// Package demo is the application the example servers share: its handlers,
-// its demo authentication, and the limiters built from the environment. The
-// examples differ only in the router they mount it on.
+// Package demo is the application examples/stdlib serves: its handlers, its
+// demo authentication, and the limiters built from the environment. The
+// tests of examples/stdlib start it in process, through package demotest.
 package demo
 
 import (

@@ -1,5 +1,7 @@
 // Package demotest starts an example server for real, on a loopback port,
-// and checks what every example must do.
+// and checks what every example must do: the whole demo for
+// examples/stdlib, and the routes examples/chi and examples/gorilla share
+// with it (CheckRoutes).
 package demotest
 
 import (

@@ -1,15 +1,17 @@
 // Command gatecount-bench runs the project's benchmarks and load runs, in one
-// go, and writes BENCHMARKS.md from what they print:
+// go, and writes BENCHMARKS.md from what they print. Run it from the tools
+// module:
 //
-//	go run ./cmd/gatecount-bench            # writes BENCHMARKS.md
-//	go run ./cmd/gatecount-bench -count 6 -o /tmp/b.md
+//	cd tools && go run ./cmd/gatecount-bench   # writes the repository's BENCHMARKS.md
+//	cd tools && go run ./cmd/gatecount-bench -count 6 -o /tmp/b.md
 //
 // It runs `go test -run '^$' -bench . -benchmem -count N` in each package
-// with benchmarks, one after another (so they do not compete for the
-// machine), summarises each with benchstat, and then runs
-// `go run ./cmd/gatecount-load` with two servers over each store. The
-// stores' benchmarks and load runs need the PostgreSQL and Redis servers the
-// tests use (see the README). A run takes about 15 minutes with the defaults.
+// of the library with benchmarks, one after another (so they do not compete
+// for the machine), and summarises each with benchstat. It then runs
+// `go run ./cmd/gatecount-load` of the tools module with two servers over
+// each store. The stores' benchmarks and load runs need the PostgreSQL and
+// Redis servers the tests use (see CONTRIBUTING.md). A run takes about 15
+// minutes with the defaults.
 package main
 
 import (
@@ -25,6 +27,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/gatecount/gatecount/internal/loadtest"
 )
 
 // benchstat is the pinned benchstat the summaries come from.
@@ -45,7 +49,7 @@ var packages = []struct{ dir, what string }{
 var stores = []string{"memory", "sqlite", "postgres", "redis"}
 
 func main() {
-	out := flag.String("o", "BENCHMARKS.md", "the file to write")
+	out := flag.String("o", "", "the file to write (default the repository's BENCHMARKS.md)")
 	count := flag.Int("count", 3, "runs of each benchmark, for benchstat")
 	loadDuration := flag.Duration("load-duration", 10*time.Second, "how long each load run drives the servers")
 	skipLoad := flag.Bool("skip-load", false, "leave out the load runs")
@@ -59,6 +63,14 @@ func main() {
 }
 
 func run(ctx context.Context, out string, count int, loadDuration time.Duration, skipLoad bool) error {
+	// The benchmarks run in the library's module, the load tool in this one.
+	root, err := loadtest.LibraryDir(ctx)
+	if err != nil {
+		return err
+	}
+	if out == "" {
+		out = filepath.Join(root, "BENCHMARKS.md")
+	}
 	var doc bytes.Buffer
 	tmp, err := os.MkdirTemp("", "gatecount-bench")
 	if err != nil {
@@ -66,7 +78,7 @@ func run(ctx context.Context, out string, count int, loadDuration time.Duration,
 	}
 	defer os.RemoveAll(tmp)
 
-	fmt.Fprintf(&doc, "# Benchmarks\n\nMade by `go run ./cmd/gatecount-bench` on %s: %s, %s, %d cores, load average at start %s.\n",
+	fmt.Fprintf(&doc, "# Benchmarks\n\nMade by `cd tools && go run ./cmd/gatecount-bench` on %s: %s, %s, %d cores, load average at start %s.\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), cpuModel(), runtime.NumCPU(), loadAverage())
 	fmt.Fprintf(&doc, "Each benchmark ran %d times; the tables are benchstat's summaries (median ± spread over the runs; benchstat wants 6 runs for a confidence interval, `-count 6` gives them). Figures from one machine at one moment: compare rows of one run, not runs of different days.\n", count)
 	doc.WriteString(`
@@ -84,7 +96,7 @@ tables of the stores come from each benchmark's own latency sample.
 		// benchstat names its column after the file: the package's name.
 		name := filepath.Base(p.dir)
 		raw := filepath.Join(tmp, name)
-		text, err := command(ctx, "go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-count", fmt.Sprint(count), "-timeout", "30m", p.dir)
+		text, err := commandIn(ctx, root, "go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-count", fmt.Sprint(count), "-timeout", "30m", p.dir)
 		if err != nil {
 			return fmt.Errorf("benchmarks of %s: %w\n%s", p.dir, err, text)
 		}
@@ -99,10 +111,10 @@ tables of the stores come from each benchmark's own latency sample.
 	}
 
 	if !skipLoad {
-		doc.WriteString("\n## End to end: two `examples/stdlib` servers per store\n\n`go run ./cmd/gatecount-load -store STORE -servers 2`: clients over loopback, `POST /execute` spread over both servers.\n")
+		doc.WriteString("\n## End to end: two `examples/stdlib` servers per store\n\n`cd tools && go run ./cmd/gatecount-load -store STORE -servers 2`: clients over loopback, `POST /execute` spread over both servers.\n")
 		for _, s := range stores {
 			progress("load run over %s", s)
-			text, err := command(ctx, "go", "run", "./cmd/gatecount-load", "-store", s, "-servers", "2", "-duration", loadDuration.String())
+			text, err := commandIn(ctx, filepath.Join(root, "tools"), "go", "run", "./cmd/gatecount-load", "-store", s, "-servers", "2", "-duration", loadDuration.String())
 			if err != nil {
 				return fmt.Errorf("load run over %s: %w\n%s", s, err, text)
 			}
@@ -112,13 +124,8 @@ tables of the stores come from each benchmark's own latency sample.
 	return os.WriteFile(out, doc.Bytes(), 0o644)
 }
 
-// command runs name with args and returns what it printed on stdout; stderr
-// goes to ours, for progress.
-func command(ctx context.Context, name string, args ...string) (string, error) {
-	return commandIn(ctx, "", name, args...)
-}
-
-// commandIn is command run in dir ("" for this one).
+// commandIn runs name with args in dir and returns what it printed on
+// stdout; stderr goes to ours, for progress.
 func commandIn(ctx context.Context, dir, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir

@@ -3,9 +3,9 @@
 // clients, then reports throughput, latency, each caller's admissions
 // against its budget, and every error.
 //
-// Usage, from the module's root:
+// Usage, from the tools module (it builds examples/stdlib in the library's):
 //
-//	go run ./cmd/gatecount-load [flags]
+//	cd tools && go run ./cmd/gatecount-load [flags]
 //
 //	-store memory|sqlite|postgres|redis   where the servers count (default memory)
 //	-servers N        server processes (default 2)
@@ -19,6 +19,7 @@
 //	-keep-logs        keep the servers' logs (printed path) instead of removing them
 //	-burst N          burst mode: N concurrent POST /execute per round (see below)
 //	-rounds N         rounds of the burst mode (default 1)
+//	-server-bin PATH  a built examples/stdlib to run instead of building one
 //
 // It builds examples/stdlib once into a temporary directory, and migrates
 // the store (PostgreSQL, SQLite: a file in that directory). It starts the

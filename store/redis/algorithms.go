@@ -22,14 +22,14 @@ local st = {0, 0, 0, 0, 0, 0}
 local limiting, fresh = 0, 0
 for i = 1, n do
   local o, k = $HEAD + (i - 1) * $PER, (i - 1) * 6
-  local alg, cap, span = ARGV[o + 1] + 0, ARGV[o + 2] + 0, ARGV[o + 3] + 0
+  local alg, cap, span = ARGV[o + 1], ARGV[o + 2] + 0, ARGV[o + 3] + 0
   local c, e, e0, x, newest = 0, 0, 0, nil, 0
   local v = redis.call('GET', KEYS[i])
   if v then
     local es, body
-    if alg == $BUCKET then
+    if alg == '$BUCKET' then
       es, body = string.match(v, '^(%d+):{"tat":(%d+)}$')
-    elseif alg == $SLIDING then
+    elseif alg == '$SLIDING' then
       es, body = string.match(v, '^(%d+):(.*)$')
     else
       es, body = string.match(v, '^(%d+):(%d+)$')
@@ -41,7 +41,7 @@ for i = 1, n do
       local ev = es + 0
       if ev > now then
         e0 = ev
-        if alg == $SLIDING then
+        if alg == '$SLIDING' then
           if #body > 4096 or not string.match(body, '^%[%d+[%d,]*%]$') or string.find(body, ',,') or string.find(body, ',%]') then return {-1} end
           local times, prev = {}, -1
           for m in string.gmatch(body, '%d+') do
@@ -54,7 +54,7 @@ for i = 1, n do
           x, newest = times, prev
           c = #times
           if c > 0 then e = times[1] + span end
-        elseif alg == $BUCKET then
+        elseif alg == '$BUCKET' then
           if #body > 16 or (#body > 1 and string.byte(body) == 48) then return {-1} end
           x = body + 0
         else
@@ -64,15 +64,17 @@ for i = 1, n do
       end
     end
   end
-  if alg == $BUCKET then
+  if alg == '$BUCKET' then
     if not x or x < nowu then x = nowu end
-    ` + cdiv("c", "x - nowu", "span") + `
+    if x > nowu then
+      ` + cdiv("c", "x - nowu", "span") + `
+    end
     if c > 0 then
       local m = c
       if m > cap then m = cap end
       ` + cdiv("e", "x - (m - 1) * span", "1000") + `
     end
-  elseif alg == $SLIDING and not x then
+  elseif alg == '$SLIDING' and not x then
     x = {}
   end
   if e0 == 0 then fresh = fresh + 1 end
@@ -92,14 +94,14 @@ if limiting == 0 then
     local alg, cap, span, e0, x = st[k + 1], st[k + 2], st[k + 3], st[k + 4], st[k + 5]
     local c, nx = r[2 + 2 * i] + amt, r[3 + 2 * i]
     local val, e
-    if alg == $SLIDING then
+    if alg == '$SLIDING' then
       local at = math.max(now, st[k + 6])
       local sat = string.format('%d', at)
       for _ = 1, amt do x[#x + 1] = sat end
       c = #x
       nx = x[1] + span
       val, e = '[' .. table.concat(x, ',') .. ']', at + span
-    elseif alg == $BUCKET then
+    elseif alg == '$BUCKET' then
       x = x + amt * span
       local m = c
       if m > cap then m = cap end

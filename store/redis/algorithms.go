@@ -18,6 +18,9 @@ var algoScript = newScript(indexLua.Replace(algoLayout.Replace(`$INDEX
 local nowu = now * 1000
 local amt = ARGV[1] + 0
 local r = {now, 0, -1, 0, 0}
+-- st, six places a key: algorithm, capacity, span, the live entry's expiry
+-- (0 for none), x (a bucket's tat in µs, a sliding window's times), and a
+-- sliding window's newest time.
 local st = {0, 0, 0, 0, 0, 0}
 local limiting, fresh = 0, 0
 for i = 1, n do

@@ -14,12 +14,13 @@ import (
 // elsewhere, the time apply was given), then writePer per key (mode, raw
 // value as read, new raw value, new expiry).
 //
-// The count script's: countHead values (amount, max entries, live entries
-// elsewhere), then countPer per key (cap, window ms).
+// The count script's: countHead values (amount, room: max entries less the
+// live entries elsewhere), then countPer per key (cap, window ms). Every
+// argument costs the script a little, so there are few.
 const (
 	writeHead = 3
 	writePer  = 4
-	countHead = 3
+	countHead = 2
 	countPer  = 2
 )
 
@@ -48,12 +49,12 @@ var writeLayout = strings.NewReplacer(
 // countLayout puts the layout above into the count script's source.
 var countLayout = strings.NewReplacer("$HEAD", strconv.Itoa(countHead), "$PER", strconv.Itoa(countPer))
 
-// The algorithm script's arguments: algoHead values (amount, max entries,
-// live entries elsewhere), then algoPer per key (algorithm, capacity,
-// window ms, a token bucket's interval in µs).
+// The algorithm script's arguments: algoHead values (amount, room, as
+// the count script's), then algoPer per key (algorithm, capacity, span: a
+// token bucket's interval in µs, else the window in ms).
 const (
-	algoHead = 3
-	algoPer  = 4
+	algoHead = 2
+	algoPer  = 3
 )
 
 // algoLayout puts the layout above into the algorithm script's source.
@@ -61,14 +62,13 @@ var algoLayout = strings.NewReplacer("$HEAD", strconv.Itoa(algoHead), "$PER", st
 	"$SLIDING", strconv.Itoa(int(store.SlidingWindow)), "$BUCKET", strconv.Itoa(int(store.TokenBucket)))
 
 // setArgs lays out the count script's command in c, for an amount n on
-// the keys c.ks names, with caps, and returns it (see cmdArgs). The live
-// entries elsewhere point to c.others, which the caller sets before each
-// run.
-func (c *countCall) setArgs(b *Backend, n int64, caps []store.Budget) []any {
+// the keys c.ks names, with caps, and returns it (see cmdArgs). The room
+// points to c.room, which the caller sets before each run (setOthers).
+func (c *countCall) setArgs(n int64, caps []store.Budget) []any {
 	ks := &c.ks
-	c.n, c.max = n, int64(b.max)
+	c.n = n
 	a := c.cmd[:cmdArgs(c.cmd[:], ks.names)]
-	a = append(a, &c.n, &c.max, &c.others)
+	a = append(a, &c.n, &c.room)
 	for i := range caps {
 		c.limits[i], c.windows[i] = int64(caps[i].Limit), caps[i].Window.Milliseconds()
 		a = append(a, &c.limits[i], &c.windows[i])
@@ -77,19 +77,28 @@ func (c *countCall) setArgs(b *Backend, n int64, caps []store.Budget) []any {
 }
 
 // setAlgoArgs lays out algoScript's command in c, as setArgs does
-// countScript's, with each key's algorithm, capacity, window and interval.
-func (c *countCall) setAlgoArgs(b *Backend, n int64, caps []store.Budget) []any {
+// countScript's, with each key's algorithm, capacity and span.
+func (c *countCall) setAlgoArgs(n int64, caps []store.Budget) []any {
 	ks := &c.ks
-	c.n, c.max = n, int64(b.max)
+	c.n = n
 	a := c.cmd[:cmdArgs(c.cmd[:], ks.names)]
-	a = append(a, &c.n, &c.max, &c.others)
+	a = append(a, &c.n, &c.room)
 	for i := range caps {
 		cp := caps[i]
 		c.algs[i], c.limits[i] = int64(cp.Algorithm), cp.Capacity()
-		c.windows[i], c.intervals[i] = cp.Window.Milliseconds(), cp.Interval().Microseconds()
-		a = append(a, &c.algs[i], &c.limits[i], &c.windows[i], &c.intervals[i])
+		c.windows[i] = cp.Window.Milliseconds()
+		if cp.Algorithm == store.TokenBucket {
+			c.windows[i] = cp.Interval().Microseconds()
+		}
+		a = append(a, &c.algs[i], &c.limits[i], &c.windows[i])
 	}
 	return a
+}
+
+// setOthers sets the live entries under other tags, and the room the
+// scripts are given: max entries less them.
+func (c *countCall) setOthers(b *Backend, others int64) {
+	c.others, c.room = others, int64(b.max)-others
 }
 
 // setHead sets the arguments before the keys'; maxEntries is the backend's.

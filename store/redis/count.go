@@ -29,12 +29,12 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	c := countCalls.Get().(*countCall)
 	defer c.done()
 	b.nameKeys(&c.ks, sp, prefix, keys)
-	s, cmd := countScript, c.setArgs(b, n, caps)
+	s, cmd := countScript, c.setArgs(n, caps)
 	if !fixedOnly(caps) {
-		s, cmd = algoScript, c.setAlgoArgs(b, n, caps)
+		s, cmd = algoScript, c.setAlgoArgs(n, caps)
 	}
 	for swept := false; ; {
-		c.others = b.elsewhere(sp)
+		c.setOthers(b, b.elsewhere(sp))
 		res, err := b.evalInts(ctx, s, cmd)
 		if err != nil {
 			return err
@@ -50,19 +50,19 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 			b.sweepFull(ctx)
 			swept = true
 			continue
-		case len(res) != 4+2*len(keys):
+		case len(res) != 3+2*len(keys) || res[0] < 0:
 			return fmt.Errorf("redis: count answered %v", res)
 		}
-		*t = store.Tally{Allowed: res[0] == 1, Now: time.UnixMilli(res[1]), Limiting: int(res[2]) - 1}
+		*t = store.Tally{Allowed: res[1] == 0, Now: time.UnixMilli(res[0]), Limiting: int(res[1]) - 1}
 		for i := range keys {
-			t.Counts[i] = res[4+2*i]
-			if e := res[5+2*i]; e > 0 {
+			t.Counts[i] = res[3+2*i]
+			if e := res[4+2*i]; e > 0 {
 				t.ExpiresAt[i] = time.UnixMilli(e)
 			}
 		}
-		b.clock.observe(res[1])
+		b.clock.observe(res[0])
 		if t.Allowed {
-			b.counted(ctx, sp, prefix, res[3], c.others)
+			b.counted(ctx, sp, prefix, res[2], c.others)
 		}
 		return nil
 	}
@@ -81,15 +81,14 @@ func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []strin
 // or a large number put in an interface would be an allocation of its own.
 // Counts take them from countCalls, so that a Count allocates none.
 type countCall struct {
-	ks        keySet
-	cmd       [3 + store.MaxCountKeys + indexKeys + max(countHead, algoHead) + max(countPer, algoPer)*store.MaxCountKeys]any
-	n         int64                     // the amount
-	max       int64                     // the backend's max entries
-	others    int64                     // live entries under other tags
-	limits    [store.MaxCountKeys]int64 // caps, or capacities for algoScript
-	windows   [store.MaxCountKeys]int64 // ms
-	algs      [store.MaxCountKeys]int64 // algoScript's algorithms
-	intervals [store.MaxCountKeys]int64 // algoScript's token bucket intervals, µs
+	ks      keySet
+	cmd     [3 + store.MaxCountKeys + indexKeys + max(countHead, algoHead) + max(countPer, algoPer)*store.MaxCountKeys]any
+	n       int64                     // the amount
+	others  int64                     // live entries under other tags
+	room    int64                     // the backend's max entries less others
+	limits  [store.MaxCountKeys]int64 // caps, or capacities for algoScript
+	windows [store.MaxCountKeys]int64 // ms, or for algoScript a token bucket's interval in µs
+	algs    [store.MaxCountKeys]int64 // algoScript's algorithms
 }
 
 // fixedOnly reports whether every budget of caps is a fixed window.

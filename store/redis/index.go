@@ -32,7 +32,9 @@ func indexNames(p string) [indexKeys + 1]string {
 // expires a minute after its newest expiry.
 //
 // Each block reads and sets the locals its comment names. The script's
-// head ($INDEX) sets now, ends, endsat and top.
+// head ($INDEX) sets now, ends, endsat and top. Increments go to HINCRBY
+// as strings: Redis formats a Lua number argument with snprintf, which
+// costs more than the command.
 var indexLua = strings.NewReplacer(
 	"$INDEX", `
 local t = redis.call('TIME')
@@ -49,29 +51,31 @@ local top = 0`,
 	// sets full to it.
 	"$ROOM", `
 local full, removed
-live = redis.call('HINCRBY', ends, 'n', fresh)
+local fs = fresh == 1 and '1' or string.format('%d', fresh)
+live = redis.call('HINCRBY', ends, 'n', fs)
 if live + others > cap then
-  redis.call('HINCRBY', ends, 'n', -fresh)
+  redis.call('HINCRBY', ends, 'n', '-' .. fs)
   `+tidyLua+`
-  live = redis.call('HINCRBY', ends, 'n', fresh)
+  live = redis.call('HINCRBY', ends, 'n', fs)
   if live + others > cap then
-    redis.call('HINCRBY', ends, 'n', -fresh)
+    redis.call('HINCRBY', ends, 'n', '-' .. fs)
     full = live - fresh
   end
 end`,
-	// $ADD counts an entry expiring at e (ms) under that expiry; $ROOM has
-	// counted it in the total.
+	// $ADD counts an entry expiring at e (ms), es in decimal, under that
+	// expiry; $ROOM has counted it in the total.
 	"$ADD", addLua,
-	// $MOVE counts the live entry that expired at e0 as expiring at e.
+	// $MOVE counts the live entry that expired at e0 as expiring at e
+	// (es in decimal).
 	"$MOVE", `
 if e0 ~= e then
   `+uncountLua+`
-  if not counted then redis.call('HINCRBY', ends, 'n', 1) end
+  if not counted then redis.call('HINCRBY', ends, 'n', '1') end
   `+addLua+`
 end`,
 	// $DROP uncounts the live entry that expired at e0.
 	"$DROP", uncountLua+`
-if counted then redis.call('HINCRBY', ends, 'n', -1) end`,
+if counted then redis.call('HINCRBY', ends, 'n', '-1') end`,
 	// $FINISH makes the index outlive its newest expiry.
 	"$FINISH", `
 if top > 0 then
@@ -103,12 +107,9 @@ end`
 
 // addLua is $ADD.
 const addLua = `
-do
-  local es = string.format('%d', e)
-  if redis.call('HINCRBY', ends, es, 1) == 1 then
-    redis.call('ZADD', endsat, es, es)
-    if e > top then top = e end
-  end
+if redis.call('HINCRBY', ends, es, '1') == 1 then
+  redis.call('ZADD', endsat, es, es)
+  if e > top then top = e end
 end`
 
 // uncountLua takes the entry that expired at e0 from its expiry's count,
@@ -118,7 +119,7 @@ const uncountLua = `
 local counted
 do
   local es = string.format('%d', e0)
-  local c = redis.call('HINCRBY', ends, es, -1)
+  local c = redis.call('HINCRBY', ends, es, '-1')
   counted = c >= 0
   if c <= 0 then
     redis.call('HDEL', ends, es)

@@ -186,24 +186,25 @@ return {1, live, now}
 `)))
 
 // countScript is the fixed-window count of store.Count in one step. KEYS
-// are the counters' keys, then the live index's. ARGV: amount, max
-// entries, live entries elsewhere, then two per key: cap, window ms (the
-// layout is in args.go).
+// are the counters' keys, then the live index. ARGV: amount, room (max
+// entries less the live entries elsewhere), then two per key: cap, window
+// ms (the layout is in args.go).
 //
 // It returns {-1} when a value is not a plain count it can do exact
-// arithmetic on; the caller then counts through Update. It returns {-2,
-// now, live} when new counters find no room. Otherwise it returns {allowed
-// (0 or 1), now, limiting (1-based, 0 for none), live, count1, expiry1,
-// count2, ...}, an expiry of 0 meaning no counter.
+// arithmetic on (the caller then counts through Update); {-2, now, live}
+// when new counters find no room; otherwise {now, limiting (1-based, 0
+// for none: allowed), live, count1, expiry1, count2, ...}, an expiry of 0
+// meaning no counter.
 //
-// It runs on every limiter attempt, so it does the least it can. It makes
-// one pattern match per value, builds the answer in place, and uses Lua's
-// own conversion of ARGV's strings where exact. It sets a live counter with
-// KEEPTTL: its TTL is its expiry, since every entry is set with PXAT at it.
-// See "What a Count costs in Redis" in DESIGN.md.
+// It runs on every limiter attempt, so it does the least it can: one
+// pattern match per value, the answer built in place and sized for one
+// key, few arguments, KEEPTTL for a live counter (whose TTL is its expiry,
+// since every entry is set with PXAT at it), and Lua's own conversion of
+// a string of digits (s + 0: tonumber converts twice). See "What a Count
+// costs in Redis" in DESIGN.md.
 var countScript = newScript(indexLua.Replace(countLayout.Replace(`$INDEX
-local amt = tonumber(ARGV[1])
-local r = {1, now, 0, -1}
+local amt = ARGV[1] + 0
+local r = {now, 0, -1, 0, 0}
 local fresh = 0
 for i = 1, n do
   local v = redis.call('GET', KEYS[i])
@@ -211,36 +212,35 @@ for i = 1, n do
   if v then
     local es, body = string.match(v, '^(%d+):(%d+)$')
     if es and #body <= 15 then
-      local ev = tonumber(es)
-      if ev > now then c, e = tonumber(body), ev end
+      local ev = es + 0
+      if ev > now then c, e = body + 0, ev end
     else
       es = string.match(v, '^(%d+):')
-      if not es or tonumber(es) > now then return {-1} end
+      if not es or es + 0 > now then return {-1} end
     end
   end
-  r[3 + 2 * i], r[4 + 2 * i] = c, e
+  r[2 + 2 * i], r[3 + 2 * i] = c, e
   if e == 0 then fresh = fresh + 1 end
-  if r[3] == 0 and c > ARGV[$HEAD + 1 + (i - 1) * $PER] - amt then r[1], r[3] = 0, i end
+  if r[2] == 0 and c > ARGV[$HEAD + 1 + (i - 1) * $PER] - amt then r[2] = i end
 end
-if r[3] > 0 then return r end
+if r[2] > 0 then return r end
 if fresh > 0 then
-  local live, others, cap = 0, tonumber(ARGV[3]), tonumber(ARGV[2])
+  local live, others, cap = 0, 0, ARGV[2] + 0
   $ROOM
   if full then return {-2, now, full} end
-  r[4] = live
+  r[3] = live
 end
 for i = 1, n do
-  local o = $HEAD + (i - 1) * $PER
-  local c, e = r[3 + 2 * i] + amt, r[4 + 2 * i]
+  local c, e = r[2 + 2 * i] + amt, r[3 + 2 * i]
   if e == 0 then
-    e = now + ARGV[o + 2]
+    e = now + ARGV[$HEAD + 2 + (i - 1) * $PER]
     local es = string.format('%d', e)
     redis.call('SET', KEYS[i], es .. ':' .. string.format('%d', c), 'PXAT', es)
     $ADD
   else
     redis.call('SET', KEYS[i], string.format('%d:%d', e, c), 'KEEPTTL')
   end
-  r[3 + 2 * i], r[4 + 2 * i] = c, e
+  r[2 + 2 * i], r[3 + 2 * i] = c, e
 end
 $FINISH
 return r
@@ -266,6 +266,7 @@ removed = removed + redis.call('ZREMRANGEBYSCORE', earlier, '-inf', nows)
 local moving = redis.call('ZRANGE', earlier, 0, 999, 'WITHSCORES')
 for i = 1, #moving, 2 do
   local e = tonumber(moving[i + 1])
+  local es = string.format('%d', e)
   $ADD
 end
 if #moving > 0 then

@@ -214,6 +214,32 @@ func TestFullStoreCountsHeldKeys(t *testing.T) {
 			t.Errorf("held key's count after a refusal is %s, want 3", e[0].Value)
 		}
 	})
+	t.Run("local, memory full", func(t *testing.T) {
+		// Memory is bounded by the store's bound: new keys counted alone
+		// fill it. Then a new key is refused as counted alone, a 429,
+		// never as an outage (a 503), and the held key is given back.
+		c, l := setup(t, limiter.Local)
+		var d limiter.Decision
+		for i := 0; ; i++ {
+			d, _ = l.Attempt(ctx, fmt.Sprintf("solo-%d", i))
+			if !d.Allowed {
+				break
+			}
+			if i == 20 {
+				t.Fatal("memory of 10 entries never filled")
+			}
+		}
+		if o := limiter.OutcomeOf(&d); o != limiter.DeniedLocal || d.RetryAfter != budget.Window {
+			t.Fatalf("a new key with store and memory full: %v, %+v; want denied_local, Retry-After the window it would open", o, d)
+		}
+		d, _ = l.Attempt(ctx, "new", "account")
+		if o := limiter.OutcomeOf(&d); o != limiter.DeniedLocal || d.Limiting != 0 {
+			t.Fatalf("a new key beside a held one, store and memory full: %v, %+v; want denied_local by the new key", o, d)
+		}
+		if e, _ := c.remote.Read(ctx, "c:", []string{"account"}); string(e[0].Value) != "3" {
+			t.Errorf("held key's count after the refusal is %s, want 3: given back", e[0].Value)
+		}
+	})
 	t.Run("deny", func(t *testing.T) {
 		_, l := setup(t, limiter.Deny)
 		d, _ := l.Attempt(ctx, "new", "account")

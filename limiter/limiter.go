@@ -121,7 +121,8 @@ const (
 	// per instance; across N instances an attacker gets up to N times what
 	// was left of the budget during the outage. A full store still counts
 	// the keys it holds; only keys it has no room for are counted in
-	// memory.
+	// memory, and with memory full too the attempt is refused as counted
+	// alone (a middleware answers 429), never as an outage.
 	Local
 )
 
@@ -155,7 +156,8 @@ const (
 	KindLocal    = "limiter-local-fallback"
 	KindDenied   = "limiter-store-unavailable"
 	// KindMemoryFull is logged when the limiter's memory of a shared
-	// store's counts has no room for a new key.
+	// store's counts has no room for a new key, and when a full store's new
+	// key is refused for want of room in memory too.
 	KindMemoryFull = "limiter-memory-full"
 )
 

@@ -670,9 +670,12 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 		err := l.countLocal(ctx, keys, caps, n, cause, d)
 		switch {
 		case err == nil:
-		case reason == store.ReasonOverloaded && !store.IsPatient(ctx):
+		case reason == store.ReasonOverloaded && !store.IsPatient(ctx),
+			!down(cause) && store.ReasonOf(err) == store.ReasonFull:
 			// No room to count alone: wait for the store, however many
-			// calls already wait, rather than refuse.
+			// calls already wait, rather than refuse. A busy store with
+			// memory full is waited for again, patient or not: it is
+			// busy, not down.
 			return l.decide(store.Patient(ctx), keys, caps, n, d)
 		default:
 			l.refuse(errors.Join(cause, err), caps, d)

@@ -369,6 +369,87 @@ func TestRefundLandsAfterOutage(t *testing.T) {
 	}
 }
 
+// gated is a shared store whose calls on the limiter's handle wait, while
+// shut is set, until open is closed; entered hears of each such call.
+type gated struct {
+	counting
+	shut    atomic.Bool
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g *gated) gate(p string) {
+	if p == "c:" && g.shut.Load() {
+		g.entered <- struct{}{}
+		<-g.open
+	}
+}
+
+func (g *gated) Update(ctx context.Context, p string, k []string, a store.ApplyFunc) error {
+	g.gate(p)
+	return g.counting.Update(ctx, p, k, a)
+}
+
+func (g *gated) Count(ctx context.Context, p string, k []string, caps []store.Budget, n int64, t *store.Tally) error {
+	g.gate(p)
+	return g.counting.Count(ctx, p, k, caps, n, t)
+}
+
+// A credit never waits for a busy store on its caller's goroutine (a
+// request's, whose answer and the server's shutdown would wait too): with
+// the store's one slot held by a call that does not return, a refund
+// returns at once, and the outbox lands it once the store answers.
+func TestCreditNeverWaitsForBusyStore(t *testing.T) {
+	ctx := context.Background()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, MaxInFlight: 1, Deadline: time.Hour}.WithDefaults()
+	g := &gated{counting: counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}},
+		entered: make(chan struct{}, 16), open: make(chan struct{})}
+	s := store.New(g, o)
+	t.Cleanup(func() { s.Close() })
+	var opened sync.Once
+	release := func() { opened.Do(func() { close(g.open) }) }
+	t.Cleanup(release) // registered last: runs first, so that nothing waits on the gate
+	h, _ := s.Handle("c:")
+	l, err := limiter.New(h, limiter.Options{Name: "gated", Budget: limiter.Budget{Limit: 5, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	announced(t, s)
+	d, err := l.Attempt(ctx, "k")
+	if err != nil || !d.Allowed || d.Local {
+		t.Fatalf("counted in the store: %+v, %v", d, err)
+	}
+	g.shut.Store(true)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { l.Attempt(ctx, "other") }) // holds the store's one slot
+	<-g.entered
+	refunded := make(chan error, 1)
+	go func() { refunded <- l.Refund(ctx, d) }()
+	select {
+	case err := <-refunded:
+		if err != nil {
+			t.Fatalf("refund with the store busy: %v, want it kept for the outbox", err)
+		}
+	case <-time.After(10 * time.Second):
+		release()
+		t.Fatal("a refund waited for a busy store on its caller's goroutine")
+	}
+	g.shut.Store(false)
+	release()
+	for i := 0; ; i++ { // the outbox lands it
+		es, err := g.remote.Read(ctx, "c:", []string{"k"})
+		if err == nil && es[0].Live() && string(es[0].Value) == "0" {
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("the refund did not land within 10 s of the store's return: %q, %v", es[0].Value, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // What one instance resets, another sees within about AskAgain: a key the
 // second remembers spent is asked of the store again after AskAgain, while
 // every attempt before that is refused from memory.

@@ -347,10 +347,12 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 // at the indexes refund. As [Limiter.Refund] does, it gives back only in
 // the window d counted in. It forgets the count of each key of clear, as
 // [Limiter.Reset] does. What this instance remembers of them changes at
-// once. A credit the store cannot take now is kept, and tried again in the
-// background until it lands or until the latest window of d has ended.
-// Credit then returns nil. It returns an error for a decision that counted
-// nothing to give back, or when too many credits already wait.
+// once. Credit never waits for a busy store. A credit the store cannot take
+// at once (no free slot, the store unavailable, or ctx ended) is kept. It
+// is tried again in the background until it lands or until the latest
+// window of d has ended. Credit then returns nil. It returns an error for a
+// decision that counted nothing to give back, or when too many credits
+// already wait.
 func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ...string) error {
 	if !d.Allowed || (d.Unavailable && !d.Local) || d.n == 0 {
 		return ErrNotRefundable
@@ -393,12 +395,14 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 			l.lower(ctx, key, c.expires[i] == 0, c.n)
 		}
 	}
-	// A credit waits for the store however busy: it is owed.
-	err := l.land(store.Patient(ctx), &c)
+	// A credit is owed: the outbox waits for the store however busy, but
+	// the caller (a request, whose answer and a server's shutdown wait
+	// for it) does not.
+	err := l.land(store.NoWait(ctx), &c)
 	switch {
 	case err == nil:
 		return nil
-	case !errors.Is(err, store.ErrUnavailable):
+	case !errors.Is(err, store.ErrUnavailable) && ctx.Err() == nil:
 		return fmt.Errorf("limiter %q: credit: %w", l.name, err)
 	}
 	return l.out.retry(l, c)

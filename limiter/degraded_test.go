@@ -214,6 +214,32 @@ func TestFullStoreCountsHeldKeys(t *testing.T) {
 			t.Errorf("held key's count after a refusal is %s, want 3", e[0].Value)
 		}
 	})
+	t.Run("local, memory full", func(t *testing.T) {
+		// Memory is bounded by the store's bound: new keys counted alone
+		// fill it. Then a new key is refused as counted alone, a 429,
+		// never as an outage (a 503), and the held key is given back.
+		c, l := setup(t, limiter.Local)
+		var d limiter.Decision
+		for i := 0; ; i++ {
+			d, _ = l.Attempt(ctx, fmt.Sprintf("solo-%d", i))
+			if !d.Allowed {
+				break
+			}
+			if i == 20 {
+				t.Fatal("memory of 10 entries never filled")
+			}
+		}
+		if o := limiter.OutcomeOf(&d); o != limiter.DeniedLocal || d.RetryAfter != budget.Window {
+			t.Fatalf("a new key with store and memory full: %v, %+v; want denied_local, Retry-After the window it would open", o, d)
+		}
+		d, _ = l.Attempt(ctx, "new", "account")
+		if o := limiter.OutcomeOf(&d); o != limiter.DeniedLocal || d.Limiting != 0 {
+			t.Fatalf("a new key beside a held one, store and memory full: %v, %+v; want denied_local by the new key", o, d)
+		}
+		if e, _ := c.remote.Read(ctx, "c:", []string{"account"}); string(e[0].Value) != "3" {
+			t.Errorf("held key's count after the refusal is %s, want 3: given back", e[0].Value)
+		}
+	})
 	t.Run("deny", func(t *testing.T) {
 		_, l := setup(t, limiter.Deny)
 		d, _ := l.Attempt(ctx, "new", "account")
@@ -340,6 +366,87 @@ func TestRefundLandsAfterOutage(t *testing.T) {
 			t.Fatal("the refund did not land within 10 s of the store's return")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// gated is a shared store whose calls on the limiter's handle wait, while
+// shut is set, until open is closed; entered hears of each such call.
+type gated struct {
+	counting
+	shut    atomic.Bool
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g *gated) gate(p string) {
+	if p == "c:" && g.shut.Load() {
+		g.entered <- struct{}{}
+		<-g.open
+	}
+}
+
+func (g *gated) Update(ctx context.Context, p string, k []string, a store.ApplyFunc) error {
+	g.gate(p)
+	return g.counting.Update(ctx, p, k, a)
+}
+
+func (g *gated) Count(ctx context.Context, p string, k []string, caps []store.Budget, n int64, t *store.Tally) error {
+	g.gate(p)
+	return g.counting.Count(ctx, p, k, caps, n, t)
+}
+
+// A credit never waits for a busy store on its caller's goroutine (a
+// request's, whose answer and the server's shutdown would wait too): with
+// the store's one slot held by a call that does not return, a refund
+// returns at once, and the outbox lands it once the store answers.
+func TestCreditNeverWaitsForBusyStore(t *testing.T) {
+	ctx := context.Background()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, MaxInFlight: 1, Deadline: time.Hour}.WithDefaults()
+	g := &gated{counting: counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}},
+		entered: make(chan struct{}, 16), open: make(chan struct{})}
+	s := store.New(g, o)
+	t.Cleanup(func() { s.Close() })
+	var opened sync.Once
+	release := func() { opened.Do(func() { close(g.open) }) }
+	t.Cleanup(release) // registered last: runs first, so that nothing waits on the gate
+	h, _ := s.Handle("c:")
+	l, err := limiter.New(h, limiter.Options{Name: "gated", Budget: limiter.Budget{Limit: 5, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	announced(t, s)
+	d, err := l.Attempt(ctx, "k")
+	if err != nil || !d.Allowed || d.Local {
+		t.Fatalf("counted in the store: %+v, %v", d, err)
+	}
+	g.shut.Store(true)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { l.Attempt(ctx, "other") }) // holds the store's one slot
+	<-g.entered
+	refunded := make(chan error, 1)
+	go func() { refunded <- l.Refund(ctx, d) }()
+	select {
+	case err := <-refunded:
+		if err != nil {
+			t.Fatalf("refund with the store busy: %v, want it kept for the outbox", err)
+		}
+	case <-time.After(10 * time.Second):
+		release()
+		t.Fatal("a refund waited for a busy store on its caller's goroutine")
+	}
+	g.shut.Store(false)
+	release()
+	for i := 0; ; i++ { // the outbox lands it
+		es, err := g.remote.Read(ctx, "c:", []string{"k"})
+		if err == nil && es[0].Live() && string(es[0].Value) == "0" {
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("the refund did not land within 10 s of the store's return: %q, %v", es[0].Value, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -551,5 +658,75 @@ func TestMemoryFullStillSeesHeldKeys(t *testing.T) {
 	es, _ := c.remote.Read(ctx, "c:", []string{"alice"})
 	if string(es[0].Value) != "4" {
 		t.Fatalf("alice's count in the store: %q, want 4 (3 alone, then 1)", es[0].Value)
+	}
+}
+
+// saturated is a shared store whose counts on the limiter's handle answer
+// overloaded while busy is above 0, each count taking one off, and whose
+// announcements fail while quiet is set.
+type saturated struct {
+	counting
+	busy  atomic.Int64
+	quiet atomic.Bool
+}
+
+func (s *saturated) Update(ctx context.Context, p string, k []string, a store.ApplyFunc) error {
+	if p != "c:" && s.quiet.Load() {
+		return errDown
+	}
+	return s.counting.Update(ctx, p, k, a)
+}
+
+func (s *saturated) Count(ctx context.Context, p string, k []string, caps []store.Budget, n int64, t *store.Tally) error {
+	if s.busy.Add(-1) >= 0 {
+		return store.WaitedOut("a test's turn", context.DeadlineExceeded)
+	}
+	return s.counting.Count(ctx, p, k, caps, n, t)
+}
+
+// A busy store is waited for when memory has no room to count alone, even
+// once this instance has not reached the store for long enough to count
+// alone: busy is not down, and its answer is never a 503.
+func TestBusyWithMemoryFullWaits(t *testing.T) {
+	ctx := context.Background()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 10 * time.Millisecond}.WithDefaults()
+	s := &saturated{counting: counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}}
+	st := store.New(s, o)
+	t.Cleanup(func() { st.Close() })
+	h, _ := st.Handle("c:")
+	l, err := limiter.New(h, limiter.Options{Name: "busy", Budget: limiter.Budget{Limit: 5, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet, LocalMaxEntries: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	announced(t, st)
+	s.quiet.Store(true)
+	for i := 0; st.AloneAfter() > 0; i++ { // its announcements no longer land
+		if i == 1000 {
+			t.Fatal("the store still lets this instance wait for it after 10 s of failed announcements")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.down.Store(true)
+	for i := 0; ; i++ { // fill memory with attempts counted alone
+		d, err := l.Attempt(ctx, fmt.Sprintf("flood-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			break
+		}
+		if i == 10 {
+			t.Fatal("memory of 4 entries never filled")
+		}
+	}
+	s.down.Store(false)
+	s.busy.Store(3) // busy for three more counts, then it answers
+	d, err := l.Attempt(ctx, "bob")
+	if err != nil || !d.Allowed || d.Local || d.Unavailable {
+		t.Fatalf("a new key, the store busy and memory full: %+v, %v; want waited for and counted in the store", d, err)
+	}
+	if n := s.busy.Load(); n >= 0 {
+		t.Fatalf("the store was asked %d times, want 4: the test tests nothing", 3-n)
 	}
 }

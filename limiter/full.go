@@ -13,7 +13,9 @@ import (
 // them that is spent refuses the attempt as it would any day. Only the keys
 // the store has no room for fall to the policy. Under Deny the attempt is
 // refused. Otherwise they are counted in process memory, and when memory
-// refuses them the store's keys are given back.
+// refuses them the store's keys are given back. When memory has no room
+// for them either, the attempt is refused as counted alone (see noRoom). A
+// full store is not down, and its answer is not an outage's.
 func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Budget, n int64, cause error, d *Decision) error {
 	m := &memoCall{n: len(keys)} // what the apply holds, off the caller's stack
 	copy(m.keys[:], keys)
@@ -48,7 +50,14 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 	})
 	switch {
 	case err != nil && store.ReasonOf(err) == store.ReasonFull:
-		if err := l.countLocal(ctx, keys, caps, n, cause, d); err != nil { // no key is held after all
+		err := l.countLocal(ctx, keys, caps, n, cause, d) // no key is held after all
+		switch {
+		case err == nil:
+		case store.ReasonOf(err) == store.ReasonFull:
+			t := l.noRoom(time.Now(), caps, err)
+			decide(&t, keys, caps, true, d)
+			d.Unavailable, d.Cause = true, cause
+		default:
 			l.refuse(errors.Join(cause, err), caps, d)
 		}
 		return nil
@@ -93,6 +102,9 @@ func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Bu
 		}
 	}
 	lt, err := l.countAlone(ctx, sub[:n:n], subCaps[:n:n], cost)
+	if store.ReasonOf(err) == store.ReasonFull {
+		lt, err = l.noRoom(t.Now, subCaps[:n:n], err), nil
+	}
 	if err != nil || !lt.Allowed {
 		l.giveBackHeld(ctx, keys, caps, t, fresh, cost)
 	}
@@ -144,4 +156,25 @@ func (l *Limiter) giveBackHeld(ctx context.Context, keys []string, caps []store.
 	if err := l.land(ctx, &credit{keys: held[:n], expires: exp[:n], n: cost, caps: cs[:n]}); err != nil {
 		l.log.Warn("store full: giving back a refused attempt's count failed", "kind", KindStoreFull, "err", err)
 	}
+}
+
+// noRoom is the tally, at now, of an attempt on keys with budgets caps that
+// neither the full store nor process memory (full, err) has room to count.
+// Nothing can count the attempt, so nothing admits it: it is refused as
+// counted alone, as a key with no share left is (429, never 503), by the
+// key whose window is shortest, with the window it would open as its
+// Retry-After. Admitting it uncounted would give any key the store does
+// not hold, an account under attack among them, a budget without end.
+func (l *Limiter) noRoom(now time.Time, caps []store.Budget, err error) store.Tally {
+	l.memoFull.Do(func() {
+		l.log.Warn("limiter memory full: new keys the full store has no room for are refused", "kind", KindMemoryFull, "err", err)
+	})
+	t := store.Tally{Now: now, Limiting: 0}
+	for i := range caps {
+		t.ExpiresAt[i] = now.Add(caps[i].Window)
+		if caps[i].Window < caps[t.Limiting].Window {
+			t.Limiting = i
+		}
+	}
+	return t
 }

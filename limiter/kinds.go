@@ -17,7 +17,8 @@ const (
 	// keys it has no room for in process memory.
 	KindStoreFull = "limit-count-store-full"
 	// KindMemoryFull is logged when the limiter's memory of a shared
-	// store's counts has no room for a new key.
+	// store's counts has no room for a new key. It is also logged when a
+	// full store's new key is refused because memory has no room either.
 	KindMemoryFull = "limit-count-memory-full"
 	// KindOutbox is logged when what a limiter owes the store (attempts
 	// admitted alone, credits) is dropped. Either their windows ended

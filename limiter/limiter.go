@@ -123,7 +123,8 @@ const (
 	// per instance; across N instances an attacker gets up to N times what
 	// was left of the budget during the outage. A full store still counts
 	// the keys it holds; only keys it has no room for are counted in
-	// memory.
+	// memory, and with memory full too the attempt is refused as counted
+	// alone (a middleware answers 429), never as an outage.
 	Local
 )
 
@@ -662,9 +663,12 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 		err := l.countLocal(ctx, keys, caps, n, cause, d)
 		switch {
 		case err == nil:
-		case reason == store.ReasonOverloaded && !store.IsPatient(ctx):
+		case reason == store.ReasonOverloaded && !store.IsPatient(ctx),
+			!down(cause) && store.ReasonOf(err) == store.ReasonFull:
 			// No room to count alone: wait for the store, however many
-			// calls already wait, rather than refuse.
+			// calls already wait, rather than refuse. A busy store with
+			// memory full is waited for again, patient or not: it is
+			// busy, not down.
 			return l.decide(store.Patient(ctx), keys, caps, n, d)
 		default:
 			l.refuse(errors.Join(cause, err), caps, d)

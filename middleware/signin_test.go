@@ -18,6 +18,8 @@ import (
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/memory"
 )
 
 // passwords is a sign-in handler: alice's password is "right", bob's
@@ -298,5 +300,67 @@ func TestSignInClientGoneStillCounted(t *testing.T) {
 	h.ServeHTTP(w, r)
 	if w.Code != 429 || p.checks.Load() != 5 {
 		t.Fatalf("after 5 abandoned guesses: %d, %d checks", w.Code, p.checks.Load())
+	}
+}
+
+// held is a shared store whose updates under the prefix "hold:" wait until
+// open is closed, holding their slot of the store; entered hears of each.
+type held struct {
+	store.Backend
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (b *held) Shared() bool { return true }
+
+func (b *held) Update(ctx context.Context, p string, k []string, a store.ApplyFunc) error {
+	if p == "hold:" {
+		b.entered <- struct{}{}
+		<-b.open
+	}
+	return b.Backend.Update(ctx, p, k, a)
+}
+
+// A successful sign-in's credit never holds its answer (nor so a server's
+// shutdown, which waits for answers) behind a busy store: with the store's
+// one slot taken by a call that does not return, bob's right password is
+// answered 200 at once, and the credit waits in the limiter's outbox.
+func TestSignInCreditNeverHoldsTheAnswer(t *testing.T) {
+	o := store.Options{Logger: quiet, MaxInFlight: 1, Deadline: time.Hour}.WithDefaults()
+	b := &held{Backend: memory.NewBackend(memory.Options{Store: o}), entered: make(chan struct{}, 1), open: make(chan struct{})}
+	s := store.New(b, o)
+	t.Cleanup(func() { s.Close() })
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	var opened sync.Once
+	release := func() { opened.Do(func() { close(b.open) }) }
+	t.Cleanup(release) // registered after wg.Wait: runs before it
+	hold := handle(t, s, "hold:")
+	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+	g, err := middleware.SignIn(handle(t, s, "signin:"), middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	h := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// bob's right password; meanwhile a call takes the store's slot
+		wg.Go(func() {
+			hold.Update(context.Background(), []string{"k"}, func(time.Time, []store.Entry) error { return nil })
+		})
+		<-b.entered
+		middleware.ReportSuccess(r)
+		w.WriteHeader(http.StatusOK)
+	}))
+	answered := make(chan int, 1)
+	go func() { answered <- login(h, "192.0.2.1", "bob", "battery").Code }()
+	select {
+	case code := <-answered:
+		if code != http.StatusOK {
+			t.Errorf("bob's right password: %d, want 200", code)
+		}
+	case <-time.After(10 * time.Second):
+		release()
+		<-answered
+		t.Fatal("bob's answer waited for his sign-in's credit while the store was busy")
 	}
 }

@@ -52,6 +52,16 @@ func Patient(ctx context.Context) context.Context {
 // IsPatient reports whether ctx came from Patient.
 func IsPatient(ctx context.Context) bool { return ctx.Value(patientKey{}) != nil }
 
+type noWaitKey struct{}
+
+// NoWait returns a context under which a call waits for no slot. It runs
+// when a slot is free at once, and is answered overloaded ([ErrQueueFull])
+// when the store is busy. It is for a call that something else can make
+// later, so that its caller is never held behind a busy store.
+func NoWait(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noWaitKey{}, true)
+}
+
 // lane is one handle's share of its Store: the queue of its calls waiting
 // for a slot, and its breaker. Slots go to the lanes with waiters in turn.
 // A flood of calls on one handle so waits behind its own queue, and takes
@@ -89,8 +99,8 @@ type slots struct {
 
 // acquire takes a slot for a call of l, waiting until ctx ends when none is
 // free. It answers errQueueFull at once when l already has maxQueued calls
-// waiting, and errWaitedOut when ctx ends first. waited reports whether the
-// call had to wait.
+// waiting, or for a NoWait call, and errWaitedOut when ctx ends first.
+// waited reports whether the call had to wait.
 func (sl *slots) acquire(ctx context.Context, l *lane, maxQueued int) (waited bool, err error) {
 	sl.mu.Lock()
 	if sl.free() {
@@ -98,7 +108,7 @@ func (sl *slots) acquire(ctx context.Context, l *lane, maxQueued int) (waited bo
 		sl.mu.Unlock()
 		return false, nil
 	}
-	if l.queued >= maxQueued && ctx.Value(patientKey{}) == nil {
+	if l.queued >= maxQueued && ctx.Value(patientKey{}) == nil || ctx.Value(noWaitKey{}) != nil {
 		sl.mu.Unlock()
 		return true, errQueueFull
 	}

@@ -188,6 +188,33 @@ func TestPatientWaitsPastFullQueue(t *testing.T) {
 	wg.Wait()
 }
 
+// A call under NoWait runs when a slot is free, and is answered overloaded
+// (ErrQueueFull) at once when none is, never queued: a call that something
+// else makes later holds no caller behind a busy store.
+func TestNoWaitNeverQueues(t *testing.T) {
+	const max = 1
+	st := newStuck(max + 1)
+	f := &fake{update: st.ignoringCtx}
+	s, h := open(t, f, Options{MaxInFlight: max, Deadline: time.Hour})
+	free := make(chan error, 1)
+	go func() { free <- h.Update(NoWait(context.Background()), []string{"k"}, nop) }()
+	<-st.started // a free slot: it runs
+	err := h.Update(NoWait(t.Context()), []string{"k"}, nop)
+	if ReasonOf(err) != ReasonOverloaded || !errors.Is(err, ErrQueueFull) {
+		t.Errorf("NoWait call with every slot held: %v, want overloaded at once (%v)", err, ErrQueueFull)
+	}
+	if n := s.Stats().Waited; n != 0 {
+		t.Errorf("%d calls waited for a slot, want 0", n)
+	}
+	st.free()
+	if err := <-free; err != nil {
+		t.Errorf("NoWait call with a free slot: %v, want it answered by the backend", err)
+	}
+	if n := f.calls.Load(); n != max {
+		t.Errorf("backend called %d times, want %d", n, max)
+	}
+}
+
 // A Patient call waits for a slot past its deadline, as long as its context
 // lasts, and then has its whole deadline in the backend; a call that is not
 // patient waits out its deadline and is answered overloaded.

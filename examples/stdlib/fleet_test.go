@@ -348,13 +348,22 @@ func TestFreshKeyFloodOverload(t *testing.T) {
 // fresh IPv6 /64s fill the store; then 80 wrong passwords for alice from 80
 // new addresses, round robin over the servers: at most 20 reach the
 // password check on both together; then 10 reset requests for her address
-// from new addresses: at most 3 codes go to it.
+// from new addresses: at most 3 codes go to it. Then 600 sign-ins, each
+// with a fresh account, password and /64, fill what each server's login
+// limiter can count alone (its memory, bounded by the store's bound); then
+// bob signs in with his right password from new addresses, his keys new
+// too. Neither the flood nor bob is ever answered 503: a new key counted
+// alone is admitted or refused (429), never answered as a store outage.
 func TestFullStoreFleet(t *testing.T) {
 	const (
 		maxEntries = 1000
 		flood      = 1100
 		guesses    = 80
 		resets     = 10
+		// more sign-ins with fresh keys (6 each) than two memories of
+		// maxEntries can count alone
+		loginFlood = 600
+		bobs       = 10
 	)
 	for _, kind := range []string{"postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
@@ -393,6 +402,30 @@ func TestFullStoreFleet(t *testing.T) {
 			}
 			if codes > resetPerDestination {
 				t.Errorf("%d reset codes went to %s from two servers, want at most the budget of %d", codes, aliceAddress, resetPerDestination)
+			}
+
+			before = counters(servers[0])
+			fresh := run(t, loadtest.LoadConfig{
+				Targets: urls, Callers: loadtest.NewCallers(1), Clients: 8, Requests: loginFlood, Duration: time.Minute,
+				Request: formFrom("/login", func(i int) string { return freshNet(flood + i) }, func(i int) url.Values {
+					return url.Values{"username": {"u" + strconv.Itoa(i)}, "password": {"x" + strconv.Itoa(i)}}
+				}),
+			})
+			bob := run(t, loadtest.LoadConfig{
+				Targets: urls, Callers: loadtest.NewCallers(1), Clients: 1, Requests: bobs, Duration: time.Minute,
+				Request: formFrom("/login", freshV4("10.9.%d.%d"), bobSignsIn),
+			})
+			_, figures = since(before, counters(servers[0]))
+			t.Logf("%d sign-ins with fresh keys answered %v; then bob's %d correct sign-ins from new addresses answered %v; meanwhile %s",
+				loginFlood, fresh.Status, bobs, bob.Status, figures)
+			if fresh.Status[http.StatusUnauthorized] == loginFlood {
+				t.Errorf("every sign-in with fresh keys was counted alone: the limiters' memories never filled, the scenario tests nothing")
+			}
+			if o := others(fresh, http.StatusUnauthorized, http.StatusTooManyRequests); len(o) > 0 {
+				t.Errorf("sign-ins with fresh keys in a full store: %v, want each 401 (counted alone) or 429 (no room to count it), never another status (%v; 0 is no answer)", fresh.Status, o)
+			}
+			if o := others(bob, http.StatusOK, http.StatusTooManyRequests); len(o) > 0 {
+				t.Errorf("bob's correct sign-ins with new keys in a full store: %v, want each 200 or 429, never another status (%v; 0 is no answer)", bob.Status, o)
 			}
 		})
 	}

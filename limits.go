@@ -91,18 +91,18 @@ func New(s *store.Store, o Options) *Limits {
 }
 
 var (
-	defaultOnce   sync.Once
-	defaultLimits *Limits
+	inMemoryOnce   sync.Once
+	inMemoryLimits *Limits
 )
 
-// Default returns the Limits that [LimitByIP] uses: one store in this
+// InMemory returns the Limits that [LimitByIP] uses: one store in this
 // process's memory, for an app that runs one instance, that lives as long as
 // the process. Its Err reports LimitByIP's configuration errors.
-func Default() *Limits {
-	defaultOnce.Do(func() {
-		defaultLimits = New(memory.New(memory.Options{}), Options{})
+func InMemory() *Limits {
+	inMemoryOnce.Do(func() {
+		inMemoryLimits = New(memory.New(memory.Options{}), Options{})
 	})
-	return defaultLimits
+	return inMemoryLimits
 }
 
 // LimitByIP limits each client address to limit requests per window,
@@ -111,14 +111,14 @@ func Default() *Limits {
 //
 //	r.Use(gatecount.LimitByIP(100, time.Minute))
 //
-// It is Default().PerIP("", limit, window): a request over budget is
+// It is InMemory().PerIP("", limit, window): a request over budget is
 // answered 429 with Retry-After, and every answer carries the RateLimit
 // fields. It trusts no proxy: behind one, build a Limits with
 // Options.IP.TrustedProxies (or take one from the environment with
 // [FromEnv]). A budget out of range is reported as New describes: every
-// request answered 500, the error logged and returned by Default().Err().
+// request answered 500, the error logged and returned by InMemory().Err().
 func LimitByIP(limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
-	return Default().PerIP("", limit, window, opts...)
+	return InMemory().PerIP("", limit, window, opts...)
 }
 
 // PerIP returns a middleware that limits each client address to limit

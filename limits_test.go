@@ -150,13 +150,13 @@ func TestLimitsInvalid(t *testing.T) {
 }
 
 // LimitByIP on bad input neither panics nor lets requests through; its
-// error is Default().Err()'s.
+// error is InMemory().Err()'s.
 func TestLimitByIPInvalid(t *testing.T) {
 	next := &counting{}
 	if w := get(gatecount.LimitByIP(0, time.Minute)(next), "192.0.2.1", ""); w.Code != 500 || next.runs.Load() != 0 {
 		t.Fatalf("LimitByIP(0, 1m): %d, handler ran %d times", w.Code, next.runs.Load())
 	}
-	if err := gatecount.Default().Err(); !errors.Is(err, limiter.ErrInvalidBudget) {
-		t.Fatalf("Default().Err(): %v", err)
+	if err := gatecount.InMemory().Err(); !errors.Is(err, limiter.ErrInvalidBudget) {
+		t.Fatalf("InMemory().Err(): %v", err)
 	}
 }

@@ -103,7 +103,7 @@ type Options struct {
 	// "-_.".
 	Name string
 	// Unavailable is what to answer when the store is unavailable; the zero
-	// value, [limiter.Default], is the constructor's choice: Local for
+	// value, [limiter.Unset], is the constructor's choice: Local for
 	// [PerCaller], Allow for [PerIP], Deny for New.
 	Unavailable limiter.Policy
 	// Key replaces the constructor's key function.

@@ -53,7 +53,7 @@ type SendOptions struct {
 	// nil means 202 Accepted with [DefaultAcceptedBody] as application/json.
 	Accepted http.Handler
 	// Unavailable is what to answer when the store is unavailable; the zero
-	// value, [limiter.Default], means Local: sending stays limited per instance.
+	// value, [limiter.Unset], means Local: sending stays limited per instance.
 	Unavailable limiter.Policy
 	// Observer, when set, is told of every decision (see [limiter.Observer]).
 	Observer limiter.Observer

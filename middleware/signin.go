@@ -181,7 +181,7 @@ type SignInOptions struct {
 	// ends last (d.RetryAfter is the first refusing budget's).
 	OnLimit func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
 	// Unavailable is what to answer when the store is unavailable; the zero
-	// value, [limiter.Default], means Local: guessing stays limited per instance, and users can still
+	// value, [limiter.Unset], means Local: guessing stays limited per instance, and users can still
 	// sign in.
 	Unavailable limiter.Policy
 	// UnavailableRetryAfter is the Retry-After of a 503; 0 means

@@ -124,7 +124,7 @@ func operate(ctx context.Context, cmd string, args []string, getenv func(string)
 		return 2
 	}
 	lookup := func(k string) (string, bool) { v := getenv(k); return v, v != "" }
-	c, err := config.FromEnv(lookup)
+	c, err := config.Parse(lookup)
 	vars := config.NewVars(lookup)
 	budgets := vars.SignIn()
 	if err = errors.Join(err, vars.Err()); err != nil {

@@ -89,7 +89,7 @@ func TestOperateUnreachable(t *testing.T) {
 func app(t *testing.T, env map[string]string, name string) (fail func(account, ip string) int) {
 	t.Helper()
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	c, err := config.FromEnv(lookup)
+	c, err := config.Parse(lookup)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,7 +98,7 @@ type App struct {
 // New builds the app from the environment read through lookup: the
 // settings of package config, plus ADDR and API_KEYS.
 func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger) (*App, error) {
-	c, err := config.FromEnv(lookup)
+	c, err := config.Parse(lookup)
 	vars := config.NewVars(lookup)
 	budgets := ReadBudgets(vars)
 	if err = errors.Join(err, vars.Err()); err != nil {

@@ -48,7 +48,7 @@
 //
 // Limiters stacked on one route each add their members to both fields.
 // Options.LegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset;
-// Options.HideRemaining leaves out r.
+// Options.Remaining set to [RemainingHidden] leaves out r.
 //
 // # Budgets and costs per request
 //
@@ -135,9 +135,9 @@ type Options struct {
 	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (seconds until reset).
 	LegacyHeaders bool
-	// HideRemaining leaves out how many requests are left, which tells a
-	// guesser how to pace; Retry-After is still sent on a 429.
-	HideRemaining bool
+	// Remaining says whether the fields tell how many requests are left;
+	// the zero value shows them.
+	Remaining Remaining
 	// CountFailures refunds the attempt of every request the handler
 	// succeeds with (see the package doc).
 	CountFailures bool
@@ -237,7 +237,7 @@ func build(h *store.Handle, budget limiter.Budget, o Options, policy limiter.Pol
 		unavailable:   o.Unavailable,
 		policy:        policy,
 		ip:            ip,
-		hideRemaining: o.HideRemaining,
+		hideRemaining: o.Remaining.hidden(false),
 		legacy:        o.LegacyHeaders,
 		retryAfter:    o.UnavailableRetryAfter,
 		onLimit:       o.OnLimit,
@@ -255,7 +255,7 @@ func build(h *store.Handle, budget limiter.Budget, o Options, policy limiter.Pol
 		keyless: newProblem(fmt.Sprintf(`{"type":"about:blank","title":%q,"status":%d}`+"\n", http.StatusText(status), status)),
 		invalid: rate.Sometimes{Interval: time.Second}}
 	if o.BudgetFor != nil {
-		m.plans = newBudgetFields(o.Name, budget, g.fields, o.HideRemaining, o.LegacyHeaders)
+		m.plans = newBudgetFields(o.Name, budget, g.fields, o.Remaining.hidden(false), o.LegacyHeaders)
 	}
 	if ip != nil {
 		m.key = g.ip.Key

@@ -226,7 +226,7 @@ func TestOptionsValidated(t *testing.T) {
 
 func TestLegacyAndHiddenRemaining(t *testing.T) {
 	s := memStore(t, nil)
-	m, _ := middleware.PerCaller(handle(t, s, "x:"), limiter.Budget{Limit: 5, Window: time.Hour}, middleware.Options{Name: "signin", Logger: quiet, LegacyHeaders: true, HideRemaining: true})
+	m, _ := middleware.PerCaller(handle(t, s, "x:"), limiter.Budget{Limit: 5, Window: time.Hour}, middleware.Options{Name: "signin", Logger: quiet, LegacyHeaders: true, Remaining: middleware.RemainingHidden})
 	defer m.Close()
 	w := httptest.NewRecorder()
 	m.Wrap(&counting{}).ServeHTTP(w, asCaller("a"))

@@ -29,7 +29,7 @@ type SendOptions struct {
 	// PerDestination bounds the requests per destination (an address, a
 	// phone number); zero means [DefaultPerDestination] (3 per hour).
 	PerDestination limiter.Budget
-	// [PerIP] bounds the requests per client IP; zero means [DefaultSendPerIP]
+	// PerIP bounds the requests per client IP; zero means [DefaultSendPerIP]
 	// (20 per hour).
 	PerIP limiter.Budget
 	// Field is the form or JSON body field holding the destination; ""

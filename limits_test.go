@@ -21,7 +21,7 @@ import (
 	"github.com/gatecount/gatecount/store/memory"
 )
 
-// Default's store and LimitByIP's limiters live as long as the process, by
+// InMemory's store and LimitByIP's limiters live as long as the process, by
 // design; every Limits a test makes with New is checked on its own
 // (goleak.VerifyNone after Close).
 func TestMain(m *testing.M) {

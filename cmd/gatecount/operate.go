@@ -126,7 +126,7 @@ func operate(ctx context.Context, cmd string, args []string, getenv func(string)
 	lookup := func(k string) (string, bool) { v := getenv(k); return v, v != "" }
 	c, err := config.Parse(lookup)
 	vars := config.NewVars(lookup)
-	budgets := vars.SignIn()
+	budgets := vars.SignInBudgets()
 	if err = errors.Join(err, vars.Err()); err != nil {
 		fmt.Fprintf(stderr, "gatecount %s: %v\n", cmd, err)
 		return 2

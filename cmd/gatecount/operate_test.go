@@ -103,7 +103,7 @@ func app(t *testing.T, env map[string]string, name string) (fail func(account, i
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := config.NewVars(lookup).SignIn()
+	b := config.NewVars(lookup).SignInBudgets()
 	proxies, _ := keyfunc.ParseTrustedProxies("192.0.2.0/24")
 	g, err := middleware.SignIn(h, middleware.SignInOptions{
 		Name:              name,

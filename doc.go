@@ -77,7 +77,7 @@
 // examples/stdlib serves the demo on net/http's ServeMux: per-caller and
 // per-IP routes, a sign-in form, password resets and one-time codes.
 // examples/chi and examples/gorilla, modules of their own, build its core
-// limiters and mount them on their routers; examples/outside is an app of
-// its own module using the short forms. README.md walks through each, and
+// limiters with FromEnv's Limits and mount them on their routers.
+// examples/outside is an app of its own module using the short forms. README.md walks through each, and
 // RELIABILITY.md lists every promise with the test that proves it.
 package gatecount

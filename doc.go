@@ -27,13 +27,35 @@
 // lets requests through unlimited: its routes answer 500 and [Limits.Err]
 // returns why.
 //
+// # Every limiter a route needs
+//
+// A [Limits] builds each kind in one call ([Limits.PerIP],
+// [Limits.PerCaller], [Limits.By], [Limits.SignIn], [Limits.Verify],
+// [Limits.Send]), each on a store handle of its own.
+// Each kind has one policy for when the store cannot answer. An option
+// (Unavailable, or a [RouteOption]) may set another.
+//
+//	kind            built by                  store down  why
+//	per address     Limits.PerIP, LimitByIP   Allow       health checks and cheap routes keep answering
+//	per caller      Limits.PerCaller          Local       real work stays limited; an outage stops no caller
+//	by any key      Limits.By                 Deny        nothing is known of the route: fail closed
+//	sign-in         Limits.SignIn             Local       guessing stays limited per instance; users sign in
+//	one-time code   Limits.Verify             Local       as sign-in
+//	send            Limits.Send               Local       sending mail or codes stays limited per instance
+//
+// Allow lets requests through uncounted while the store is down, Local
+// counts them in this process's memory, and Deny answers 503 (see
+// [limiter.Policy]). [New] builds a Limits on a store of the program's,
+// [FromEnv] on the store the environment names, and [InMemory] is
+// LimitByIP's, in this process's memory.
+//
 // # Which package for what
 //
-//   - middleware: the full form. PerIP, PerCaller and New limit a route by
-//     one key. SignIn guards a sign-in form: failures per account and
-//     address, per account, attempts per address, and known devices. Send
-//     guards a route that sends mail or codes, per destination and address,
-//     silently by default.
+//   - middleware: the full form of each kind, with every option. New limits
+//     a route by one key. SignIn guards a sign-in form: failures per
+//     account and address, per account, attempts per address, and known
+//     devices. Verify guards a one-time code. Send guards a route that sends
+//     mail or codes, per destination and address, silently by default.
 //   - limiter: budgets counted on a store, for code that is not HTTP.
 //   - keyfunc: what a request is counted by: client address behind trusted
 //     proxies, caller ID, form and JSON fields, account normalisation.
@@ -55,7 +77,7 @@
 // examples/stdlib serves the demo on net/http's ServeMux: per-caller and
 // per-IP routes, a sign-in form, password resets and one-time codes.
 // examples/chi and examples/gorilla, modules of their own, build its core
-// limiters and mount them on their routers; examples/outside is an app of
-// its own module using the short forms. README.md walks through each, and
+// limiters with FromEnv's Limits and mount them on their routers.
+// examples/outside is an app of its own module using the short forms. README.md walks through each, and
 // RELIABILITY.md lists every promise with the test that proves it.
 package gatecount

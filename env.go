@@ -66,7 +66,7 @@ func FromEnv(ctx context.Context, opts ...Option) (*Limits, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	c, err := config.FromEnv(o.lookup)
+	c, err := config.Parse(o.lookup)
 	if err != nil {
 		return nil, err
 	}
@@ -90,10 +90,4 @@ func FromEnv(ctx context.Context, opts ...Option) (*Limits, error) {
 	})
 	l.own = append(l.own, opened.Close)
 	return l, nil
-}
-
-// FromLookup is [FromEnv] reading the variables through lookup, logging to
-// log (nil means slog.Default()).
-func FromLookup(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger) (*Limits, error) {
-	return FromEnv(ctx, WithLookup(lookup), WithLogger(log))
 }

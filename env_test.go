@@ -14,7 +14,7 @@ import (
 
 // This test binary imports no store package: a shared store the
 // environment chooses is refused with an error naming the import to add.
-func TestFromLookupWithoutTheDriver(t *testing.T) {
+func TestFromEnvWithoutTheDriver(t *testing.T) {
 	for _, tc := range []struct{ variable, url, pkg string }{
 		{"DATABASE_URL", "postgres://u:pa55word@127.0.0.1/db", "github.com/gatecount/gatecount/store/postgres"},
 		{"DATABASE_URL", "sqlite:./limits.db", "github.com/gatecount/gatecount/store/sqlite"},
@@ -22,7 +22,7 @@ func TestFromLookupWithoutTheDriver(t *testing.T) {
 	} {
 		env := map[string]string{tc.variable: tc.url, "GATECOUNT_SECRET": strings.Repeat("s", 32)}
 		lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-		_, err := gatecount.FromLookup(context.Background(), lookup, slog.New(slog.DiscardHandler))
+		_, err := gatecount.FromEnv(context.Background(), gatecount.WithLookup(lookup), gatecount.WithLogger(slog.New(slog.DiscardHandler)))
 		if !errors.Is(err, config.ErrNoDriver) || !strings.Contains(err.Error(), `import _ "`+tc.pkg+`"`) || strings.Contains(err.Error(), "pa55word") {
 			t.Errorf("%s=%s: %v, want an error naming the import of %s", tc.variable, tc.url, err, tc.pkg)
 		}

@@ -39,10 +39,10 @@ func ExampleLimitByIP() {
 // DATABASE_URL or RATE_LIMIT_STORE_URL choose (here none is set, so memory),
 // the secret, the bound and the trusted proxies. Real apps call
 // gatecount.FromEnv(ctx), which reads os.LookupEnv.
-func ExampleFromLookup() {
+func ExampleFromEnv() {
 	env := map[string]string{"RATE_LIMIT_SINGLE_INSTANCE": "true", "TRUSTED_PROXIES": "10.0.0.0/8"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	limits, err := gatecount.FromLookup(context.Background(), lookup, slog.New(slog.DiscardHandler))
+	limits, err := gatecount.FromEnv(context.Background(), gatecount.WithLookup(lookup), gatecount.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		log.Fatal(err)
 	}

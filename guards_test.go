@@ -304,3 +304,36 @@ func reaching(mw func(http.Handler) http.Handler) (http.Handler, *atomic.Int64) 
 		signIn.ServeHTTP(w, r)
 	})), &n
 }
+
+// Limits.Verify guards a one-time code on a handle of its own (verify:):
+// five wrong codes for an account from one address spend its budget there,
+// and the right one is then refused too.
+func TestVerify(t *testing.T) {
+	l := fromEnv(t, map[string]string{})
+	check := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.PostFormValue("code") == "123456" {
+			middleware.ReportSuccess(r)
+			return
+		}
+		middleware.ReportFailure(r)
+		w.WriteHeader(http.StatusUnauthorized)
+	})
+	h := l.Verify(middleware.VerifyOptions{})(check)
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		code string
+		want int
+	}{{"1", 401}, {"2", 401}, {"3", 401}, {"4", 401}, {"5", 401}, {"123456", 429}} {
+		if w := postForm(h, "192.0.2.1", url.Values{"username": {"alice"}, "code": {c.code}}); w.Code != c.want {
+			t.Fatalf("attempt %d: %d, want %d", i+1, w.Code, c.want)
+		}
+	}
+	if w := postForm(h, "192.0.2.2", url.Values{"username": {"alice"}, "code": {"123456"}}); w.Code != 200 {
+		t.Errorf("the right code from another address: %d, want 200", w.Code)
+	}
+	if _, err := l.Store().Handle("verify:"); err == nil {
+		t.Error("the guard's handle verify: was not claimed")
+	}
+}

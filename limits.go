@@ -48,13 +48,25 @@ type Options struct {
 	Networks keyfunc.Networks
 }
 
-// A RouteOption sets one limiter of PerIP, PerCaller or [LimitByIP] apart.
-type RouteOption func(*middleware.Options)
+// A RouteOption sets one limiter of PerIP, PerCaller, By or [LimitByIP]
+// apart. It may change any of the limiter's middleware options, and its
+// budget but for the limit and window.
+type RouteOption func(*middleware.Options, *limiter.Budget)
 
 // Skip lets the requests skip reports true for through the limiter
 // uncounted: a platform's health checker, say (middleware.Options.Skip).
 func Skip(skip func(r *http.Request) bool) RouteOption {
-	return func(o *middleware.Options) { o.Skip = skip }
+	return func(o *middleware.Options, _ *limiter.Budget) { o.Skip = skip }
+}
+
+// CountedBy counts the limiter's budget by algorithm a, in place of a
+// fixed window. A [limiter.TokenBucket] holds burst (0 means the limit).
+// It suits a budget read with config.Vars.Budget:
+//
+//	b := v.Budget("API_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute})
+//	api := limits.PerCaller("api", b.Limit, b.Window, gatecount.CountedBy(b.Algorithm, b.Burst))
+func CountedBy(a limiter.Algorithm, burst int) RouteOption {
+	return func(_ *middleware.Options, b *limiter.Budget) { b.Algorithm, b.Burst = a, burst }
 }
 
 // Limits makes limiters that count in one store, each on a store handle of
@@ -91,18 +103,18 @@ func New(s *store.Store, o Options) *Limits {
 }
 
 var (
-	defaultOnce   sync.Once
-	defaultLimits *Limits
+	inMemoryOnce   sync.Once
+	inMemoryLimits *Limits
 )
 
-// Default returns the Limits that [LimitByIP] uses: one store in this
+// InMemory returns the Limits that [LimitByIP] uses: one store in this
 // process's memory, for an app that runs one instance, that lives as long as
 // the process. Its Err reports LimitByIP's configuration errors.
-func Default() *Limits {
-	defaultOnce.Do(func() {
-		defaultLimits = New(memory.New(memory.Options{}), Options{})
+func InMemory() *Limits {
+	inMemoryOnce.Do(func() {
+		inMemoryLimits = New(memory.New(memory.Options{}), Options{})
 	})
-	return defaultLimits
+	return inMemoryLimits
 }
 
 // LimitByIP limits each client address to limit requests per window,
@@ -111,41 +123,60 @@ func Default() *Limits {
 //
 //	r.Use(gatecount.LimitByIP(100, time.Minute))
 //
-// It is Default().PerIP("", limit, window): a request over budget is
+// It is InMemory().PerIP("", limit, window): a request over budget is
 // answered 429 with Retry-After, and every answer carries the RateLimit
 // fields. It trusts no proxy: behind one, build a Limits with
 // Options.IP.TrustedProxies (or take one from the environment with
 // [FromEnv]). A budget out of range is reported as New describes: every
-// request answered 500, the error logged and returned by Default().Err().
+// request answered 500, the error logged and returned by InMemory().Err().
 func LimitByIP(limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
-	return Default().PerIP("", limit, window, opts...)
+	return InMemory().PerIP("", limit, window, opts...)
 }
 
 // PerIP returns a middleware that limits each client address to limit
-// requests per window ([middleware.PerIP]). It is named name in the
-// RateLimit fields, logs and metrics, with the handle prefix name + ":". An
-// empty name is made from the budget: "ip-100-per-1m". When the store
-// cannot answer, requests go through ([limiter.Allow]), counted in memory
-// when the store is busy or full.
+// requests per window. It is named name in the RateLimit fields, logs and
+// metrics, with the handle prefix name + ":". An empty name is made from
+// the budget: "ip-100-per-1m". When the store cannot answer, requests go
+// through ([limiter.Allow]), counted in memory when the store is busy or
+// full: the cheap routes it suits, such as health checks, must keep
+// answering.
 func (l *Limits) PerIP(name string, limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
-	return l.build("ip", name, limit, window, middleware.PerIP, opts)
+	return l.build(kind{name: "ip", policy: limiter.Allow}, name, limit, window, opts)
 }
 
 // PerCaller returns a middleware that limits each authenticated caller to
-// limit requests per window ([middleware.PerCaller]). It is keyed by the
-// caller ID the app's authentication middleware put in the request context
-// with [keyfunc.WithCallerID]. A request without one is answered 401. Names
+// limit requests per window. It is keyed by the caller ID the app's
+// authentication middleware put in the request context with
+// [keyfunc.WithCallerID]. A request without one is answered 401. Names
 // are as PerIP's, made "caller-30-per-1m" when empty. When the store cannot
 // answer it counts in process memory ([limiter.Local]).
 func (l *Limits) PerCaller(name string, limit int, window time.Duration, opts ...RouteOption) func(http.Handler) http.Handler {
-	return l.build("caller", name, limit, window, middleware.PerCaller, opts)
+	return l.build(kind{name: "caller", policy: limiter.Local, key: keyfunc.CallerID, noKey: http.StatusUnauthorized}, name, limit, window, opts)
 }
 
-type constructor func(*store.Handle, limiter.Budget, middleware.Options) (*middleware.Middleware, error)
+// By returns a middleware that limits each key of key to limit requests
+// per window: an API key header, say ([keyfunc.Header]). A request without
+// a key is answered 400. Names are as PerIP's, made "key-30-per-1m" when
+// empty. When the store cannot answer, requests are answered 503
+// ([limiter.Deny]): nothing is known of the route.
+func (l *Limits) By(name string, limit int, window time.Duration, key keyfunc.Func, opts ...RouteOption) func(http.Handler) http.Handler {
+	if key == nil {
+		return l.failed(fmt.Errorf("gatecount: limiter %q: a key function is required", cmp.Or(name, "key")))
+	}
+	return l.build(kind{name: "key", policy: limiter.Deny, key: key}, name, limit, window, opts)
+}
 
-func (l *Limits) build(kind, name string, limit int, window time.Duration, make constructor, opts []RouteOption) func(http.Handler) http.Handler {
+// A kind is what sets PerIP, PerCaller and By apart.
+type kind struct {
+	name   string         // of the kind, the start of an empty name
+	policy limiter.Policy // when the store cannot answer
+	key    keyfunc.Func   // nil: the client address
+	noKey  int            // the status of a request without a key; 0 means 400
+}
+
+func (l *Limits) build(k kind, name string, limit int, window time.Duration, opts []RouteOption) func(http.Handler) http.Handler {
 	budget := limiter.Budget{Limit: limit, Window: window}
-	m, err := l.limiter(kind, name, budget, make, opts)
+	m, err := l.limiter(k, name, budget, opts)
 	if err != nil {
 		return l.failed(err)
 	}
@@ -186,6 +217,17 @@ func (l *Limits) SignIn(o middleware.SignInOptions) func(http.Handler) http.Hand
 	return l.addGuard(o.Name, func(h *store.Handle) (guard, error) { return middleware.SignIn(h, o) })
 }
 
+// Verify returns the middleware of a one-time code's guard
+// ([middleware.Verify]), on a handle with prefix o.Name + ":" ("verify:"
+// when o.Name is empty). The client address, shadow and networks are as
+// for PerIP, and a nil Logger or Observer is l's. A guard it cannot build
+// is reported as New describes.
+func (l *Limits) Verify(o middleware.VerifyOptions) func(http.Handler) http.Handler {
+	o.Name = cmp.Or(o.Name, "verify")
+	l.shared(o.Name, &o.IP, &o.Logger, &o.Observer, &o.Shadow, &o.Networks)
+	return l.addGuard(o.Name, func(h *store.Handle) (guard, error) { return middleware.Verify(h, o) })
+}
+
 // Send returns the middleware of a send guard ([middleware.Send]), such as
 // password resets, on a handle with prefix o.Name + ":" ("send:" when
 // o.Name is empty). Budgets o leaves zero are Options.Send's, and the
@@ -216,7 +258,7 @@ func (l *Limits) shared(name string, ip *keyfunc.IPOptions, log **slog.Logger, o
 	}
 }
 
-// guard is what SignIn and Send build.
+// guard is what SignIn, Verify and Send build.
 type guard interface {
 	Wrap(http.Handler) http.Handler
 	Close() error
@@ -238,26 +280,24 @@ func (l *Limits) addGuard(name string, make func(*store.Handle) (guard, error)) 
 	return g.Wrap
 }
 
-func (l *Limits) limiter(kind, name string, budget limiter.Budget, make constructor, opts []RouteOption) (*middleware.Middleware, error) {
+func (l *Limits) limiter(k kind, name string, budget limiter.Budget, opts []RouteOption) (*middleware.Middleware, error) {
 	if err := budget.Validate(); err != nil {
-		if name == "" {
-			name = kind
-		}
-		return nil, fmt.Errorf("gatecount: limiter %q: %w", name, err)
+		return nil, fmt.Errorf("gatecount: limiter %q: %w", cmp.Or(name, k.name), err)
 	}
 	if name == "" {
-		name = l.autoName(kind + "-" + strconv.Itoa(budget.Limit) + "-per-" + shortDuration(budget.Window))
+		name = l.autoName(k.name + "-" + strconv.Itoa(budget.Limit) + "-per-" + shortDuration(budget.Window))
 	}
 	h, err := l.s.Handle(name + ":")
 	if err != nil {
 		return nil, fmt.Errorf("gatecount: limiter %q: %w", name, err)
 	}
 	o := middleware.Options{Name: name, Logger: l.o.Logger, Observer: l.o.Observer, IP: l.o.IP,
-		Shadow: l.ShadowOn(name), Networks: l.o.Networks}
+		Shadow: l.ShadowOn(name), Networks: l.o.Networks, Key: k.key, KeyErrorStatus: k.noKey}
 	for _, opt := range opts {
-		opt(&o)
+		opt(&o, &budget)
 	}
-	m, err := make(h, budget, o)
+	o.Unavailable = o.Unavailable.Or(k.policy)
+	m, err := middleware.New(h, budget, o)
 	if err != nil {
 		return nil, fmt.Errorf("gatecount: %w", err)
 	}

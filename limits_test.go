@@ -2,6 +2,7 @@ package gatecount_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -20,7 +21,7 @@ import (
 	"github.com/gatecount/gatecount/store/memory"
 )
 
-// Default's store and LimitByIP's limiters live as long as the process, by
+// InMemory's store and LimitByIP's limiters live as long as the process, by
 // design; every Limits a test makes with New is checked on its own
 // (goleak.VerifyNone after Close).
 func TestMain(m *testing.M) {
@@ -150,13 +151,102 @@ func TestLimitsInvalid(t *testing.T) {
 }
 
 // LimitByIP on bad input neither panics nor lets requests through; its
-// error is Default().Err()'s.
+// error is InMemory().Err()'s.
 func TestLimitByIPInvalid(t *testing.T) {
 	next := &counting{}
 	if w := get(gatecount.LimitByIP(0, time.Minute)(next), "192.0.2.1", ""); w.Code != 500 || next.runs.Load() != 0 {
 		t.Fatalf("LimitByIP(0, 1m): %d, handler ran %d times", w.Code, next.runs.Load())
 	}
-	if err := gatecount.Default().Err(); !errors.Is(err, limiter.ErrInvalidBudget) {
-		t.Fatalf("Default().Err(): %v", err)
+	if err := gatecount.InMemory().Err(); !errors.Is(err, limiter.ErrInvalidBudget) {
+		t.Fatalf("InMemory().Err(): %v", err)
+	}
+}
+
+// down is a backend that cannot be reached.
+type down struct{ store.Backend }
+
+func (down) Update(context.Context, string, []string, store.ApplyFunc) error {
+	return errors.New("connection refused")
+}
+
+// Each kind of route limiter has its own policy when the store is down:
+// per address through, per caller counted in memory, by key refused 503.
+func TestKindPolicies(t *testing.T) {
+	noLeaks(t)
+	quiet := slog.New(slog.DiscardHandler)
+	o := store.Options{Logger: quiet}.WithDefaults()
+	s := store.New(down{memory.NewBackend(memory.Options{Store: o})}, o)
+	defer s.Close()
+	l := gatecount.New(s, gatecount.Options{Logger: quiet})
+	defer l.Close()
+	byHeader := keyfunc.Header("X-Key")
+	for _, tc := range []struct {
+		name  string
+		mw    func(http.Handler) http.Handler
+		codes []int
+	}{
+		{"PerIP", l.PerIP("", 2, time.Minute), []int{200, 200, 200}},
+		{"PerCaller", l.PerCaller("", 2, time.Minute), []int{200, 200, 429}},
+		{"By", l.By("", 2, time.Minute, byHeader), []int{503, 503, 503}},
+	} {
+		h := tc.mw(&counting{})
+		for i, want := range tc.codes {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = "192.0.2.1:1"
+			r.Header.Set("X-Key", "k")
+			r = r.WithContext(keyfunc.WithCallerID(r.Context(), "alice"))
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != want {
+				t.Errorf("%s, request %d with the store down: %d, want %d", tc.name, i+1, w.Code, want)
+			}
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// By counts each key of its key function; a request without one is
+// answered 400, and By without a key function is an error.
+func TestBy(t *testing.T) {
+	noLeaks(t)
+	l := newLimits(t, slog.New(slog.DiscardHandler))
+	h := l.By("export", 1, time.Hour, keyfunc.Header("X-API-Key"))(&counting{})
+	for i, c := range []struct {
+		key  string
+		want int
+	}{{"k1", 200}, {"k1", 429}, {"k2", 200}, {"", 400}} {
+		r := httptest.NewRequest("GET", "/", nil)
+		if c.key != "" {
+			r.Header.Set("X-API-Key", c.key)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != c.want || (c.want == 200 && w.Header().Get("RateLimit-Policy") != `"export";q=1;w=3600`) {
+			t.Errorf("request %d with key %q: %d %q, want %d", i+1, c.key, w.Code, w.Header().Get("RateLimit-Policy"), c.want)
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if w := get(l.By("", 1, time.Hour, nil)(&counting{}), "192.0.2.1", ""); w.Code != 500 || l.Err() == nil {
+		t.Errorf("By without a key function: %d, Err %v", w.Code, l.Err())
+	}
+}
+
+// CountedBy counts a route's budget by another algorithm: a token bucket
+// of burst 3 admits 3 at once where a fixed window of 1 admits 1.
+func TestCountedBy(t *testing.T) {
+	noLeaks(t)
+	l := newLimits(t, slog.New(slog.DiscardHandler))
+	h := l.PerIP("bucket", 1, time.Minute, gatecount.CountedBy(limiter.TokenBucket, 3))(&counting{})
+	for i, want := range []int{200, 200, 200, 429} {
+		if w := get(h, "192.0.2.1", ""); w.Code != want {
+			t.Errorf("request %d: %d, want %d", i+1, w.Code, want)
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
 	}
 }

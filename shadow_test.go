@@ -12,9 +12,9 @@ import (
 	"github.com/gatecount/gatecount"
 )
 
-// FromLookup applies RATE_LIMIT_SHADOW to the limiters it names, and the
+// FromEnv applies RATE_LIMIT_SHADOW to the limiters it names, and the
 // exempt and blocked networks to every limiter; Skip sets one route apart.
-func TestFromLookupShadowAndNetworks(t *testing.T) {
+func TestFromEnvShadowAndNetworks(t *testing.T) {
 	noLeaks(t)
 	env := map[string]string{
 		"RATE_LIMIT_SINGLE_INSTANCE": "true",
@@ -23,7 +23,7 @@ func TestFromLookupShadowAndNetworks(t *testing.T) {
 		"RATE_LIMIT_BLOCK_NETWORKS":  "192.0.2.0/24",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	l, err := gatecount.FromLookup(context.Background(), lookup, slog.New(slog.DiscardHandler))
+	l, err := gatecount.FromEnv(context.Background(), gatecount.WithLookup(lookup), gatecount.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@
 // client choose its own address: Open logs a warning of kind
 // [KindTrustsEveryone].
 //
-// A bad value stops start-up. [FromEnv] returns an error naming every
+// A bad value stops start-up. [Parse] returns an error naming every
 // variable at fault and what it expects. It never echoes a password or a
 // query string's values. A store that is chosen but cannot be opened is an
 // error too, never a silent fall back to memory.
@@ -220,7 +220,7 @@ func (c Config) IP() keyfunc.IPOptions {
 	return keyfunc.IPOptions{TrustedProxies: c.TrustedProxies, Header: c.TrustedProxyHeader}
 }
 
-// ErrInvalid is matched by every error [FromEnv] returns for a bad value.
+// ErrInvalid is matched by every error [Parse] returns for a bad value.
 var ErrInvalid = errors.New("config: invalid setting")
 
 // VarError is a bad value of one variable.
@@ -241,9 +241,9 @@ func (e *VarError) Error() string {
 // Is reports whether target is [ErrInvalid].
 func (e *VarError) Is(target error) bool { return target == ErrInvalid }
 
-// FromEnv reads the configuration through lookup (os.LookupEnv, say). It
+// Parse reads the configuration through lookup (os.LookupEnv, say). It
 // returns every bad value at once, joined, each a *[VarError].
-func FromEnv(lookup func(string) (string, bool)) (Config, error) {
+func Parse(lookup func(string) (string, bool)) (Config, error) {
 	r := reader{lookup: lookup}
 	c := Config{
 		DatabaseURL:    r.str("DATABASE_URL"),
@@ -287,7 +287,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 }
 
 // Vars reads an app's own variables, such as the budgets of its routes,
-// with [FromEnv]'s checks. A bad value is a *[VarError] matching
+// with [Parse]'s checks. A bad value is a *[VarError] matching
 // [ErrInvalid], and [Vars.Err] returns every one at once.
 //
 //	v := config.NewVars(os.LookupEnv)

@@ -29,7 +29,7 @@ func env(kv ...string) func(string) (string, bool) {
 const secret = "0123456789abcdef0123456789abcdef"
 
 func TestDefaults(t *testing.T) {
-	c, err := FromEnv(env())
+	c, err := Parse(env())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
-// Vars reads an app's own budgets with FromEnv's checks, every bad value
+// Vars reads an app's own budgets with Parse's checks, every bad value
 // at once.
 func TestVars(t *testing.T) {
 	def := limiter.Budget{Limit: 30, Window: time.Minute}
@@ -103,7 +103,7 @@ func TestStoreChoice(t *testing.T) {
 		{[]string{"DATABASE_URL", "mysql://h/db", "RATE_LIMIT_STORE", "memory"}, Memory},
 		{[]string{"REDIS_URL", "memcached://h", "DATABASE_URL", "postgres://h/db", "RATE_LIMIT_STORE", "database", "GATECOUNT_SECRET", secret}, Postgres},
 	} {
-		c, err := FromEnv(env(tc.env...))
+		c, err := Parse(env(tc.env...))
 		if err != nil || c.Store != tc.want {
 			t.Errorf("%v: %v, %v; want %v", tc.env, c.Store, err, tc.want)
 		}
@@ -121,7 +121,7 @@ func TestRedisURL(t *testing.T) {
 		{[]string{"REDIS_URL", "redis://u:pa55word@127.0.0.1:1/0?dial_timeout=bogus"}, "", "redis://u:pa55word@127.0.0.1:1/0?dial_timeout=bogus", "REDIS_URL", "pa55word"},
 		{[]string{"RATE_LIMIT_STORE_URL", "redis://u:pa55word@127.0.0.1:1/0?dial_timeout=bogus", "REDIS_URL", "redis://h"}, "redis://u:pa55word@127.0.0.1:1/0?dial_timeout=bogus", "redis://h", "RATE_LIMIT_STORE_URL", "pa55word"},
 	} {
-		c, err := FromEnv(env(append(tc.env, "GATECOUNT_SECRET", secret)...))
+		c, err := Parse(env(append(tc.env, "GATECOUNT_SECRET", secret)...))
 		if err != nil || c.Store != Redis || c.StoreURL != tc.storeURL || c.RedisURL != tc.redisURL {
 			t.Fatalf("%v: %+v, %v", tc.env, c, err)
 		}
@@ -144,7 +144,7 @@ func TestTwoStores(t *testing.T) {
 		{[]string{"DATABASE_URL", "postgres://h/db", "RATE_LIMIT_STORE_URL", "redis://h", "REDIS_URL", "redis://other"}, []string{"DATABASE_URL", "RATE_LIMIT_STORE_URL"}},
 		{[]string{"DATABASE_URL", "postgres://h/db", "REDIS_URL", "redis://h", "RATE_LIMIT_STORE", " "}, []string{"DATABASE_URL", "REDIS_URL"}},
 	} {
-		c, err := FromEnv(env(append(tc.env, "GATECOUNT_SECRET", secret)...))
+		c, err := Parse(env(append(tc.env, "GATECOUNT_SECRET", secret)...))
 		var ve *VarError
 		if !errors.Is(err, ErrInvalid) || !errors.As(err, &ve) || ve.Var != "RATE_LIMIT_STORE" {
 			t.Errorf("%v: %v, %v; want an error naming RATE_LIMIT_STORE", tc.env, c.Store, err)
@@ -187,7 +187,7 @@ func TestGuardBudgets(t *testing.T) {
 		{[]string{"RATE_LIMIT_RESET_PER_DESTINATION", "1e3"}, defSignIn, defSend, "RATE_LIMIT_RESET_PER_DESTINATION"},
 		{[]string{"RATE_LIMIT_RESET_PER_IP", "99999999999999999999"}, defSignIn, defSend, "RATE_LIMIT_RESET_PER_IP"},
 	} {
-		c, err := FromEnv(env(tc.env...))
+		c, err := Parse(env(tc.env...))
 		var ve *VarError
 		if tc.bad != "" {
 			if !errors.Is(err, ErrInvalid) || !errors.As(err, &ve) || ve.Var != tc.bad {
@@ -204,7 +204,7 @@ func TestGuardBudgets(t *testing.T) {
 // SignInOptions and SendOptions carry the budgets, the client address and
 // the secret into the guards' options.
 func TestGuardOptions(t *testing.T) {
-	c, err := FromEnv(env("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "50", "RATE_LIMIT_RESET_PER_IP", "7",
+	c, err := Parse(env("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "50", "RATE_LIMIT_RESET_PER_IP", "7",
 		"TRUSTED_PROXIES", "10.0.0.0/8", "TRUSTED_PROXY_HEADER", "Forwarded", "GATECOUNT_SECRET", secret))
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +232,7 @@ func TestGuardOptions(t *testing.T) {
 
 // REDIS_URL alone opens the Redis store, on the real server.
 func TestOpenRedisURL(t *testing.T) {
-	c, err := FromEnv(env("REDIS_URL", servicetest.RedisURL(t), "GATECOUNT_SECRET", secret))
+	c, err := Parse(env("REDIS_URL", servicetest.RedisURL(t), "GATECOUNT_SECRET", secret))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestBadValues(t *testing.T) {
 		{[]string{"DATABASE_URL", "postgres://h/db"}, "GATECOUNT_SECRET"},
 		{[]string{"DATABASE_URL", "postgres://h/db", "GATECOUNT_SECRET", "short"}, "GATECOUNT_SECRET"},
 	} {
-		_, err := FromEnv(env(tc.env...))
+		_, err := Parse(env(tc.env...))
 		var ve *VarError
 		if !errors.Is(err, ErrInvalid) || !errors.As(err, &ve) || ve.Var != tc.varName {
 			t.Errorf("%v: error %v, want one naming %s", tc.env, err, tc.varName)
@@ -276,7 +276,7 @@ func TestBadValues(t *testing.T) {
 }
 
 func TestErrorsJoinedAndSecretHidden(t *testing.T) {
-	_, err := FromEnv(env("RATE_LIMIT_MAX_ENTRIES", "x", "RATE_LIMIT_SINGLE_INSTANCE", "y", "GATECOUNT_SECRET", "hunter2"))
+	_, err := Parse(env("RATE_LIMIT_MAX_ENTRIES", "x", "RATE_LIMIT_SINGLE_INSTANCE", "y", "GATECOUNT_SECRET", "hunter2"))
 	msg := err.Error()
 	for _, want := range []string{"RATE_LIMIT_MAX_ENTRIES", "RATE_LIMIT_SINGLE_INSTANCE", "GATECOUNT_SECRET", "openssl rand"} {
 		if !strings.Contains(msg, want) {
@@ -293,7 +293,7 @@ func TestErrorsJoinedAndSecretHidden(t *testing.T) {
 		{"RATE_LIMIT_STORE_URL", "http://h/?password=pa55word"},
 		{"RATE_LIMIT_STORE_URL", "memcached://u:pa55word@h/?token=pa55word"},
 	} {
-		_, err = FromEnv(env(kv[0], kv[1], "GATECOUNT_SECRET", secret))
+		_, err = Parse(env(kv[0], kv[1], "GATECOUNT_SECRET", secret))
 		if err == nil || strings.Contains(err.Error(), "pa55word") || !strings.Contains(err.Error(), kv[0]) {
 			t.Errorf("%s=%s: error shows the password: %v", kv[0], kv[1], err)
 		}
@@ -310,7 +310,7 @@ func TestOpenErrorsHidePasswords(t *testing.T) {
 		{"RATE_LIMIT_STORE_URL", "redis://u:pa55word@127.0.0.1:1/0?dial_timeout=bogus"},
 		{"RATE_LIMIT_STORE_URL", "redis://127.0.0.1:1/0?password=pa55word&dial_timeout=bogus"},
 	} {
-		c, err := FromEnv(env(kv[0], kv[1], "GATECOUNT_SECRET", secret))
+		c, err := Parse(env(kv[0], kv[1], "GATECOUNT_SECRET", secret))
 		if err != nil {
 			t.Fatalf("%s=%s: %v", kv[0], kv[1], err)
 		}
@@ -325,7 +325,7 @@ func TestOpenMemoryWarns(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		var buf strings.Builder
 		log := slog.New(slog.NewTextHandler(&buf, nil))
-		c, _ := FromEnv(env())
+		c, _ := Parse(env())
 		c.SingleInstance = single
 		o, err := Open(context.Background(), c, store.Options{Logger: log})
 		if err != nil {
@@ -342,13 +342,13 @@ func TestOpenMemoryWarns(t *testing.T) {
 	}
 }
 
-func FuzzFromEnv(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	f.Add("30", "memory", "postgres://h/db", "10.0.0.0/8", "true")
 	f.Add("-1", "database", "sqlite:x.db", "::1,banana", "maybe")
 	f.Fuzz(func(t *testing.T, perMinute, kind, dbURL, proxies, single string) {
 		lookup := env("RATE_LIMIT_EXECUTE_PER_MINUTE", perMinute, "RATE_LIMIT_STORE", kind,
 			"DATABASE_URL", dbURL, "TRUSTED_PROXIES", proxies, "RATE_LIMIT_SINGLE_INSTANCE", single, "GATECOUNT_SECRET", secret)
-		c, err := FromEnv(lookup)
+		c, err := Parse(lookup)
 		vars := NewVars(lookup)
 		execute := vars.Budget("RATE_LIMIT_EXECUTE_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute})
 		err = errors.Join(err, vars.Err())
@@ -375,7 +375,7 @@ func FuzzFromEnv(f *testing.F) {
 func TestRedisEviction(t *testing.T) {
 	addr := servicetest.StartRedis(t, 7107, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
 	for _, allow := range []string{"", "true"} {
-		c, err := FromEnv(env("RATE_LIMIT_STORE_URL", "redis://"+addr+"/0", "GATECOUNT_SECRET", secret, "RATE_LIMIT_REDIS_ALLOW_EVICTION", allow))
+		c, err := Parse(env("RATE_LIMIT_STORE_URL", "redis://"+addr+"/0", "GATECOUNT_SECRET", secret, "RATE_LIMIT_REDIS_ALLOW_EVICTION", allow))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,9 +408,9 @@ func TestRedisEviction(t *testing.T) {
 // RATE_LIMIT_STORE_MAX_QUEUED bounds the calls of one limiter waiting for
 // the store.
 func TestMaxQueued(t *testing.T) {
-	c, err := FromEnv(env("RATE_LIMIT_STORE_MAX_QUEUED", "100"))
+	c, err := Parse(env("RATE_LIMIT_STORE_MAX_QUEUED", "100"))
 	if err != nil || c.MaxQueued != 100 {
-		t.Fatalf("FromEnv: %+v, %v; want MaxQueued 100", c, err)
+		t.Fatalf("Parse: %+v, %v; want MaxQueued 100", c, err)
 	}
 	o, err := Open(context.Background(), c, store.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	_ "github.com/gatecount/gatecount/store/sqlite" // lets DATABASE_URL=sqlite:… open
 )
 
-// An app reads the store's settings with FromEnv, then opens the store;
+// An app reads the store's settings with Parse, then opens the store;
 // real apps pass os.LookupEnv.
 func Example() {
 	dir, _ := os.MkdirTemp("", "gatecount-example")
@@ -28,7 +28,7 @@ func Example() {
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 
-	c, err := config.FromEnv(lookup)
+	c, err := config.Parse(lookup)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -48,7 +48,7 @@ func Example() {
 }
 
 // An app reads its own variables, such as its routes' budgets, with the
-// checks of FromEnv: here API_PER_MINUTE, "30" or "30,sliding".
+// checks of Parse: here API_PER_MINUTE, "30" or "30,sliding".
 func ExampleVars() {
 	v := config.NewVars(os.LookupEnv)
 	api := v.Budget("API_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute})
@@ -61,14 +61,14 @@ func ExampleVars() {
 
 // A bad setting stops start-up with one error naming every variable at
 // fault, and never a password.
-func ExampleFromEnv_errors() {
+func ExampleParse_errors() {
 	env := map[string]string{
 		"DATABASE_URL":           "mysql://app:hunter2@db/app?password=hunter2",
 		"RATE_LIMIT_STORE":       "database",
 		"TRUSTED_PROXIES":        "10.0.0.0/8,banana",
 		"RATE_LIMIT_MAX_ENTRIES": "lots",
 	}
-	_, err := config.FromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	_, err := config.Parse(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	fmt.Println(err)
 	// Output:
 	// RATE_LIMIT_MAX_ENTRIES="lots": want a whole number from 1 to 100000000

@@ -10,16 +10,16 @@ import (
 	"github.com/gatecount/gatecount/middleware"
 )
 
-// SignIn reads the sign-in guard's budgets (RATE_LIMIT_LOGIN_*),
-// middleware's defaults where unset: as [FromEnv] reads them into
+// SignInBudgets reads the sign-in guard's budgets (RATE_LIMIT_LOGIN_*),
+// middleware's defaults where unset: as [Parse] reads them into
 // Config.SignIn, for a tool that reads no other setting.
 // Its proof of work, under RATE_LIMIT_LOGIN_CHALLENGE=pow, has a key of
 // this process.
-func (v *Vars) SignIn() SignInBudgets { return v.r.signIn(nil) }
+func (v *Vars) SignInBudgets() SignInBudgets { return v.r.signIn(nil) }
 
-// Send reads the send guard's budgets (RATE_LIMIT_RESET_*), middleware's
-// defaults where unset, as [FromEnv] reads them into Config.Send.
-func (v *Vars) Send() SendBudgets { return v.r.send() }
+// SendBudgets reads the send guard's budgets (RATE_LIMIT_RESET_*), middleware's
+// defaults where unset, as [Parse] reads them into Config.Send.
+func (v *Vars) SendBudgets() SendBudgets { return v.r.send() }
 
 func (r *reader) signIn(secret []byte) SignInBudgets {
 	return SignInBudgets{

@@ -10,7 +10,7 @@ import (
 	"github.com/gatecount/gatecount/middleware"
 )
 
-// Vars reads the guards' budgets as FromEnv does, for a tool that reads
+// Vars reads the guards' budgets as Parse does, for a tool that reads
 // no other setting.
 func TestVarsGuardBudgets(t *testing.T) {
 	per := func(n int, w time.Duration) limiter.Budget { return limiter.Budget{Limit: n, Window: w} }
@@ -34,7 +34,7 @@ func TestVarsGuardBudgets(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := NewVars(env(tc.env...))
-			signIn, send := v.SignIn(), v.Send()
+			signIn, send := v.SignInBudgets(), v.SendBudgets()
 			if signIn != tc.signIn || send != tc.send {
 				t.Errorf("SignIn, Send = %v, %v; want %v, %v", signIn, send, tc.signIn, tc.send)
 			}
@@ -64,7 +64,7 @@ func TestVarsSpray(t *testing.T) {
 		{[]string{"RATE_LIMIT_LOGIN_SPRAY", "20/1h"}, defSpray, true},
 	} {
 		v := NewVars(env(tc.env...))
-		if got := v.SignIn().Spray; got != tc.want {
+		if got := v.SignInBudgets().Spray; got != tc.want {
 			t.Errorf("%v: %+v, want %+v", tc.env, got, tc.want)
 		}
 		var ve *VarError
@@ -76,7 +76,7 @@ func TestVarsSpray(t *testing.T) {
 
 // A cap above NIST SP 800-63B's 100 is refused with an error naming it.
 func TestConsecutiveAboveNIST(t *testing.T) {
-	_, err := FromEnv(env("RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES", "500"))
+	_, err := Parse(env("RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES", "500"))
 	var ve *VarError
 	if !errors.As(err, &ve) || ve.Var != "RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES" || !strings.Contains(err.Error(), "NIST SP 800-63B") {
 		t.Fatalf("RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES=500: %v, want an error naming NIST SP 800-63B", err)
@@ -86,7 +86,7 @@ func TestConsecutiveAboveNIST(t *testing.T) {
 // RATE_LIMIT_LOGIN_CHALLENGE=pow gives the sign-in guard a proof of work
 // of RATE_LIMIT_LOGIN_CHALLENGE_BITS under GATECOUNT_SECRET; off is the
 // default, and anything else an error naming the variable.
-func TestSignInChallengeFromEnv(t *testing.T) {
+func TestSignInChallengeParse(t *testing.T) {
 	for _, tc := range []struct {
 		env  []string
 		bits int // 0: no challenge
@@ -100,7 +100,7 @@ func TestSignInChallengeFromEnv(t *testing.T) {
 		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE", "pow", "RATE_LIMIT_LOGIN_CHALLENGE_BITS", "41"}, 0, "RATE_LIMIT_LOGIN_CHALLENGE_BITS"},
 		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS", "0"}, 0, "RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS"},
 	} {
-		c, err := FromEnv(env(tc.env...))
+		c, err := Parse(env(tc.env...))
 		var ve *VarError
 		if (err != nil) != (tc.bad != "") || tc.bad != "" && (!errors.As(err, &ve) || ve.Var != tc.bad) {
 			t.Errorf("%q: %v, want an error naming %q", tc.env, err, tc.bad)

@@ -24,7 +24,7 @@ func TestTrustedProxyHeader(t *testing.T) {
 		{"X-Real-IP", 0, false},
 		{"both", 0, false},
 	} {
-		c, err := FromEnv(env("TRUSTED_PROXIES", "10.0.0.0/8", "TRUSTED_PROXY_HEADER", tc.value))
+		c, err := Parse(env("TRUSTED_PROXIES", "10.0.0.0/8", "TRUSTED_PROXY_HEADER", tc.value))
 		if !tc.ok {
 			var ve *VarError
 			if !errors.Is(err, ErrInvalid) || !errors.As(err, &ve) || ve.Var != "TRUSTED_PROXY_HEADER" || !strings.Contains(err.Error(), "X-Forwarded-For or Forwarded") {
@@ -51,7 +51,7 @@ func TestOpenWarnsWhenTrustingEveryone(t *testing.T) {
 		{"::ffff:0.0.0.0/96", true},
 	} {
 		var buf strings.Builder
-		c, err := FromEnv(env("TRUSTED_PROXIES", tc.proxies, "RATE_LIMIT_SINGLE_INSTANCE", "true"))
+		c, err := Parse(env("TRUSTED_PROXIES", tc.proxies, "RATE_LIMIT_SINGLE_INSTANCE", "true"))
 		if err != nil {
 			t.Fatal(err)
 		}

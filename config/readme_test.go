@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// readVars returns every variable FromEnv reads, over environments that
+// readVars returns every variable Parse reads, over environments that
 // take each path of the store's choice.
 func readVars() []string {
 	seen := map[string]bool{}
@@ -19,7 +19,7 @@ func readVars() []string {
 		{"RATE_LIMIT_STORE_URL", "redis://h", "TRUSTED_PROXIES", "10.0.0.0/8", "GATECOUNT_SECRET", secret},
 	} {
 		lookup := env(kv...)
-		FromEnv(func(k string) (string, bool) { seen[k] = true; return lookup(k) })
+		Parse(func(k string) (string, bool) { seen[k] = true; return lookup(k) })
 	}
 	var out []string
 	for k := range seen {
@@ -30,7 +30,7 @@ func readVars() []string {
 }
 
 // README's environment table and this package's doc list every variable
-// FromEnv reads, and nothing it does not.
+// Parse reads, and nothing it does not.
 func TestEveryVariableDocumented(t *testing.T) {
 	want := readVars()
 	readme, err := os.ReadFile("../README.md")
@@ -61,7 +61,7 @@ func TestEveryVariableDocumented(t *testing.T) {
 		}
 		slices.Sort(got)
 		if !slices.Equal(got, want) {
-			t.Errorf("%s lists\n%v\nFromEnv reads\n%v", tc.where, got, want)
+			t.Errorf("%s lists\n%v\nParse reads\n%v", tc.where, got, want)
 		}
 	}
 }

@@ -26,7 +26,7 @@ func TestShadow(t *testing.T) {
 		{"login;execute", nil, []string{"login"}, true},
 		{"login, exec ute", nil, []string{"login"}, true},
 	} {
-		c, err := FromEnv(env("RATE_LIMIT_SHADOW", tc.value))
+		c, err := Parse(env("RATE_LIMIT_SHADOW", tc.value))
 		if tc.bad {
 			var ve *VarError
 			if !errors.As(err, &ve) || ve.Var != "RATE_LIMIT_SHADOW" || !errors.Is(err, ErrInvalid) {
@@ -62,7 +62,7 @@ func TestNetworks(t *testing.T) {
 			{"10.0.0.0/8,banana", "", `network element 2 "banana"`},
 			{"10.0.0.0/40", "", `network element 1`},
 		} {
-			c, err := FromEnv(env(name, tc.value))
+			c, err := Parse(env(name, tc.value))
 			if tc.bad != "" {
 				var ve *VarError
 				if !errors.As(err, &ve) || ve.Var != name || !strings.Contains(err.Error(), tc.bad) {
@@ -82,7 +82,7 @@ func TestNetworks(t *testing.T) {
 			}
 		}
 	}
-	c, _ := FromEnv(env("RATE_LIMIT_EXEMPT_NETWORKS", "10.0.0.0/8", "RATE_LIMIT_BLOCK_NETWORKS", "192.0.2.0/24"))
+	c, _ := Parse(env("RATE_LIMIT_EXEMPT_NETWORKS", "10.0.0.0/8", "RATE_LIMIT_BLOCK_NETWORKS", "192.0.2.0/24"))
 	if n := c.Networks(); fmt.Sprint(n.Exempt, n.Block) != "[10.0.0.0/8] [192.0.2.0/24]" {
 		t.Errorf("Networks() = %+v", n)
 	}
@@ -101,7 +101,7 @@ func TestOpenWarnsWhenNetworksHoldEveryone(t *testing.T) {
 		{"0.0.0.0/1,128.0.0.0/1", "0.0.0.0/0,::/0", []string{KindExemptEveryone, KindBlockEveryone}},
 	} {
 		var buf strings.Builder
-		c, err := FromEnv(env("RATE_LIMIT_EXEMPT_NETWORKS", tc.exempt, "RATE_LIMIT_BLOCK_NETWORKS", tc.block, "RATE_LIMIT_SINGLE_INSTANCE", "true"))
+		c, err := Parse(env("RATE_LIMIT_EXEMPT_NETWORKS", tc.exempt, "RATE_LIMIT_BLOCK_NETWORKS", tc.block, "RATE_LIMIT_SINGLE_INSTANCE", "true"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -95,14 +95,14 @@ const (
 
 // Policy is what a limiter answers when its store cannot: the one type for
 // that choice, in limiter.Options and in every middleware's Options. The zero
-// value, Default, leaves it to the constructor: Deny for New and
-// middleware.New, Allow for middleware.PerIP, Local for middleware.PerCaller,
-// SignIn and Send.
+// value, [Unset], leaves it to the constructor: Deny for New and
+// middleware.New, Local for the guards of package middleware. Package
+// gatecount gives each kind of limiter its own, in a table in its doc.
 type Policy int
 
 const (
-	// Default is the constructor's choice (see Policy).
-	Default Policy = iota
+	// Unset, the zero value, is the constructor's choice (see Policy).
+	Unset Policy = iota
 	// Deny refuses the attempt: fail closed. Nothing can get through while
 	// the store cannot answer, which also stops legitimate users. A full
 	// store still counts the keys it holds; an attempt with a key it has no
@@ -131,8 +131,8 @@ const (
 // String names the policy.
 func (p Policy) String() string {
 	switch p {
-	case Default:
-		return "default"
+	case Unset:
+		return "unset"
 	case Deny:
 		return "deny"
 	case Allow:
@@ -143,10 +143,10 @@ func (p Policy) String() string {
 	return fmt.Sprintf("Policy(%d)", int(p))
 }
 
-// Or returns p, or def when p is Default. It is how a constructor applies
-// its own default.
+// Or returns p, or def when p is [Unset]. It is how a constructor applies
+// its own choice.
 func (p Policy) Or(def Policy) Policy {
-	if p == Default {
+	if p == Unset {
 		return def
 	}
 	return p
@@ -160,7 +160,7 @@ type Options struct {
 	// Budget applies to every key of Attempt.
 	Budget Budget
 	// Unavailable is what an attempt answers when the store cannot; the
-	// zero value, Default, is Deny.
+	// zero value, [Unset], is Deny.
 	Unavailable Policy
 	// Logger receives the limiter's logs; nil means slog.Default().
 	Logger *slog.Logger

@@ -26,7 +26,7 @@ func ExampleExpvar() {
 	if err != nil {
 		panic(err)
 	}
-	perIP, err := middleware.PerIP(h, limiter.Budget{Limit: 2, Window: time.Minute},
+	perIP, err := middleware.New(h, limiter.Budget{Limit: 2, Window: time.Minute},
 		middleware.Options{Name: "health", Observer: m, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)

@@ -8,7 +8,7 @@
 //	m := metrics.NewExpvar("gatecount")
 //	s := memory.New(memory.Options{Store: store.Options{Observer: m}})
 //	m.Watch("memory", s)
-//	mw, _ := middleware.PerIP(h, budget, middleware.Options{Observer: m})
+//	mw, _ := middleware.New(h, budget, middleware.Options{Observer: m})
 //
 // and /debug/vars (expvar.Handler) then shows, under "gatecount", names in
 // lower case with underscores throughout:

@@ -35,7 +35,7 @@ func TestRetryAfterAlgorithms(t *testing.T) {
 		t.Run(c.budget.String(), func(t *testing.T) {
 			clk := clock.NewFake(t0)
 			s := memStore(t, clk)
-			m, err := middleware.PerCaller(handle(t, s, "execute:"), c.budget, middleware.Options{Name: "execute", Logger: quiet})
+			m, err := perCaller(handle(t, s, "execute:"), c.budget, middleware.Options{Name: "execute", Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -72,7 +72,7 @@ func BenchmarkBareHandler(b *testing.B) { benchServe(b, ok, http.StatusOK) }
 // added cost.
 func BenchmarkPerIPAllowed(b *testing.B) {
 	s := memStore(b, nil)
-	m, err := middleware.PerIP(handle(b, s, "health:"), limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour}, middleware.Options{Logger: quiet})
+	m, err := perIP(handle(b, s, "health:"), limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour}, middleware.Options{Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func BenchmarkPerIPAllowed(b *testing.B) {
 // store: the answer an attacker over budget gets, fields and 429 included.
 func BenchmarkPerIPRefused(b *testing.B) {
 	s := memStore(b, nil)
-	m, err := middleware.PerIP(handle(b, s, "health:"), limiter.Budget{Limit: 1, Window: time.Hour}, middleware.Options{Logger: quiet})
+	m, err := perIP(handle(b, s, "health:"), limiter.Budget{Limit: 1, Window: time.Hour}, middleware.Options{Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -140,7 +140,7 @@ func newChallenger(o *SignInOptions, consecutive limiter.Budget) (*challenger, e
 	return &challenger{
 		c: o.Challenge, budget: o.ChallengeBudget,
 		answer:   keyfunc.BodyField(AnswerField, o.Body),
-		fields:   newFields(names, budgets, !o.ShowRemaining, o.LegacyHeaders),
+		fields:   newFields(names, budgets, o.Remaining.hidden(true), o.LegacyHeaders),
 		entries:  [5]int{chalAccountIP: 0, chalChallenge: 1, chalPuzzle: 1, chalConsecutive: 2, chalIP: 3},
 		failures: map[string]recalled{},
 	}, nil

@@ -19,7 +19,7 @@ import (
 // each limiter, and each limiter with its options.
 func Example() {
 	// authenticate stands for your authentication: it names the caller with
-	// keyfunc.WithCallerID, which PerCaller counts by.
+	// keyfunc.WithCallerID, which keyfunc.CallerID reads.
 	authenticate := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx := keyfunc.WithCallerID(r.Context(), r.Header.Get("X-User"))
@@ -44,21 +44,21 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	perCaller, err := middleware.PerCaller(execH, limiter.Budget{Limit: 30, Window: time.Minute},
-		middleware.Options{Name: "execute"})
+	perCaller, err := middleware.New(execH, limiter.Budget{Limit: 30, Window: time.Minute},
+		middleware.Options{Name: "execute", Key: keyfunc.CallerID, KeyErrorStatus: http.StatusUnauthorized, Unavailable: limiter.Local})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer perCaller.Close()
-	perIP, err := middleware.PerIP(healthH, limiter.Budget{Limit: 300, Window: time.Minute},
-		middleware.Options{Name: "health", IP: keyfunc.IPOptions{TrustedProxies: proxies}})
+	perIP, err := middleware.New(healthH, limiter.Budget{Limit: 300, Window: time.Minute},
+		middleware.Options{Name: "health", IP: keyfunc.IPOptions{TrustedProxies: proxies}, Unavailable: limiter.Allow})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer perIP.Close()
 
 	mux := http.NewServeMux()
-	// A request without a caller ID is answered 401 by PerCaller.
+	// A request without a caller ID is answered 401 (KeyErrorStatus).
 	mux.Handle("POST /execute", authenticate(perCaller.Wrap(execute)))
 	mux.Handle("GET /health", perIP.Wrap(health))
 
@@ -81,11 +81,12 @@ func Example() {
 	// GET /health: 200 RateLimit="\"health\";r=299;t=60"
 }
 
-func ExamplePerCaller() {
+// Keyed by the caller, a request without one answered 401.
+func ExampleNew_caller() {
 	s := memory.New(memory.Options{})
 	defer s.Close()
 	h, _ := s.Handle("execute:")
-	m, err := middleware.PerCaller(h, limiter.Budget{Limit: 1, Window: time.Minute}, middleware.Options{Name: "execute"})
+	m, err := middleware.New(h, limiter.Budget{Limit: 1, Window: time.Minute}, middleware.Options{Name: "execute", Key: keyfunc.CallerID, KeyErrorStatus: http.StatusUnauthorized})
 	if err != nil {
 		panic(err)
 	}
@@ -104,12 +105,13 @@ func ExamplePerCaller() {
 	// 429 "execute";r=0;t=60 Retry-After="60"
 }
 
-func ExamplePerIP() {
+// Keyed by client address (Key nil), behind trusted proxies.
+func ExampleNew_address() {
 	s := memory.New(memory.Options{})
 	defer s.Close()
 	h, _ := s.Handle("health:")
 	proxies, _ := keyfunc.ParseTrustedProxies("10.0.0.0/8")
-	m, _ := middleware.PerIP(h, limiter.Budget{Limit: 300, Window: time.Minute}, middleware.Options{
+	m, _ := middleware.New(h, limiter.Budget{Limit: 300, Window: time.Minute}, middleware.Options{
 		Name: "health",
 		IP:   keyfunc.IPOptions{TrustedProxies: proxies},
 	})
@@ -286,8 +288,9 @@ func ExampleOptions_budgetFor() {
 	free := limiter.Budget{Limit: 30, Window: time.Minute}
 	paid := limiter.Budget{Limit: 600, Window: time.Minute}
 	plans := map[string]limiter.Budget{"alice": paid} // your records of who pays
-	perPlan, err := middleware.PerCaller(execH, free, middleware.Options{
+	perPlan, err := middleware.New(execH, free, middleware.Options{
 		Name: "execute",
+		Key:  keyfunc.CallerID,
 		BudgetFor: func(r *http.Request) (limiter.Budget, error) {
 			id, _ := keyfunc.CallerIDFrom(r.Context())
 			if b, ok := plans[id]; ok {
@@ -300,8 +303,9 @@ func ExampleOptions_budgetFor() {
 		log.Fatal(err)
 	}
 	defer perPlan.Close()
-	batch, err := middleware.PerCaller(batchH, limiter.Budget{Limit: 100, Window: time.Minute}, middleware.Options{
+	batch, err := middleware.New(batchH, limiter.Budget{Limit: 100, Window: time.Minute}, middleware.Options{
 		Name: "batch",
+		Key:  keyfunc.CallerID,
 		Cost: func(r *http.Request) (int, error) { return 10, nil }, // a batch of ten
 	})
 	if err != nil {
@@ -331,12 +335,13 @@ type outcomePrinter struct{}
 
 func (outcomePrinter) ObserveDecision(name string, o limiter.Outcome) { fmt.Println(name, o) }
 
-func ExamplePerCaller_shadow() {
+func ExampleNew_shadow() {
 	s := memory.New(memory.Options{})
 	defer s.Close()
 	h, _ := s.Handle("execute:")
-	m, err := middleware.PerCaller(h, limiter.Budget{Limit: 1, Window: time.Minute}, middleware.Options{
+	m, err := middleware.New(h, limiter.Budget{Limit: 1, Window: time.Minute}, middleware.Options{
 		Name:     "execute",
+		Key:      keyfunc.CallerID,
 		Shadow:   true, // count and report, refuse nothing
 		Observer: outcomePrinter{},
 		Logger:   slog.New(slog.DiscardHandler),
@@ -361,13 +366,13 @@ func ExamplePerCaller_shadow() {
 	// 200 RateLimit=""
 }
 
-func ExamplePerIP_networks() {
+func ExampleNew_networks() {
 	s := memory.New(memory.Options{})
 	defer s.Close()
 	h, _ := s.Handle("health:")
 	exempt, _ := keyfunc.ParseNetworks("10.0.0.0/8")
 	block, _ := keyfunc.ParseNetworks("192.0.2.0/24")
-	m, _ := middleware.PerIP(h, limiter.Budget{Limit: 1, Window: time.Minute}, middleware.Options{
+	m, _ := middleware.New(h, limiter.Budget{Limit: 1, Window: time.Minute}, middleware.Options{
 		Name:     "health",
 		Networks: keyfunc.Networks{Exempt: exempt, Block: block},
 	})

@@ -219,3 +219,26 @@ func (bf *budgetFields) of(b limiter.Budget) *fields {
 	}
 	return f
 }
+
+// Remaining says whether the RateLimit fields tell how many requests are
+// left (r, and X-RateLimit-Remaining). The count tells a guesser how to
+// pace; Retry-After is sent on a refusal either way.
+type Remaining int
+
+const (
+	// RemainingUnset, the zero value, is the kind's choice: shown by [New],
+	// hidden by the guards of an account ([SignIn], [Verify]).
+	RemainingUnset Remaining = iota
+	// RemainingShown sends the requests left.
+	RemainingShown
+	// RemainingHidden leaves them out.
+	RemainingHidden
+)
+
+// hidden reports whether r hides the count; unset, it is hide.
+func (r Remaining) hidden(hide bool) bool {
+	if r == RemainingUnset {
+		return hide
+	}
+	return r == RemainingHidden
+}

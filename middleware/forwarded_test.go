@@ -27,11 +27,11 @@ func TestForwardedHeaderWithoutTrustedProxiesWarnsOnce(t *testing.T) {
 		header string
 		warns  int
 	}{
-		{"PerIP, X-Forwarded-For", perIP(budget, keyfunc.IPOptions{}, nil), "X-Forwarded-For", 1},
-		{"PerIP, Forwarded", perIP(budget, keyfunc.IPOptions{}, nil), "Forwarded", 1},
-		{"PerIP, no header", perIP(budget, keyfunc.IPOptions{}, nil), "", 0},
-		{"PerIP trusting a proxy", perIP(budget, trusted, nil), "X-Forwarded-For", 0},
-		{"PerIP with its own key", perIP(budget, keyfunc.IPOptions{}, func(*http.Request) (string, error) { return "k", nil }), "X-Forwarded-For", 0},
+		{"New by address, X-Forwarded-For", byAddress(budget, keyfunc.IPOptions{}, nil), "X-Forwarded-For", 1},
+		{"New by address, Forwarded", byAddress(budget, keyfunc.IPOptions{}, nil), "Forwarded", 1},
+		{"New by address, no header", byAddress(budget, keyfunc.IPOptions{}, nil), "", 0},
+		{"New by address trusting a proxy", byAddress(budget, trusted, nil), "X-Forwarded-For", 0},
+		{"New by address with its own key", byAddress(budget, keyfunc.IPOptions{}, func(*http.Request) (string, error) { return "k", nil }), "X-Forwarded-For", 0},
 		{"SignIn", func(t *testing.T, log *slog.Logger, h http.Handler) (http.Handler, func() error, error) {
 			g, err := middleware.SignIn(handle(t, memStore(t, nil), "login:"), middleware.SignInOptions{Logger: log})
 			if err != nil {
@@ -76,9 +76,9 @@ func TestForwardedHeaderWithoutTrustedProxiesWarnsOnce(t *testing.T) {
 	}
 }
 
-func perIP(budget limiter.Budget, ip keyfunc.IPOptions, key keyfunc.Func) func(*testing.T, *slog.Logger, http.Handler) (http.Handler, func() error, error) {
+func byAddress(budget limiter.Budget, ip keyfunc.IPOptions, key keyfunc.Func) func(*testing.T, *slog.Logger, http.Handler) (http.Handler, func() error, error) {
 	return func(t *testing.T, log *slog.Logger, h http.Handler) (http.Handler, func() error, error) {
-		m, err := middleware.PerIP(handle(t, memStore(t, nil), "ip:"), budget, middleware.Options{IP: ip, Key: key, Logger: log})
+		m, err := middleware.New(handle(t, memStore(t, nil), "ip:"), budget, middleware.Options{IP: ip, Key: key, Logger: log})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -1,21 +1,19 @@
 // Package middleware limits HTTP handlers: func(http.Handler) http.Handler
 // wrappers, usable with http.ServeMux, chi and gorilla/mux, that count each
-// request and refuse the ones over budget. (For one line per route, see the
-// module root: gatecount.LimitByIP and gatecount.Limits.)
+// request and refuse the ones over budget. It is the full form, with every
+// option. The module root builds the same limiters in one line each, with
+// one outage policy per kind (gatecount.Limits).
 //
-//   - [PerIP] limits each client address (forwarding headers only from
-//     trusted proxies). Default name "ip"; store down:
-//     requests go through ([limiter.Allow]).
-//   - [PerCaller] limits each authenticated caller ([keyfunc.WithCallerID]); a
-//     request without one is answered 401. Default name "caller"; store
-//     down: it counts in process memory ([limiter.Local]).
-//   - New limits by any key function (Options.Key). Default name "limit";
-//     store down: requests are answered 503 ([limiter.Deny]).
+//   - [New] limits by a key function (Options.Key), or by client address
+//     when Key is nil. Default name "limit"; store down: requests are
+//     answered 503 ([limiter.Deny]) unless Options.Unavailable says otherwise.
 //   - [SignIn] guards a sign-in form: failures per account and address, per
 //     account, attempts per address, and known devices. The handler reads
 //     the account with Account and tells the outcome with ReportSuccess or
 //     ReportFailure. Default name "login".
-//   - Send guards a route that sends mail or codes, per destination and per
+//   - [Verify] guards a handler that checks a one-time code. Default name
+//     "verify".
+//   - [Send] guards a route that sends mail or codes, per destination and per
 //     address; a throttled request gets the same answer as an accepted one
 //     unless SendOptions.Reveal. Default name "send".
 //
@@ -26,7 +24,12 @@
 //	s := memory.New(memory.Options{})
 //	execH, err := s.Handle("execute:")
 //	…
-//	perCaller, err := middleware.PerCaller(execH, limiter.Budget{Limit: 30, Window: time.Minute}, middleware.Options{Name: "execute"})
+//	perCaller, err := middleware.New(execH, limiter.Budget{Limit: 30, Window: time.Minute}, middleware.Options{
+//		Name:           "execute",
+//		Key:            keyfunc.CallerID,
+//		KeyErrorStatus: http.StatusUnauthorized,
+//		Unavailable:    limiter.Local,
+//	})
 //	if err != nil {
 //		return err
 //	}
@@ -48,7 +51,7 @@
 //
 // Limiters stacked on one route each add their members to both fields.
 // Options.LegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset;
-// Options.HideRemaining leaves out r.
+// Options.Remaining set to [RemainingHidden] leaves out r.
 //
 // # Budgets and costs per request
 //
@@ -103,13 +106,12 @@ type Options struct {
 	// "-_.".
 	Name string
 	// Unavailable is what to answer when the store is unavailable; the zero
-	// value, [limiter.Default], is the constructor's choice: Local for
-	// [PerCaller], Allow for [PerIP], Deny for New.
+	// value, [limiter.Unset], is Deny.
 	Unavailable limiter.Policy
-	// Key replaces the constructor's key function.
+	// Key finds each request's key; nil keys it by its client address,
+	// found as IP says.
 	Key keyfunc.Func
-	// IP configures the client address of [PerIP] (trusted proxies, IPv6
-	// prefix).
+	// IP configures the client address (trusted proxies, IPv6 prefix).
 	IP keyfunc.IPOptions
 	// OnLimit replaces the 429 answer. The RateLimit fields and Retry-After
 	// are already set when it runs.
@@ -118,8 +120,8 @@ type Options struct {
 	// answers it with KeyErrorStatus. The request never reaches the
 	// handler uncounted.
 	OnNoKey func(w http.ResponseWriter, r *http.Request, err error)
-	// KeyErrorStatus is the status of the default OnNoKey; 0 means the
-	// constructor's (401 for [PerCaller], 400 otherwise).
+	// KeyErrorStatus is the status of the default OnNoKey; 0 means 400.
+	// 401 suits a key of the caller ([keyfunc.CallerID]).
 	KeyErrorStatus int
 	// Skip, when it returns true, lets a request through uncounted: a
 	// platform's health checker, say.
@@ -135,9 +137,9 @@ type Options struct {
 	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (seconds until reset).
 	LegacyHeaders bool
-	// HideRemaining leaves out how many requests are left, which tells a
-	// guesser how to pace; Retry-After is still sent on a 429.
-	HideRemaining bool
+	// Remaining says whether the fields tell how many requests are left;
+	// the zero value shows them.
+	Remaining Remaining
 	// CountFailures refunds the attempt of every request the handler
 	// succeeds with (see the package doc).
 	CountFailures bool
@@ -156,8 +158,8 @@ type Options struct {
 	// [limiter.ShadowDenied] and logged once per key per window.
 	Shadow bool
 	// Networks answers requests from its Block networks 403, counting
-	// nothing, and lets those from Exempt through [PerIP] uncounted. The
-	// client address is found as IP says.
+	// nothing. Those from Exempt go through uncounted when the key is the
+	// client address (Key nil). The client address is found as IP says.
 	Networks keyfunc.Networks
 }
 
@@ -173,51 +175,23 @@ type Middleware struct {
 	invalid rate.Sometimes
 }
 
-// PerCaller returns a Middleware that limits each authenticated caller to
-// budget, keyed by the caller ID the app's authentication middleware put in
-// the request context ([keyfunc.WithCallerID]). A request without one is
-// answered 401 and never reaches the handler. When the store is unavailable
-// it counts in process memory by default ([limiter.Local]). The endpoint it
-// guards does real work, so it should stay limited, but an outage of the
-// store should not stop every caller. Its default name is "caller".
-func PerCaller(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
-	o.Name = cmp.Or(o.Name, "caller")
-	o.KeyErrorStatus = cmp.Or(o.KeyErrorStatus, http.StatusUnauthorized)
-	if o.Key == nil {
-		o.Key = keyfunc.CallerID
-	}
-	return build(h, budget, o, limiter.Local, nil)
-}
-
-// PerIP returns a Middleware that limits each client address to budget,
-// keyed by [keyfunc.IP] under o.IP (forwarding headers only from trusted
-// proxies). When the store is unavailable it lets requests through by
-// default (Allow): the cheap routes it is meant for, such as health checks
-// polled by a platform, must keep answering. Its default name is "ip".
+// New returns a Middleware that limits each key o.Key finds to budget, or
+// each client address when o.Key is nil (forwarding headers only from
+// trusted proxies, o.IP). When the store is unavailable it refuses
+// requests unless o.Unavailable says otherwise (Deny): the safe choice when
+// nothing is known of the endpoint. Its default name is "limit".
 //
-// With no trusted proxies, the first request carrying X-Forwarded-For or
-// Forwarded logs a warning of kind [KindForwardedUntrusted]. Behind a proxy
-// that nobody told it of, the limiter keys every client by the proxy's
-// address.
-func PerIP(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
-	o.Name = cmp.Or(o.Name, "ip")
+// Keyed by client address with no trusted proxies, the first request
+// carrying X-Forwarded-For or Forwarded logs a warning of kind
+// [KindForwardedUntrusted]. Behind a proxy that nobody told it of, the
+// limiter keys every client by the proxy's address.
+func New(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
+	o.Name = cmp.Or(o.Name, "limit")
 	var ip *keyfunc.IPOptions
 	if o.Key == nil {
 		ip = &o.IP
 	}
-	return build(h, budget, o, limiter.Allow, ip)
-}
-
-// New returns a Middleware that limits each key o.Key finds to budget. When
-// the store is unavailable it refuses requests by default (Deny), the safe
-// choice when nothing is known of the endpoint. Its default name is
-// "limit".
-func New(h *store.Handle, budget limiter.Budget, o Options) (*Middleware, error) {
-	if o.Key == nil {
-		return nil, errors.New("middleware: Options.Key is required")
-	}
-	o.Name = cmp.Or(o.Name, "limit")
-	return build(h, budget, o, limiter.Deny, nil)
+	return build(h, budget, o, limiter.Deny, ip)
 }
 
 // build builds a Middleware of one budget; with ip, it keys each request by
@@ -237,7 +211,7 @@ func build(h *store.Handle, budget limiter.Budget, o Options, policy limiter.Pol
 		unavailable:   o.Unavailable,
 		policy:        policy,
 		ip:            ip,
-		hideRemaining: o.HideRemaining,
+		hideRemaining: o.Remaining.hidden(false),
 		legacy:        o.LegacyHeaders,
 		retryAfter:    o.UnavailableRetryAfter,
 		onLimit:       o.OnLimit,
@@ -255,7 +229,7 @@ func build(h *store.Handle, budget limiter.Budget, o Options, policy limiter.Pol
 		keyless: newProblem(fmt.Sprintf(`{"type":"about:blank","title":%q,"status":%d}`+"\n", http.StatusText(status), status)),
 		invalid: rate.Sometimes{Interval: time.Second}}
 	if o.BudgetFor != nil {
-		m.plans = newBudgetFields(o.Name, budget, g.fields, o.HideRemaining, o.LegacyHeaders)
+		m.plans = newBudgetFields(o.Name, budget, g.fields, o.Remaining.hidden(false), o.LegacyHeaders)
 	}
 	if ip != nil {
 		m.key = g.ip.Key

@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,26 @@ func handle(t testing.TB, s *store.Store, prefix string) *store.Handle {
 	return h
 }
 
+// perCaller builds with New what gatecount's Limits.PerCaller builds: keyed
+// by caller ID, 401 without one, counted locally when the store is down.
+func perCaller(h *store.Handle, b limiter.Budget, o middleware.Options) (*middleware.Middleware, error) {
+	o.Name = cmp.Or(o.Name, "caller")
+	o.KeyErrorStatus = cmp.Or(o.KeyErrorStatus, http.StatusUnauthorized)
+	if o.Key == nil {
+		o.Key = keyfunc.CallerID
+	}
+	o.Unavailable = o.Unavailable.Or(limiter.Local)
+	return middleware.New(h, b, o)
+}
+
+// perIP builds with New what gatecount's Limits.PerIP builds: keyed by
+// client address, through uncounted when the store is down.
+func perIP(h *store.Handle, b limiter.Budget, o middleware.Options) (*middleware.Middleware, error) {
+	o.Name = cmp.Or(o.Name, "ip")
+	o.Unavailable = o.Unavailable.Or(limiter.Allow)
+	return middleware.New(h, b, o)
+}
+
 func memStore(t testing.TB, clk *clock.Fake) *store.Store {
 	t.Helper()
 	o := memory.Options{Store: store.Options{Logger: quiet}}
@@ -74,7 +95,7 @@ func asCaller(id string) *http.Request {
 func TestPerCallerLimits(t *testing.T) {
 	clk := clock.NewFake(t0)
 	s := memStore(t, clk)
-	m, err := middleware.PerCaller(handle(t, s, "execute:"), limiter.Budget{Limit: 3, Window: time.Minute}, middleware.Options{Name: "execute", Logger: quiet})
+	m, err := perCaller(handle(t, s, "execute:"), limiter.Budget{Limit: 3, Window: time.Minute}, middleware.Options{Name: "execute", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +161,7 @@ func TestPerCallerLimits(t *testing.T) {
 
 func TestPerCallerWithoutCallerID(t *testing.T) {
 	s := memStore(t, nil)
-	m, _ := middleware.PerCaller(handle(t, s, "execute:"), limiter.Budget{Limit: 3, Window: time.Minute}, middleware.Options{Logger: quiet})
+	m, _ := perCaller(handle(t, s, "execute:"), limiter.Budget{Limit: 3, Window: time.Minute}, middleware.Options{Logger: quiet})
 	defer m.Close()
 	next := &counting{}
 	w := httptest.NewRecorder()
@@ -152,7 +173,7 @@ func TestPerCallerWithoutCallerID(t *testing.T) {
 
 func TestPerIPAndSkip(t *testing.T) {
 	s := memStore(t, nil)
-	m, err := middleware.PerIP(handle(t, s, "health:"), limiter.Budget{Limit: 1, Window: time.Minute}, middleware.Options{
+	m, err := perIP(handle(t, s, "health:"), limiter.Budget{Limit: 1, Window: time.Minute}, middleware.Options{
 		Logger: quiet,
 		Skip:   func(r *http.Request) bool { return r.Header.Get("User-Agent") == "platform-checker" },
 	})
@@ -193,12 +214,12 @@ func TestOneHandlePerMiddleware(t *testing.T) {
 	s := memStore(t, nil)
 	h := handle(t, s, "shared:")
 	b := limiter.Budget{Limit: 1, Window: time.Minute}
-	m, err := middleware.PerCaller(h, b, middleware.Options{Name: "execute"})
+	m, err := perCaller(h, b, middleware.Options{Name: "execute"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if _, err := middleware.PerIP(h, b, middleware.Options{Name: "health"}); !errors.Is(err, store.ErrStoreReuse) {
+	if _, err := perIP(h, b, middleware.Options{Name: "health"}); !errors.Is(err, store.ErrStoreReuse) {
 		t.Fatalf("second middleware on one handle: %v", err)
 	}
 }
@@ -212,21 +233,40 @@ func TestOptionsValidated(t *testing.T) {
 		"bad policy": {Unavailable: 42},
 		"bad ipv6":   {IP: keyfunc.IPOptions{IPv6Prefix: 7}},
 	} {
-		if _, err := middleware.PerIP(handle(t, s, name), b, o); err == nil {
+		if _, err := perIP(handle(t, s, name), b, o); err == nil {
 			t.Errorf("%s accepted", name)
 		}
 	}
-	if _, err := middleware.PerIP(handle(t, s, "zero"), limiter.Budget{}, middleware.Options{}); !errors.Is(err, limiter.ErrInvalidBudget) {
+	if _, err := perIP(handle(t, s, "zero"), limiter.Budget{}, middleware.Options{}); !errors.Is(err, limiter.ErrInvalidBudget) {
 		t.Errorf("zero budget: %v", err)
 	}
-	if _, err := middleware.New(handle(t, s, "nokey"), b, middleware.Options{}); err == nil {
-		t.Error("New without a key function accepted")
+}
+
+// New without a key function counts each client address.
+func TestNewByClientAddress(t *testing.T) {
+	m, err := middleware.New(handle(t, memStore(t, nil), "ip:"), limiter.Budget{Limit: 1, Window: time.Minute}, middleware.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	h := m.Wrap(&counting{})
+	for i, c := range []struct {
+		addr string
+		want int
+	}{{"198.51.100.7:1", 200}, {"198.51.100.7:2", 429}, {"198.51.100.8:1", 200}} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = c.addr
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != c.want {
+			t.Errorf("request %d from %s: %d, want %d", i, c.addr, w.Code, c.want)
+		}
 	}
 }
 
 func TestLegacyAndHiddenRemaining(t *testing.T) {
 	s := memStore(t, nil)
-	m, _ := middleware.PerCaller(handle(t, s, "x:"), limiter.Budget{Limit: 5, Window: time.Hour}, middleware.Options{Name: "signin", Logger: quiet, LegacyHeaders: true, HideRemaining: true})
+	m, _ := perCaller(handle(t, s, "x:"), limiter.Budget{Limit: 5, Window: time.Hour}, middleware.Options{Name: "signin", Logger: quiet, LegacyHeaders: true, Remaining: middleware.RemainingHidden})
 	defer m.Close()
 	w := httptest.NewRecorder()
 	m.Wrap(&counting{}).ServeHTTP(w, asCaller("a"))
@@ -237,7 +277,7 @@ func TestLegacyAndHiddenRemaining(t *testing.T) {
 	if _, ok := hd["X-Ratelimit-Remaining"]; ok {
 		t.Error("remaining shown though hidden")
 	}
-	m2, _ := middleware.PerCaller(handle(t, s, "y:"), limiter.Budget{Limit: 5, Window: time.Hour}, middleware.Options{Logger: quiet, LegacyHeaders: true})
+	m2, _ := perCaller(handle(t, s, "y:"), limiter.Budget{Limit: 5, Window: time.Hour}, middleware.Options{Logger: quiet, LegacyHeaders: true})
 	defer m2.Close()
 	w = httptest.NewRecorder()
 	m2.Wrap(&counting{}).ServeHTTP(w, asCaller("a"))
@@ -266,7 +306,7 @@ func TestStoreUnavailable(t *testing.T) {
 		o := store.Options{Logger: quiet}.WithDefaults()
 		s := store.New(down{memory.NewBackend(memory.Options{Store: o})}, o)
 		defer s.Close()
-		m, err := middleware.PerCaller(handle(t, s, "x:"), limiter.Budget{Limit: 2, Window: time.Minute}, middleware.Options{Unavailable: tc.policy, Logger: quiet})
+		m, err := perCaller(handle(t, s, "x:"), limiter.Budget{Limit: 2, Window: time.Minute}, middleware.Options{Unavailable: tc.policy, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}

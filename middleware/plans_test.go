@@ -44,12 +44,12 @@ func planOf(r *http.Request) (limiter.Budget, error) {
 // it; a cost route charges its cost, shown in the same units.
 func TestBudgetForAndCost(t *testing.T) {
 	s := memStore(t, nil)
-	plans, err := middleware.PerCaller(handle(t, s, "plan:"), freePlan, middleware.Options{Name: "execute", Logger: quiet, BudgetFor: planOf})
+	plans, err := perCaller(handle(t, s, "plan:"), freePlan, middleware.Options{Name: "execute", Logger: quiet, BudgetFor: planOf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer plans.Close()
-	batch, err := middleware.PerCaller(handle(t, s, "batch:"), limiter.Budget{Limit: 100, Window: time.Minute}, middleware.Options{
+	batch, err := perCaller(handle(t, s, "batch:"), limiter.Budget{Limit: 100, Window: time.Minute}, middleware.Options{
 		Name: "batch", Logger: quiet,
 		Cost: func(*http.Request) (int, error) { return 10, nil },
 	})
@@ -103,7 +103,7 @@ func TestInvalidCharge(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			m, err := middleware.PerCaller(handle(t, memStore(t, nil), "x:"), limiter.Budget{Limit: 10, Window: time.Minute}, middleware.Options{
+			m, err := perCaller(handle(t, memStore(t, nil), "x:"), limiter.Budget{Limit: 10, Window: time.Minute}, middleware.Options{
 				Logger: slog.New(slog.NewJSONHandler(&logs, nil)), BudgetFor: tc.budget, Cost: tc.cost,
 			})
 			if err != nil {
@@ -125,7 +125,7 @@ func TestInvalidCharge(t *testing.T) {
 
 // Under CountFailures, a successful request of cost 10 gives back all 10.
 func TestCostRefunded(t *testing.T) {
-	m, err := middleware.PerCaller(handle(t, memStore(t, nil), "x:"), limiter.Budget{Limit: 20, Window: time.Minute}, middleware.Options{
+	m, err := perCaller(handle(t, memStore(t, nil), "x:"), limiter.Budget{Limit: 20, Window: time.Minute}, middleware.Options{
 		Logger: quiet, CountFailures: true, Cost: func(*http.Request) (int, error) { return 10, nil },
 	})
 	if err != nil {
@@ -209,12 +209,12 @@ func TestPlansAndCostExact(t *testing.T) {
 	for name, open := range exactStores() {
 		t.Run(name, func(t *testing.T) {
 			s := open(t)
-			plans, err := middleware.PerCaller(handle(t, s, fresh("plans")), freePlan, middleware.Options{Name: "execute", Logger: quiet, BudgetFor: planOf})
+			plans, err := perCaller(handle(t, s, fresh("plans")), freePlan, middleware.Options{Name: "execute", Logger: quiet, BudgetFor: planOf})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer plans.Close()
-			batch, err := middleware.PerCaller(handle(t, s, fresh("batch")), limiter.Budget{Limit: 100, Window: time.Minute}, middleware.Options{
+			batch, err := perCaller(handle(t, s, fresh("batch")), limiter.Budget{Limit: 100, Window: time.Minute}, middleware.Options{
 				Name: "batch", Logger: quiet,
 				Cost: func(*http.Request) (int, error) { return 10, nil },
 			})

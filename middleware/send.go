@@ -29,7 +29,7 @@ type SendOptions struct {
 	// PerDestination bounds the requests per destination (an address, a
 	// phone number); zero means [DefaultPerDestination] (3 per hour).
 	PerDestination limiter.Budget
-	// [PerIP] bounds the requests per client IP; zero means [DefaultSendPerIP]
+	// PerIP bounds the requests per client IP; zero means [DefaultSendPerIP]
 	// (20 per hour).
 	PerIP limiter.Budget
 	// Field is the form or JSON body field holding the destination; ""
@@ -53,7 +53,7 @@ type SendOptions struct {
 	// nil means 202 Accepted with [DefaultAcceptedBody] as application/json.
 	Accepted http.Handler
 	// Unavailable is what to answer when the store is unavailable; the zero
-	// value, [limiter.Default], means Local: sending stays limited per instance.
+	// value, [limiter.Unset], means Local: sending stays limited per instance.
 	Unavailable limiter.Policy
 	// Observer, when set, is told of every decision (see [limiter.Observer]).
 	Observer limiter.Observer

@@ -86,7 +86,7 @@ func formRequest(path, field, value, addr string) *http.Request {
 var forms = []limiterForm{
 	{name: "per-caller", status: 200,
 		build: func(t *testing.T, s settings) func(http.Handler) http.Handler {
-			m, err := middleware.PerCaller(handle(t, memStore(t, nil), "c:"), budget3, middleware.Options{Logger: quiet, Observer: s.obs, Shadow: s.shadow, Skip: s.skip, Networks: s.nets})
+			m, err := perCaller(handle(t, memStore(t, nil), "c:"), budget3, middleware.Options{Logger: quiet, Observer: s.obs, Shadow: s.shadow, Skip: s.skip, Networks: s.nets})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +100,7 @@ var forms = []limiterForm{
 		}},
 	{name: "per-ip", status: 200,
 		build: func(t *testing.T, s settings) func(http.Handler) http.Handler {
-			m, err := middleware.PerIP(handle(t, memStore(t, nil), "ip:"), budget3, middleware.Options{Logger: quiet, Observer: s.obs, Shadow: s.shadow, Skip: s.skip, Networks: s.nets})
+			m, err := perIP(handle(t, memStore(t, nil), "ip:"), budget3, middleware.Options{Logger: quiet, Observer: s.obs, Shadow: s.shadow, Skip: s.skip, Networks: s.nets})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -171,9 +171,9 @@ type SignInOptions struct {
 	// Success tells a successful sign-in by its status when the handler
 	// reports nothing; nil means status < 400.
 	Success func(status int) bool
-	// ShowRemaining sends the attempts left in the RateLimit fields. Off by
-	// default: it tells a guesser how to pace.
-	ShowRemaining bool
+	// Remaining says whether the RateLimit fields tell the attempts left;
+	// the zero value hides them, since they tell a guesser how to pace.
+	Remaining Remaining
 	// LegacyHeaders adds X-RateLimit-* fields.
 	LegacyHeaders bool
 	// OnLimit replaces the 429 answer. Retry-After and the RateLimit fields
@@ -181,7 +181,7 @@ type SignInOptions struct {
 	// ends last (d.RetryAfter is the first refusing budget's).
 	OnLimit func(w http.ResponseWriter, r *http.Request, d limiter.Decision)
 	// Unavailable is what to answer when the store is unavailable; the zero
-	// value, [limiter.Default], means Local: guessing stays limited per instance, and users can still
+	// value, [limiter.Unset], means Local: guessing stays limited per instance, and users can still
 	// sign in.
 	Unavailable limiter.Policy
 	// UnavailableRetryAfter is the Retry-After of a 503; 0 means
@@ -412,7 +412,7 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 		unavailable:   o.Unavailable,
 		policy:        limiter.Local,
 		ip:            &o.IP,
-		hideRemaining: !o.ShowRemaining,
+		hideRemaining: o.Remaining.hidden(true),
 		legacy:        o.LegacyHeaders,
 		retryAfter:    o.UnavailableRetryAfter,
 		onLimit:       o.OnLimit,
@@ -455,7 +455,7 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 		entries:      [4]int{keyAccountIP, keyAccount, keyConsecutive, fIP},
 		sprayEntries: [6]int{keyAccountIP, keyAccount, keyConsecutive, fSpray, fSpray, fIP},
 		ipEntry:      [1]int{fIP}, devEntry: [2]int{fIP - 1, keyConsecutive},
-		delayFields: newFields([]string{delayName}, []limiter.Budget{{Limit: 1, Window: o.Delay.Max}}, !o.ShowRemaining, o.LegacyHeaders),
+		delayFields: newFields([]string{delayName}, []limiter.Budget{{Limit: 1, Window: o.Delay.Max}}, o.Remaining.hidden(true), o.LegacyHeaders),
 	}, nil
 }
 

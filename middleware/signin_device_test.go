@@ -304,7 +304,7 @@ func TestSignInRetryAfterLatestReset(t *testing.T) {
 // own budgets, never how others have used the account.
 func TestSignInFieldsNoActivityLeak(t *testing.T) {
 	clk := clock.NewFake(t0)
-	_, _, h := signIn(t, clk, middleware.SignInOptions{ShowRemaining: true})
+	_, _, h := signIn(t, clk, middleware.SignInOptions{Remaining: middleware.RemainingShown})
 	for i := range 16 {
 		login(h, fmt.Sprintf("198.51.100.%d", i), "bob", "guess")
 	}
@@ -318,7 +318,7 @@ func TestSignInFieldsNoActivityLeak(t *testing.T) {
 		t.Fatalf("an attacked account's answer differs from another's:\n%s\n%s", dump(fresh), dump(other))
 	}
 	// The address's own budget is named once it has the least room.
-	_, _, h2 := signIn(t, clk, middleware.SignInOptions{ShowRemaining: true, IPAttempts: limiter.Budget{Limit: 3, Window: time.Hour}})
+	_, _, h2 := signIn(t, clk, middleware.SignInOptions{Remaining: middleware.RemainingShown, IPAttempts: limiter.Budget{Limit: 3, Window: time.Hour}})
 	login(h2, "192.0.2.5", "x", "y")
 	if w := login(h2, "192.0.2.5", "z", "y"); w.Header().Get("RateLimit") != `"login-ip";r=1;t=3600` {
 		t.Fatalf("address budget: %q", w.Header().Get("RateLimit"))

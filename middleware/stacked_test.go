@@ -16,12 +16,12 @@ import (
 // of them refuses.
 func TestStackedLimitersKeepEveryMember(t *testing.T) {
 	s := memStore(t, nil)
-	minute, err := middleware.PerIP(handle(t, s, "minute:"), limiter.Budget{Limit: 10, Window: time.Minute}, middleware.Options{Name: "minute", Logger: quiet})
+	minute, err := perIP(handle(t, s, "minute:"), limiter.Budget{Limit: 10, Window: time.Minute}, middleware.Options{Name: "minute", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer minute.Close()
-	day, err := middleware.PerIP(handle(t, s, "day:"), limiter.Budget{Limit: 2, Window: 24 * time.Hour}, middleware.Options{Name: "day", Logger: quiet})
+	day, err := perIP(handle(t, s, "day:"), limiter.Budget{Limit: 2, Window: 24 * time.Hour}, middleware.Options{Name: "day", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,18 +57,18 @@ func TestStackedLimitersKeepEveryMember(t *testing.T) {
 func TestSameNameOnOneStoreRefused(t *testing.T) {
 	s := memStore(t, nil)
 	b := limiter.Budget{Limit: 10, Window: time.Minute}
-	first, err := middleware.PerIP(handle(t, s, "a:"), b, middleware.Options{Logger: quiet})
+	first, err := perIP(handle(t, s, "a:"), b, middleware.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	_, err = middleware.PerIP(handle(t, s, "b:"), b, middleware.Options{Logger: quiet})
+	_, err = perIP(handle(t, s, "b:"), b, middleware.Options{Logger: quiet})
 	var ne *store.NameError
 	if !errors.Is(err, store.ErrDuplicateName) || !errors.As(err, &ne) || ne.Name != "ip" || ne.First != "a:" || ne.Second != "b:" {
 		t.Fatalf("second unnamed PerIP on one store: %v, want a *store.NameError for \"ip\"", err)
 	}
 	// Another store may use the name.
-	other, err := middleware.PerIP(handle(t, memStore(t, nil), "a:"), b, middleware.Options{Logger: quiet})
+	other, err := perIP(handle(t, memStore(t, nil), "a:"), b, middleware.Options{Logger: quiet})
 	if err != nil {
 		t.Fatalf("the name on another store: %v", err)
 	}

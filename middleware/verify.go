@@ -61,8 +61,9 @@ type VerifyOptions struct {
 	// Success tells a right code by its status when the handler reports
 	// nothing; nil means status < 400.
 	Success func(status int) bool
-	// ShowRemaining sends the attempts left in the RateLimit fields.
-	ShowRemaining bool
+	// Remaining says whether the RateLimit fields tell the attempts left;
+	// the zero value hides them.
+	Remaining Remaining
 	// LegacyHeaders adds X-RateLimit-* fields.
 	LegacyHeaders bool
 	// OnLimit replaces the 429 answer.
@@ -137,7 +138,7 @@ func Verify(h *store.Handle, o VerifyOptions) (*VerifyGuard, error) {
 		Spray:                 SprayOptions{Off: true},
 		IP:                    o.IP,
 		Success:               o.Success,
-		ShowRemaining:         o.ShowRemaining,
+		Remaining:             o.Remaining,
 		LegacyHeaders:         o.LegacyHeaders,
 		OnLimit:               o.OnLimit,
 		Unavailable:           o.Unavailable,

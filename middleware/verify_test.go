@@ -307,7 +307,7 @@ func TestVerifyKnownUnknownSame(t *testing.T) {
 		AccountIPFailures:   limiter.Budget{Limit: 3, Window: 15 * time.Minute},
 		AccountFailures:     limiter.Budget{Limit: 20, Window: time.Hour},
 		ConsecutiveFailures: 8,
-		ShowRemaining:       true,
+		Remaining:           middleware.RemainingShown,
 	})
 	codes := map[int]int{}
 	for i := range 14 {

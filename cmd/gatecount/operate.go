@@ -124,9 +124,9 @@ func operate(ctx context.Context, cmd string, args []string, getenv func(string)
 		return 2
 	}
 	lookup := func(k string) (string, bool) { v := getenv(k); return v, v != "" }
-	c, err := config.FromEnv(lookup)
+	c, err := config.Parse(lookup)
 	vars := config.NewVars(lookup)
-	budgets := vars.SignIn()
+	budgets := vars.SignInBudgets()
 	if err = errors.Join(err, vars.Err()); err != nil {
 		fmt.Fprintf(stderr, "gatecount %s: %v\n", cmd, err)
 		return 2

@@ -89,7 +89,7 @@ func TestOperateUnreachable(t *testing.T) {
 func app(t *testing.T, env map[string]string, name string) (fail func(account, ip string) int) {
 	t.Helper()
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	c, err := config.FromEnv(lookup)
+	c, err := config.Parse(lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func app(t *testing.T, env map[string]string, name string) (fail func(account, i
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := config.NewVars(lookup).SignIn()
+	b := config.NewVars(lookup).SignInBudgets()
 	proxies, _ := keyfunc.ParseTrustedProxies("192.0.2.0/24")
 	g, err := middleware.SignIn(h, middleware.SignInOptions{
 		Name:              name,

@@ -1,7 +1,7 @@
 // Command gorilla shows gatecount on a gorilla/mux router: it builds each
-// limiter from the environment and mounts it per route, or per subrouter
-// with Use. It serves the core routes of examples/stdlib, with the same
-// budgets:
+// limiter from the environment with the front door, gatecount.FromEnv, and
+// mounts it around a route's handler, or on a subrouter with Use. It serves the core
+// routes of examples/stdlib, with the same budgets:
 //
 //	POST /execute         per caller (Authorization: Bearer alice-token or bob-token), RATE_LIMIT_EXECUTE_PER_MINUTE
 //	GET  /health, /ready  per client IP, one budget for both, RATE_LIMIT_HEALTH_PER_MINUTE
@@ -11,226 +11,68 @@
 // The store, its secret and the trusted proxies are gatecount's variables
 // (RATE_LIMIT_STORE, DATABASE_URL, RATE_LIMIT_STORE_URL, GATECOUNT_SECRET,
 // TRUSTED_PROXIES…). It listens on ADDR (default 127.0.0.1:8080) and shuts
-// down gracefully on SIGINT or SIGTERM. It is a module of its own, as an
-// app is: run it from its directory with go run .
+// down gracefully on SIGINT or SIGTERM. The handlers it limits stand in
+// for an app's own (examples/internal/standin). It is a module of its own,
+// as an app is: run it from its directory with go run .
 package main
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gorilla/mux"
 
 	"github.com/gatecount/gatecount"
 	"github.com/gatecount/gatecount/config"
-	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/examples/internal/standin"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
-	"github.com/gatecount/gatecount/store"
-
-	// The stores the environment may choose: each links its driver and
-	// registers its URL schemes. Import only the ones you use.
-	_ "github.com/gatecount/gatecount/store/postgres"
-	_ "github.com/gatecount/gatecount/store/redis"
+	_ "github.com/gatecount/gatecount/store/postgres" // a store the environment may choose, and its driver
+	_ "github.com/gatecount/gatecount/store/redis"    // another: import only the ones you use
 	_ "github.com/gatecount/gatecount/store/sqlite"
 )
 
-func main() {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := serve(ctx, os.LookupEnv, log)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gorilla:", err)
-		os.Exit(1)
-	}
-}
-
-// newApp builds the limiters from the environment read through lookup and
-// mounts them, with the app's handlers, on a gorilla/mux router. The function it
-// returns closes the limiters and the store.
+// newApp reads the environment through lookup. It returns a gorilla/mux
+// router with a limiter around each route, and a function that closes the
+// limiters and their store.
 func newApp(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger) (http.Handler, func() error, error) {
 	// The budgets of the app's own routes, from its own variables, with
 	// config's checks: "30", "30,sliding" or "30,bucket:60".
 	v := config.NewVars(lookup)
-	executeBudget := v.Budget("RATE_LIMIT_EXECUTE_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute})
-	healthBudget := v.Budget("RATE_LIMIT_HEALTH_PER_MINUTE", limiter.Budget{Limit: 300, Window: time.Minute})
-	if err := v.Err(); err != nil {
-		return nil, nil, err
-	}
-
+	execute := v.Budget("RATE_LIMIT_EXECUTE_PER_MINUTE", limiter.Budget{Limit: 30, Window: time.Minute})
+	health := v.Budget("RATE_LIMIT_HEALTH_PER_MINUTE", limiter.Budget{Limit: 300, Window: time.Minute})
 	// The store, the secret, the trusted proxies and the guards' budgets,
-	// from gatecount's variables.
+	// from gatecount's variables; the app's handlers count in that store.
 	limits, err := gatecount.FromEnv(ctx, gatecount.WithLookup(lookup), gatecount.WithLogger(log))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, errors.Join(v.Err(), err)
 	}
-	a := &demo{
-		tokens:    map[string]string{"alice-token": "alice", "bob-token": "bob"},
-		passwords: map[string]string{"alice": "correct-horse", "bob": "battery-staple"},
-		store:     limits.Store(),
-		log:       log,
-	}
-	execute, errExecute := routeLimiter(limits, "execute", executeBudget, middleware.PerCaller, log)
-	health, errHealth := routeLimiter(limits, "health", healthBudget, middleware.PerIP, log)
-	// The sign-in guard (handle login:) reads the account from the
-	// username field; the send guard (handle reset:) the address from email.
-	login := limits.SignIn(middleware.SignInOptions{Failed: http.HandlerFunc(signInFailed)})
-	reset := limits.Send(middleware.SendOptions{Name: "reset"})
-	closeAll := func() error {
-		var errs []error
-		for _, m := range []*middleware.Middleware{execute, health} {
-			if m != nil {
-				errs = append(errs, m.Close())
-			}
-		}
-		return errors.Join(append(errs, limits.Close())...)
-	}
-	if err := errors.Join(errExecute, errHealth, limits.Err()); err != nil {
-		closeAll()
-		return nil, nil, err
-	}
+	app := &standin.App{Store: limits.Store(), Log: log}
 
-	return routes(execute, health, login, reset, a), closeAll, nil
-}
-
-// routes mounts the limiters, around the app's handlers, on a gorilla/mux
-// router: per route, or per subrouter with Use.
-func routes(execute, health *middleware.Middleware, login, reset func(http.Handler) http.Handler, app *demo) http.Handler {
 	r := mux.NewRouter()
-	r.Handle("/execute", app.authenticate(execute.Wrap(http.HandlerFunc(app.execute)))).Methods("POST")
+	// The sign-in guard (handle login:) reads the account from the username
+	// field; the send guard (handle reset:) the address from email.
+	login := limits.SignIn(middleware.SignInOptions{Failed: http.HandlerFunc(standin.SignInFailed)})
+	r.Handle("/login", login(http.HandlerFunc(app.SignIn))).Methods("POST")
+	reset := limits.Send(middleware.SendOptions{Name: "reset"})
+	r.Handle("/password-reset", reset(http.HandlerFunc(app.PasswordReset))).Methods("POST")
+	// Per caller: 401 without one, counted in memory while the store is down.
+	perCaller := limits.PerCaller("execute", execute.Limit, execute.Window, gatecount.CountedBy(execute.Algorithm, execute.Burst))
+	r.Handle("/execute", app.Authenticate(perCaller(http.HandlerFunc(app.Execute)))).Methods("POST")
+	// One budget per client IP for the subrouter; through while the store is down.
 	group := r.NewRoute().Subrouter()
-	group.Use(health.Wrap) // one budget per client IP for the subrouter
-	group.HandleFunc("/health", app.health).Methods("GET")
-	group.HandleFunc("/ready", app.ready).Methods("GET")
-	r.Handle("/login", login(http.HandlerFunc(app.signIn))).Methods("POST")
-	r.Handle("/password-reset", reset(http.HandlerFunc(app.passwordReset))).Methods("POST")
-	return r
-}
+	group.Use(limits.PerIP("health", health.Limit, health.Window, gatecount.CountedBy(health.Algorithm, health.Burst)))
+	group.HandleFunc("/health", app.Health).Methods("GET")
+	group.HandleFunc("/ready", app.Ready).Methods("GET")
 
-// routeLimiter builds a limiter of one key (middleware.PerCaller or PerIP)
-// with a budget of the app's own, on a store handle named after it. It
-// takes the trusted proxies, shadow mode and networks of the environment,
-// as limits' own limiters do.
-func routeLimiter(limits *gatecount.Limits, name string, b limiter.Budget,
-	build func(*store.Handle, limiter.Budget, middleware.Options) (*middleware.Middleware, error), log *slog.Logger,
-) (*middleware.Middleware, error) {
-	h, err := limits.Store().Handle(name + ":")
-	if err != nil {
-		return nil, err
+	// A limiter that could not be built answers 500; refuse to start instead.
+	if err := errors.Join(v.Err(), limits.Err()); err != nil {
+		return nil, nil, errors.Join(err, limits.Close())
 	}
-	return build(h, b, middleware.Options{
-		Name: name, IP: limits.IP(), Shadow: limits.ShadowOn(name), Networks: limits.Networks(), Logger: log,
-	})
+	return r, limits.Close, nil
 }
 
-// serve serves the app on ADDR until ctx ends, then shuts down gracefully.
-func serve(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger) error {
-	h, closeApp, err := newApp(ctx, lookup, log)
-	if err != nil {
-		return err
-	}
-	defer closeApp()
-	addr, ok := lookup("ADDR")
-	if !ok || addr == "" {
-		addr = "127.0.0.1:8080"
-	}
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout: 15 * time.Second, WriteTimeout: 15 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(shutdown)
-	}()
-	log.Info("listening", "kind", "server-listening", "addr", addr)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-// demo stands in for a real application: the callers and accounts of
-// examples/stdlib's defaults, and reset mails that are only logged.
-type demo struct {
-	tokens    map[string]string // bearer token → caller
-	passwords map[string]string // account, as the guard counts it → password
-	store     *store.Store
-	log       *slog.Logger
-}
-
-// authenticate stands for the app's authentication: it names the caller of
-// a known bearer token with keyfunc.WithCallerID, which the per-caller
-// limiter counts by, and answers 401 without one, before any limiter.
-func (a *demo) authenticate(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		caller, ok := a.tokens[token]
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="gatecount-demo"`)
-			http.Error(w, "missing or unknown bearer token", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(keyfunc.WithCallerID(r.Context(), caller)))
-	})
-}
-
-// execute stands for the route's real work.
-func (a *demo) execute(w http.ResponseWriter, r *http.Request) {
-	caller, _ := keyfunc.CallerIDFrom(r.Context())
-	fmt.Fprintf(w, "done for %s\n", caller)
-}
-
-func (a *demo) health(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") }
-
-// ready answers 503 while the store's breaker is open.
-func (a *demo) ready(w http.ResponseWriter, r *http.Request) {
-	if a.store.BreakerOpen() {
-		http.Error(w, "store unavailable", http.StatusServiceUnavailable)
-		return
-	}
-	fmt.Fprintln(w, "ready")
-}
-
-// signIn checks the password of the account the sign-in guard counted
-// (middleware.Account), and tells the guard how it went. An unknown account
-// is answered as a wrong password.
-func (a *demo) signIn(w http.ResponseWriter, r *http.Request) {
-	account, _ := middleware.Account(r)
-	want, known := a.passwords[account]
-	fields, err := keyfunc.BodyFields(r, keyfunc.BodyOptions{}, "password") // the guard's own reader
-	if err != nil || !known || subtle.ConstantTimeCompare([]byte(fields[0]), []byte(want)) != 1 {
-		middleware.ReportFailure(r)
-		signInFailed(w, r)
-		return
-	}
-	middleware.ReportSuccess(r)
-	fmt.Fprintln(w, "signed in")
-}
-
-// signInFailed is the answer to a failed sign-in, whatever the cause; the
-// guard gives it to a request it cannot read an account from.
-func signInFailed(w http.ResponseWriter, _ *http.Request) {
-	http.Error(w, "invalid username or password", http.StatusUnauthorized)
-}
-
-// passwordReset stands for sending a reset mail to the address the send
-// guard counted: it logs it. It answers as the guard answers a throttled
-// request, so that a client cannot tell the two apart.
-func (a *demo) passwordReset(w http.ResponseWriter, r *http.Request) {
-	to, _ := middleware.Account(r)
-	a.log.Info("password reset mail sent", "kind", "password-reset-sent", "to", to)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusAccepted)
-	io.WriteString(w, middleware.DefaultAcceptedBody)
-}
+func main() { standin.Main("gorilla", newApp) }

@@ -81,7 +81,7 @@ func app(ctx context.Context) (http.Handler, func() error, error) {
 
 	// The one-line forms answer 500 for a limiter they could not build;
 	// refusing to start says so sooner.
-	if err := errors.Join(gatecount.Default().Err(), limits.Err()); err != nil {
+	if err := errors.Join(gatecount.InMemory().Err(), limits.Err()); err != nil {
 		limits.Close()
 		return nil, nil, err
 	}

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// gatecount.Default's store, behind LimitByIP, lives as long as the
+// gatecount.InMemory's store, behind LimitByIP, lives as long as the
 // process, by design.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,

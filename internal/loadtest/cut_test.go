@@ -87,7 +87,7 @@ func testStoreFault(t *testing.T, url string, fault func(*faultproxy.Proxy), len
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := middleware.PerCaller(h, limiter.Budget{Limit: limiter.MaxLimit, Window: time.Minute}, middleware.Options{Name: "execute", Logger: quiet})
+	mw, err := middleware.New(h, limiter.Budget{Limit: limiter.MaxLimit, Window: time.Minute}, middleware.Options{Name: "execute", Key: keyfunc.CallerID, KeyErrorStatus: http.StatusUnauthorized, Unavailable: limiter.Local, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func ExampleObserver() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	perIP, err := middleware.PerIP(h, limiter.Budget{Limit: 2, Window: time.Minute},
+	perIP, err := middleware.New(h, limiter.Budget{Limit: 2, Window: time.Minute},
 		middleware.Options{Name: "health", Observer: o, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		log.Fatal(err)

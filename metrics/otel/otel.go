@@ -7,7 +7,7 @@
 //	o, err := otel.New(meterProvider, "gatecount")
 //	s := memory.New(memory.Options{Store: store.Options{Observer: o}})
 //	o.Watch("memory", s)
-//	mw, err := middleware.PerIP(h, budget, middleware.Options{Observer: o})
+//	mw, err := middleware.New(h, budget, middleware.Options{Observer: o})
 //
 // The instruments, under the namespace given to New:
 //

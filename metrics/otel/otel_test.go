@@ -101,7 +101,7 @@ func TestObserverThroughAManualReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := middleware.PerIP(h, limiter.Budget{Limit: 2, Window: time.Minute},
+	mw, err := middleware.New(h, limiter.Budget{Limit: 2, Window: time.Minute},
 		middleware.Options{Name: "health", Observer: o, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -31,7 +31,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	perIP, err := middleware.PerIP(h, limiter.Budget{Limit: 1, Window: time.Minute},
+	perIP, err := middleware.New(h, limiter.Budget{Limit: 1, Window: time.Minute},
 		middleware.Options{Name: "search", Observer: c})
 	if err != nil {
 		log.Fatal(err)

@@ -9,7 +9,7 @@
 //	reg.MustRegister(c) // or client_golang's prometheus.MustRegister(c)
 //	s := memory.New(memory.Options{Store: store.Options{Observer: c}})
 //	c.Watch("memory", s)
-//	mw, err := middleware.PerIP(h, budget, middleware.Options{Observer: c})
+//	mw, err := middleware.New(h, budget, middleware.Options{Observer: c})
 //
 // The metrics, under the namespace given to New:
 //

@@ -39,7 +39,7 @@ func TestCollectorInARegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := middleware.PerIP(h, limiter.Budget{Limit: 2, Window: time.Minute},
+	mw, err := middleware.New(h, limiter.Budget{Limit: 2, Window: time.Minute},
 		middleware.Options{Name: "health", Observer: c, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

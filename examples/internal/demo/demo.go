@@ -98,7 +98,7 @@ type App struct {
 // New builds the app from the environment read through lookup: the
 // settings of package config, plus ADDR and API_KEYS.
 func New(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger) (*App, error) {
-	c, err := config.FromEnv(lookup)
+	c, err := config.Parse(lookup)
 	vars := config.NewVars(lookup)
 	budgets := ReadBudgets(vars)
 	if err = errors.Join(err, vars.Err()); err != nil {
@@ -157,12 +157,17 @@ func (a *App) limiters() error {
 	// and RATE_LIMIT_BLOCK_NETWORKS apply to every limiter.
 	shadow, nets := a.Config.Shadow.On, a.Config.Networks()
 	var err error
-	if a.Execute, err = middleware.PerCaller(h[0], b.Execute, middleware.Options{Name: "execute", IP: ip, Logger: a.Log, Observer: a.Metrics,
-		Shadow: shadow("execute"), Networks: nets}); err != nil {
+	// Per caller, 401 without one; counted in this process's memory while
+	// the store cannot answer.
+	if a.Execute, err = middleware.New(h[0], b.Execute, middleware.Options{Name: "execute", Key: keyfunc.CallerID,
+		KeyErrorStatus: http.StatusUnauthorized, Unavailable: limiter.Local,
+		IP: ip, Logger: a.Log, Observer: a.Metrics, Shadow: shadow("execute"), Networks: nets}); err != nil {
 		return err
 	}
-	if a.Health, err = middleware.PerIP(h[1], b.Health, middleware.Options{Name: "health", IP: ip, Logger: a.Log, Observer: a.Metrics,
-		Shadow: shadow("health"), Networks: nets}); err != nil {
+	// Per client address (no Key); through uncounted while the store is
+	// down, so that health checks keep answering.
+	if a.Health, err = middleware.New(h[1], b.Health, middleware.Options{Name: "health", Unavailable: limiter.Allow,
+		IP: ip, Logger: a.Log, Observer: a.Metrics, Shadow: shadow("health"), Networks: nets}); err != nil {
 		return err
 	}
 	// Named login, the default: budgets login-account-ip, login-account,

@@ -1,8 +1,6 @@
 package demotest
 
 import (
-	"context"
-	"github.com/gatecount/gatecount/middleware"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -10,11 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// NewApp is how examples/chi and examples/gorilla build their router from
-// the environment read through lookup: the handler, and what closes it.
-type NewApp func(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger) (http.Handler, func() error, error)
+	"github.com/gatecount/gatecount/examples/internal/standin"
+	"github.com/gatecount/gatecount/middleware"
+)
 
 // RoutesEnv is the environment CheckRoutes serves an example with: small
 // route budgets, the memory store, and clients told apart by
@@ -31,7 +28,7 @@ var RoutesEnv = map[string]string{
 // examples/gorilla share with examples/stdlib. Each limiter refuses past its
 // budget, the sign-in guard counts failures only, and the send guard
 // throttles silently.
-func CheckRoutes(t *testing.T, newApp NewApp) {
+func CheckRoutes(t *testing.T, newApp standin.NewApp) {
 	logs := &Logs{}
 	lookup := func(k string) (string, bool) { v, ok := RoutesEnv[k]; return v, ok }
 	h, closeApp, err := newApp(t.Context(), lookup, slog.New(slog.NewTextHandler(logs, nil)))

@@ -39,7 +39,7 @@ type guardOptions struct {
 	names         []string         // of each budget, for the RateLimit fields
 	budgets       []limiter.Budget // the last is the limiter's own
 	unavailable   limiter.Policy
-	policy        limiter.Policy     // the default of unavailable
+	policy        limiter.Policy     // what an Unset unavailable means
 	ip            *keyfunc.IPOptions // nil: no client address keyer
 	hideRemaining bool
 	legacy        bool

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/overload"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -394,7 +395,7 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 		}
 	}
 	// A credit waits for the store however busy: it is owed.
-	err := l.land(store.Patient(ctx), &c)
+	err := l.land(overload.Patient(ctx), &c)
 	switch {
 	case err == nil:
 		return nil

@@ -10,13 +10,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/option"
+	"github.com/gatecount/gatecount/internal/overload"
 	"github.com/google/uuid"
 )
 
 // Defaults of Options.
 const (
-	DefaultDeadline    = 2 * time.Second
-	DefaultMaxInFlight = 64
+	defaultDeadline    = 2 * time.Second
+	defaultMaxInFlight = 64
 )
 
 // Options configure the guard of a Store. The zero value gives the defaults.
@@ -26,18 +28,18 @@ type Options struct {
 	// never a key.
 	Logger *slog.Logger
 	// Deadline bounds every call in the backend, and its wait for a slot
-	// apart; 0 means [DefaultDeadline]. A call past it is answered as
+	// apart; 0 means [defaultDeadline]. A call past it is answered as
 	// unavailable even if it still runs in the backend.
 	Deadline time.Duration
 	// MaxInFlight bounds the calls running in the backend at once, including
 	// those answered past their deadline that have not yet returned; 0 means
-	// [DefaultMaxInFlight]. A call past it waits for a slot, on its own
+	// [defaultMaxInFlight]. A call past it waits for a slot, on its own
 	// goroutine, up to its deadline (see MaxQueued and Patient). Calls to an Inline
 	// backend (the memory store) are not bounded: they never wait on I/O,
 	// so they cannot pile up behind a slow store.
 	MaxInFlight int
 	// MaxQueued bounds the calls of one handle that may wait for a slot at
-	// once; 0 means [DefaultMaxQueued]. Slots go to the handles with calls
+	// once; 0 means [defaultMaxQueued]. Slots go to the handles with calls
 	// waiting in turn, and within a handle first come first served. A call
 	// is answered unavailable ([ReasonOverloaded]) only when its handle's
 	// queue is full ([ErrQueueFull]) or its deadline passes while it waits
@@ -52,7 +54,7 @@ type Options struct {
 	Observer Observer
 	// Announce is how often this instance announces itself in a shared
 	// store, so that every instance knows how many share it (see
-	// [Store.Share]); 0 means [DefaultAnnounce]. A member is counted for thirty
+	// [Store.Share]); 0 means [defaultAnnounce]. A member is counted for thirty
 	// intervals after its last announcement.
 	Announce time.Duration
 }
@@ -64,16 +66,26 @@ func (o Options) WithDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	Default(&o.Deadline, DefaultDeadline)
-	Default(&o.MaxInFlight, DefaultMaxInFlight)
-	Default(&o.MaxQueued, DefaultMaxQueued)
-	Default(&o.Announce, DefaultAnnounce)
+	option.Default(&o.Deadline, defaultDeadline)
+	option.Default(&o.MaxInFlight, defaultMaxInFlight)
+	option.Default(&o.MaxQueued, defaultMaxQueued)
+	option.Default(&o.Announce, defaultAnnounce)
 	if o.InstanceID == (uuid.UUID{}) {
 		o.InstanceID = uuid.New()
 		o.Logger = o.Logger.With("instance", o.InstanceID.String())
 	}
 	o.Breaker = o.Breaker.withDefaults()
 	return o
+}
+
+// LoggerFor returns the logger of a store named name: o.Logger, or
+// slog.Default when nil, with the attribute store=name.
+func (o Options) LoggerFor(name string) *slog.Logger {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return log.With("store", name)
 }
 
 // Store is a Backend behind the guard. Limiters use it through the handles it
@@ -282,14 +294,14 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 		err = s.admit(l)
 	} else {
 		wctx, wcancel := ctx, context.CancelFunc(func() {})
-		if !IsPatient(ctx) {
+		if !overload.IsPatient(ctx) {
 			wctx, wcancel = context.WithTimeout(ctx, s.opts.Deadline)
 		}
 		waited, err = s.acquire(wctx, l)
 		wcancel()
 	}
 	if err != nil {
-		if errors.Is(err, ErrWaitedOut) && ctx.Err() != nil {
+		if errors.Is(err, overload.ErrWaitedOut) && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return err

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gatecount/gatecount/internal/clock"
+	"github.com/gatecount/gatecount/internal/overload"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -408,7 +409,7 @@ func TestBreaker(t *testing.T) {
 func TestBreakerIgnoresOverload(t *testing.T) {
 	const failures = 2
 	var answer atomic.Pointer[error] // the backend's error; nil succeeds
-	overloaded := NewUnavailableError(ReasonOverloaded, ErrWaitedOut)
+	overloaded := NewUnavailableError(ReasonOverloaded, overload.ErrWaitedOut)
 	f := &fake{update: func(_ context.Context, apply ApplyFunc) error {
 		if err := answer.Load(); err != nil {
 			return *err

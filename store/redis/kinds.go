@@ -1,7 +1,7 @@
 package redis
 
 // Log kinds: the stable "kind" attribute of the logs this store writes,
-// besides those of package store ([store.KindSweepFailed] among them).
+// besides those of package store ([storekit.KindSweepFailed] among them).
 const (
 	// KindEvicting is logged when Redis's maxmemory-policy may evict live
 	// entries.

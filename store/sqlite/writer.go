@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -37,7 +38,7 @@ type op struct {
 // through uncounted. (A wait for the file's write lock, which another
 // connection holds, is the writer's, and ends in a deadline.)
 func waitedOut(err error) error {
-	return store.WaitedOut("the writer", err)
+	return storekit.WaitedOut("the writer", err)
 }
 
 // dbError is a failure of the database during an op, as opposed to an

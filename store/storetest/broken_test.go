@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/storetest"
 )
@@ -1022,7 +1023,7 @@ func (b *mapBackend) Entries() int {
 // MaxEntries implements store.Sizer.
 func (b *mapBackend) MaxEntries() int {
 	if b.flaw == sizerDefaultMax {
-		return store.DefaultMaxEntriesMemory
+		return storekit.DefaultMaxEntriesMemory
 	}
 	return b.w.max
 }

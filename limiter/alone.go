@@ -9,6 +9,7 @@ import (
 
 	"github.com/gatecount/gatecount/internal/overload"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // errNoShare is why an instance that has not yet counted the instances
@@ -122,7 +123,7 @@ func knownOf(e *store.Entry) (known, error) {
 		if i < len(fields)-1 {
 			end = indexComma(v)
 		}
-		n, ok := store.CountOf(v[:max(end, 0)])
+		n, ok := value.CountOf(v[:max(end, 0)])
 		if end < 0 || !ok {
 			return known{}, fmt.Errorf("limiter: memory holds a malformed known count")
 		}
@@ -307,7 +308,7 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 			} else {
 				e.ExpiresAt = now.Add(m.left[idx[j]])
 			}
-			e.Value = store.AppendCount(e.Value[:0], counts[j])
+			e.Value = value.AppendCount(e.Value[:0], counts[j])
 			wins[j] = e.ExpiresAt.UnixMilli()
 		}
 		return nil
@@ -453,7 +454,7 @@ func (l *Limiter) land(ctx context.Context, c *credit) error {
 					return err
 				}
 				if n > 0 {
-					e.Value = store.AppendCount(e.Value[:0], max(n-max(c.n, 1), 0))
+					e.Value = value.AppendCount(e.Value[:0], max(n-max(c.n, 1), 0))
 				}
 			}
 		}

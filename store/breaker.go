@@ -28,11 +28,11 @@ var ErrBreakerOpen = errors.New("breaker open after repeated failures")
 // the caller's own making (bad keys, apply's errors, a full store) neither
 // open nor close it.
 type BreakerOptions struct {
-	// Failures in a row that open the breaker; 0 means
-	// [defaultBreakerFailures], a negative value turns the breaker off.
+	// Failures in a row that open the breaker; 0 means 5, a negative value
+	// turns the breaker off.
 	Failures int
 	// Cooldown is how long the breaker stays open before a probe; 0 means
-	// [defaultBreakerCooldown].
+	// 1 s.
 	Cooldown time.Duration
 }
 

@@ -28,22 +28,23 @@ type Options struct {
 	// never a key.
 	Logger *slog.Logger
 	// Deadline bounds every call in the backend, and its wait for a slot
-	// apart; 0 means [defaultDeadline]. A call past it is answered as
-	// unavailable even if it still runs in the backend.
+	// apart; 0 means 2 s. A call past it is answered as unavailable even if
+	// it still runs in the backend.
 	Deadline time.Duration
 	// MaxInFlight bounds the calls running in the backend at once, including
 	// those answered past their deadline that have not yet returned; 0 means
-	// [defaultMaxInFlight]. A call past it waits for a slot, on its own
-	// goroutine, up to its deadline (see MaxQueued and Patient). Calls to an Inline
-	// backend (the memory store) are not bounded: they never wait on I/O,
-	// so they cannot pile up behind a slow store.
+	// 64. A call past it waits for a slot, on its own goroutine, up to its
+	// deadline (see MaxQueued). Calls to an [Inline] backend (the memory
+	// store) are not bounded: they never wait on I/O, so they cannot pile
+	// up behind a slow store.
 	MaxInFlight int
 	// MaxQueued bounds the calls of one handle that may wait for a slot at
-	// once; 0 means [defaultMaxQueued]. Slots go to the handles with calls
-	// waiting in turn, and within a handle first come first served. A call
-	// is answered unavailable ([ReasonOverloaded]) only when its handle's
-	// queue is full ([ErrQueueFull]) or its deadline passes while it waits
-	// ([ErrWaitedOut]). Each waiting call costs about 200 bytes.
+	// once; 0 means 16384. Slots go to the handles with calls waiting in
+	// turn, and within a handle first come first served. A call is answered
+	// unavailable ([ReasonOverloaded]) only when its handle's queue is full
+	// or its deadline passes while it waits. Each waiting call costs about
+	// 200 bytes. A call the limiter has no other way to count waits even
+	// when the queue is full, as long as its context lasts.
 	MaxQueued int
 	// Breaker configures the breaker; the zero value gives its defaults.
 	Breaker BreakerOptions
@@ -54,7 +55,7 @@ type Options struct {
 	Observer Observer
 	// Announce is how often this instance announces itself in a shared
 	// store, so that every instance knows how many share it (see
-	// [Store.Share]); 0 means [defaultAnnounce]. A member is counted for thirty
+	// [Store.Share]); 0 means 1 s. A member is counted for thirty
 	// intervals after its last announcement.
 	Announce time.Duration
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gatecount/gatecount/internal/option"
 	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // Defaults of Options.
@@ -73,7 +74,7 @@ type Backend struct {
 
 // item is one entry. A value that is a count ([store.ParseCount]) is kept
 // as the number n, with value nil, so that counting formats and parses
-// nothing. So is a token bucket's TAT ([store.BucketOf]), with bucket set.
+// nothing. So is a token bucket's TAT ([value.BucketOf]), with bucket set.
 // Any other value is kept as its bytes. Items whose keys hash alike are
 // chained through next.
 type item struct {
@@ -91,19 +92,19 @@ func (it *item) appendValue(dst []byte) []byte {
 	case it.value != nil:
 		return append(dst, it.value...)
 	case it.bucket:
-		return store.AppendBucket(dst, it.n)
+		return value.AppendBucket(dst, it.n)
 	}
-	return store.AppendCount(dst, it.n)
+	return value.AppendCount(dst, it.n)
 }
 
 // setValue keeps v as the item's value: as a number when it is a count or
 // a token bucket.
 func (it *item) setValue(v []byte) {
-	if n, ok := store.CountOf(v); ok {
+	if n, ok := value.CountOf(v); ok {
 		it.value, it.n, it.bucket = nil, n, false
 		return
 	}
-	if n, ok := store.BucketOf(v); ok {
+	if n, ok := value.BucketOf(v); ok {
 		it.value, it.n, it.bucket = nil, n, true
 		return
 	}
@@ -425,7 +426,7 @@ func (b *Backend) chargeBucket(sh *shard, h uint64, it *item, prefix, key string
 	if !k.Allowed {
 		return false, nil // refused: nothing changes
 	}
-	exp := store.BucketExpiry(tat)
+	exp := value.BucketExpiry(tat)
 	if it != nil {
 		it.n, it.exp = tat, exp // later than it was: minExp holds
 		return false, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/storetest"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // flaw is the one way a test backend breaks the contract: each is a single
@@ -668,7 +669,7 @@ func (b counterBackend) count(ctx context.Context, prefix string, keys []string,
 		if ends[i].IsZero() || b.flaw == restartsWindow {
 			ends[i] = now.Add(caps[i].Window).Truncate(time.Millisecond)
 		}
-		es[i] = store.Entry{Value: store.AppendCount(nil, counts[i]), ExpiresAt: ends[i]}
+		es[i] = store.Entry{Value: value.AppendCount(nil, counts[i]), ExpiresAt: ends[i]}
 	}
 	if err := b.write(prefix, keys, es, judge, skip, b.flaw == countIgnoresBound, b.flaw == countKeepsExpiry); err != nil {
 		return err

@@ -190,7 +190,7 @@ func (h *Handle) CountKey(ctx context.Context, key string, b Budget, n int64) (K
 	}
 	start := time.Now()
 	k, err := h.countKey(ctx, key, b, n)
-	h.s.observe(OpCount, h.prefix, start, err)
+	h.s.observe(opCount, h.prefix, start, err)
 	return k, err
 }
 
@@ -228,7 +228,7 @@ func (h *Handle) checkedCount(ctx context.Context, keys []string, caps []Budget,
 	}
 	start := time.Now()
 	err := h.count(ctx, keys, caps, n, out)
-	h.s.observe(OpCount, h.prefix, start, err)
+	h.s.observe(opCount, h.prefix, start, err)
 	return err
 }
 

@@ -173,7 +173,7 @@ type backingPrefix struct {
 // [ErrDuplicatePrefix] until the store holding the first is closed.
 func (s *Store) Handle(prefix string) (*Handle, error) {
 	if prefix == "" || len(prefix) > MaxPrefixLen {
-		return nil, fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidPrefix, prefix, MaxPrefixLen)
+		return nil, fmt.Errorf("%w: the prefix %q must be 1 to %d bytes", ErrInvalidKey, prefix, MaxPrefixLen)
 	}
 	if s.closed.Load() {
 		return nil, errClosed
@@ -205,7 +205,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		return err
 	})
 	if s.obs != nil {
-		s.observe(OpSweep, "", start, err)
+		s.observe(opSweep, "", start, err)
 	}
 	return n, err
 }
@@ -319,7 +319,7 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 		s.slots.release()
 		var own callerError
 		if err != nil && dctx.Err() != nil && ctx.Err() == nil && !errors.As(err, &own) && ReasonOf(err) == 0 {
-			err = NewUnavailableError(ReasonDeadline, err)
+			err = &UnavailableError{Reason: ReasonDeadline, Err: err}
 		}
 		err = s.classify(ctx, err)
 		l.breaker.record(err, waited)
@@ -349,7 +349,7 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		err := NewUnavailableError(ReasonDeadline, fmt.Errorf("no answer within %v", s.opts.Deadline))
+		err := &UnavailableError{Reason: ReasonDeadline, Err: fmt.Errorf("no answer within %v", s.opts.Deadline)}
 		l.breaker.record(err, waited)
 		return err
 	}
@@ -375,9 +375,9 @@ func (s *Store) classify(ctx context.Context, err error) error {
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return err
 	case errors.Is(err, context.DeadlineExceeded):
-		return NewUnavailableError(ReasonDeadline, err)
+		return &UnavailableError{Reason: ReasonDeadline, Err: err}
 	}
-	return NewUnavailableError(ReasonDown, err)
+	return &UnavailableError{Reason: ReasonDown, Err: err}
 }
 
 // Handle is a prefixed view of a Store, claimed by one limiter. Its keys
@@ -440,7 +440,7 @@ func (h *Handle) Owner() string {
 // and the store's clock, and writes what apply leaves in them. No other
 // update to these keys comes in between (see [ApplyFunc]). It returns
 // apply's own error unchanged. When apply left a bad value, it returns
-// [ErrValueTooLarge] or [ErrInvalidValue], and nothing is written. It
+// an error matching [ErrInvalidValue], and nothing is written. It
 // returns [ErrInvalidKey] for bad keys, and [ErrFull] (matching
 // [ErrUnavailable]) when a new key finds the store full. When the store
 // could not answer, the error matches ErrUnavailable.
@@ -453,7 +453,7 @@ func (h *Handle) Update(ctx context.Context, keys []string, apply ApplyFunc) err
 	}
 	start := time.Now()
 	err := h.update(ctx, keys, apply)
-	h.s.observe(OpUpdate, h.prefix, start, err)
+	h.s.observe(opUpdate, h.prefix, start, err)
 	return err
 }
 
@@ -518,7 +518,7 @@ func (h *Handle) Read(ctx context.Context, keys []string) ([]Entry, error) {
 		return err
 	})
 	if h.s.obs != nil {
-		h.s.observe(OpRead, h.prefix, start, err)
+		h.s.observe(opRead, h.prefix, start, err)
 	}
 	if err != nil {
 		return nil, err
@@ -544,7 +544,7 @@ func checkKeys(keys []string) error {
 }
 
 // errAbandoned aborts an apply that runs after its caller was answered.
-var errAbandoned = NewUnavailableError(ReasonDeadline, errors.New("apply ran after the caller was answered"))
+var errAbandoned = &UnavailableError{Reason: ReasonDeadline, Err: errors.New("apply ran after the caller was answered")}
 
 // applyCall wraps a caller's apply: it checks and normalises what apply
 // leaves, and remembers apply's own error so that the guard can tell it from
@@ -600,10 +600,10 @@ func checkApplied(now time.Time, entries []Entry) error {
 			continue
 		}
 		if len(e.Value) > MaxValueSize {
-			return fmt.Errorf("%w: %d bytes", ErrValueTooLarge, len(e.Value))
+			return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidValue, len(e.Value), MaxValueSize)
 		}
 		if !validJSON(e.Value) {
-			return ErrInvalidValue
+			return errNotJSON
 		}
 		ms := e.ExpiresAt.UnixMilli()
 		if ms <= now.UnixMilli() {

@@ -156,7 +156,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 	_, cluster := c.(*goredis.ClusterClient)
 	if !cluster {
 		if err := c.Ping(ctx).Err(); err != nil {
-			return nil, fmt.Errorf("redis: redis does not answer: %w", store.NewUnavailableError(store.ReasonDown, err))
+			return nil, fmt.Errorf("redis: redis does not answer: %w", &store.UnavailableError{Reason: store.ReasonDown, Err: err})
 		}
 	}
 	if err := b.checkServers(ctx); err != nil {
@@ -164,7 +164,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 	}
 	for _, s := range []*script{readScript, writeScript, countScript, algoScript, tidyScript} {
 		if err := s.load(ctx, c); err != nil && !cluster { // a node without the script is sent it (EVAL)
-			return nil, fmt.Errorf("redis: loading a script: %w", store.NewUnavailableError(store.ReasonDown, err))
+			return nil, fmt.Errorf("redis: loading a script: %w", &store.UnavailableError{Reason: store.ReasonDown, Err: err})
 		}
 	}
 	if _, err := b.Sweep(ctx); err != nil {

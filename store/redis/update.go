@@ -81,7 +81,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 		default:
 			conflicts++
 			if conflicts > b.maxRetries {
-				return store.NewUnavailableError(store.ReasonOverloaded, fmt.Errorf("%w: %d attempts", ErrContention, conflicts))
+				return &store.UnavailableError{Reason: store.ReasonOverloaded, Err: fmt.Errorf("%w: %d attempts", ErrContention, conflicts)}
 			}
 			b.retries.Add(1)
 			if err := backoff(ctx, conflicts); err != nil {

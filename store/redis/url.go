@@ -98,7 +98,7 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 	cluster, err := isCluster(ctx, c, so.Deadline)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("redis: redis does not answer: %w", store.NewUnavailableError(store.ReasonDown, err))
+		return nil, fmt.Errorf("redis: redis does not answer: %w", &store.UnavailableError{Reason: store.ReasonDown, Err: err})
 	}
 	if !cluster {
 		return c, nil

@@ -71,7 +71,7 @@ func (b *Backend) do(ctx context.Context, run func(ctx context.Context) error, s
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	closed := store.NewUnavailableError(store.ReasonClosed, nil)
+	closed := &store.UnavailableError{Reason: store.ReasonClosed}
 	select {
 	case <-b.stop:
 		return true, closed
@@ -142,7 +142,7 @@ func (b *Backend) drain() {
 	for {
 		select {
 		case o := <-b.queue:
-			o.res <- store.NewUnavailableError(store.ReasonClosed, nil)
+			o.res <- &store.UnavailableError{Reason: store.ReasonClosed}
 		default:
 			return
 		}

@@ -50,9 +50,10 @@ const (
 	// ReasonDeadline: the call did not finish within the guard's deadline.
 	ReasonDeadline
 	// ReasonOverloaded: the call waited for a slot under the guard's
-	// in-flight bound until its deadline passed ([ErrWaitedOut]), or found its
-	// handle's queue of waiting calls full ([ErrQueueFull]). The store itself
-	// may be healthy.
+	// in-flight bound until its deadline passed, or found its handle's
+	// queue of waiting calls full. A backend answers it for waits of its
+	// own: for a connection of a pool, say. The store itself may be
+	// healthy.
 	ReasonOverloaded
 	// ReasonFull: the store holds MaxEntries live entries and had no room
 	// for a new key.

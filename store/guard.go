@@ -277,8 +277,8 @@ func (s *Store) admit(l *lane) error {
 // call runs f under the deadline, the in-flight bound and l's breaker. It
 // runs on the caller's goroutine for an inline backend (no deadline) or a
 // prompt one (under a deadline context). Otherwise it runs on a goroutine
-// of its own. A call waits for a slot up to the deadline (a Patient call as
-// long as ctx lasts). Then it has the whole deadline in the backend: one
+// of its own. A call waits for a slot up to the deadline (a patient call, one the
+// limiter has no other way to count, as long as ctx lasts). Then it has the whole deadline in the backend: one
 // that reached the backend with its time nearly spent would waste the work
 // done for it.
 func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) error) error {

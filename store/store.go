@@ -26,7 +26,8 @@
 //
 // # The bound
 //
-// A store holds a bounded number of live entries (see Bound). It never
+// A store holds a bounded number of live entries (each store's MaxEntries
+// option). It never
 // removes a live entry to make room. Anyone able to send new keys could
 // then free the count of an attacker they cover for. When full it removes
 // expired entries. If there is still no room, a new key is answered with

@@ -57,7 +57,7 @@
 // # Opening a store links only its driver
 //
 // [Open] opens a shared store through the driver its package registers
-// ([storeurl.RegisterURL]), as database/sql drivers do. Importing config so
+// from an init function, as database/sql drivers do. Importing config so
 // links neither pgx, nor go-redis, nor SQLite. Import the store you use:
 //
 //	import _ "github.com/gatecount/gatecount/store/postgres" // DATABASE_URL=postgres://…

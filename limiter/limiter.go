@@ -167,9 +167,8 @@ type Options struct {
 	Logger *slog.Logger
 	// LocalMaxEntries bounds the limiter's process memory: the keys it
 	// remembers of a shared store and counts when the store cannot answer.
-	// 0 means the smaller of [storekit.DefaultMaxEntriesMemory] and the store's
-	// own bound, when the store tells it ([store.Sizer]). Each entry costs
-	// about 200 bytes.
+	// 0 means the smaller of 100,000 and the store's own bound, when the
+	// store tells it ([store.Sizer]). Each entry costs about 200 bytes.
 	LocalMaxEntries int
 	// Observer, when set, is told of every decision (see Observer).
 	Observer Observer

@@ -30,7 +30,7 @@ type Options struct {
 	// Store configures the guard.
 	Store store.Options
 	// MaxEntries bounds the live entries; 0 means
-	// [storekit.DefaultMaxEntriesMemory] (100,000).
+	// 100,000.
 	MaxEntries int
 	// SweepInterval is how often expired entries are removed in the
 	// background; 0 means [DefaultSweepInterval].

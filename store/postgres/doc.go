@@ -73,7 +73,7 @@
 // # Bound, sweep and faults
 //
 // A store holds at most Options.MaxEntries live entries of its secret
-// ([storekit.DefaultMaxEntriesDatabase] by default). Near the bound, every new
+// (1,000,000 by default). Near the bound, every new
 // key is admitted exactly, across instances. Expired rows are removed when
 // the store starts and every Options.SweepInterval (5 minutes), in small
 // batches that never wait for a count. The guard of package store answers

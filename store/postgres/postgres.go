@@ -47,7 +47,7 @@ type Options struct {
 	// the same secret to share counts.
 	Secret []byte
 	// MaxEntries bounds the live entries of this secret; 0 means
-	// [storekit.DefaultMaxEntriesDatabase] (1,000,000).
+	// 1,000,000.
 	MaxEntries int
 	// SweepInterval is how often expired rows are removed in the
 	// background, after a first sweep when the store starts; 0 means

@@ -41,7 +41,7 @@ type Options struct {
 	// [keyhash.MinSecretLen] bytes, the same on every instance of the app.
 	Secret []byte
 	// MaxEntries bounds the live entries under Secret; 0 means
-	// [storekit.DefaultMaxEntriesDatabase] (1,000,000).
+	// 1,000,000.
 	MaxEntries int
 	// MaxRetries bounds how many times an Update that conflicts with
 	// concurrent updates of its keys is started over; 0 means

@@ -53,7 +53,7 @@ type Options struct {
 	// Every process sharing the counts must use the same secret.
 	Secret []byte
 	// MaxEntries bounds the rows held under Secret; 0 means
-	// [storekit.DefaultMaxEntriesDatabase] (1,000,000).
+	// 1,000,000.
 	MaxEntries int
 	// SweepInterval is how often expired rows are removed in the background
 	// after the sweep at open; 0 means [DefaultSweepInterval].

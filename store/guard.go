@@ -79,16 +79,6 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
-// LoggerFor returns the logger of a store named name: o.Logger, or
-// slog.Default when nil, with the attribute store=name.
-func (o Options) LoggerFor(name string) *slog.Logger {
-	log := o.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	return log.With("store", name)
-}
-
 // Store is a Backend behind the guard. Limiters use it through the handles it
 // hands out. It is safe for concurrent use.
 type Store struct {

@@ -6,6 +6,7 @@ package storekit
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/gatecount/gatecount/internal/overload"
 	"github.com/gatecount/gatecount/store"
@@ -31,4 +32,14 @@ func Build[B store.Backend](o *store.Options, newBackend func() (B, error)) (*st
 // uncounted.
 func WaitedOut(what string, err error) error {
 	return &store.UnavailableError{Reason: store.ReasonOverloaded, Err: fmt.Errorf("%w: for %s: %w", overload.ErrWaitedOut, what, err)}
+}
+
+// LoggerFor returns the logger of a store named name: o.Logger, or
+// slog.Default when nil, with the attribute store=name.
+func LoggerFor(o store.Options, name string) *slog.Logger {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return log.With("store", name)
 }

@@ -155,7 +155,7 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 			return nil, err
 		}
 	}
-	log := o.Store.LoggerFor("postgres")
+	log := storekit.LoggerFor(o.Store, "postgres")
 	b := &Backend{
 		pool:       pool,
 		hasher:     h,

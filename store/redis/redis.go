@@ -129,7 +129,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 	option.Default(&o.MaxRetries, DefaultMaxRetries)
 	option.Default(&o.SweepInterval, DefaultSweepInterval)
 	option.Default(&o.Store.Deadline, o.Store.WithDefaults().Deadline)
-	log := o.Store.LoggerFor("redis")
+	log := storekit.LoggerFor(o.Store, "redis")
 	b := &Backend{
 		c:          c,
 		hasher:     h,

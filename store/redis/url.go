@@ -58,7 +58,7 @@ var ErrURL = errors.New("redis: invalid Redis URL")
 // unusable URL gives an error matching [ErrURL].
 func OpenURL(ctx context.Context, rawURL string, o Options) (*store.Store, error) {
 	return storekit.Build(&o.Store, func() (*Backend, error) {
-		goredis.SetLogger(NewRedisLogger(o.Store.LoggerFor("redis")))
+		goredis.SetLogger(NewRedisLogger(storekit.LoggerFor(o.Store, "redis")))
 		c, err := openClient(ctx, rawURL, o.Store)
 		if err != nil {
 			return nil, err

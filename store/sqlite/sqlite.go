@@ -189,7 +189,7 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	log := o.Store.LoggerFor("sqlite")
+	log := storekit.LoggerFor(o.Store, "sqlite")
 	if o.AutoMigrate {
 		if err := Migrate(ctx, db); err != nil {
 			return nil, err

@@ -57,7 +57,7 @@
 // # Opening a store links only its driver
 //
 // [Open] opens a shared store through the driver its package registers
-// ([store.RegisterURL]), as database/sql drivers do. Importing config so
+// from an init function, as database/sql drivers do. Importing config so
 // links neither pgx, nor go-redis, nor SQLite. Import the store you use:
 //
 //	import _ "github.com/gatecount/gatecount/store/postgres" // DATABASE_URL=postgres://…
@@ -103,10 +103,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
-	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
 )
 
@@ -382,12 +382,12 @@ func (r *reader) kind(dbURL, storeURL, redisURL string) Kind {
 		case strings.HasPrefix(dbURL, "sqlite:"), strings.HasPrefix(dbURL, "file:"):
 			return SQLite
 		}
-		r.fail("DATABASE_URL", store.RedactURL(dbURL), "a postgres://, postgresql://, sqlite: or file: URL")
+		r.fail("DATABASE_URL", storeurl.RedactURL(dbURL), "a postgres://, postgresql://, sqlite: or file: URL")
 		return ""
 	}
 	redis := func() Kind {
 		if !strings.HasPrefix(storeURL, "redis://") && !strings.HasPrefix(storeURL, "rediss://") {
-			r.fail(redisVar, store.RedactURL(storeURL), "a redis:// or rediss:// URL")
+			r.fail(redisVar, storeurl.RedactURL(storeURL), "a redis:// or rediss:// URL")
 		}
 		return Redis
 	}

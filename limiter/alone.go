@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/overload"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // errNoShare is why an instance that has not yet counted the instances
@@ -121,7 +123,7 @@ func knownOf(e *store.Entry) (known, error) {
 		if i < len(fields)-1 {
 			end = indexComma(v)
 		}
-		n, ok := store.CountOf(v[:max(end, 0)])
+		n, ok := value.CountOf(v[:max(end, 0)])
 		if end < 0 || !ok {
 			return known{}, fmt.Errorf("limiter: memory holds a malformed known count")
 		}
@@ -306,7 +308,7 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 			} else {
 				e.ExpiresAt = now.Add(m.left[idx[j]])
 			}
-			e.Value = store.AppendCount(e.Value[:0], counts[j])
+			e.Value = value.AppendCount(e.Value[:0], counts[j])
 			wins[j] = e.ExpiresAt.UnixMilli()
 		}
 		return nil
@@ -398,7 +400,7 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 	// A credit is owed: the outbox waits for the store however busy, but
 	// the caller (a request, whose answer and a server's shutdown wait
 	// for it) does not.
-	err := l.land(store.NoWait(ctx), &c)
+	err := l.land(overload.NoWait(ctx), &c)
 	switch {
 	case err == nil:
 		return nil
@@ -456,7 +458,7 @@ func (l *Limiter) land(ctx context.Context, c *credit) error {
 					return err
 				}
 				if n > 0 {
-					e.Value = store.AppendCount(e.Value[:0], max(n-max(c.n, 1), 0))
+					e.Value = value.AppendCount(e.Value[:0], max(n-max(c.n, 1), 0))
 				}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gatecount/gatecount/internal/storekit"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -679,7 +680,7 @@ func (s *saturated) Update(ctx context.Context, p string, k []string, a store.Ap
 
 func (s *saturated) Count(ctx context.Context, p string, k []string, caps []store.Budget, n int64, t *store.Tally) error {
 	if s.busy.Add(-1) >= 0 {
-		return store.WaitedOut("a test's turn", context.DeadlineExceeded)
+		return storekit.WaitedOut("a test's turn", context.DeadlineExceeded)
 	}
 	return s.counting.Count(ctx, p, k, caps, n, t)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // countHeld decides an attempt that a full store had no room for. The keys
@@ -36,7 +37,7 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 			}
 			if cs[i].Algorithm == store.FixedWindow {
 				t.Counts[i] += n
-				es[i].Value = store.AppendCount(es[i].Value[:0], t.Counts[i])
+				es[i].Value = value.AppendCount(es[i].Value[:0], t.Counts[i])
 				continue
 			}
 			if err := cs[i].AddUnits(now, &es[i], n); err != nil {

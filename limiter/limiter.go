@@ -53,6 +53,8 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/gatecount/gatecount/internal/overload"
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
 )
@@ -166,9 +168,8 @@ type Options struct {
 	Logger *slog.Logger
 	// LocalMaxEntries bounds the limiter's process memory: the keys it
 	// remembers of a shared store and counts when the store cannot answer.
-	// 0 means the smaller of [store.DefaultMaxEntriesMemory] and the store's
-	// own bound, when the store tells it ([store.Sizer]). Each entry costs
-	// about 200 bytes.
+	// 0 means the smaller of 100,000 and the store's own bound, when the
+	// store tells it ([store.Sizer]). Each entry costs about 200 bytes.
 	LocalMaxEntries int
 	// Observer, when set, is told of every decision (see Observer).
 	Observer Observer
@@ -332,7 +333,7 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 	if l.memo || o.Unavailable != Deny {
 		max := o.LocalMaxEntries
 		if max <= 0 {
-			max = store.DefaultMaxEntriesMemory
+			max = storekit.DefaultMaxEntriesMemory
 			if sz, ok := h.Store().Backend().(store.Sizer); ok && sz.MaxEntries() > 0 {
 				max = min(max, sz.MaxEntries())
 			}
@@ -583,11 +584,11 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 			return l.failed(ctx, keys, caps, n, err, d)
 		}
 	}
-	if l.patient && !store.IsPatient(ctx) {
+	if l.patient && !overload.IsPatient(ctx) {
 		// Waiting for a shared store is the only exact answer when it is
 		// busy (see degraded): the attempt keeps its place in the queue
 		// rather than being turned away at a full one and queued again.
-		ctx = store.Patient(ctx)
+		ctx = overload.Patient(ctx)
 	}
 	if len(keys) == 1 && !l.memo { // the store's one-key Count, with no Tally
 		var k store.KeyTally
@@ -644,7 +645,7 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 				// by either: the attempt waits for the store, as long as
 				// its request lasts, or until the store has been out of
 				// reach long enough to count alone.
-				return l.decide(store.Patient(ctx), keys, caps, n, d)
+				return l.decide(overload.Patient(ctx), keys, caps, n, d)
 			}
 			// Down. Counted alone now, the attempt could race the other
 			// instances' admissions through the store, made before they
@@ -663,13 +664,13 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 		err := l.countLocal(ctx, keys, caps, n, cause, d)
 		switch {
 		case err == nil:
-		case reason == store.ReasonOverloaded && !store.IsPatient(ctx),
+		case reason == store.ReasonOverloaded && !overload.IsPatient(ctx),
 			!down(cause) && store.ReasonOf(err) == store.ReasonFull:
 			// No room to count alone: wait for the store, however many
 			// calls already wait, rather than refuse. A busy store with
 			// memory full is waited for again, patient or not: it is
 			// busy, not down.
-			return l.decide(store.Patient(ctx), keys, caps, n, d)
+			return l.decide(overload.Patient(ctx), keys, caps, n, d)
 		default:
 			l.refuse(errors.Join(cause, err), caps, d)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // A limiter keeps, in process memory, what it last learnt of each key from
@@ -286,7 +287,7 @@ func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) er
 				}
 			}
 			if t.Counts[i] > 0 {
-				es[i].Value, es[i].ExpiresAt = store.AppendCount(es[i].Value[:0], t.Counts[i]), t.ExpiresAt[i]
+				es[i].Value, es[i].ExpiresAt = value.AppendCount(es[i].Value[:0], t.Counts[i]), t.ExpiresAt[i]
 			}
 		}
 		return nil

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/overload"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -169,7 +170,7 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 			l.log.Warn("a credit's window ended before the store took it", "kind", KindOutbox)
 			continue
 		}
-		switch err := l.land(store.Patient(ctx), c); {
+		switch err := l.land(overload.Patient(ctx), c); {
 		case err == nil:
 		case ctx.Err() != nil:
 			failed = append(failed, *c)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatecount/gatecount/internal/faultproxy"
 	"github.com/gatecount/gatecount/internal/servicetest"
+	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store"
 )
@@ -34,7 +35,7 @@ func instances(t *testing.T, kind string, n int, b limiter.Budget) ([]*limiter.L
 	for i := range n {
 		var through string
 		ps[i], through = proxyTo(t, direct, kind)
-		s, release, err := store.OpenURL(context.Background(), through, store.URLOptions{Secret: secret, Store: store.Options{
+		s, release, err := storeurl.OpenURL(context.Background(), through, storeurl.URLOptions{Secret: secret, Store: store.Options{
 			Logger: quiet, Deadline: 500 * time.Millisecond, Announce: 100 * time.Millisecond,
 		}})
 		if err != nil {

@@ -125,7 +125,7 @@ func (m *Expvar) ObserveDecision(name string, o limiter.Outcome) {
 // ObserveCall counts a store call, its answer time and, when the store was
 // unavailable, why.
 func (m *Expvar) ObserveCall(e store.CallEvent) {
-	m.calls.Add(e.Op.String(), 1)
+	m.calls.Add(e.Op, 1)
 	if e.Reason != 0 {
 		m.unavailable.Add(e.Reason.String(), 1)
 	}

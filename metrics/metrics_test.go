@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
@@ -48,7 +49,7 @@ func TestCounts(t *testing.T) {
 	if got.Calls["count"] != 3 || got.Latency["le_inf"] != 3 {
 		t.Errorf("calls %v, latency %v", got.Calls, got.Latency)
 	}
-	if st := got.Stores["memory"]; st["entries"] != 1.0 || st["max_entries"] != float64(store.DefaultMaxEntriesMemory) || st["max_in_flight"] != float64(store.DefaultMaxInFlight) || st["breaker_open"] != false {
+	if st := got.Stores["memory"]; st["entries"] != 1.0 || st["max_entries"] != float64(storekit.DefaultMaxEntriesMemory) || st["max_in_flight"] != float64(store.Options{}.WithDefaults().MaxInFlight) || st["breaker_open"] != false {
 		t.Errorf("stats %+v", st)
 	}
 	for name, st := range got.Stores {

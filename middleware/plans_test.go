@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gatecount/gatecount/internal/servicetest"
+	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
@@ -167,7 +168,7 @@ func exactStores() map[string]func(t *testing.T) *store.Store {
 // count a test checks.
 func openShared(t *testing.T, u string, secret []byte) *store.Store {
 	t.Helper()
-	s, release, err := store.OpenURL(context.Background(), u, store.URLOptions{Secret: secret, Store: store.Options{Logger: quiet, Deadline: 30 * time.Second}})
+	s, release, err := storeurl.OpenURL(context.Background(), u, storeurl.URLOptions{Secret: secret, Store: store.Options{Logger: quiet, Deadline: 30 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package store
 import (
 	"fmt"
 	"time"
+
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // Algorithm is how a budget counts. The zero value is [FixedWindow].
@@ -103,7 +105,7 @@ func firstDrop(nowMs int64, b Budget) int64 {
 
 // A key's state under each algorithm, as its entry's value holds it:
 //
-//   - FixedWindow: the count, a JSON integer (AppendCount); the entry
+//   - FixedWindow: the count, a JSON integer ([value.AppendCount]); the entry
 //     expires at the window's end.
 //   - SlidingWindow: the Unix millisecond of each unit admitted, ascending,
 //     a JSON array of integers; the entry expires Window after the newest.
@@ -139,7 +141,7 @@ func readUnits(nowMs int64, e *Entry, b Budget) (units, error) {
 	case SlidingWindow:
 		return u, u.readTimes(e.Value)
 	case TokenBucket:
-		tat, ok := bucketOf(e.Value)
+		tat, ok := value.BucketOf(e.Value)
 		if !ok {
 			return u, fmt.Errorf("%w: %.40q is not a token bucket", ErrNotCounter, e.Value)
 		}
@@ -173,7 +175,7 @@ func (u *units) readTimes(v []byte) error {
 		for j < len(body) && body[j] != ',' {
 			j++
 		}
-		t, ok := CountOf(body[i:j])
+		t, ok := value.CountOf(body[i:j])
 		if !ok || t < prev {
 			return fmt.Errorf("%w: %.40q is not a sliding window", ErrNotCounter, v)
 		}
@@ -191,15 +193,6 @@ func (u *units) readTimes(v []byte) error {
 		i = j + 1
 	}
 	return nil
-}
-
-// bucketOf reads a token bucket's value, {"tat":µs}.
-func bucketOf(v []byte) (int64, bool) {
-	const head, tail = `{"tat":`, `}`
-	if len(v) <= len(head)+len(tail) || string(v[:len(head)]) != head || v[len(v)-1] != '}' {
-		return 0, false
-	}
-	return CountOf(v[len(head) : len(v)-1])
 }
 
 // ceilMs is Unix microseconds us rounded up to the millisecond.
@@ -223,7 +216,7 @@ func (u *units) add(e *Entry, n int64) {
 			if len(v) > 1 {
 				v = append(v, ',')
 			}
-			v = AppendCount(v, at)
+			v = value.AppendCount(v, at)
 		}
 		e.Value = append(v, ']')
 		e.ExpiresAt = time.UnixMilli(at + u.b.Window.Milliseconds())
@@ -241,7 +234,7 @@ func (u *units) add(e *Entry, n int64) {
 		}
 		u.next = e.ExpiresAt.UnixMilli()
 		u.count += n
-		e.Value = AppendCount(e.Value[:0], u.count)
+		e.Value = value.AppendCount(e.Value[:0], u.count)
 	}
 }
 
@@ -251,7 +244,7 @@ func (u *units) firstKept(v []byte) int64 {
 	for i < len(v) && v[i] != ',' && v[i] != ']' {
 		i++
 	}
-	t, _ := CountOf(v[1:i])
+	t, _ := value.CountOf(v[1:i])
 	return t + u.b.Window.Milliseconds()
 }
 
@@ -277,7 +270,7 @@ func appendNewest(dst, body []byte, count, keep int64) []byte {
 
 // putBucket writes a bucket's state, TAT u.tat, into e.
 func (u *units) putBucket(e *Entry) {
-	e.Value = AppendBucket(e.Value[:0], u.tat)
+	e.Value = value.AppendBucket(e.Value[:0], u.tat)
 	e.ExpiresAt = time.UnixMilli(ceilMs(u.tat))
 }
 
@@ -307,7 +300,7 @@ func (u *units) take(e *Entry, n int64) {
 		for j >= 0 && u.times[j] != ',' {
 			j--
 		}
-		t, _ := CountOf(u.times[j+1 : i])
+		t, _ := value.CountOf(u.times[j+1 : i])
 		e.ExpiresAt = time.UnixMilli(t + u.b.Window.Milliseconds())
 	case TokenBucket:
 		u.tat -= n * emission(u.b)
@@ -320,7 +313,7 @@ func (u *units) take(e *Entry, n int64) {
 		if u.count == 0 {
 			return
 		}
-		e.Value = AppendCount(e.Value[:0], u.count-n)
+		e.Value = value.AppendCount(e.Value[:0], u.count-n)
 	}
 }
 
@@ -365,7 +358,7 @@ func (b Budget) TakeUnits(now time.Time, e *Entry, n int64) error {
 // ChargeBucket is [KeyTally.Charge] for a [TokenBucket] budget b, on the key's
 // state itself: tat, its theoretical arrival time in Unix microseconds (0
 // for a key with none). It is for a store that keeps buckets as numbers
-// rather than as values ([AppendBucket]). It takes k.Now, sets the rest of
+// rather than as values ([value.AppendBucket]). It takes k.Now, sets the rest of
 // k as Charge does, and returns the key's new TAT (tat when refused).
 func (k *KeyTally) ChargeBucket(b Budget, n, tat int64) int64 {
 	now := k.Now * 1000
@@ -382,21 +375,6 @@ func (k *KeyTally) ChargeBucket(b Budget, n, tat int64) int64 {
 	}
 	return tat
 }
-
-// BucketExpiry is when the entry of a token bucket whose TAT is tat (Unix
-// microseconds) expires, in Unix milliseconds: when the bucket is full.
-func BucketExpiry(tat int64) int64 { return ceilMs(tat) }
-
-// AppendBucket appends the value of a token bucket whose TAT is tat (Unix
-// microseconds) to dst.
-func AppendBucket(dst []byte, tat int64) []byte {
-	dst = append(dst, `{"tat":`...)
-	return append(AppendCount(dst, tat), '}')
-}
-
-// BucketOf reads v as a token bucket's value, as [AppendBucket] writes it,
-// and reports whether it is one, without allocating.
-func BucketOf(v []byte) (tat int64, ok bool) { return bucketOf(v) }
 
 // Span is the longest a unit stays in use under b: Window, or for a
 // [TokenBucket] the time it takes to refill from empty (Capacity times
@@ -427,7 +405,7 @@ func (b Budget) SpendUntil(now time.Time, e *Entry, until time.Time) error {
 			if i > 0 {
 				v = append(v, ',')
 			}
-			v = AppendCount(v, at)
+			v = value.AppendCount(v, at)
 		}
 		e.Value = append(v, ']')
 		e.ExpiresAt = time.UnixMilli(at + b.Window.Milliseconds())
@@ -438,7 +416,7 @@ func (b Budget) SpendUntil(now time.Time, e *Entry, until time.Time) error {
 		if !e.Live() || e.ExpiresAt.Before(until) {
 			e.ExpiresAt = until
 		}
-		e.Value = AppendCount(e.Value[:0], MaxLimit)
+		e.Value = value.AppendCount(e.Value[:0], MaxLimit)
 	}
 	return nil
 }

@@ -9,8 +9,8 @@ import (
 
 // Defaults of [BreakerOptions].
 const (
-	DefaultBreakerFailures = 5
-	DefaultBreakerCooldown = time.Second
+	defaultBreakerFailures = 5
+	defaultBreakerCooldown = time.Second
 )
 
 // ErrBreakerOpen is the cause of the unavailable error answered, at once,
@@ -28,20 +28,20 @@ var ErrBreakerOpen = errors.New("breaker open after repeated failures")
 // the caller's own making (bad keys, apply's errors, a full store) neither
 // open nor close it.
 type BreakerOptions struct {
-	// Failures in a row that open the breaker; 0 means
-	// [DefaultBreakerFailures], a negative value turns the breaker off.
+	// Failures in a row that open the breaker; 0 means 5, a negative value
+	// turns the breaker off.
 	Failures int
 	// Cooldown is how long the breaker stays open before a probe; 0 means
-	// [DefaultBreakerCooldown].
+	// 1 s.
 	Cooldown time.Duration
 }
 
 func (o BreakerOptions) withDefaults() BreakerOptions {
 	if o.Failures == 0 {
-		o.Failures = DefaultBreakerFailures
+		o.Failures = defaultBreakerFailures
 	}
 	if o.Cooldown <= 0 {
-		o.Cooldown = DefaultBreakerCooldown
+		o.Cooldown = defaultBreakerCooldown
 	}
 	return o
 }
@@ -100,7 +100,7 @@ func (b *breaker) record(err error, waited bool) {
 			b.probing.Store(false)
 			if was == 0 {
 				b.log.Error("limit store failing: calls answered unavailable until a probe succeeds",
-					"kind", KindDown, "prefix", b.prefix, "failures", b.failures.Load(), "err", err)
+					"kind", kindDown, "prefix", b.prefix, "failures", b.failures.Load(), "err", err)
 			}
 		}
 	default:
@@ -110,7 +110,7 @@ func (b *breaker) record(err error, waited bool) {
 			b.probing.Store(false)
 			if was != 0 {
 				b.log.Info("limit store recovered: calls reach the store again",
-					"kind", KindRecovered, "prefix", b.prefix)
+					"kind", kindRecovered, "prefix", b.prefix)
 			}
 		}
 	}

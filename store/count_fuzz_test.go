@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"testing"
+
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // FuzzParseCount feeds ParseCount values as a store might hand them back,
@@ -22,7 +24,7 @@ func FuzzParseCount(f *testing.F) {
 		if n < 0 {
 			t.Fatalf("negative count %d from %q", n, v)
 		}
-		back, err := ParseCount(AppendCount(nil, n))
+		back, err := ParseCount(value.AppendCount(nil, n))
 		if err != nil || back != n {
 			t.Fatalf("%d does not round-trip: %d, %v", n, back, err)
 		}

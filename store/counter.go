@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // MaxCountKeys is the most keys one Count may name.
@@ -189,7 +190,7 @@ func (h *Handle) CountKey(ctx context.Context, key string, b Budget, n int64) (K
 	}
 	start := time.Now()
 	k, err := h.countKey(ctx, key, b, n)
-	h.s.observe(OpCount, h.prefix, start, err)
+	h.s.observe(opCount, h.prefix, start, err)
 	return k, err
 }
 
@@ -227,7 +228,7 @@ func (h *Handle) checkedCount(ctx context.Context, keys []string, caps []Budget,
 	}
 	start := time.Now()
 	err := h.count(ctx, keys, caps, n, out)
-	h.s.observe(OpCount, h.prefix, start, err)
+	h.s.observe(opCount, h.prefix, start, err)
 	return err
 }
 
@@ -434,7 +435,7 @@ func ApplyCount(now time.Time, es []Entry, caps []Budget, n int64, t *Tally) err
 			continue
 		}
 		e.ExpiresAt = t.ExpiresAt[i]
-		e.Value = AppendCount(e.Value[:0], t.Counts[i])
+		e.Value = value.AppendCount(e.Value[:0], t.Counts[i])
 	}
 	return nil
 }
@@ -503,34 +504,11 @@ func windowEnd(now time.Time, b Budget) time.Time {
 }
 
 // ParseCount reads a counter's value: a JSON integer of at least zero, in
-// the one form [AppendCount] writes (digits only, no leading zero).
+// the one form [value.AppendCount] writes (digits only, no leading zero).
 func ParseCount(v []byte) (int64, error) {
-	n, ok := CountOf(v)
+	n, ok := value.CountOf(v)
 	if !ok {
 		return 0, fmt.Errorf("%w: %.40q", ErrNotCounter, v)
 	}
 	return n, nil
 }
-
-// CountOf reads v as a counter's value, as [ParseCount] does, and reports
-// whether it is one, without allocating. It is for a caller to whom a value
-// that is not a count is no error.
-func CountOf(v []byte) (int64, bool) {
-	if len(v) == 0 || len(v) > 19 || (v[0] == '0' && len(v) > 1) {
-		return 0, false
-	}
-	var n int64
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-		if n < 0 { // past int64
-			return 0, false
-		}
-	}
-	return n, true
-}
-
-// AppendCount appends a counter's value for n to dst.
-func AppendCount(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }

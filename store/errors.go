@@ -11,21 +11,20 @@ import (
 // store means for a request is the caller's choice.
 var ErrUnavailable = errors.New("store: unavailable")
 
-// ErrValueTooLarge is returned when apply leaves a value longer than
-// [MaxValueSize]. Nothing is written.
-var ErrValueTooLarge = errors.New("store: value larger than 4096 bytes")
+// ErrInvalidValue is matched by the error returned when apply leaves a
+// value that is not JSON or is longer than [MaxValueSize]. Nothing is
+// written.
+var ErrInvalidValue = errors.New("store: invalid value")
 
-// ErrInvalidValue is returned when apply leaves a value that is not JSON.
-// Nothing is written.
-var ErrInvalidValue = errors.New("store: value is not JSON")
+// errNotJSON is the error of a value that is not JSON, answered without
+// allocation.
+var errNotJSON = fmt.Errorf("%w: not JSON", ErrInvalidValue)
 
-// ErrInvalidKey is returned for a call with no keys, more than [MaxKeys] keys,
-// an empty key, a key longer than [MaxKeyLen] bytes, or the same key twice.
-var ErrInvalidKey = errors.New("store: invalid key")
-
-// ErrInvalidPrefix is returned by [Store.Handle] for an empty prefix or one
+// ErrInvalidKey is matched by the error of a call with no keys, more than
+// [MaxKeys] keys, an empty key, a key longer than [MaxKeyLen] bytes, or the
+// same key twice. [Store.Handle] answers it too, for an empty prefix or one
 // longer than [MaxPrefixLen] bytes.
-var ErrInvalidPrefix = errors.New("store: invalid prefix")
+var ErrInvalidKey = errors.New("store: invalid key")
 
 // ErrStoreReuse is matched by the *[ReuseError] a second Claim of a Handle
 // returns: one handle must back exactly one limiter.
@@ -51,9 +50,10 @@ const (
 	// ReasonDeadline: the call did not finish within the guard's deadline.
 	ReasonDeadline
 	// ReasonOverloaded: the call waited for a slot under the guard's
-	// in-flight bound until its deadline passed ([ErrWaitedOut]), or found its
-	// handle's queue of waiting calls full ([ErrQueueFull]). The store itself
-	// may be healthy.
+	// in-flight bound until its deadline passed, or found its handle's
+	// queue of waiting calls full. A backend answers it for waits of its
+	// own: for a connection of a pool, say. The store itself may be
+	// healthy.
 	ReasonOverloaded
 	// ReasonFull: the store holds MaxEntries live entries and had no room
 	// for a new key.
@@ -100,10 +100,6 @@ func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailab
 
 // Unwrap returns the underlying failure.
 func (e *UnavailableError) Unwrap() error { return e.Err }
-
-// NewUnavailableError returns an *[UnavailableError] with the reason and
-// cause: what a Backend returns to say it could not answer.
-func NewUnavailableError(r Reason, err error) error { return &UnavailableError{Reason: r, Err: err} }
 
 // ReasonOf returns the reason err says the store was unavailable, or 0 when
 // err is not an unavailable error.

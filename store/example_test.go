@@ -9,6 +9,7 @@ import (
 
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // A limiter claims a handle of its own, then counts through it.
@@ -68,7 +69,7 @@ func ExampleHandle_Update() {
 			e.ExpiresAt = now.Add(time.Hour) // a new window
 		}
 		attempts++
-		e.Value = store.AppendCount(e.Value[:0], attempts)
+		e.Value = value.AppendCount(e.Value[:0], attempts)
 		return nil
 	}
 	for range 2 {

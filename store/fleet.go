@@ -7,11 +7,14 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/gatecount/gatecount/internal/loop"
+	"github.com/gatecount/gatecount/internal/overload"
 )
 
-// DefaultAnnounce is the default of Options.Announce: how often an instance
+// defaultAnnounce is the default of Options.Announce: how often an instance
 // announces itself in a shared store.
-const DefaultAnnounce = time.Second
+const defaultAnnounce = time.Second
 
 // memberLife is how many announce intervals a member outlives its last
 // announcement: a member that stopped is counted that long, which only
@@ -47,7 +50,7 @@ type fleet struct {
 	id    string // this instance's member ID: 8 bytes of its InstanceID, in hex
 	every time.Duration
 	lane  lane
-	loop  *Loop
+	loop  *loop.Loop
 	kick  chan struct{} // an announcement now, when owing starts
 	// owing counts this instance's limiters that hold attempts admitted
 	// alone that the store has not taken.
@@ -101,11 +104,11 @@ func (s *Store) Join() {
 	f.lane.breaker.init(BreakerOptions{Failures: -1}, s.now, s.opts.Logger, fleetPrefix)
 	f.kick = make(chan struct{}, 1)
 	f.joinedAt.Store(time.Now().UnixNano())
-	f.loop = Go(context.Background(), func(ctx context.Context) {
+	f.loop = loop.Go(context.Background(), func(ctx context.Context) {
 		t := time.NewTicker(f.every)
 		defer t.Stop()
 		for {
-			s.announce(Patient(ctx), false)
+			s.announce(overload.Patient(ctx), false)
 			select {
 			case <-ctx.Done():
 				return

@@ -2,35 +2,18 @@ package store
 
 import "time"
 
-// Op names a store call in a [CallEvent].
-type Op uint8
-
-// The calls an Observer hears of.
+// The calls an [Observer] hears of, as [CallEvent] names them.
 const (
-	OpUpdate Op = iota + 1
-	OpRead
-	OpCount
-	OpSweep
+	opUpdate = "update"
+	opRead   = "read"
+	opCount  = "count"
+	opSweep  = "sweep"
 )
-
-// String returns the call's name: update, read, count or sweep.
-func (o Op) String() string {
-	switch o {
-	case OpUpdate:
-		return "update"
-	case OpRead:
-		return "read"
-	case OpCount:
-		return "count"
-	case OpSweep:
-		return "sweep"
-	}
-	return "unknown"
-}
 
 // CallEvent describes one call through the guard.
 type CallEvent struct {
-	Op Op
+	// Op names the call: "update", "read", "count" or "sweep".
+	Op string
 	// Prefix is the handle's prefix; "" for a Sweep.
 	Prefix string
 	// Duration is how long the caller waited for the answer.
@@ -50,7 +33,7 @@ type Observer interface {
 	ObserveCall(CallEvent)
 }
 
-func (s *Store) observe(op Op, prefix string, start time.Time, err error) {
+func (s *Store) observe(op string, prefix string, start time.Time, err error) {
 	s.obs.ObserveCall(CallEvent{
 		Op:       op,
 		Prefix:   prefix,

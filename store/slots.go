@@ -2,65 +2,22 @@ package store
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
+
+	"github.com/gatecount/gatecount/internal/overload"
 )
 
-// DefaultMaxQueued is the default of Options.MaxQueued: the calls of one
+// defaultMaxQueued is the default of Options.MaxQueued: the calls of one
 // handle that may wait for a slot at once. It is large: a waiting call
 // costs about 200 bytes beside the request's own goroutine. A call that
 // waits is counted by the store, exactly; one refused a place in the queue
 // has to be counted without it.
-const DefaultMaxQueued = 16384
-
-// Why a call that waited for a slot was answered unavailable.
-var (
-	// ErrQueueFull is the cause of the overloaded answer given at once to a
-	// call that finds its handle's queue full.
-	ErrQueueFull = errors.New("too many calls waiting for the store")
-	// ErrWaitedOut is the cause of the overloaded answer given to a call
-	// whose deadline passed while it waited for a slot.
-	ErrWaitedOut = errors.New("deadline passed while waiting for the store")
-)
-
-// WaitedOut returns the answer to a call whose context ended, with err,
-// while it waited for what. That may be a connection of a pool, a writer, a
-// batch, or the turn of its keys. A wait is overload, never a failure: the
-// error matches [ErrWaitedOut] and has [ReasonOverloaded], so that the call
-// neither opens the breaker nor lets an attempt through uncounted. Backends
-// use it for the waits of their own.
-func WaitedOut(what string, err error) error {
-	return &UnavailableError{Reason: ReasonOverloaded, Err: fmt.Errorf("%w: for %s: %w", ErrWaitedOut, what, err)}
-}
+const defaultMaxQueued = 16384
 
 var (
-	errQueueFull = &UnavailableError{Reason: ReasonOverloaded, Err: ErrQueueFull}
-	errWaitedOut = &UnavailableError{Reason: ReasonOverloaded, Err: ErrWaitedOut}
+	errQueueFull = &UnavailableError{Reason: ReasonOverloaded, Err: overload.ErrQueueFull}
+	errWaitedOut = &UnavailableError{Reason: ReasonOverloaded, Err: overload.ErrWaitedOut}
 )
-
-type patientKey struct{}
-
-// Patient returns a context under which a call waits for a slot even when
-// its handle's queue is full (see Options.MaxQueued). It waits for as long
-// as ctx lasts. It is for a call that has no other way to be counted. In
-// the backend it still has no more than its deadline.
-func Patient(ctx context.Context) context.Context {
-	return context.WithValue(ctx, patientKey{}, true)
-}
-
-// IsPatient reports whether ctx came from Patient.
-func IsPatient(ctx context.Context) bool { return ctx.Value(patientKey{}) != nil }
-
-type noWaitKey struct{}
-
-// NoWait returns a context under which a call waits for no slot. It runs
-// when a slot is free at once, and is answered overloaded ([ErrQueueFull])
-// when the store is busy. It is for a call that something else can make
-// later, so that its caller is never held behind a busy store.
-func NoWait(ctx context.Context) context.Context {
-	return context.WithValue(ctx, noWaitKey{}, true)
-}
 
 // lane is one handle's share of its Store: the queue of its calls waiting
 // for a slot, and its breaker. Slots go to the lanes with waiters in turn.
@@ -108,7 +65,7 @@ func (sl *slots) acquire(ctx context.Context, l *lane, maxQueued int) (waited bo
 		sl.mu.Unlock()
 		return false, nil
 	}
-	if l.queued >= maxQueued && ctx.Value(patientKey{}) == nil || ctx.Value(noWaitKey{}) != nil {
+	if l.queued >= maxQueued && !overload.IsPatient(ctx) || overload.IsNoWait(ctx) {
 		sl.mu.Unlock()
 		return true, errQueueFull
 	}

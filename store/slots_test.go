@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gatecount/gatecount/internal/overload"
 )
 
 // fill starts n calls on h that hold their slots in st until it is freed,
@@ -105,7 +107,7 @@ func TestWaitedOut(t *testing.T) {
 }
 
 // The guard's own deadline, passing while a call waits, answers it
-// unavailable (overloaded, ErrWaitedOut).
+// unavailable (overloaded, overload.ErrWaitedOut).
 func TestWaitedOutGuardDeadline(t *testing.T) {
 	st := newStuck(1)
 	f := &fake{update: st.ignoringCtx}
@@ -116,8 +118,8 @@ func TestWaitedOutGuardDeadline(t *testing.T) {
 	wg.Go(func() { h.Update(context.Background(), []string{"k"}, nop) })
 	<-st.started
 	err := h.Update(t.Context(), []string{"k"}, nop)
-	if ReasonOf(err) != ReasonOverloaded || !errors.Is(err, ErrWaitedOut) {
-		t.Errorf("call whose guard deadline passed while it waited: %v, want overloaded (%v)", err, ErrWaitedOut)
+	if ReasonOf(err) != ReasonOverloaded || !errors.Is(err, overload.ErrWaitedOut) {
+		t.Errorf("call whose guard deadline passed while it waited: %v, want overloaded (%v)", err, overload.ErrWaitedOut)
 	}
 	if s.Queued() != 0 {
 		t.Errorf("%d calls still queued", s.Queued())
@@ -125,7 +127,7 @@ func TestWaitedOutGuardDeadline(t *testing.T) {
 }
 
 // A handle whose queue is full has its next call answered at once,
-// overloaded (ErrQueueFull); another handle's calls still queue.
+// overloaded (overload.ErrQueueFull); another handle's calls still queue.
 func TestQueueFull(t *testing.T) {
 	const max, queued = 1, 3
 	st := newStuck(max + 2*queued)
@@ -148,8 +150,8 @@ func TestQueueFull(t *testing.T) {
 	}
 	waitFor(t, "both queues full", func() bool { return s.Queued() == 2*queued })
 	err = h.Update(t.Context(), []string{"k"}, nop)
-	if ReasonOf(err) != ReasonOverloaded || !errors.Is(err, ErrQueueFull) {
-		t.Errorf("call past a full queue: %v, want overloaded (%v)", err, ErrQueueFull)
+	if ReasonOf(err) != ReasonOverloaded || !errors.Is(err, overload.ErrQueueFull) {
+		t.Errorf("call past a full queue: %v, want overloaded (%v)", err, overload.ErrQueueFull)
 	}
 	st.free()
 	wg.Wait()
@@ -172,13 +174,13 @@ func TestPatientWaitsPastFullQueue(t *testing.T) {
 		})
 	}
 	waitFor(t, "the queue full", func() bool { return s.Queued() == queued })
-	if err := h.Update(t.Context(), []string{"k"}, nop); !errors.Is(err, ErrQueueFull) {
-		t.Fatalf("call past a full queue: %v, want %v", err, ErrQueueFull)
+	if err := h.Update(t.Context(), []string{"k"}, nop); !errors.Is(err, overload.ErrQueueFull) {
+		t.Fatalf("call past a full queue: %v, want %v", err, overload.ErrQueueFull)
 	}
 	patient := make(chan error, 1)
-	go func() { patient <- h.Update(Patient(context.Background()), []string{"k"}, nop) }()
+	go func() { patient <- h.Update(overload.Patient(context.Background()), []string{"k"}, nop) }()
 	waitFor(t, "the patient call queued", func() bool { return s.Queued() == queued+1 })
-	if !IsPatient(Patient(t.Context())) || IsPatient(t.Context()) {
+	if !overload.IsPatient(overload.Patient(t.Context())) || overload.IsPatient(t.Context()) {
 		t.Error("IsPatient does not tell a Patient context")
 	}
 	st.free()
@@ -197,11 +199,11 @@ func TestNoWaitNeverQueues(t *testing.T) {
 	f := &fake{update: st.ignoringCtx}
 	s, h := open(t, f, Options{MaxInFlight: max, Deadline: time.Hour})
 	free := make(chan error, 1)
-	go func() { free <- h.Update(NoWait(context.Background()), []string{"k"}, nop) }()
+	go func() { free <- h.Update(overload.NoWait(context.Background()), []string{"k"}, nop) }()
 	<-st.started // a free slot: it runs
-	err := h.Update(NoWait(t.Context()), []string{"k"}, nop)
-	if ReasonOf(err) != ReasonOverloaded || !errors.Is(err, ErrQueueFull) {
-		t.Errorf("NoWait call with every slot held: %v, want overloaded at once (%v)", err, ErrQueueFull)
+	err := h.Update(overload.NoWait(t.Context()), []string{"k"}, nop)
+	if ReasonOf(err) != ReasonOverloaded || !errors.Is(err, overload.ErrQueueFull) {
+		t.Errorf("NoWait call with every slot held: %v, want overloaded at once (%v)", err, overload.ErrQueueFull)
 	}
 	if n := s.Stats().Waited; n != 0 {
 		t.Errorf("%d calls waited for a slot, want 0", n)
@@ -226,11 +228,11 @@ func TestPatientWaitsPastDeadline(t *testing.T) {
 	held := make(chan error, 1) // holds the one slot until freed, answered at its deadline
 	go func() { held <- h.Update(context.Background(), []string{"k"}, nop) }()
 	<-st.started
-	if err := h.Update(context.Background(), []string{"k"}, nop); !errors.Is(err, ErrWaitedOut) {
-		t.Fatalf("a call waiting for the held slot: %v, want %v", err, ErrWaitedOut)
+	if err := h.Update(context.Background(), []string{"k"}, nop); !errors.Is(err, overload.ErrWaitedOut) {
+		t.Fatalf("a call waiting for the held slot: %v, want %v", err, overload.ErrWaitedOut)
 	}
 	patient := make(chan error, 1)
-	go func() { patient <- h.Update(Patient(context.Background()), []string{"k"}, nop) }()
+	go func() { patient <- h.Update(overload.Patient(context.Background()), []string{"k"}, nop) }()
 	waitFor(t, "the patient call queued", func() bool { return s.Queued() == 1 })
 	time.Sleep(3 * deadline) // the patient call waits past its deadline
 	select {
@@ -336,8 +338,8 @@ func TestBreakerPerHandle(t *testing.T) {
 	mu.Lock()
 	out := logs.String()
 	mu.Unlock()
-	if strings.Count(out, "kind="+KindDown) != 1 || strings.Count(out, "kind="+KindRecovered) != 1 || !strings.Contains(out, "prefix=bad:") {
-		t.Errorf("logs: want one %s and one %s naming the prefix, got:\n%s", KindDown, KindRecovered, out)
+	if strings.Count(out, "kind="+kindDown) != 1 || strings.Count(out, "kind="+kindRecovered) != 1 || !strings.Contains(out, "prefix=bad:") {
+		t.Errorf("logs: want one %s and one %s naming the prefix, got:\n%s", kindDown, kindRecovered, out)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
@@ -27,7 +28,7 @@ const heapBound = 256 << 20
 // anything, a count made before the flood is still there after it, and the
 // heap stays bounded.
 func TestMemoryFlood(t *testing.T) {
-	keys, maxEntries := pick(200_000, 1_000_000), pick(20_000, store.DefaultMaxEntriesMemory)
+	keys, maxEntries := pick(200_000, 1_000_000), pick(20_000, storekit.DefaultMaxEntriesMemory)
 	ctx := context.Background()
 	quiet := slog.New(slog.DiscardHandler)
 

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/internal/option"
 )
 
 // Defaults of LoadConfig.
@@ -186,11 +186,11 @@ func Run(ctx context.Context, c LoadConfig) (*Result, error) {
 
 // withDefaults returns c with every zero setting given its default.
 func (c LoadConfig) withDefaults() LoadConfig {
-	store.Default(&c.Clients, DefaultClients)
-	store.Default(&c.Duration, DefaultDuration)
-	store.Default(&c.Requests, DefaultRequests)
-	store.Default(&c.Timeout, DefaultTimeout)
-	store.Default(&c.ProgressEvery, time.Second)
+	option.Default(&c.Clients, DefaultClients)
+	option.Default(&c.Duration, DefaultDuration)
+	option.Default(&c.Requests, DefaultRequests)
+	option.Default(&c.Timeout, DefaultTimeout)
+	option.Default(&c.ProgressEvery, time.Second)
 	return c
 }
 

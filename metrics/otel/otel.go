@@ -85,7 +85,7 @@ type decisionKey struct {
 }
 
 type callKey struct {
-	op     store.Op
+	op     string
 	reason store.Reason
 }
 
@@ -170,7 +170,7 @@ func (o *Observer) ObserveCall(e store.CallEvent) {
 			result = e.Reason.String()
 		}
 		return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("op", e.Op.String()), attribute.String("result", result)))}
+			attribute.String("op", e.Op), attribute.String("result", result)))}
 	})
 	o.calls.Record(context.Background(), e.Duration.Seconds(), attrs...)
 }

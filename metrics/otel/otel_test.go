@@ -186,10 +186,10 @@ func TestObserverThroughAManualReader(t *testing.T) {
 func TestObserverRecordsUnavailableByReason(t *testing.T) {
 	o, r := newReader(t, "gc")
 	for _, e := range []store.CallEvent{
-		{Op: store.OpCount, Duration: time.Millisecond, Reason: store.ReasonDeadline},
-		{Op: store.OpCount, Duration: time.Millisecond, Reason: store.ReasonDeadline},
-		{Op: store.OpUpdate, Duration: 3 * time.Second},
-		{Op: store.OpRead, Duration: 50 * time.Microsecond, Reason: store.ReasonOverloaded},
+		{Op: "count", Duration: time.Millisecond, Reason: store.ReasonDeadline},
+		{Op: "count", Duration: time.Millisecond, Reason: store.ReasonDeadline},
+		{Op: "update", Duration: 3 * time.Second},
+		{Op: "read", Duration: 50 * time.Microsecond, Reason: store.ReasonOverloaded},
 	} {
 		o.ObserveCall(e)
 	}

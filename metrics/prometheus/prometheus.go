@@ -89,7 +89,7 @@ func (c *Collector) ObserveCall(e store.CallEvent) {
 	if e.Reason != 0 {
 		result = e.Reason.String()
 	}
-	c.calls.WithLabelValues(e.Op.String(), result).Observe(e.Duration.Seconds())
+	c.calls.WithLabelValues(e.Op, result).Observe(e.Duration.Seconds())
 }
 
 // Watch reads s's Stats, as the store named name, at every scrape.

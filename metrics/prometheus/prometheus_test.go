@@ -100,9 +100,9 @@ gatecount_store_breaker_open{store="memory"} 0
 // Unavailable calls are counted by their reason.
 func TestCollectorCountsUnavailableByReason(t *testing.T) {
 	c := gcprom.New("gc")
-	c.ObserveCall(store.CallEvent{Op: store.OpCount, Duration: time.Millisecond, Reason: store.ReasonDeadline})
-	c.ObserveCall(store.CallEvent{Op: store.OpCount, Duration: time.Millisecond, Reason: store.ReasonDeadline})
-	c.ObserveCall(store.CallEvent{Op: store.OpUpdate, Duration: time.Millisecond})
+	c.ObserveCall(store.CallEvent{Op: "count", Duration: time.Millisecond, Reason: store.ReasonDeadline})
+	c.ObserveCall(store.CallEvent{Op: "count", Duration: time.Millisecond, Reason: store.ReasonDeadline})
+	c.ObserveCall(store.CallEvent{Op: "update", Duration: time.Millisecond})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	mfs, err := reg.Gather()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // counter is an apply that adds one to a counter, with the store's own
@@ -33,7 +34,7 @@ func newCounter() *counter {
 			} else {
 				e.ExpiresAt = now.Add(time.Hour)
 			}
-			e.Value = store.AppendCount(e.Value[:0], n+1)
+			e.Value = value.AppendCount(e.Value[:0], n+1)
 		}
 		return nil
 	}

@@ -12,7 +12,11 @@ import (
 
 	"github.com/gatecount/gatecount/internal/clock"
 	"github.com/gatecount/gatecount/internal/lockorder"
+	"github.com/gatecount/gatecount/internal/loop"
+	"github.com/gatecount/gatecount/internal/option"
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // Defaults of Options.
@@ -26,7 +30,7 @@ type Options struct {
 	// Store configures the guard.
 	Store store.Options
 	// MaxEntries bounds the live entries; 0 means
-	// [store.DefaultMaxEntriesMemory] (100,000).
+	// 100,000.
 	MaxEntries int
 	// SweepInterval is how often expired entries are removed in the
 	// background; 0 means [DefaultSweepInterval].
@@ -45,7 +49,7 @@ type Options struct {
 // New returns a memory store behind the guard. Its background sweep runs
 // until Close.
 func New(o Options) *store.Store {
-	s, _ := store.Build(&o.Store, func() (*Backend, error) { return NewBackend(o), nil }) // NewBackend never fails
+	s, _ := storekit.Build(&o.Store, func() (*Backend, error) { return NewBackend(o), nil }) // NewBackend never fails
 	return s
 }
 
@@ -62,15 +66,15 @@ type Backend struct {
 	// milliseconds), so that a full store knows in O(1) whether a sweep
 	// could free anything.
 	minExp atomic.Int64
-	bound  *store.Bound
+	bound  *storekit.Bound
 
 	sweepMu sync.Mutex // one sweep at a time
-	sweeper *store.Loop
+	sweeper *loop.Loop
 }
 
 // item is one entry. A value that is a count ([store.ParseCount]) is kept
 // as the number n, with value nil, so that counting formats and parses
-// nothing. So is a token bucket's TAT ([store.BucketOf]), with bucket set.
+// nothing. So is a token bucket's TAT ([value.BucketOf]), with bucket set.
 // Any other value is kept as its bytes. Items whose keys hash alike are
 // chained through next.
 type item struct {
@@ -88,19 +92,19 @@ func (it *item) appendValue(dst []byte) []byte {
 	case it.value != nil:
 		return append(dst, it.value...)
 	case it.bucket:
-		return store.AppendBucket(dst, it.n)
+		return value.AppendBucket(dst, it.n)
 	}
-	return store.AppendCount(dst, it.n)
+	return value.AppendCount(dst, it.n)
 }
 
 // setValue keeps v as the item's value: as a number when it is a count or
 // a token bucket.
 func (it *item) setValue(v []byte) {
-	if n, ok := store.CountOf(v); ok {
+	if n, ok := value.CountOf(v); ok {
 		it.value, it.n, it.bucket = nil, n, false
 		return
 	}
-	if n, ok := store.BucketOf(v); ok {
+	if n, ok := value.BucketOf(v); ok {
 		it.value, it.n, it.bucket = nil, n, true
 		return
 	}
@@ -156,10 +160,10 @@ func (s *shard) remove(h uint64, it *item) {
 // NewBackend returns the memory backend and starts its background sweep.
 // o.Store should already have its defaults (see [store.Options.WithDefaults]).
 func NewBackend(o Options) *Backend {
-	store.Default(&o.MaxEntries, store.DefaultMaxEntriesMemory)
-	store.Default(&o.SweepInterval, DefaultSweepInterval)
+	option.Default(&o.MaxEntries, storekit.DefaultMaxEntriesMemory)
+	option.Default(&o.SweepInterval, DefaultSweepInterval)
 	n := 1
-	store.Default(&o.Shards, DefaultShards)
+	option.Default(&o.Shards, DefaultShards)
 	for n < o.Shards {
 		n <<= 1
 	}
@@ -171,7 +175,7 @@ func NewBackend(o Options) *Backend {
 		shards: make([]shard, n),
 		mask:   uint64(n - 1),
 		seed:   maphash.MakeSeed(),
-		bound:  store.NewBound(o.MaxEntries, log),
+		bound:  storekit.NewBound(o.MaxEntries, log),
 	}
 	for i := range b.shards {
 		b.shards[i].m = make(map[uint64]*item)
@@ -184,13 +188,13 @@ func NewBackend(o Options) *Backend {
 		b.now = func() int64 { return now().UnixMilli() }
 	}
 	b.minExp.Store(math.MaxInt64)
-	b.sweeper = store.Go(context.Background(), func(ctx context.Context) { b.sweepEvery(ctx, o.SweepInterval) })
+	b.sweeper = loop.Go(context.Background(), func(ctx context.Context) { b.sweepEvery(ctx, o.SweepInterval) })
 	return b
 }
 
 // sweepEvery removes expired entries every d until ctx ends (Close).
 func (b *Backend) sweepEvery(ctx context.Context, d time.Duration) {
-	store.Every(ctx, store.Task{Every: d, Do: func(context.Context) { b.sweep() }})
+	loop.Every(ctx, loop.Task{Every: d, Do: func(context.Context) { b.sweep() }})
 }
 
 // Shared reports false: the entries are this process's alone.
@@ -422,7 +426,7 @@ func (b *Backend) chargeBucket(sh *shard, h uint64, it *item, prefix, key string
 	if !k.Allowed {
 		return false, nil // refused: nothing changes
 	}
-	exp := store.BucketExpiry(tat)
+	exp := value.BucketExpiry(tat)
 	if it != nil {
 		it.n, it.exp = tat, exp // later than it was: minExp holds
 		return false, nil

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gatecount/gatecount/internal/clock"
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
 	"github.com/gatecount/gatecount/store/storetest"
@@ -143,8 +144,8 @@ func TestBoundLogs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := rec.kinds(); got[store.KindFilling] != 1 || got[store.KindFull] != 0 {
-		t.Fatalf("after filling to the bound, logged %v, want one %s", got, store.KindFilling)
+	if got := rec.kinds(); got[storekit.KindFilling] != 1 || got[storekit.KindFull] != 0 {
+		t.Fatalf("after filling to the bound, logged %v, want one %s", got, storekit.KindFilling)
 	}
 	// Full: every new key refused, logged once.
 	for i := max; i < max+5; i++ {
@@ -157,11 +158,11 @@ func TestBoundLogs(t *testing.T) {
 	if err := put(ctx, h, key(0), time.Hour); err != nil {
 		t.Fatalf("held key in a full store: %v", err)
 	}
-	if got := rec.kinds(); got[store.KindFilling] != 1 || got[store.KindFull] != 1 {
+	if got := rec.kinds(); got[storekit.KindFilling] != 1 || got[storekit.KindFull] != 1 {
 		t.Fatalf("after 5 refused keys, logged %v, want one of each kind", got)
 	}
 	for _, m := range rec.records() {
-		want := map[string]string{store.KindFilling: "WARN", store.KindFull: "ERROR"}[m["kind"]]
+		want := map[string]string{storekit.KindFilling: "WARN", storekit.KindFull: "ERROR"}[m["kind"]]
 		if m["level"] != want || m["prefix"] != "logs:" || m["max_entries"] != "10" || m["store"] != "memory" || m["instance"] != s.InstanceID().String() {
 			t.Errorf("record %v: want level %s, prefix, max_entries, store and instance", m, want)
 		}

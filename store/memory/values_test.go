@@ -8,6 +8,7 @@ import (
 
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // The store keeps counts as numbers, yet every value reads back as the
@@ -64,7 +65,7 @@ func TestValuesKeptExactly(t *testing.T) {
 		}
 		if tc.count > 0 {
 			es, _ := h.Read(ctx, key)
-			if want := store.AppendCount(nil, tc.count); string(es[0].Value) != string(want) {
+			if want := value.AppendCount(nil, tc.count); string(es[0].Value) != string(want) {
 				t.Errorf("%s: after Count, Read gave %q, want %q", tc.value, es[0].Value, want)
 			}
 		}

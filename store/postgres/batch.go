@@ -8,9 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/gatecount/gatecount/store"
 )
 
 // maxCountBatch is the most single-key counts one statement counts.
@@ -146,11 +145,11 @@ func (bt *countBatcher) wait(ctx context.Context, r *oneCount) error {
 				bt.handoff()
 				bt.mu.Unlock()
 				// It waited for a batch, never sent: a busy store.
-				return store.WaitedOut("a batch of counts", ctx.Err())
+				return storekit.WaitedOut("a batch of counts", ctx.Err())
 			}
 			bt.mu.Unlock()
 			if !r.sent.Load() { // its batch waits for a connection
-				return store.WaitedOut("a connection for its batch", ctx.Err())
+				return storekit.WaitedOut("a connection for its batch", ctx.Err())
 			}
 			return ctx.Err()
 		case r.state == reqLead:

@@ -16,7 +16,7 @@
 //	signIn, err := s.Handle("login:")
 //
 // Importing the package also lets package config open the store from
-// DATABASE_URL=postgres://… (see store.RegisterURL).
+// DATABASE_URL=postgres://… (see storeurl.RegisterURL).
 //
 // # Schema
 //
@@ -73,7 +73,7 @@
 // # Bound, sweep and faults
 //
 // A store holds at most Options.MaxEntries live entries of its secret
-// ([store.DefaultMaxEntriesDatabase] by default). Near the bound, every new
+// (1,000,000 by default). Near the bound, every new
 // key is admitted exactly, across instances. Expired rows are removed when
 // the store starts and every Options.SweepInterval (5 minutes), in small
 // batches that never wait for a count. The guard of package store answers

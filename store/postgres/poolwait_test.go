@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/gatecount/gatecount/internal/overload"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -38,7 +39,7 @@ func TestPoolWaitIsOverload(t *testing.T) {
 	budget := store.Budget{Limit: 10, Window: time.Minute}
 	for i := range 5 {
 		_, err := h.Count(context.Background(), []string{"k", "l"}, []store.Budget{budget, budget}, 1)
-		if r := store.ReasonOf(err); r != store.ReasonOverloaded || !errors.Is(err, store.ErrWaitedOut) {
+		if r := store.ReasonOf(err); r != store.ReasonOverloaded || !errors.Is(err, overload.ErrWaitedOut) {
 			t.Fatalf("call %d waiting for the pool's one connection: %v (reason %v), want overloaded, waited out", i+1, err, r)
 		}
 	}

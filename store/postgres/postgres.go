@@ -17,6 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/gatecount/gatecount/internal/loop"
+	"github.com/gatecount/gatecount/internal/option"
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/internal/turns"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
@@ -44,7 +47,7 @@ type Options struct {
 	// the same secret to share counts.
 	Secret []byte
 	// MaxEntries bounds the live entries of this secret; 0 means
-	// [store.DefaultMaxEntriesDatabase] (1,000,000).
+	// 1,000,000.
 	MaxEntries int
 	// SweepInterval is how often expired rows are removed in the
 	// background, after a first sweep when the store starts; 0 means
@@ -88,7 +91,7 @@ type Options struct {
 // connections of their own. A prefix can have one handle on a pool at a
 // time ([store.ErrDuplicatePrefix]).
 func New(ctx context.Context, pool *pgxpool.Pool, o Options) (*store.Store, error) {
-	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, pool, o) })
+	return storekit.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, pool, o) })
 }
 
 // Backend is the PostgreSQL store's [store.Backend] and [store.Counter]. Most
@@ -97,7 +100,7 @@ type Backend struct {
 	pool       *pgxpool.Pool
 	hasher     *keyhash.Hasher
 	fp         string
-	bound      *store.Bound
+	bound      *storekit.Bound
 	boundLock  int64
 	slack      int64
 	log        *slog.Logger
@@ -117,7 +120,7 @@ type Backend struct {
 
 	sweepMu sync.Mutex    // one sweep at a time per instance
 	started chan struct{} // closed when the first sweep and count are done
-	loop    *store.Loop
+	loop    *loop.Loop
 }
 
 // NewBackend returns the PostgreSQL backend and starts its background
@@ -134,9 +137,9 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	store.Default(&o.MaxEntries, store.DefaultMaxEntriesDatabase)
-	store.Default(&o.SweepInterval, DefaultSweepInterval)
-	store.Default(&o.CountInterval, DefaultCountInterval)
+	option.Default(&o.MaxEntries, storekit.DefaultMaxEntriesDatabase)
+	option.Default(&o.SweepInterval, DefaultSweepInterval)
+	option.Default(&o.CountInterval, DefaultCountInterval)
 	if o.processNow == nil {
 		o.processNow = time.Now
 	}
@@ -152,12 +155,12 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 			return nil, err
 		}
 	}
-	log := o.Store.LoggerFor("postgres")
+	log := storekit.LoggerFor(o.Store, "postgres")
 	b := &Backend{
 		pool:       pool,
 		hasher:     h,
 		fp:         h.Fingerprint(),
-		bound:      store.NewBound(o.MaxEntries, log),
+		bound:      storekit.NewBound(o.MaxEntries, log),
 		boundLock:  lockID(sha256.Sum256([]byte("gatecount bound " + h.Fingerprint()))),
 		slack:      slackFor(o.MaxEntries),
 		log:        log,
@@ -170,7 +173,7 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 	}
 	b.batcher = countBatcher{limit: countBatches(pool), run: b.runCounts}
 	b.estimate.Store(-1)
-	b.loop = store.Go(ctx, func(ctx context.Context) { b.background(ctx, o.SweepInterval, o.CountInterval) })
+	b.loop = loop.Go(ctx, func(ctx context.Context) { b.background(ctx, o.SweepInterval, o.CountInterval) })
 	return b, nil
 }
 
@@ -692,7 +695,7 @@ func (b *Backend) background(ctx context.Context, sweepEvery, countEvery time.Du
 	sweep := func() {
 		if _, err := b.Sweep(ctx); err != nil && ctx.Err() == nil {
 			b.log.Warn("limit store sweep failed; expired entries stay until the next sweep",
-				"kind", store.KindSweepFailed, "err", err)
+				"kind", storekit.KindSweepFailed, "err", err)
 		}
 	}
 	recount := func() {
@@ -705,9 +708,9 @@ func (b *Backend) background(ctx context.Context, sweepEvery, countEvery time.Du
 	sweep()
 	recount()
 	close(b.started)
-	store.Every(ctx,
-		store.Task{Every: sweepEvery, Do: func(context.Context) { sweep(); recount() }},
-		store.Task{Every: countEvery, Do: func(context.Context) { recount() }})
+	loop.Every(ctx,
+		loop.Task{Every: sweepEvery, Do: func(context.Context) { sweep(); recount() }},
+		loop.Task{Every: countEvery, Do: func(context.Context) { recount() }})
 }
 
 // Close stops the background sweep and count and waits for them. It does

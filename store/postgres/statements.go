@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -371,7 +372,7 @@ const acquireWaited = time.Millisecond
 // time went to the wait, and says nothing of the database's health.
 func (r *runner) overrun(err error) error {
 	if err != nil && r.waited && r.ctx.Err() != nil && store.ReasonOf(err) == 0 {
-		return store.WaitedOut("a connection of the pool, then ran out of time", err)
+		return storekit.WaitedOut("a connection of the pool, then ran out of time", err)
 	}
 	return err
 }
@@ -401,7 +402,7 @@ func release(c *pgxpool.Conn, err error) error {
 func acquireError(ctx context.Context, err error) error {
 	var dial *pgconn.ConnectError
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) && !errors.As(err, &dial) {
-		return store.WaitedOut("a connection of the pool", err)
+		return storekit.WaitedOut("a connection of the pool", err)
 	}
 	return fmt.Errorf("acquire a connection: %w", err)
 }

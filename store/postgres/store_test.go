@@ -15,6 +15,7 @@ import (
 
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // hideCounter hides the Counter capability of a backend, so that Count runs
@@ -142,7 +143,7 @@ func incr(now time.Time, es []store.Entry) error {
 		} else {
 			es[i].ExpiresAt = now.Add(time.Minute)
 		}
-		es[i].Value = store.AppendCount(es[i].Value[:0], n+1)
+		es[i].Value = value.AppendCount(es[i].Value[:0], n+1)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/gatecount/gatecount/internal/lockorder"
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/internal/turns"
 	"github.com/gatecount/gatecount/store"
 )
@@ -36,7 +37,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	// the key to the next call in order. Calls from other instances, and
 	// Counts, still meet at the row.
 	if err := b.turns.Take(ctx, &queues); err != nil {
-		return store.WaitedOut("the keys' turn", err)
+		return storekit.WaitedOut("the keys' turn", err)
 	}
 	defer b.turns.Give(&queues)
 	// The first try is optimistic: it locks the rows the keys have, and a

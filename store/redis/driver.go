@@ -4,18 +4,19 @@ import (
 	"context"
 	"errors"
 
+	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/store"
 )
 
 // Importing the package registers the schemes redis: and rediss: with
-// store.OpenURL (and so with package config's RATE_LIMIT_STORE_URL): the
+// storeurl.OpenURL (and so with package config's RATE_LIMIT_STORE_URL): the
 // store OpenURL opens.
 func init() {
-	store.RegisterURL("redis", openURL)
-	store.RegisterURL("rediss", openURL)
+	storeurl.RegisterURL("redis", openURL)
+	storeurl.RegisterURL("rediss", openURL)
 }
 
-func openURL(ctx context.Context, url string, o store.URLOptions) (*store.Store, func() error, error) {
+func openURL(ctx context.Context, url string, o storeurl.URLOptions) (*store.Store, func() error, error) {
 	s, err := OpenURL(ctx, url, Options{Secret: o.Secret, MaxEntries: o.MaxEntries, AllowEviction: o.AllowEviction, Store: o.Store})
 	if errors.Is(err, ErrEvicting) {
 		err = mayEvict{err}
@@ -26,12 +27,12 @@ func openURL(ctx context.Context, url string, o store.URLOptions) (*store.Store,
 	return s, nil, nil
 }
 
-// mayEvict is an ErrEvicting error that matches store.ErrMayEvict too, so
+// mayEvict is an ErrEvicting error that matches storeurl.ErrMayEvict too, so
 // that a caller that does not link this package can tell it.
 type mayEvict struct{ error }
 
 // Unwrap returns the ErrEvicting error.
 func (e mayEvict) Unwrap() error { return e.error }
 
-// Is reports whether target is store.ErrMayEvict.
-func (e mayEvict) Is(target error) bool { return target == store.ErrMayEvict }
+// Is reports whether target is storeurl.ErrMayEvict.
+func (e mayEvict) Is(target error) bool { return target == storeurl.ErrMayEvict }

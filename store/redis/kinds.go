@@ -1,7 +1,8 @@
 package redis
 
 // Log kinds: the stable "kind" attribute of the logs this store writes,
-// besides those of package store ([store.KindSweepFailed] among them).
+// besides those every store of the module logs (limit-store-sweep-failed
+// among them).
 const (
 	// KindEvicting is logged when Redis's maxmemory-policy may evict live
 	// entries.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 	redisstore "github.com/gatecount/gatecount/store/redis"
 )
@@ -76,7 +77,7 @@ func TestMemoryPerEntry(t *testing.T) {
 	entry /= live
 	index /= live
 	t.Logf("%d live entries: used_memory grew %.0f bytes per entry; MEMORY USAGE: entry %.0f, its share of the live index %.0f; %d entries (the default bound) need about %.0f MB",
-		int(live), total, entry, index, store.DefaultMaxEntriesDatabase, total*float64(store.DefaultMaxEntriesDatabase)/1e6)
+		int(live), total, entry, index, storekit.DefaultMaxEntriesDatabase, total*float64(storekit.DefaultMaxEntriesDatabase)/1e6)
 	if index > entry {
 		t.Errorf("the live index costs %.0f bytes per entry, more than the entry's own %.0f", index, entry)
 	}

@@ -12,6 +12,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
+	"github.com/gatecount/gatecount/internal/loop"
+	"github.com/gatecount/gatecount/internal/option"
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/internal/turns"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
@@ -38,7 +41,7 @@ type Options struct {
 	// [keyhash.MinSecretLen] bytes, the same on every instance of the app.
 	Secret []byte
 	// MaxEntries bounds the live entries under Secret; 0 means
-	// [store.DefaultMaxEntriesDatabase] (1,000,000).
+	// 1,000,000.
 	MaxEntries int
 	// MaxRetries bounds how many times an Update that conflicts with
 	// concurrent updates of its keys is started over; 0 means
@@ -64,7 +67,7 @@ type Options struct {
 // It loads its scripts and starts a background sweep, which runs until the
 // store is closed. Closing the store does not close c.
 func New(ctx context.Context, c goredis.UniversalClient, o Options) (*store.Store, error) {
-	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, c, o) })
+	return storekit.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, c, o) })
 }
 
 // Backend is the Redis store's [store.Backend] and [store.Counter]. Most code
@@ -76,7 +79,7 @@ type Backend struct {
 	hasher     *keyhash.Hasher
 	fp         string
 	tags       string // the set of the fingerprint's tags
-	bound      *store.Bound
+	bound      *storekit.Bound
 	max        int
 	warnAt     int
 	maxRetries int
@@ -101,7 +104,7 @@ type Backend struct {
 	total atomic.Int64             // the sum of live
 
 	sweepMu   sync.Mutex
-	sweeper   *store.Loop
+	sweeper   *loop.Loop
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -122,17 +125,17 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	store.Default(&o.MaxEntries, store.DefaultMaxEntriesDatabase)
-	store.Default(&o.MaxRetries, DefaultMaxRetries)
-	store.Default(&o.SweepInterval, DefaultSweepInterval)
-	store.Default(&o.Store.Deadline, store.DefaultDeadline)
-	log := o.Store.LoggerFor("redis")
+	option.Default(&o.MaxEntries, storekit.DefaultMaxEntriesDatabase)
+	option.Default(&o.MaxRetries, DefaultMaxRetries)
+	option.Default(&o.SweepInterval, DefaultSweepInterval)
+	option.Default(&o.Store.Deadline, o.Store.WithDefaults().Deadline)
+	log := storekit.LoggerFor(o.Store, "redis")
 	b := &Backend{
 		c:          c,
 		hasher:     h,
 		fp:         h.Fingerprint(),
 		tags:       "gatecount:{" + h.Fingerprint() + "}:tags",
-		bound:      store.NewBound(o.MaxEntries, log),
+		bound:      storekit.NewBound(o.MaxEntries, log),
 		max:        o.MaxEntries,
 		warnAt:     o.MaxEntries - o.MaxEntries/5,
 		maxRetries: o.MaxRetries,
@@ -153,7 +156,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 	_, cluster := c.(*goredis.ClusterClient)
 	if !cluster {
 		if err := c.Ping(ctx).Err(); err != nil {
-			return nil, fmt.Errorf("redis: redis does not answer: %w", store.NewUnavailableError(store.ReasonDown, err))
+			return nil, fmt.Errorf("redis: redis does not answer: %w", &store.UnavailableError{Reason: store.ReasonDown, Err: err})
 		}
 	}
 	if err := b.checkServers(ctx); err != nil {
@@ -161,7 +164,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 	}
 	for _, s := range []*script{readScript, writeScript, countScript, algoScript, tidyScript} {
 		if err := s.load(ctx, c); err != nil && !cluster { // a node without the script is sent it (EVAL)
-			return nil, fmt.Errorf("redis: loading a script: %w", store.NewUnavailableError(store.ReasonDown, err))
+			return nil, fmt.Errorf("redis: loading a script: %w", &store.UnavailableError{Reason: store.ReasonDown, Err: err})
 		}
 	}
 	if _, err := b.Sweep(ctx); err != nil {
@@ -169,9 +172,9 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 			return nil, err
 		}
 		b.log.Warn("limit store sweep failed at start: the count of live entries under other limiters is taken at the next sweep",
-			"kind", store.KindSweepFailed, "err", err)
+			"kind", storekit.KindSweepFailed, "err", err)
 	}
-	b.sweeper = store.Go(ctx, func(ctx context.Context) { store.Every(ctx, store.Task{Every: o.SweepInterval, Do: b.sweepTick}) })
+	b.sweeper = loop.Go(ctx, func(ctx context.Context) { loop.Every(ctx, loop.Task{Every: o.SweepInterval, Do: b.sweepTick}) })
 	return b, nil
 }
 
@@ -235,6 +238,6 @@ func (b *Backend) Close() error {
 // through uncounted.
 func poolWait(err *error) {
 	if *err != nil && errors.Is(*err, goredis.ErrPoolTimeout) {
-		*err = store.WaitedOut("a connection of the pool", *err)
+		*err = storekit.WaitedOut("a connection of the pool", *err)
 	}
 }

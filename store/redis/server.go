@@ -130,7 +130,7 @@ func (b *Backend) servers(ctx context.Context, persist bool) (out []serverFacts,
 func (b *Backend) checkServers(ctx context.Context) error {
 	fs, down, err := b.servers(ctx, true)
 	if err != nil {
-		return fmt.Errorf("redis: redis does not answer: %w", store.NewUnavailableError(store.ReasonDown, err))
+		return fmt.Errorf("redis: redis does not answer: %w", &store.UnavailableError{Reason: store.ReasonDown, Err: err})
 	}
 	if down != nil {
 		b.log.Warn("Redis Cluster masters did not answer at start: their limiters are answered unavailable, and their settings are checked once they answer",

@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/internal/storekit"
 )
 
 // Sweep implements [store.Backend]. Redis removes expired entries by itself.
@@ -79,7 +79,7 @@ func (b *Backend) sweepTick(loop context.Context) {
 	if _, err := b.Sweep(ctx); err != nil && loop.Err() == nil {
 		b.sweepLog.Do(func() {
 			b.log.Warn("limit store sweep failed: the count of live entries may be stale",
-				"kind", store.KindSweepFailed, "err", err)
+				"kind", storekit.KindSweepFailed, "err", err)
 		})
 	}
 	b.recheckServers(ctx)

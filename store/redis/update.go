@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -29,7 +30,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	ks := &u.ks
 	b.nameKeys(ks, sp, prefix, keys)
 	if err := b.turns.Take(ctx, &ks.locks); err != nil {
-		return store.WaitedOut("the keys' turn", err)
+		return storekit.WaitedOut("the keys' turn", err)
 	}
 	defer b.turns.Give(&ks.locks)
 	u.setHead(&b.max)
@@ -80,7 +81,7 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 		default:
 			conflicts++
 			if conflicts > b.maxRetries {
-				return store.NewUnavailableError(store.ReasonOverloaded, fmt.Errorf("%w: %d attempts", ErrContention, conflicts))
+				return &store.UnavailableError{Reason: store.ReasonOverloaded, Err: fmt.Errorf("%w: %d attempts", ErrContention, conflicts)}
 			}
 			b.retries.Add(1)
 			if err := backoff(ctx, conflicts); err != nil {

@@ -11,6 +11,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/gatecount/gatecount/internal/storekit"
+	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -55,8 +57,8 @@ var ErrURL = errors.New("redis: invalid Redis URL")
 // may evict live entries ([ErrEvicting]) unless Options.AllowEviction. An
 // unusable URL gives an error matching [ErrURL].
 func OpenURL(ctx context.Context, rawURL string, o Options) (*store.Store, error) {
-	return store.Build(&o.Store, func() (*Backend, error) {
-		goredis.SetLogger(NewRedisLogger(o.Store.LoggerFor("redis")))
+	return storekit.Build(&o.Store, func() (*Backend, error) {
+		goredis.SetLogger(NewRedisLogger(storekit.LoggerFor(o.Store, "redis")))
 		c, err := openClient(ctx, rawURL, o.Store)
 		if err != nil {
 			return nil, err
@@ -80,7 +82,7 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 		return nil, fmt.Errorf("%w: it does not parse as a URL", ErrURL)
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("%w: %s: want a redis:// or rediss:// URL", ErrURL, store.RedactURL(u.String()))
+		return nil, fmt.Errorf("%w: %s: want a redis:// or rediss:// URL", ErrURL, storeurl.RedactURL(u.String()))
 	}
 	q := u.Query()
 	if q.Has("addr") {
@@ -88,7 +90,7 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 	}
 	ro, err := goredis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrURL, store.RedactURL(u.String()), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrURL, storeurl.RedactURL(u.String()), err)
 	}
 	withDefaults(q, so, clientSettings{&ro.ContextTimeoutEnabled, &ro.MaxRetries, &ro.PoolSize,
 		&ro.DialTimeout, &ro.ReadTimeout, &ro.WriteTimeout, &ro.PoolTimeout})
@@ -96,14 +98,14 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 	cluster, err := isCluster(ctx, c, so.Deadline)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("redis: redis does not answer: %w", store.NewUnavailableError(store.ReasonDown, err))
+		return nil, fmt.Errorf("redis: redis does not answer: %w", &store.UnavailableError{Reason: store.ReasonDown, Err: err})
 	}
 	if !cluster {
 		return c, nil
 	}
 	c.Close()
 	if ro.DB != 0 {
-		return nil, fmt.Errorf("%w: %s: the server is a Redis Cluster node, and a Cluster has only database 0", ErrURL, store.RedactURL(u.String()))
+		return nil, fmt.Errorf("%w: %s: the server is a Redis Cluster node, and a Cluster has only database 0", ErrURL, storeurl.RedactURL(u.String()))
 	}
 	return clusterClient(u, q, so)
 }
@@ -111,16 +113,16 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 // clusterClient returns a cluster client for u, whose query is q.
 func clusterClient(u *url.URL, q url.Values, so store.Options) (goredis.UniversalClient, error) {
 	if p := strings.Trim(u.Path, "/"); p != "" && p != "0" {
-		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0", ErrURL, store.RedactURL(u.String()))
+		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0", ErrURL, storeurl.RedactURL(u.String()))
 	}
 	if q.Has("db") {
-		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0 (no db option)", ErrURL, store.RedactURL(u.String()))
+		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0 (no db option)", ErrURL, storeurl.RedactURL(u.String()))
 	}
 	cu := *u
 	cu.Path = ""
 	co, err := goredis.ParseClusterURL(cu.String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrURL, store.RedactURL(u.String()), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrURL, storeurl.RedactURL(u.String()), err)
 	}
 	withDefaults(q, so, clientSettings{&co.ContextTimeoutEnabled, &co.MaxRetries, &co.PoolSize,
 		&co.DialTimeout, &co.ReadTimeout, &co.WriteTimeout, &co.PoolTimeout})

@@ -39,7 +39,7 @@
 // # Bound and sweep
 //
 // A store holds at most Options.MaxEntries rows under its secret
-// (store.DefaultMaxEntriesDatabase by default). A new key that finds no
+// (storekit.DefaultMaxEntriesDatabase by default). A new key that finds no
 // room first removes a batch of expired rows. If there is still none, it is
 // answered [store.ErrFull], while keys already held keep counting. Expired
 // rows are removed when the store opens and every SweepInterval.

@@ -1,7 +1,8 @@
 package sqlite
 
 // Log kinds: the stable "kind" attribute of the logs this store writes,
-// besides those of package store ([store.KindSweepFailed] among them).
+// besides those every store of the module logs (limit-store-sweep-failed
+// among them).
 const (
 	// KindRollbackFailed is logged when a rollback fails. The writer's
 	// connection may be unusable.

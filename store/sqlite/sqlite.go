@@ -18,6 +18,9 @@ import (
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
+	"github.com/gatecount/gatecount/internal/loop"
+	"github.com/gatecount/gatecount/internal/option"
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
 )
@@ -50,7 +53,7 @@ type Options struct {
 	// Every process sharing the counts must use the same secret.
 	Secret []byte
 	// MaxEntries bounds the rows held under Secret; 0 means
-	// [store.DefaultMaxEntriesDatabase] (1,000,000).
+	// 1,000,000.
 	MaxEntries int
 	// SweepInterval is how often expired rows are removed in the background
 	// after the sweep at open; 0 means [DefaultSweepInterval].
@@ -82,7 +85,7 @@ var ErrNotSQLite = errors.New("sqlite: database is not SQLite")
 // store over it behind the guard. The store owns the *sql.DB it opens and
 // closes it on Close; its background sweep runs until then.
 func Open(ctx context.Context, path string, o Options) (*store.Store, error) {
-	return store.Build(&o.Store, func() (*Backend, error) { return OpenBackend(ctx, path, o) })
+	return storekit.Build(&o.Store, func() (*Backend, error) { return OpenBackend(ctx, path, o) })
 }
 
 // New returns a store behind the guard over db, a *sql.DB of the
@@ -91,7 +94,7 @@ func Open(ctx context.Context, path string, o Options) (*store.Store, error) {
 // connection than the app needs. Close closes it rather than returning it,
 // with the store's settings, to the pool. It does not close db.
 func New(ctx context.Context, db *sql.DB, o Options) (*store.Store, error) {
-	return store.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, db, o) })
+	return storekit.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, db, o) })
 }
 
 // OpenBackend is Open without the guard. Most code wants Open.
@@ -143,7 +146,7 @@ type Backend struct {
 	ownDB bool
 	hash  *keyhash.Hasher
 	fp    string
-	bound *store.Bound
+	bound *storekit.Bound
 	// entries is the rows under this secret, as last counted.
 	entries atomic.Int64
 	now     func() time.Time
@@ -160,7 +163,7 @@ type Backend struct {
 	stop        chan struct{}
 	closeCtx    context.Context // cancelled by Close
 	closeCancel context.CancelFunc
-	sweeper     *store.Loop
+	sweeper     *loop.Loop
 	closeOnce   sync.Once
 	closeErr    error
 }
@@ -179,14 +182,14 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	store.Default(&o.MaxEntries, store.DefaultMaxEntriesDatabase)
-	store.Default(&o.SweepInterval, DefaultSweepInterval)
-	store.Default(&o.SweepBatch, DefaultSweepBatch)
-	store.Default(&o.BusyTimeout, DefaultBusyTimeout)
+	option.Default(&o.MaxEntries, storekit.DefaultMaxEntriesDatabase)
+	option.Default(&o.SweepInterval, DefaultSweepInterval)
+	option.Default(&o.SweepBatch, DefaultSweepBatch)
+	option.Default(&o.BusyTimeout, DefaultBusyTimeout)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	log := o.Store.LoggerFor("sqlite")
+	log := storekit.LoggerFor(o.Store, "sqlite")
 	if o.AutoMigrate {
 		if err := Migrate(ctx, db); err != nil {
 			return nil, err
@@ -217,7 +220,7 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 		db:         db,
 		hash:       h,
 		fp:         h.Fingerprint(),
-		bound:      store.NewBound(o.MaxEntries, log),
+		bound:      storekit.NewBound(o.MaxEntries, log),
 		now:        o.Now,
 		log:        log,
 		batch:      o.SweepBatch,
@@ -233,9 +236,9 @@ func newBackend(ctx context.Context, db *sql.DB, o Options) (*Backend, error) {
 	}
 	b.closeCtx, b.closeCancel = context.WithCancel(context.Background())
 	go b.writeLoop()
-	b.sweeper = store.Go(ctx, func(ctx context.Context) {
+	b.sweeper = loop.Go(ctx, func(ctx context.Context) {
 		b.sweepTick(ctx)
-		store.Every(ctx, store.Task{Every: o.SweepInterval, Do: b.sweepTick})
+		loop.Every(ctx, loop.Task{Every: o.SweepInterval, Do: b.sweepTick})
 	})
 	return b, nil
 }
@@ -548,7 +551,7 @@ func (b *Backend) sweepBatch(ctx context.Context, count bool) (int, error) {
 func (b *Backend) sweepTick(ctx context.Context) {
 	if _, err := b.Sweep(ctx); err != nil && ctx.Err() == nil && !b.closing() {
 		b.log.Warn("limit store sweep failed: expired rows stay until the next sweep",
-			"kind", store.KindSweepFailed, "err", err)
+			"kind", storekit.KindSweepFailed, "err", err)
 	}
 }
 

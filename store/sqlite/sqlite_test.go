@@ -17,6 +17,7 @@ import (
 	"github.com/gatecount/gatecount/internal/clock"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/sqlite"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 func TestMain(m *testing.M) {
@@ -95,7 +96,7 @@ func add(window time.Duration) store.ApplyFunc {
 			} else {
 				es[i].ExpiresAt = now.Add(window)
 			}
-			es[i].Value = store.AppendCount(es[i].Value[:0], n+1)
+			es[i].Value = value.AppendCount(es[i].Value[:0], n+1)
 		}
 		return nil
 	}

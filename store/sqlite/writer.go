@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -37,7 +38,7 @@ type op struct {
 // through uncounted. (A wait for the file's write lock, which another
 // connection holds, is the writer's, and ends in a deadline.)
 func waitedOut(err error) error {
-	return store.WaitedOut("the writer", err)
+	return storekit.WaitedOut("the writer", err)
 }
 
 // dbError is a failure of the database during an op, as opposed to an
@@ -70,7 +71,7 @@ func (b *Backend) do(ctx context.Context, run func(ctx context.Context) error, s
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	closed := store.NewUnavailableError(store.ReasonClosed, nil)
+	closed := &store.UnavailableError{Reason: store.ReasonClosed}
 	select {
 	case <-b.stop:
 		return true, closed
@@ -141,7 +142,7 @@ func (b *Backend) drain() {
 	for {
 		select {
 		case o := <-b.queue:
-			o.res <- store.NewUnavailableError(store.ReasonClosed, nil)
+			o.res <- &store.UnavailableError{Reason: store.ReasonClosed}
 		default:
 			return
 		}

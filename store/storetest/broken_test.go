@@ -16,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/storetest"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // flaw is the one way a test backend breaks the contract: each is a single
@@ -667,7 +669,7 @@ func (b counterBackend) count(ctx context.Context, prefix string, keys []string,
 		if ends[i].IsZero() || b.flaw == restartsWindow {
 			ends[i] = now.Add(caps[i].Window).Truncate(time.Millisecond)
 		}
-		es[i] = store.Entry{Value: store.AppendCount(nil, counts[i]), ExpiresAt: ends[i]}
+		es[i] = store.Entry{Value: value.AppendCount(nil, counts[i]), ExpiresAt: ends[i]}
 	}
 	if err := b.write(prefix, keys, es, judge, skip, b.flaw == countIgnoresBound, b.flaw == countKeepsExpiry); err != nil {
 		return err
@@ -1022,7 +1024,7 @@ func (b *mapBackend) Entries() int {
 // MaxEntries implements store.Sizer.
 func (b *mapBackend) MaxEntries() int {
 	if b.flaw == sizerDefaultMax {
-		return store.DefaultMaxEntriesMemory
+		return storekit.DefaultMaxEntriesMemory
 	}
 	return b.w.max
 }

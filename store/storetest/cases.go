@@ -321,7 +321,7 @@ func applyError(r *runner) error {
 }
 
 // valueLimits: a value of MaxValueSize bytes is kept. One byte more is
-// refused with ErrValueTooLarge, and a value that is not JSON with
+// refused with ErrInvalidValue, and a value that is not JSON with
 // ErrInvalidValue. Neither writes anything, on any key of the Update. It
 // catches a store that writes some keys of an Update the guard refused.
 func valueLimits(r *runner) error {
@@ -345,8 +345,8 @@ func valueLimits(r *runner) error {
 		value string
 		want  error
 	}{
-		{"one byte over the limit", `"` + strings.Repeat("v", store.MaxValueSize-1) + `"`, store.ErrValueTooLarge},
-		{"far over the limit", `"` + strings.Repeat("v", 4*store.MaxValueSize) + `"`, store.ErrValueTooLarge},
+		{"one byte over the limit", `"` + strings.Repeat("v", store.MaxValueSize-1) + `"`, store.ErrInvalidValue},
+		{"far over the limit", `"` + strings.Repeat("v", 4*store.MaxValueSize) + `"`, store.ErrInvalidValue},
 		{"not JSON", `{"open":`, store.ErrInvalidValue},
 		{"two JSON values", `1 2`, store.ErrInvalidValue},
 		{"empty", ``, store.ErrInvalidValue},

@@ -1,4 +1,4 @@
-package store
+package storeurl
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gatecount/gatecount/store"
 )
 
 // OpenURL opens a URL through the opener registered for its scheme, in any
@@ -14,7 +16,7 @@ import (
 func TestRegisterURL(t *testing.T) {
 	var got URLOptions
 	var gotURL string
-	RegisterURL("Test-Scheme", func(_ context.Context, url string, o URLOptions) (*Store, func() error, error) {
+	RegisterURL("Test-Scheme", func(_ context.Context, url string, o URLOptions) (*store.Store, func() error, error) {
 		gotURL, got = url, o
 		return nil, nil, errors.New("opened")
 	})
@@ -36,5 +38,5 @@ func TestRegisterURL(t *testing.T) {
 			t.Error("a second RegisterURL of one scheme did not panic")
 		}
 	}()
-	RegisterURL("test-scheme", func(context.Context, string, URLOptions) (*Store, func() error, error) { return nil, nil, nil })
+	RegisterURL("test-scheme", func(context.Context, string, URLOptions) (*store.Store, func() error, error) { return nil, nil, nil })
 }

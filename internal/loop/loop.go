@@ -1,8 +1,9 @@
-package store
+// Package loop runs the background goroutines of the module's stores: a
+// sweep, an announcement, each on its own ticker.
+package loop
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"time"
 )
@@ -74,34 +75,4 @@ func Every(ctx context.Context, tasks ...Task) {
 			next[i] = next[i].Add(tasks[i].Every)
 		}
 	}
-}
-
-// Build is the constructor path every store shares: it gives *o its
-// defaults, then calls newBackend (which reads them) and puts the backend
-// behind the guard with them.
-func Build[B Backend](o *Options, newBackend func() (B, error)) (*Store, error) {
-	*o = o.WithDefaults()
-	b, err := newBackend()
-	if err != nil {
-		return nil, err
-	}
-	return New(b, *o), nil
-}
-
-// Default sets *v to def when *v is zero or less: the default of one option
-// of a store.
-func Default[T ~int | ~int64](v *T, def T) {
-	if *v <= 0 {
-		*v = def
-	}
-}
-
-// LoggerFor returns the logger of a store named name: o.Logger, or
-// slog.Default when nil, with the attribute store=name.
-func (o Options) LoggerFor(name string) *slog.Logger {
-	log := o.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	return log.With("store", name)
 }

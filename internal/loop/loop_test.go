@@ -1,4 +1,4 @@
-package store_test
+package loop_test
 
 import (
 	"context"
@@ -6,19 +6,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/internal/loop"
+	"go.uber.org/goleak"
 )
 
 // TestLoopRunsEveryTaskUntilStop: both tasks of one loop run, one at a
 // time, again and again; Stop ends the loop, waits for it, and may be
 // called again and from several goroutines.
 func TestLoopRunsEveryTaskUntilStop(t *testing.T) {
+	defer goleak.VerifyNone(t)
 	type key struct{}
 	var mu sync.Mutex
 	running := 0
 	runs := make(chan int, 100)
-	task := func(id int) store.Task {
-		return store.Task{Every: time.Millisecond, Do: func(ctx context.Context) {
+	task := func(id int) loop.Task {
+		return loop.Task{Every: time.Millisecond, Do: func(ctx context.Context) {
 			if ctx.Value(key{}) != "parent" {
 				t.Error("the loop's context lost the parent's values")
 			}
@@ -39,7 +41,7 @@ func TestLoopRunsEveryTaskUntilStop(t *testing.T) {
 	}
 	parent, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "parent"))
 	cancel() // the loop ignores the parent's cancellation
-	l := store.Go(parent, func(ctx context.Context) { store.Every(ctx, task(0), task(1)) })
+	l := loop.Go(parent, func(ctx context.Context) { loop.Every(ctx, task(0), task(1)) })
 	seen := [2]int{}
 	for seen[0] < 3 || seen[1] < 3 {
 		seen[<-runs]++
@@ -57,20 +59,5 @@ func TestLoopRunsEveryTaskUntilStop(t *testing.T) {
 	case id := <-runs:
 		t.Fatalf("task %d ran after Stop returned", id)
 	default:
-	}
-}
-
-// TestBuildGivesDefaults: Build hands the backend constructor the options
-// with their defaults, and a constructor's error comes back with no store.
-func TestBuildGivesDefaults(t *testing.T) {
-	var o store.Options
-	_, err := store.Build(&o, func() (store.Backend, error) {
-		if o != o.WithDefaults() {
-			t.Error("the constructor saw options without their defaults")
-		}
-		return nil, context.Canceled
-	})
-	if err != context.Canceled {
-		t.Fatalf("Build = %v, want the constructor's error", err)
 	}
 }

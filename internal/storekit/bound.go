@@ -1,9 +1,10 @@
-package store
+package storekit
 
 import (
 	"log/slog"
 	"time"
 
+	"github.com/gatecount/gatecount/store"
 	"golang.org/x/time/rate"
 )
 
@@ -49,7 +50,7 @@ func (b *Bound) Max() int { return b.max }
 func (b *Bound) Full(live int) bool { return live >= b.max }
 
 // Admit answers whether a store holding live entries may add one more for a
-// key under prefix: nil, or [ErrFull]. It logs a warning when the store is 80%
+// key under prefix: nil, or [store.ErrFull]. It logs a warning when the store is 80%
 // full and an error when it is full.
 func (b *Bound) Admit(live int, prefix string) error {
 	if live >= b.max {
@@ -57,7 +58,7 @@ func (b *Bound) Admit(live int, prefix string) error {
 			b.log.Error("limit store full: new keys are answered unavailable until entries expire",
 				"kind", KindFull, "prefix", prefix, "entries", live, "max_entries", b.max)
 		})
-		return ErrFull
+		return store.ErrFull
 	}
 	if live+1 >= b.warnAt {
 		b.filling.Do(func() {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gatecount/gatecount/internal/clock"
+	"github.com/gatecount/gatecount/internal/overload"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -295,7 +296,7 @@ func TestApplyErrorPassesThrough(t *testing.T) {
 				{"value too large", func(now time.Time, es []Entry) error {
 					es[0] = Entry{Value: []byte(`"` + strings.Repeat("x", MaxValueSize) + `"`), ExpiresAt: now.Add(time.Hour)}
 					return nil
-				}, ErrValueTooLarge},
+				}, ErrInvalidValue},
 				{"not JSON", func(now time.Time, es []Entry) error {
 					es[0] = Entry{Value: []byte(`{`), ExpiresAt: now.Add(time.Hour)}
 					return nil
@@ -408,7 +409,7 @@ func TestBreaker(t *testing.T) {
 func TestBreakerIgnoresOverload(t *testing.T) {
 	const failures = 2
 	var answer atomic.Pointer[error] // the backend's error; nil succeeds
-	overloaded := NewUnavailableError(ReasonOverloaded, ErrWaitedOut)
+	var overloaded error = &UnavailableError{Reason: ReasonOverloaded, Err: overload.ErrWaitedOut}
 	f := &fake{update: func(_ context.Context, apply ApplyFunc) error {
 		if err := answer.Load(); err != nil {
 			return *err
@@ -601,7 +602,7 @@ func TestInvalidPrefix(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := s.Handle(tt.prefix)
-		if tt.ok != (err == nil) || (!tt.ok && !errors.Is(err, ErrInvalidPrefix)) {
+		if tt.ok != (err == nil) || (!tt.ok && !errors.Is(err, ErrInvalidKey)) {
 			t.Errorf("Handle of a %d-byte prefix: %v, want ok %v", len(tt.prefix), err, tt.ok)
 		}
 	}

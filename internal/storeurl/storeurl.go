@@ -1,4 +1,7 @@
-package store
+// Package storeurl opens the module's stores by URL. Each store package
+// registers its schemes from an init function; package config opens the
+// URL of its environment through [OpenURL].
+package storeurl
 
 import (
 	"context"
@@ -7,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/gatecount/gatecount/store"
 )
 
 // URLOptions configure a store opened by [OpenURL].
@@ -22,13 +27,13 @@ type URLOptions struct {
 	// evict ignore it.
 	AllowEviction bool
 	// Store configures the guard.
-	Store Options
+	Store store.Options
 }
 
 // URLOpener opens a store from a URL of a scheme it was registered for.
 // release, when not nil, frees what the opener made beneath the store (a
 // connection pool), and is called after the store is closed.
-type URLOpener func(ctx context.Context, url string, o URLOptions) (s *Store, release func() error, err error)
+type URLOpener func(ctx context.Context, url string, o URLOptions) (s *store.Store, release func() error, err error)
 
 // ErrNoDriver is matched by the error [OpenURL] returns for a URL whose scheme
 // no imported store package registered.
@@ -79,7 +84,7 @@ func Schemes() []string {
 // package registered (see [RegisterURL]). A scheme nobody registered gives an
 // error matching [ErrNoDriver] that names the scheme and never the rest of
 // the URL, which may hold a password.
-func OpenURL(ctx context.Context, url string, o URLOptions) (s *Store, release func() error, err error) {
+func OpenURL(ctx context.Context, url string, o URLOptions) (s *store.Store, release func() error, err error) {
 	scheme, _, ok := strings.Cut(url, ":")
 	scheme = strings.ToLower(scheme)
 	drivers.RLock()

@@ -1,0 +1,46 @@
+// Package overload holds what the guard of package store and the module's
+// stores share about overload: the causes of an overloaded answer, and the
+// patient context of a call that must wait its turn.
+package overload
+
+import (
+	"context"
+	"errors"
+)
+
+// Why a call that waited for a slot was answered unavailable.
+var (
+	// ErrQueueFull is the cause of the overloaded answer given at once to a
+	// call that finds its handle's queue full.
+	ErrQueueFull = errors.New("too many calls waiting for the store")
+	// ErrWaitedOut is the cause of the overloaded answer given to a call
+	// whose deadline passed while it waited for a slot.
+	ErrWaitedOut = errors.New("deadline passed while waiting for the store")
+)
+
+type patientKey struct{}
+
+// Patient returns a context under which a call waits for a slot even when
+// its handle's queue is full (see store.Options.MaxQueued). It waits for as
+// long as ctx lasts. It is for a call that has no other way to be counted.
+// In the backend it still has no more than its deadline.
+func Patient(ctx context.Context) context.Context {
+	return context.WithValue(ctx, patientKey{}, true)
+}
+
+// IsPatient reports whether ctx came from [Patient].
+func IsPatient(ctx context.Context) bool { return ctx.Value(patientKey{}) != nil }
+
+type noWaitKey struct{}
+
+// NoWait returns a context under which a store call waits for no slot. It
+// runs when a slot is free at once, and is answered overloaded
+// ([ErrQueueFull]) when the store is busy. It is for a call that something
+// else can make later, so that its caller is never held behind a busy
+// store.
+func NoWait(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noWaitKey{}, true)
+}
+
+// IsNoWait reports whether ctx came from NoWait.
+func IsNoWait(ctx context.Context) bool { return ctx.Value(noWaitKey{}) != nil }

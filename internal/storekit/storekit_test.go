@@ -1,0 +1,24 @@
+package storekit_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/gatecount/gatecount/internal/storekit"
+	"github.com/gatecount/gatecount/store"
+)
+
+// TestBuildGivesDefaults: Build hands the backend constructor the options
+// with their defaults, and a constructor's error comes back with no store.
+func TestBuildGivesDefaults(t *testing.T) {
+	var o store.Options
+	_, err := storekit.Build(&o, func() (store.Backend, error) {
+		if o != o.WithDefaults() {
+			t.Error("the constructor saw options without their defaults")
+		}
+		return nil, context.Canceled
+	})
+	if err != context.Canceled {
+		t.Fatalf("Build = %v, want the constructor's error", err)
+	}
+}

@@ -16,15 +16,17 @@ import (
 // system clock. The price is that a read may lag the system clock by the
 // goroutine's scheduling latency. That is a millisecond or two on an idle
 // machine, and tens of milliseconds on one whose cores are all busy. It
-// never runs ahead of the system clock. Make one with NewCoarse and stop
-// its goroutine with Close.
+// never runs ahead of the system clock, and never back: a read never
+// returns less than a read that returned before it. Make one with
+// NewCoarse and stop its goroutine with Close.
 type Coarse struct {
-	ms   atomic.Int64 // unix milliseconds while awake; 0 while asleep
-	read atomic.Bool  // read since the last tick
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	ms     atomic.Int64 // unix milliseconds while awake; 0 while asleep
+	read   atomic.Bool  // read since the last tick
+	closed atomic.Bool
+	wake   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
 
 	tick time.Duration
 	idle int // ticks without a read before it sleeps
@@ -57,16 +59,32 @@ func (c *Coarse) UnixMilli() int64 {
 		}
 		return ms
 	}
+	now := time.Now().UnixMilli()
+	if c.closed.Load() {
+		return now
+	}
+	c.advance(now) // the goroutine may store an earlier reading after this
 	select {
 	case c.wake <- struct{}{}:
 	default: // a wake-up is already on its way
 	}
-	return time.Now().UnixMilli()
+	return now
+}
+
+// advance moves the clock to now, unless it already reads later.
+func (c *Coarse) advance(now int64) {
+	for {
+		old := c.ms.Load()
+		if old >= now || c.ms.CompareAndSwap(old, now) {
+			return
+		}
+	}
 }
 
 // Close stops the clock's goroutine and waits for it. Reads after Close
 // take the system clock. It is idempotent.
 func (c *Coarse) Close() {
+	c.closed.Store(true)
 	c.once.Do(func() { close(c.stop) })
 	<-c.done
 }
@@ -83,14 +101,14 @@ func (c *Coarse) run() {
 			return
 		case <-c.wake:
 		}
-		c.ms.Store(time.Now().UnixMilli())
+		c.advance(time.Now().UnixMilli())
 		t.Reset(c.tick)
 		for idle := 0; idle < c.idle; {
 			select {
 			case <-c.stop:
 				return
 			case <-t.C:
-				c.ms.Store(time.Now().UnixMilli())
+				c.advance(time.Now().UnixMilli())
 				if c.read.Swap(false) {
 					idle = 0
 				} else {

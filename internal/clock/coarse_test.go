@@ -1,6 +1,8 @@
 package clock
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,5 +72,45 @@ func BenchmarkCoarse(b *testing.B) {
 func BenchmarkTimeNow(b *testing.B) {
 	for b.Loop() {
 		time.Now()
+	}
+}
+
+// TestCoarseNeverBack: no read returns less than a read that returned
+// before it began, while the clock falls asleep and wakes again.
+func TestCoarseNeverBack(t *testing.T) {
+	c := newCoarse(time.Millisecond, 2)
+	defer c.Close()
+	var latest atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 5000 {
+				before := latest.Load()
+				v := c.UnixMilli()
+				if v < before {
+					t.Errorf("a read returned %d after a read had returned %d", v, before)
+					return
+				}
+				for old := latest.Load(); v > old && !latest.CompareAndSwap(old, v); old = latest.Load() {
+				}
+				if (i+g)%500 == 0 {
+					time.Sleep(5 * time.Millisecond) // long enough for the clock to fall asleep
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestCoarseStaleTick: a reading the goroutine took before a read that
+// found the clock asleep, and stores after it, does not move the clock
+// back.
+func TestCoarseStaleTick(t *testing.T) {
+	c := newCoarse(time.Hour, 1) // its goroutine never ticks during the test
+	defer c.Close()
+	v := c.UnixMilli() // asleep: the system clock
+	c.advance(v - 5)   // the goroutine's reading, taken a moment before
+	if got := c.UnixMilli(); got < v {
+		t.Fatalf("after a read of %d, a stale tick made the clock read %d", v, got)
 	}
 }

@@ -70,8 +70,8 @@ func (c *countCall) setArgs(n int64, caps []store.Budget) []any {
 	a := c.cmd[:cmdArgs(c.cmd[:], ks.names)]
 	a = append(a, &c.n, &c.room)
 	for i := range caps {
-		c.limits[i], c.windows[i] = int64(caps[i].Limit), caps[i].Window.Milliseconds()
-		a = append(a, &c.limits[i], &c.windows[i])
+		c.limits[i], c.spans[i] = int64(caps[i].Limit), caps[i].Window.Milliseconds()
+		a = append(a, &c.limits[i], &c.spans[i])
 	}
 	return a
 }
@@ -86,11 +86,11 @@ func (c *countCall) setAlgoArgs(n int64, caps []store.Budget) []any {
 	for i := range caps {
 		cp := caps[i]
 		c.algs[i], c.limits[i] = int64(cp.Algorithm), cp.Capacity()
-		c.windows[i] = cp.Window.Milliseconds()
+		c.spans[i] = cp.Window.Milliseconds()
 		if cp.Algorithm == store.TokenBucket {
-			c.windows[i] = cp.Interval().Microseconds()
+			c.spans[i] = cp.Interval().Microseconds()
 		}
-		a = append(a, &c.algs[i], &c.limits[i], &c.windows[i])
+		a = append(a, &c.algs[i], &c.limits[i], &c.spans[i])
 	}
 	return a
 }

@@ -81,14 +81,14 @@ func (b *Backend) countByUpdate(ctx context.Context, prefix string, keys []strin
 // or a large number put in an interface would be an allocation of its own.
 // Counts take them from countCalls, so that a Count allocates none.
 type countCall struct {
-	ks      keySet
-	cmd     [3 + store.MaxCountKeys + indexKeys + max(countHead, algoHead) + max(countPer, algoPer)*store.MaxCountKeys]any
-	n       int64                     // the amount
-	others  int64                     // live entries under other tags
-	room    int64                     // the backend's max entries less others
-	limits  [store.MaxCountKeys]int64 // caps, or capacities for algoScript
-	windows [store.MaxCountKeys]int64 // ms, or for algoScript a token bucket's interval in µs
-	algs    [store.MaxCountKeys]int64 // algoScript's algorithms
+	ks     keySet
+	cmd    [3 + store.MaxCountKeys + indexKeys + max(countHead, algoHead) + max(countPer, algoPer)*store.MaxCountKeys]any
+	n      int64                     // the amount
+	others int64                     // live entries under other tags
+	room   int64                     // the backend's max entries less others
+	limits [store.MaxCountKeys]int64 // caps, or capacities for algoScript
+	spans  [store.MaxCountKeys]int64 // each key's span: its window in ms, or a token bucket's interval in µs
+	algs   [store.MaxCountKeys]int64 // algoScript's algorithms
 }
 
 // fixedOnly reports whether every budget of caps is a fixed window.

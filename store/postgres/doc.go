@@ -72,9 +72,12 @@
 //
 // # Bound, sweep and faults
 //
-// A store holds at most Options.MaxEntries live entries of its secret
-// (1,000,000 by default). Near the bound, every new
-// key is admitted exactly, across instances. Expired rows are removed when
+// A store bounds the live entries of its secret by Options.MaxEntries
+// (1,000,000 by default). Near the bound, every new key is admitted by an
+// exact count, across instances. Farther below it, each instance admits
+// new keys on its own estimate, so instances adding at once can pass the
+// bound by what the others added since their last count (see DESIGN.md).
+// Expired rows are removed when
 // the store starts and every Options.SweepInterval (5 minutes), in small
 // batches that never wait for a count. The guard of package store answers
 // every call within its deadline, and opens a handle's breaker after

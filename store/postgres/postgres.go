@@ -117,6 +117,9 @@ type Backend struct {
 	// made exact.
 	estimate  atomic.Int64
 	countedAt atomic.Int64
+	// grown counts the entries this instance added, so that a recount adds
+	// those added while it counted, which its count may have missed.
+	grown atomic.Int64
 
 	sweepMu sync.Mutex    // one sweep at a time per instance
 	started chan struct{} // closed when the first sweep and count are done
@@ -355,8 +358,17 @@ RETURNING g.value::bigint, g.expires_at, date_trunc('milliseconds', now())`
 // room.
 const errFullCode = "GCF01"
 
+// setEstimate sets the estimate to live entries, counted at once, of
+// which this instance's write added added.
+func (b *Backend) setEstimate(live, added int64) {
+	b.grown.Add(added)
+	b.estimate.Store(live)
+	b.countedAt.Store(b.processNow().UnixNano())
+}
+
 // addEstimate adds d to a known estimate.
 func (b *Backend) addEstimate(d int64) {
+	b.grown.Add(max(d, 0))
 	for {
 		est := b.estimate.Load()
 		if est < 0 || b.estimate.CompareAndSwap(est, max(est+d, 0)) {
@@ -486,8 +498,7 @@ func (b *Backend) countBy(ctx context.Context, stmt int, prefix string, keys []s
 		return fmt.Errorf("postgres: count: key %d: %w", bad, store.ErrNotCounter)
 	}
 	if live >= 0 {
-		b.estimate.Store(live)
-		b.countedAt.Store(b.processNow().UnixNano())
+		b.setEstimate(live, 0) // added is added below
 	}
 	if full {
 		return b.bound.Admit(int(live)+len(keys)-1, prefix)
@@ -674,6 +685,7 @@ func (b *Backend) runExec(ctx context.Context, i int, args ...any) (tag pgconn.C
 
 // recount makes the estimate of live entries exact.
 func (b *Backend) recount(ctx context.Context) error {
+	before := b.grown.Load()
 	var n int64
 	err := b.runOne(ctx, sLive, func(r *runner, fields []pgconn.FieldDescription, vals [][]byte) error {
 		return r.scan(fields, vals, &n)
@@ -681,7 +693,9 @@ func (b *Backend) recount(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("postgres: count live entries: %w", err)
 	}
-	b.estimate.Store(n)
+	// Entries added while it counted may be missing from n: they are
+	// added, once more at worst.
+	b.estimate.Store(n + b.grown.Load() - before)
 	b.countedAt.Store(b.processNow().UnixNano())
 	return nil
 }

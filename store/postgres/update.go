@@ -331,16 +331,14 @@ func (b *Backend) wrote(prefix string, w writes, live int64, err error) error {
 			var n int
 			fmt.Sscan(pgErr.Detail, &n)
 			n -= len(w.ins) // the count found the rows this write inserted, rolled back since
-			b.estimate.Store(int64(n))
-			b.countedAt.Store(b.processNow().UnixNano())
+			b.setEstimate(int64(n), 0)
 			return b.bound.Admit(n+w.added-1, prefix)
 		}
 		return fmt.Errorf("postgres: update: write and commit: %w", err)
 	}
 	if live >= 0 {
 		_ = b.bound.Admit(int(live)+w.added-1, prefix) // logs when filling
-		b.estimate.Store(live + int64(w.added))
-		b.countedAt.Store(b.processNow().UnixNano())
+		b.setEstimate(live+int64(w.added), int64(w.added))
 	} else if d := w.added - w.removed; d != 0 {
 		b.addEstimate(int64(d))
 	}

@@ -93,6 +93,10 @@ func (r *runner) send(i int, args ...any) error {
 		r.queued = append(r.queued, &pgx.QueuedQuery{SQL: spec.sql, Arguments: args})
 		return nil
 	}
+	if err := r.writable(); err != nil {
+		r.sent--
+		return err
+	}
 	sd, err := r.build(i, args)
 	if err != nil {
 		r.sent--
@@ -116,6 +120,9 @@ func (r *runner) flush() error {
 	if r.mode == modeSimple {
 		return r.roundTrip(false)
 	}
+	if err := r.writable(); err != nil {
+		return err
+	}
 	r.p.SendFlushRequest()
 	return r.p.Flush()
 }
@@ -126,7 +133,24 @@ func (r *runner) sync() error {
 	if r.mode == modeSimple {
 		return r.roundTrip(true)
 	}
+	if err := r.writable(); err != nil {
+		return err
+	}
 	return r.p.Sync()
+}
+
+// errConnClosed is returned for a write on a connection that pgconn closed.
+var errConnClosed = errors.New("postgres: the connection was closed after an error")
+
+// writable returns errConnClosed once pgconn has closed the connection,
+// after an error reading or writing it. A closed connection is written to
+// by pgconn's own closing goroutine, so the runner must not write to it:
+// that would race with it.
+func (r *runner) writable() error {
+	if r.conn.PgConn().IsClosed() {
+		return errConnClosed
+	}
+	return nil
 }
 
 // roundTrip sends the queued statements in one batch of the simple protocol

@@ -166,6 +166,37 @@ func TestRunner(t *testing.T) {
 					t.Fatal("a runner closed with its transaction open committed its insert")
 				}
 			})
+
+			// A connection that breaks mid-transaction is closed by pgconn,
+			// whose closing goroutine then writes to it: the runner writes
+			// nothing more (a write would race with it). pgx batches, in the
+			// simple protocol, check the connection themselves.
+			broken := func(t *testing.T) {
+				with(func(r *runner, c *pgxpool.Conn) {
+					if err := r.send(uInsert1, key("broken"), b.fp, "1", exp); err != nil {
+						t.Fatal(err)
+					}
+					if err := r.flush(); err != nil {
+						t.Fatal(err)
+					}
+					_ = c.Conn().PgConn().Conn().Close()
+					if _, err := r.exec(); err == nil {
+						t.Fatal("a read on a broken connection succeeded")
+					}
+					if err := r.sync(); !errors.Is(err, errConnClosed) {
+						t.Fatalf("sync on a closed connection: %v, want errConnClosed", err)
+					}
+					if err := r.send(cRead1, key("broken"), b.fp); !errors.Is(err, errConnClosed) {
+						t.Fatalf("send on a closed connection: %v, want errConnClosed", err)
+					}
+				})
+				if hasRow("broken") {
+					t.Fatal("a transaction on a broken connection committed its insert")
+				}
+			}
+			if mode != "simple_protocol" {
+				t.Run("broken", broken)
+			}
 		})
 	}
 }

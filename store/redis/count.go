@@ -44,10 +44,9 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 			return b.countByUpdate(ctx, prefix, keys, caps, n, t)
 		case len(res) == 3 && res[0] == -2:
 			b.setLive(sp.live, res[2])
-			if swept {
+			if swept || !b.sweepFull(ctx) {
 				return b.refuse(prefix, res[2]+b.elsewhere(sp))
 			}
-			b.sweepFull(ctx)
 			swept = true
 			continue
 		case len(res) != 3+2*len(keys) || res[0] < 0:

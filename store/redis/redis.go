@@ -104,6 +104,8 @@ type Backend struct {
 	total atomic.Int64             // the sum of live
 
 	sweepMu   sync.Mutex
+	fullMu    sync.Mutex
+	fullSwept time.Time // when a new key finding the bound reached last started a sweep
 	sweeper   *loop.Loop
 	closeOnce sync.Once
 	closeErr  error

@@ -276,6 +276,66 @@ func TestBoundAcrossHandles(t *testing.T) {
 	}
 }
 
+// TestFullFlood: new keys finding the bound reached start at most one
+// sweep a second between them, where each used to start one. A sweep reads
+// the list of tags and tidies each, so a flood of new keys would cost Redis
+// a call per tag per key.
+func TestFullFlood(t *testing.T) {
+	c := newClient(t)
+	var calls atomic.Int64
+	c.AddHook(countCalls{&calls})
+	s := open(t, c, redisstore.Options{Secret: newSecret(), MaxEntries: 20})
+	prefix := randomName("flood")
+	const tags, refusals = 20, 200
+	var hs []*store.Handle
+	caps := []store.Budget{{Limit: 10, Window: time.Minute}}
+	for i := range tags {
+		h := handle(t, s, prefix+"-"+strconv.Itoa(i))
+		hs = append(hs, h)
+		if _, err := h.Count(t.Context(), []string{"held"}, caps, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls.Store(0)
+	start := time.Now()
+	for i := range refusals {
+		_, err := hs[i%tags].Count(t.Context(), []string{"new-" + strconv.Itoa(i)}, caps, 1)
+		if store.ReasonOf(err) != store.ReasonFull {
+			t.Fatalf("new key %d on a full store: %v, want full", i, err)
+		}
+	}
+	// Each refusal runs the count script once, or twice around a sweep; a
+	// sweep reads the tags, then tidies each (one call, as nothing is left
+	// to move from an earlier index).
+	sweeps := int64(time.Since(start)/time.Second) + 1
+	if most := refusals + sweeps*(1+1+tags); calls.Load() > most {
+		t.Errorf("%d refused new keys made %d calls to Redis, want at most %d (%d sweeps)", refusals, calls.Load(), most, sweeps)
+	}
+	// Keys already held keep counting.
+	if _, err := hs[0].Count(t.Context(), []string{"held"}, caps, 1); err != nil {
+		t.Errorf("a held key on a full store: %v", err)
+	}
+}
+
+// countCalls is a client hook that counts the commands sent.
+type countCalls struct{ n *atomic.Int64 }
+
+func (h countCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
 // TestContention: an Update that keeps losing to concurrent updates from
 // another instance is answered overloaded past MaxRetries, never left
 // hanging.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/gatecount/gatecount/internal/storekit"
 )
@@ -63,13 +64,34 @@ func (b *Backend) tidy(ctx context.Context, tag string) (removed int, err error)
 	}
 }
 
+// fullSweepGap is the least time between two sweeps that new keys finding
+// the bound reached start.
+const fullSweepGap = time.Second
+
 // sweepFull is what Update and Count do when a new key seems to find the
 // bound reached. They sweep, which recounts the live entries under every
-// tag, and try once more. A sweep that fails (a Cluster node down, say)
+// tag, and try once more if it reports true. A sweep that fails (a Cluster node down, say)
 // leaves the tags it could not count at their last counts, as between two
 // sweeps. The second try is decided on those, and a Redis that does not
 // answer fails that try.
-func (b *Backend) sweepFull(ctx context.Context) { _, _ = b.Sweep(ctx) }
+//
+// A flood of new keys on a full store would sweep once a key. So a sweep
+// starts only if none started within fullSweepGap; otherwise sweepFull
+// reports false, and the key is refused on the counts as they are. The
+// script tidies its own tag before it answers full, so those counts are
+// stale only for the other tags, and for at most fullSweepGap.
+func (b *Backend) sweepFull(ctx context.Context) bool {
+	now := time.Now()
+	b.fullMu.Lock()
+	if !b.fullSwept.IsZero() && now.Sub(b.fullSwept) < fullSweepGap {
+		b.fullMu.Unlock()
+		return false
+	}
+	b.fullSwept = now
+	b.fullMu.Unlock()
+	_, _ = b.Sweep(ctx)
+	return true
+}
 
 // sweepTick is the background sweep's work, every SweepInterval: a sweep
 // and a recheck of the servers, within the guard's deadline. Close ends it.

@@ -73,10 +73,9 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 			return nil
 		case 2:
 			b.setLive(sp.live, res[1])
-			if swept {
+			if swept || !b.sweepFull(ctx) {
 				return b.refuse(prefix, res[1]+b.elsewhere(sp)+fresh-1)
 			}
-			b.sweepFull(ctx)
 			swept = true
 		default:
 			conflicts++

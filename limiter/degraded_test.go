@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gatecount/gatecount/internal/storekit"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -448,6 +449,48 @@ func TestCreditNeverWaitsForBusyStore(t *testing.T) {
 			t.Fatalf("the refund did not land within 10 s of the store's return: %q, %v", es[0].Value, err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A credit kept for the outbox never refuses the owner it gives back to:
+// an attempt the store refuses by a key that credits still owe lands them
+// and asks again, rather than waiting for the outbox's next round.
+func TestOwedCreditLandsBeforeRefusal(t *testing.T) {
+	ctx := context.Background()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, MaxInFlight: 1, Deadline: time.Hour}.WithDefaults()
+	g := &gated{counting: counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}},
+		entered: make(chan struct{}, 16), open: make(chan struct{})}
+	s := store.New(g, o)
+	t.Cleanup(func() { s.Close() })
+	var opened sync.Once
+	release := func() { opened.Do(func() { close(g.open) }) }
+	t.Cleanup(release)
+	h, _ := s.Handle("c:")
+	l, err := limiter.New(h, limiter.Options{Name: "gated", Budget: limiter.Budget{Limit: 1, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	announced(t, s)
+	for round := range 20 {
+		d, err := l.Attempt(ctx, "k")
+		if err != nil || !d.Allowed || d.Local {
+			t.Fatalf("round %d: counted in the store: %+v, %v", round, d, err)
+		}
+		// The store's one slot is held while the credit is made: it goes
+		// to the outbox, which tries again only every 250 ms.
+		g.shut.Store(true)
+		var wg sync.WaitGroup
+		wg.Go(func() { l.Attempt(ctx, "other-"+strconv.Itoa(round)) })
+		<-g.entered
+		if err := l.Credit(ctx, d, []int{0}); err != nil {
+			t.Fatalf("round %d: credit with the store busy: %v", round, err)
+		}
+		g.shut.Store(false)
+		close(g.open)
+		wg.Wait()
+		g.open = make(chan struct{})
+		opened = sync.Once{}
 	}
 }
 

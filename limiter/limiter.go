@@ -592,13 +592,21 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 	}
 	if len(keys) == 1 && !l.memo { // the store's one-key Count, with no Tally
 		var k store.KeyTally
-		if k, err = l.h.CountKey(ctx, keys[0], caps[0], n); err == nil {
+		k, err = l.h.CountKey(ctx, keys[0], caps[0], n)
+		if err == nil && !k.Allowed && l.landOwed(ctx, keys[0]) {
+			k, err = l.h.CountKey(ctx, keys[0], caps[0], n)
+		}
+		if err == nil {
 			decideKey(k, keys[0], caps[0], d)
 			return nil
 		}
 	} else {
 		var t store.Tally
-		if err = l.h.CountInto(ctx, keys, caps, n, &t); err == nil {
+		err = l.h.CountInto(ctx, keys, caps, n, &t)
+		if err == nil && !t.Allowed && t.Limiting >= 0 && l.landOwed(ctx, keys[t.Limiting]) {
+			err = l.h.CountInto(ctx, keys, caps, n, &t)
+		}
+		if err == nil {
 			decide(&t, keys, caps, false, d)
 			if l.memo && !(unheld && roomLeft(&t, caps, n)) {
 				l.remember(ctx, keys, caps, n, &t, m)

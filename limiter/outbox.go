@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,11 +31,15 @@ var ErrOutboxFull = fmt.Errorf("limiter: %d credits already wait for the store",
 // outbox is what a limiter owes its store: the keys with attempts admitted
 // alone, and the credits the store could not take. One goroutine, started
 // when there is something to send and stopped by Close, tries the store
-// every outboxEvery until everything has landed.
+// every outboxEvery until everything has landed, and at once when a credit
+// comes: a credit that lags lets the owner it gives back to be refused.
 type outbox struct {
 	mu      sync.Mutex
 	alone   map[string]struct{}
 	credits []credit
+	sending []credit      // the credits a round is landing
+	landed  chan struct{} // closed when that round ends
+	kick    chan struct{} // a credit came: start a round without waiting for the tick
 	running bool
 	closed  bool
 	stop    chan struct{}
@@ -66,7 +71,67 @@ func (o *outbox) retry(l *Limiter, c credit) error {
 	}
 	o.credits = append(o.credits, c)
 	o.start(l)
+	select {
+	case o.kick <- struct{}{}:
+	default: // a round is due already
+	}
 	return nil
+}
+
+// take removes from the outbox, and returns, the credits that give back
+// on key. When a round is landing one, it returns that round's end too.
+func (o *outbox) take(key string) (taken []credit, landed <-chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, c := range o.sending {
+		if slices.Contains(c.keys, key) {
+			landed = o.landed
+			break
+		}
+	}
+	kept := o.credits[:0]
+	for _, c := range o.credits {
+		if slices.Contains(c.keys, key) {
+			taken = append(taken, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	clear(o.credits[len(kept):])
+	o.credits = kept
+	return taken, landed
+}
+
+// landOwed lands now, on ctx, the credits the outbox holds for key, and
+// reports whether any landed. An attempt the store refused by key, which
+// credits still owe, calls it before it asks the store again: a credit that
+// waits for a busy store must not refuse the owner it gives back to. The
+// credits that do not land go back to the outbox. When the outbox's own
+// round is landing one, it waits for that round, and reports true.
+func (l *Limiter) landOwed(ctx context.Context, key string) bool {
+	taken, round := l.out.take(key)
+	landed := false
+	if round != nil {
+		select {
+		case <-round:
+			landed = true
+		case <-ctx.Done():
+		}
+	}
+	for i := range taken {
+		c := &taken[i]
+		switch err := l.land(ctx, c); {
+		case err == nil:
+			landed = true
+		case errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil:
+			if l.out.retry(l, *c) != nil {
+				l.log.Warn("a credit could not be kept", "kind", KindOutbox, "err", err)
+			}
+		default:
+			l.log.Warn("a credit could not be given", "kind", KindOutbox, "err", err)
+		}
+	}
+	return landed
 }
 
 // start starts the goroutine, unless it runs or the limiter is closed.
@@ -76,7 +141,7 @@ func (o *outbox) start(l *Limiter) {
 		return
 	}
 	if o.stop == nil {
-		o.stop = make(chan struct{})
+		o.stop, o.kick = make(chan struct{}), make(chan struct{}, 1)
 	}
 	o.running = true
 	o.done.Add(1)
@@ -126,6 +191,7 @@ func (l *Limiter) drain() {
 		case <-o.stop:
 			return
 		case <-t.C:
+		case <-o.kick:
 		}
 		if l.sendOnce(ctx) {
 			o.mu.Lock()
@@ -155,7 +221,14 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 	}
 	credits := o.credits
 	o.credits = nil
+	o.sending, o.landed = credits, make(chan struct{})
 	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		close(o.landed)
+		o.sending, o.landed = nil, nil
+		o.mu.Unlock()
+	}()
 
 	var failed []credit
 	ok := true

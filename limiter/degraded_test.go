@@ -371,19 +371,43 @@ func TestRefundLandsAfterOutage(t *testing.T) {
 	}
 }
 
-// gated is a shared store whose calls on the limiter's handle wait, while
-// shut is set, until open is closed; entered hears of each such call.
+// gated is a shared store whose calls on the limiter's handle wait at the
+// gate while it is shut, until it is opened; entered hears of each such
+// call.
 type gated struct {
 	counting
-	shut    atomic.Bool
 	entered chan struct{}
-	open    chan struct{}
+
+	mu   sync.Mutex
+	shut bool
+	open chan struct{} // closed when the gate opens
 }
 
 func (g *gated) gate(p string) {
-	if p == "c:" && g.shut.Load() {
+	g.mu.Lock()
+	shut, open := g.shut && p == "c:", g.open
+	g.mu.Unlock()
+	if shut {
 		g.entered <- struct{}{}
-		<-g.open
+		<-open
+	}
+}
+
+// close shuts the gate.
+func (g *gated) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.shut = true
+}
+
+// release opens the gate, letting the calls waiting at it go on.
+func (g *gated) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut {
+		g.shut = false
+		close(g.open)
+		g.open = make(chan struct{})
 	}
 }
 
@@ -397,32 +421,38 @@ func (g *gated) Count(ctx context.Context, p string, k []string, caps []store.Bu
 	return g.counting.Count(ctx, p, k, caps, n, t)
 }
 
+// gatedLimiter returns a limiter with the budget limit a minute, on a gated
+// store with one slot and the Local policy, and the store.
+func gatedLimiter(t *testing.T, limit int) (*limiter.Limiter, *gated) {
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, MaxInFlight: 1, Deadline: time.Hour}.WithDefaults()
+	g := &gated{counting: counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}},
+		entered: make(chan struct{}, 16), open: make(chan struct{})}
+	s := store.New(g, o)
+	t.Cleanup(func() { s.Close() })
+	t.Cleanup(g.release) // registered before the limiter's: runs after it
+	h, _ := s.Handle("c:")
+	l, err := limiter.New(h, limiter.Options{Name: "gated", Budget: limiter.Budget{Limit: limit, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	t.Cleanup(g.release) // runs first, so that nothing waits on the gate
+	announced(t, s)
+	return l, g
+}
+
 // A credit never waits for a busy store on its caller's goroutine (a
 // request's, whose answer and the server's shutdown would wait too): with
 // the store's one slot held by a call that does not return, a refund
 // returns at once, and the outbox lands it once the store answers.
 func TestCreditNeverWaitsForBusyStore(t *testing.T) {
 	ctx := context.Background()
-	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, MaxInFlight: 1, Deadline: time.Hour}.WithDefaults()
-	g := &gated{counting: counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}},
-		entered: make(chan struct{}, 16), open: make(chan struct{})}
-	s := store.New(g, o)
-	t.Cleanup(func() { s.Close() })
-	var opened sync.Once
-	release := func() { opened.Do(func() { close(g.open) }) }
-	t.Cleanup(release) // registered last: runs first, so that nothing waits on the gate
-	h, _ := s.Handle("c:")
-	l, err := limiter.New(h, limiter.Options{Name: "gated", Budget: limiter.Budget{Limit: 5, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	announced(t, s)
+	l, g := gatedLimiter(t, 5)
 	d, err := l.Attempt(ctx, "k")
 	if err != nil || !d.Allowed || d.Local {
 		t.Fatalf("counted in the store: %+v, %v", d, err)
 	}
-	g.shut.Store(true)
+	g.close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { l.Attempt(ctx, "other") }) // holds the store's one slot
@@ -435,11 +465,10 @@ func TestCreditNeverWaitsForBusyStore(t *testing.T) {
 			t.Fatalf("refund with the store busy: %v, want it kept for the outbox", err)
 		}
 	case <-time.After(10 * time.Second):
-		release()
+		g.release()
 		t.Fatal("a refund waited for a busy store on its caller's goroutine")
 	}
-	g.shut.Store(false)
-	release()
+	g.release()
 	for i := 0; ; i++ { // the outbox lands it
 		es, err := g.remote.Read(ctx, "c:", []string{"k"})
 		if err == nil && es[0].Live() && string(es[0].Value) == "0" {
@@ -457,40 +486,24 @@ func TestCreditNeverWaitsForBusyStore(t *testing.T) {
 // and asks again, rather than waiting for the outbox's next round.
 func TestOwedCreditLandsBeforeRefusal(t *testing.T) {
 	ctx := context.Background()
-	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, MaxInFlight: 1, Deadline: time.Hour}.WithDefaults()
-	g := &gated{counting: counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}},
-		entered: make(chan struct{}, 16), open: make(chan struct{})}
-	s := store.New(g, o)
-	t.Cleanup(func() { s.Close() })
-	var opened sync.Once
-	release := func() { opened.Do(func() { close(g.open) }) }
-	t.Cleanup(release)
-	h, _ := s.Handle("c:")
-	l, err := limiter.New(h, limiter.Options{Name: "gated", Budget: limiter.Budget{Limit: 1, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	announced(t, s)
+	l, g := gatedLimiter(t, 1)
 	for round := range 20 {
 		d, err := l.Attempt(ctx, "k")
 		if err != nil || !d.Allowed || d.Local {
-			t.Fatalf("round %d: counted in the store: %+v, %v", round, d, err)
+			es, rerr := g.remote.Read(ctx, "c:", []string{"k"})
+			t.Fatalf("round %d: counted in the store: %+v, %v; store %q %v", round, d, err, es[0].Value, rerr)
 		}
 		// The store's one slot is held while the credit is made: it goes
-		// to the outbox, which tries again only every 250 ms.
-		g.shut.Store(true)
+		// to the outbox.
+		g.close()
 		var wg sync.WaitGroup
 		wg.Go(func() { l.Attempt(ctx, "other-"+strconv.Itoa(round)) })
 		<-g.entered
 		if err := l.Credit(ctx, d, []int{0}); err != nil {
 			t.Fatalf("round %d: credit with the store busy: %v", round, err)
 		}
-		g.shut.Store(false)
-		close(g.open)
+		g.release()
 		wg.Wait()
-		g.open = make(chan struct{})
-		opened = sync.Once{}
 	}
 }
 

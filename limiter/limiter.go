@@ -590,10 +590,11 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 		// rather than being turned away at a full one and queued again.
 		ctx = overload.Patient(ctx)
 	}
+	landed := l.out.creditsLanded.Load()
 	if len(keys) == 1 && !l.memo { // the store's one-key Count, with no Tally
 		var k store.KeyTally
 		k, err = l.h.CountKey(ctx, keys[0], caps[0], n)
-		if err == nil && !k.Allowed && l.landOwed(ctx, keys[0]) {
+		if err == nil && !k.Allowed && l.landOwed(ctx, keys[0], landed) {
 			k, err = l.h.CountKey(ctx, keys[0], caps[0], n)
 		}
 		if err == nil {
@@ -603,7 +604,9 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 	} else {
 		var t store.Tally
 		err = l.h.CountInto(ctx, keys, caps, n, &t)
-		if err == nil && !t.Allowed && t.Limiting >= 0 && l.landOwed(ctx, keys[t.Limiting]) {
+		if err == nil && !t.Allowed && t.Limiting >= 0 && l.landOwed(ctx, keys[t.Limiting], landed) {
+			// The store refused by a key that credits kept for the
+			// outbox owed: they have landed, so it is asked again.
 			err = l.h.CountInto(ctx, keys, caps, n, &t)
 		}
 		if err == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gatecount/gatecount/internal/overload"
@@ -40,10 +41,12 @@ type outbox struct {
 	sending []credit      // the credits a round is landing
 	landed  chan struct{} // closed when that round ends
 	kick    chan struct{} // a credit came: start a round without waiting for the tick
-	running bool
-	closed  bool
-	stop    chan struct{}
-	done    sync.WaitGroup
+
+	creditsLanded atomic.Uint64 // credits the rounds have landed
+	running       bool
+	closed        bool
+	stop          chan struct{}
+	done          sync.WaitGroup
 }
 
 // admitted records that keys have attempts admitted alone.
@@ -107,10 +110,12 @@ func (o *outbox) take(key string) (taken []credit, landed <-chan struct{}) {
 // credits still owe, calls it before it asks the store again: a credit that
 // waits for a busy store must not refuse the owner it gives back to. The
 // credits that do not land go back to the outbox. When the outbox's own
-// round is landing one, it waits for that round, and reports true.
-func (l *Limiter) landOwed(ctx context.Context, key string) bool {
+// round is landing one, it waits for that round, and reports true. It
+// reports true too when the rounds have landed credits since landedBefore
+// (creditsLanded before the attempt was counted): one may have been key's.
+func (l *Limiter) landOwed(ctx context.Context, key string, landedBefore uint64) bool {
 	taken, round := l.out.take(key)
-	landed := false
+	landed := l.out.creditsLanded.Load() != landedBefore
 	if round != nil {
 		select {
 		case <-round:
@@ -245,6 +250,7 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 		}
 		switch err := l.land(overload.Patient(ctx), c); {
 		case err == nil:
+			o.creditsLanded.Add(1)
 		case ctx.Err() != nil:
 			failed = append(failed, *c)
 		case errors.Is(err, store.ErrUnavailable):

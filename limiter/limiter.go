@@ -590,19 +590,16 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 		// rather than being turned away at a full one and queued again.
 		ctx = overload.Patient(ctx)
 	}
-	landed := l.out.creditsLanded.Load()
 	if len(keys) == 1 && !l.memo { // the store's one-key Count, with no Tally
+		// In process: a credit lands at once, none is kept to be owed.
 		var k store.KeyTally
-		k, err = l.h.CountKey(ctx, keys[0], caps[0], n)
-		if err == nil && !k.Allowed && l.landOwed(ctx, keys[0], landed) {
-			k, err = l.h.CountKey(ctx, keys[0], caps[0], n)
-		}
-		if err == nil {
+		if k, err = l.h.CountKey(ctx, keys[0], caps[0], n); err == nil {
 			decideKey(k, keys[0], caps[0], d)
 			return nil
 		}
 	} else {
 		var t store.Tally
+		landed := l.out.creditsLanded.Load()
 		err = l.h.CountInto(ctx, keys, caps, n, &t)
 		if err == nil && !t.Allowed && t.Limiting >= 0 && l.landOwed(ctx, keys[t.Limiting], landed) {
 			// The store refused by a key that credits kept for the

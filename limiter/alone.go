@@ -399,7 +399,11 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 	}
 	// A credit is owed: the outbox waits for the store however busy, but
 	// the caller (a request, whose answer and a server's shutdown wait
-	// for it) does not.
+	// for it) does not. An attempt the store refuses meanwhile by one of
+	// its keys waits for it (landOwed): it ends once the credit has
+	// landed or is kept.
+	l.out.begin(c.keys)
+	defer l.out.end(c.keys)
 	err := l.land(overload.NoWait(ctx), &c)
 	switch {
 	case err == nil:

@@ -43,10 +43,15 @@ type outbox struct {
 	kick    chan struct{} // a credit came: start a round without waiting for the tick
 
 	creditsLanded atomic.Uint64 // credits the rounds have landed
-	running       bool
-	closed        bool
-	stop          chan struct{}
-	done          sync.WaitGroup
+
+	// The keys whose credits callers of Credit are landing now, and a
+	// channel closed, and made anew, whenever one of those ends.
+	landingNow  map[string]int
+	landingDone chan struct{}
+	running     bool
+	closed      bool
+	stop        chan struct{}
+	done        sync.WaitGroup
 }
 
 // admitted records that keys have attempts admitted alone.
@@ -81,9 +86,36 @@ func (o *outbox) retry(l *Limiter, c credit) error {
 	return nil
 }
 
+// begin records that a caller of Credit is landing a credit on keys, until
+// end.
+func (o *outbox) begin(keys []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.landingNow == nil {
+		o.landingNow, o.landingDone = map[string]int{}, make(chan struct{})
+	}
+	for _, k := range keys {
+		o.landingNow[k]++
+	}
+}
+
+// end records that a credit begin recorded has landed, or is kept.
+func (o *outbox) end(keys []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, k := range keys {
+		if o.landingNow[k]--; o.landingNow[k] <= 0 {
+			delete(o.landingNow, k)
+		}
+	}
+	close(o.landingDone)
+	o.landingDone = make(chan struct{})
+}
+
 // take removes from the outbox, and returns, the credits that give back
-// on key. When a round is landing one, it returns that round's end too.
-func (o *outbox) take(key string) (taken []credit, landed <-chan struct{}) {
+// on key. When a round is landing one, it returns that round's end; when a
+// caller of Credit is, the end of that caller's or another's landing.
+func (o *outbox) take(key string) (taken []credit, landed, landing <-chan struct{}) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, c := range o.sending {
@@ -91,6 +123,9 @@ func (o *outbox) take(key string) (taken []credit, landed <-chan struct{}) {
 			landed = o.landed
 			break
 		}
+	}
+	if o.landingNow[key] > 0 {
+		landing = o.landingDone
 	}
 	kept := o.credits[:0]
 	for _, c := range o.credits {
@@ -102,7 +137,7 @@ func (o *outbox) take(key string) (taken []credit, landed <-chan struct{}) {
 	}
 	clear(o.credits[len(kept):])
 	o.credits = kept
-	return taken, landed
+	return taken, landed, landing
 }
 
 // landOwed lands now, on ctx, the credits the outbox holds for key, and
@@ -110,15 +145,19 @@ func (o *outbox) take(key string) (taken []credit, landed <-chan struct{}) {
 // credits still owe, calls it before it asks the store again: a credit that
 // waits for a busy store must not refuse the owner it gives back to. The
 // credits that do not land go back to the outbox. When the outbox's own
-// round is landing one, it waits for that round, and reports true. It
+// round, or a caller of Credit, is landing one, it waits for that, and
+// reports true. It
 // reports true too when the rounds have landed credits since landedBefore
 // (creditsLanded before the attempt was counted): one may have been key's.
 func (l *Limiter) landOwed(ctx context.Context, key string, landedBefore uint64) bool {
-	taken, round := l.out.take(key)
+	taken, round, landing := l.out.take(key)
 	landed := l.out.creditsLanded.Load() != landedBefore
-	if round != nil {
+	for _, done := range [...]<-chan struct{}{round, landing} {
+		if done == nil {
+			continue
+		}
 		select {
-		case <-round:
+		case <-done:
 			landed = true
 		case <-ctx.Done():
 		}

@@ -402,8 +402,7 @@ func (l *Limiter) Credit(ctx context.Context, d Decision, refund []int, clear ..
 	// for it) does not. An attempt the store refuses meanwhile by one of
 	// its keys waits for it (landOwed): it ends once the credit has
 	// landed or is kept.
-	l.out.begin(c.keys)
-	defer l.out.end(c.keys)
+	defer l.out.landing(c.keys)()
 	err := l.land(overload.NoWait(ctx), &c)
 	switch {
 	case err == nil:

@@ -599,9 +599,9 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 		}
 	} else {
 		var t store.Tally
-		landed := l.out.creditsLanded.Load()
+		landings := l.out.landings.Load()
 		err = l.h.CountInto(ctx, keys, caps, n, &t)
-		if err == nil && !t.Allowed && t.Limiting >= 0 && l.landOwed(ctx, keys[t.Limiting], landed) {
+		if err == nil && !t.Allowed && t.Limiting >= 0 && l.landOwed(ctx, keys[t.Limiting], landings) {
 			// The store refused by a key that credits kept for the
 			// outbox owed: they have landed, so it is asked again.
 			err = l.h.CountInto(ctx, keys, caps, n, &t)

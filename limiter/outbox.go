@@ -38,16 +38,14 @@ type outbox struct {
 	mu      sync.Mutex
 	alone   map[string]struct{}
 	credits []credit
-	sending []credit      // the credits a round is landing
-	landed  chan struct{} // closed when that round ends
 	kick    chan struct{} // a credit came: start a round without waiting for the tick
 
-	creditsLanded atomic.Uint64 // credits the rounds have landed
-
-	// The keys whose credits callers of Credit are landing now, and a
-	// channel closed, and made anew, whenever one of those ends.
+	// The keys of the credits being landed now (by a round or a Credit
+	// call), a channel closed, and made anew, whenever a landing ends, and
+	// how many have ended.
 	landingNow  map[string]int
 	landingDone chan struct{}
+	landings    atomic.Uint64
 	running     bool
 	closed      bool
 	stop        chan struct{}
@@ -86,11 +84,9 @@ func (o *outbox) retry(l *Limiter, c credit) error {
 	return nil
 }
 
-// begin records that a caller of Credit is landing a credit on keys, until
-// end.
+// begin records that credits on keys are being landed, until end. o.mu is
+// held.
 func (o *outbox) begin(keys []string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.landingNow == nil {
 		o.landingNow, o.landingDone = map[string]int{}, make(chan struct{})
 	}
@@ -99,7 +95,8 @@ func (o *outbox) begin(keys []string) {
 	}
 }
 
-// end records that a credit begin recorded has landed, or is kept.
+// end records that the landing begin recorded has ended: the credits have
+// landed, or are kept.
 func (o *outbox) end(keys []string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -110,23 +107,40 @@ func (o *outbox) end(keys []string) {
 	}
 	close(o.landingDone)
 	o.landingDone = make(chan struct{})
+	o.landings.Add(1)
+}
+
+// landing records, until the returned func is called, that a caller of
+// Credit lands a credit on keys.
+func (o *outbox) landing(keys []string) (end func()) {
+	o.mu.Lock()
+	o.begin(keys)
+	o.mu.Unlock()
+	return func() { o.end(keys) }
+}
+
+// waitLanded waits until no credit on key is being landed, or ctx ends.
+func (o *outbox) waitLanded(ctx context.Context, key string) {
+	for {
+		o.mu.Lock()
+		n, done := o.landingNow[key], o.landingDone
+		o.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // take removes from the outbox, and returns, the credits that give back
-// on key. When a round is landing one, it returns that round's end; when a
-// caller of Credit is, the end of that caller's or another's landing.
-func (o *outbox) take(key string) (taken []credit, landed, landing <-chan struct{}) {
+// on key.
+func (o *outbox) take(key string) (taken []credit) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, c := range o.sending {
-		if slices.Contains(c.keys, key) {
-			landed = o.landed
-			break
-		}
-	}
-	if o.landingNow[key] > 0 {
-		landing = o.landingDone
-	}
 	kept := o.credits[:0]
 	for _, c := range o.credits {
 		if slices.Contains(c.keys, key) {
@@ -137,31 +151,21 @@ func (o *outbox) take(key string) (taken []credit, landed, landing <-chan struct
 	}
 	clear(o.credits[len(kept):])
 	o.credits = kept
-	return taken, landed, landing
+	return taken
 }
 
 // landOwed lands now, on ctx, the credits the outbox holds for key, and
 // reports whether any landed. An attempt the store refused by key, which
 // credits still owe, calls it before it asks the store again: a credit that
 // waits for a busy store must not refuse the owner it gives back to. The
-// credits that do not land go back to the outbox. When the outbox's own
-// round, or a caller of Credit, is landing one, it waits for that, and
-// reports true. It
-// reports true too when the rounds have landed credits since landedBefore
-// (creditsLanded before the attempt was counted): one may have been key's.
-func (l *Limiter) landOwed(ctx context.Context, key string, landedBefore uint64) bool {
-	taken, round, landing := l.out.take(key)
-	landed := l.out.creditsLanded.Load() != landedBefore
-	for _, done := range [...]<-chan struct{}{round, landing} {
-		if done == nil {
-			continue
-		}
-		select {
-		case <-done:
-			landed = true
-		case <-ctx.Done():
-		}
-	}
+// credits that do not land go back to the outbox. When a round or a
+// Credit call is landing one, it waits for that to end. It reports
+// true too when landings ended since landingsBefore (o.landings before the
+// attempt was counted): one may have been key's.
+func (l *Limiter) landOwed(ctx context.Context, key string, landingsBefore uint64) bool {
+	taken := l.out.take(key)
+	l.out.waitLanded(ctx, key)
+	landed := l.out.landings.Load() != landingsBefore
 	for i := range taken {
 		c := &taken[i]
 		switch err := l.land(ctx, c); {
@@ -265,14 +269,15 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 	}
 	credits := o.credits
 	o.credits = nil
-	o.sending, o.landed = credits, make(chan struct{})
+	var landing []string // the keys of credits
+	for _, c := range credits {
+		landing = append(landing, c.keys...)
+	}
+	if len(landing) > 0 {
+		o.begin(landing)
+		defer o.end(landing) // after the credits that failed are kept again
+	}
 	o.mu.Unlock()
-	defer func() {
-		o.mu.Lock()
-		close(o.landed)
-		o.sending, o.landed = nil, nil
-		o.mu.Unlock()
-	}()
 
 	var failed []credit
 	ok := true
@@ -289,7 +294,6 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 		}
 		switch err := l.land(overload.Patient(ctx), c); {
 		case err == nil:
-			o.creditsLanded.Add(1)
 		case ctx.Err() != nil:
 			failed = append(failed, *c)
 		case errors.Is(err, store.ErrUnavailable):

@@ -104,8 +104,7 @@ type Backend struct {
 	total atomic.Int64             // the sum of live
 
 	sweepMu   sync.Mutex
-	fullMu    sync.Mutex
-	fullSwept time.Time // when a new key finding the bound reached last started a sweep
+	fullSwept atomic.Int64 // when (Unix ns) a new key finding the bound reached last started a sweep
 	sweeper   *loop.Loop
 	closeOnce sync.Once
 	closeErr  error

@@ -70,10 +70,10 @@ const fullSweepGap = time.Second
 
 // sweepFull is what Update and Count do when a new key seems to find the
 // bound reached. They sweep, which recounts the live entries under every
-// tag, and try once more if it reports true. A sweep that fails (a Cluster node down, say)
-// leaves the tags it could not count at their last counts, as between two
-// sweeps. The second try is decided on those, and a Redis that does not
-// answer fails that try.
+// tag, and try once more if it reports true. A sweep that fails (a Cluster
+// node down, say) leaves the tags it could not count at their last counts,
+// as between two sweeps. The second try is decided on those, and a Redis
+// that does not answer fails that try.
 //
 // A flood of new keys on a full store would sweep once a key. So a sweep
 // starts only if none started within fullSweepGap; otherwise sweepFull
@@ -81,14 +81,10 @@ const fullSweepGap = time.Second
 // script tidies its own tag before it answers full, so those counts are
 // stale only for the other tags, and for at most fullSweepGap.
 func (b *Backend) sweepFull(ctx context.Context) bool {
-	now := time.Now()
-	b.fullMu.Lock()
-	if !b.fullSwept.IsZero() && now.Sub(b.fullSwept) < fullSweepGap {
-		b.fullMu.Unlock()
+	now, last := time.Now().UnixNano(), b.fullSwept.Load()
+	if last != 0 && now-last < int64(fullSweepGap) || !b.fullSwept.CompareAndSwap(last, now) {
 		return false
 	}
-	b.fullSwept = now
-	b.fullMu.Unlock()
 	_, _ = b.Sweep(ctx)
 	return true
 }

@@ -173,11 +173,14 @@ func setNext(e *store.Entry, next int64) {
 // the store cannot count them. Each key admits at most this instance's
 // share (see store.Store.Share) of what was left of its budget when the
 // store last told its count. For a key this instance never saw, that is the
-// budget itself. Before this instance has reached a shared store, it is
-// nothing at all. Nor does it admit more, with what the store admitted for
-// it in the window, than its share of the whole budget. The others' views
-// of what was left may be as old as its own. The two bounds together keep
-// the fleet within the budget, however the attempts were spread. The
+// budget itself. A key whose count memory had no room to keep admits
+// nothing (see forgotten). Before this instance has reached a shared
+// store, no key admits anything. Nor does a key admit more, with what the
+// store admitted for this instance in the window, than its share of the
+// whole budget. The others' views of what was left may be as old as its
+// own. The two bounds keep the fleet within the budget while no instance
+// admitted through the store more than its share after another last saw
+// the key (DESIGN.md, "Counting alone, as a fleet"). The
 // attempts this instance has sent to the store and not yet heard back of
 // count as admitted. What it admits is added to the store once the store
 // answers again (see flushAlone). The tally's times are on memory's clock.
@@ -209,7 +212,10 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 			others := k.seen - (k.given - k.unsent())
 			left := cs[i].Capacity() - max(others, 0)
 			spent := max(k.given, k.unsent()) + k.flying + m.cost
-			if t.Limiting < 0 && (spent > s.Share(m.keys[i], left) || spent+k.mine > s.Share(m.keys[i], cs[i].Capacity())) {
+			switch {
+			case t.Limiting >= 0:
+			case !es[i].Live() && l.forgot.has(m.keys[i], now), // not a key it never saw
+				spent > s.Share(m.keys[i], left), spent+k.mine > s.Share(m.keys[i], cs[i].Capacity()):
 				t.Limiting = i
 			}
 		}
@@ -336,6 +342,7 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 				k.put(&es[j])
 				done = append(done, sub[j])
 			default:
+				l.forgot.add(sub[j], es[j].ExpiresAt)
 				es[j].Value = nil
 				done = append(done, sub[j])
 			}

@@ -787,3 +787,98 @@ func TestBusyWithMemoryFullWaits(t *testing.T) {
 		t.Fatalf("the store was asked %d times, want 4: the test tests nothing", 3-n)
 	}
 }
+
+// A key whose count memory had no room to keep is not a key this instance
+// never saw: counting alone, it gets no fresh share of the whole budget.
+// Keys it never saw still do. Nothing is answered as an outage.
+func TestForgottenKeyGetsNoFreshShare(t *testing.T) {
+	ctx := context.Background()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 10 * time.Millisecond}.WithDefaults()
+	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}
+	s := store.New(c, o)
+	t.Cleanup(func() { s.Close() })
+	h, _ := s.Handle("c:")
+	l, err := limiter.New(h, limiter.Options{Name: "forgets", Budget: limiter.Budget{Limit: 5, Window: time.Minute},
+		Unavailable: limiter.Local, Logger: quiet, LocalMaxEntries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	announced(t, s)
+	for i := range 12 { // three quarters of memory: counts of admitted keys are kept no more
+		if d, err := l.Attempt(ctx, fmt.Sprint("early-", i)); err != nil || !d.Allowed {
+			t.Fatalf("early key %d: %+v, %v", i, d, err)
+		}
+	}
+	for range 3 {
+		if d, err := l.Attempt(ctx, "alice"); err != nil || !d.Allowed || d.Local {
+			t.Fatalf("alice, store up: %+v, %v", d, err)
+		}
+	}
+	c.down.Store(true)
+	admitted := 0
+	for range 5 {
+		d, err := l.Attempt(ctx, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Unavailable && !d.Local {
+			t.Fatalf("alice during the outage answered as an outage: %+v", d)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if 3+admitted > 5 {
+		t.Fatalf("alice at 3 of 5, memory full: %d more admitted alone, the budget passed", admitted)
+	}
+	fresh := 0
+	for i := range 3 {
+		if d, _ := l.Attempt(ctx, fmt.Sprint("never-seen-", i)); d.Allowed && d.Local {
+			fresh++
+		}
+	}
+	if fresh < 2 {
+		t.Fatalf("%d of 3 keys never seen admitted alone, want them counted alone with the budget", fresh)
+	}
+}
+
+// With the store down and memory full of attempts counted alone, a new key
+// is refused as counted alone (429), not as an outage (503): a flood that
+// fills memory does not fail its bystanders with 503s.
+func TestDownWithMemoryFullRefusesAsCounted(t *testing.T) {
+	ctx := context.Background()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 10 * time.Millisecond}.WithDefaults()
+	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}
+	s := store.New(c, o)
+	t.Cleanup(func() { s.Close() })
+	h, _ := s.Handle("c:")
+	window := time.Minute
+	l, err := limiter.New(h, limiter.Options{Name: "down-full", Budget: limiter.Budget{Limit: 5, Window: window},
+		Unavailable: limiter.Local, Logger: quiet, LocalMaxEntries: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	announced(t, s)
+	c.down.Store(true)
+	for i := 0; ; i++ {
+		d, err := l.Attempt(ctx, fmt.Sprint("flood-", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			break
+		}
+		if i == 10 {
+			t.Fatal("memory of 4 entries never filled")
+		}
+	}
+	d, err := l.Attempt(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := limiter.OutcomeOf(&d); got != limiter.DeniedLocal || d.RetryAfter != window {
+		t.Fatalf("a new key, store down and memory full: %v, Retry-After %v; want %v, %v", got, d.RetryAfter, limiter.DeniedLocal, window)
+	}
+}

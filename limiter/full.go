@@ -55,9 +55,7 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 		switch {
 		case err == nil:
 		case store.ReasonOf(err) == store.ReasonFull:
-			t := l.noRoom(time.Now(), caps, err)
-			decide(&t, keys, caps, true, d)
-			d.Unavailable, d.Cause = true, cause
+			l.refuseNoRoom(keys, caps, cause, err, d)
 		default:
 			l.refuse(errors.Join(cause, err), caps, d)
 		}
@@ -159,13 +157,23 @@ func (l *Limiter) giveBackHeld(ctx context.Context, keys []string, caps []store.
 	}
 }
 
+// refuseNoRoom decides an attempt on keys that the store could not count
+// (cause) and process memory had no room for (err): see noRoom.
+func (l *Limiter) refuseNoRoom(keys []string, caps []store.Budget, cause, err error, d *Decision) {
+	t := l.noRoom(time.Now(), caps, err)
+	decide(&t, keys, caps, true, d)
+	d.Unavailable, d.Cause = true, cause
+}
+
 // noRoom is the tally, at now, of an attempt on keys with budgets caps that
-// neither the full store nor process memory (full, err) has room to count.
-// Nothing can count the attempt, so nothing admits it: it is refused as
-// counted alone, as a key with no share left is (429, never 503), by the
-// key whose window is shortest, with the window it would open as its
-// Retry-After. Admitting it uncounted would give any key the store does
-// not hold, an account under attack among them, a budget without end.
+// neither the store (full, or out of reach) nor process memory (full, err)
+// has room to count. Nothing can count the attempt, so nothing admits it.
+// It is refused as counted alone, as a key with no share left is (429,
+// never 503), by the key whose window is shortest. Its Retry-After is the
+// window it would open. Admitting it uncounted would give any key the
+// store does not hold, an account under attack among them, a budget
+// without end. Answering 503 would fail every bystander of a flood that
+// filled memory.
 func (l *Limiter) noRoom(now time.Time, caps []store.Budget, err error) store.Tally {
 	l.memoFull.Do(func() {
 		l.log.Warn("limiter memory full: new keys the full store has no room for are refused", "kind", KindMemoryFull, "err", err)

@@ -283,6 +283,7 @@ type Limiter struct {
 	obs     Observer
 
 	memoFull rate.Sometimes
+	forgot   forgotten // keys memory had no room to keep the counts of
 	out      outbox
 	shadow   *shadowLog // nil unless the limiter runs in shadow
 }
@@ -343,6 +344,7 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 			return nil, fmt.Errorf("limiter %q: process memory: %w", o.Name, err)
 		}
 		l.local, l.localB = local, b
+		l.forgot.size = max
 	}
 	if o.Unavailable != Deny {
 		h.Store().Join() // to know its share when it counts alone
@@ -679,6 +681,8 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 			// memory full is waited for again, patient or not: it is
 			// busy, not down.
 			return l.decide(overload.Patient(ctx), keys, caps, n, d)
+		case store.ReasonOf(err) == store.ReasonFull:
+			l.refuseNoRoom(keys, caps, cause, err, d)
 		default:
 			l.refuse(errors.Join(cause, err), caps, d)
 		}

@@ -412,14 +412,17 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 			if t.ExpiresAt[i].IsZero() {
 				continue
 			}
-			if !es[i].Live() && !roomy && t.Counts[i] < cs[i].Capacity() {
-				continue
-			}
 			exp, next := now.Add(t.ExpiresAt[i].Sub(t.Now)), int64(0)
 			if cs[i].Algorithm != store.FixedWindow {
 				// Counting alone never refills: memory keeps the count
 				// until every unit it holds has dropped.
 				next, exp = exp.UnixMilli(), now.Add(cs[i].Span())
+			}
+			if !es[i].Live() && !roomy && t.Counts[i] < cs[i].Capacity() {
+				if t.Counts[i] > 0 {
+					l.forgot.add(ks[i], exp)
+				}
+				continue
 			}
 			setKnown(&es[i], now, t.Counts[i], t.ExpiresAt[i].UnixMilli(), asks>>i&1 == 1, admitted(t, n), exp)
 			if next != 0 {
@@ -514,9 +517,13 @@ func (l *Limiter) updateMemory(ctx context.Context, keys []string, apply store.A
 			return err
 		}
 		for i := range es {
-			if !held[i] {
-				es[i].Value = nil
+			if held[i] || es[i].Value == nil {
+				continue
 			}
+			if k, err := knownOf(&es[i]); err == nil && (k.seen > 0 || k.given > 0) {
+				l.forgot.add(keys[i], es[i].ExpiresAt)
+			}
+			es[i].Value = nil
 		}
 		return nil
 	})

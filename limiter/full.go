@@ -176,7 +176,7 @@ func (l *Limiter) refuseNoRoom(keys []string, caps []store.Budget, cause, err er
 // filled memory.
 func (l *Limiter) noRoom(now time.Time, caps []store.Budget, err error) store.Tally {
 	l.memoFull.Do(func() {
-		l.log.Warn("limiter memory full: new keys the full store has no room for are refused", "kind", KindMemoryFull, "err", err)
+		l.log.Warn("limiter memory full: new keys neither the store nor memory has room for are refused", "kind", KindMemoryFull, "err", err)
 	})
 	t := store.Tally{Now: now, Limiting: 0}
 	for i := range caps {

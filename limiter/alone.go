@@ -193,10 +193,14 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 	if s.Members() == 0 {
 		return store.Tally{}, errNoShare
 	}
+	strangers := !vouched(ctx)
 	err := l.local.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
 		*t = store.Tally{Now: now, Limiting: -1}
 		var ks [MaxKeys]known
 		for i := range es {
+			if strangers && !es[i].Live() && l.localB.Entries() >= l.room {
+				return store.ErrFull // the rest is kept for attempts vouched for
+			}
 			k, err := knownOf(&es[i])
 			if err != nil {
 				return err
@@ -326,7 +330,7 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 		}
 		return keys, err // not counts: nothing this limiter can add to
 	}
-	roomy := l.localB.Entries() < l.localB.MaxEntries()/4*memoRoom
+	roomy := l.localB.Entries() < l.room/4*memoRoom
 	l.local.Update(ctx, sub, func(now time.Time, es []store.Entry) error {
 		for j := range es {
 			k, err := knownOf(&es[j])

@@ -882,3 +882,44 @@ func TestDownWithMemoryFullRefusesAsCounted(t *testing.T) {
 		t.Fatalf("a new key, store down and memory full: %v, Retry-After %v; want %v, %v", got, d.RetryAfter, limiter.DeniedLocal, window)
 	}
 }
+
+// Strangers' new keys fill memory only up to its bound; attempts vouched
+// for (a known device's) still count new keys alone in the room kept for
+// them, and only in that room.
+func TestVouchedKeepRoom(t *testing.T) {
+	const room, reserve = 32, 16 // an eighth of 32 is less than 16
+	ctx := context.Background()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 10 * time.Millisecond}.WithDefaults()
+	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}
+	s := store.New(c, o)
+	t.Cleanup(func() { s.Close() })
+	h, _ := s.Handle("c:")
+	l, err := limiter.New(h, limiter.Options{Name: "vouched", Budget: limiter.Budget{Limit: 5, Window: time.Minute},
+		Unavailable: limiter.Local, Logger: quiet, LocalMaxEntries: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	announced(t, s)
+	c.down.Store(true)
+	fill := func(ctx context.Context, who string) (admitted int) {
+		for i := range 2 * (room + reserve) {
+			d, err := l.Attempt(ctx, fmt.Sprint(who, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			} else if got := limiter.OutcomeOf(&d); got != limiter.DeniedLocal {
+				t.Fatalf("%s key %d with no room: %v, want %v", who, i, got, limiter.DeniedLocal)
+			}
+		}
+		return admitted
+	}
+	if n := fill(ctx, "stranger-"); n != room {
+		t.Fatalf("strangers' new keys counted alone: %d, want the bound, %d", n, room)
+	}
+	if n := fill(limiter.Vouch(ctx), "device-"); n != reserve {
+		t.Fatalf("new keys vouched for, strangers having filled memory: %d counted alone, want the room kept, %d", n, reserve)
+	}
+}

@@ -274,6 +274,7 @@ type Limiter struct {
 	log    *slog.Logger
 	local  *store.Handle   // process memory, when the limiter has any
 	localB *memory.Backend // local's backend
+	room   int             // entries of local that attempts not vouched for may fill
 	memo   bool            // local remembers the store's counts: it does I/O
 	// patient is set when the limiter's attempts wait for its store
 	// whatever the queue: a shared store, under Local or Allow.
@@ -339,12 +340,13 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 				max = min(max, sz.MaxEntries())
 			}
 		}
-		local, b, err := newLocal(h.Prefix(), max, store.Options{Logger: o.Logger})
+		all := max + reserveOf(max)
+		local, b, err := newLocal(h.Prefix(), all, store.Options{Logger: o.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("limiter %q: process memory: %w", o.Name, err)
 		}
-		l.local, l.localB = local, b
-		l.forgot.size = max
+		l.local, l.localB, l.room = local, b, max
+		l.forgot.size = all
 	}
 	if o.Unavailable != Deny {
 		h.Store().Join() // to know its share when it counts alone

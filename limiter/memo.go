@@ -21,9 +21,11 @@ import (
 //     last known counts, not from zero (see Limiter.degraded).
 //
 // The memory is an in-process memory store, bounded by
-// Options.LocalMaxEntries. Counts of keys the store admitted are remembered
-// only while it is less than three quarters full, so that a flood of fresh
-// keys cannot crowd out the refusals, which save the most. A limiter under
+// Options.LocalMaxEntries, with room beyond kept for attempts vouched for
+// (see Vouch and reserveOf). Counts of keys the store admitted are
+// remembered only while it is less than three quarters full, so that a
+// flood of fresh keys cannot crowd out the refusals, which save the most.
+// A key dropped with a count is marked forgotten. A limiter under
 // Deny never counts in memory: it remembers an admitted count only when it
 // leaves the key without room for another attempt, and passes memory over
 // for keys it does not hold (see unheld).
@@ -404,7 +406,7 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 		flew, asks = sent.flown(), sent.asks
 	}
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
-	roomy := l.localB.Entries() < l.localB.MaxEntries()/4*memoRoom
+	roomy := l.localB.Entries() < l.room/4*memoRoom
 	// What memory cannot hold is asked of the store again.
 	l.updateMemory(ctx, ks, func(now time.Time, es []store.Entry) error {
 		for i := range es {
@@ -499,9 +501,16 @@ func (m *memoCall) flown() int64 {
 // room for a key apply would add, it runs apply again, leaving such keys
 // out. The keys memory holds are so still read and written: an attempt with
 // one new key must still see, and settle, what memory holds of its others.
-// It logs, once a minute, that memory is full.
+// An attempt not vouched for (see Vouch) adds no key past the room kept for
+// those that are. It logs, once a minute, that memory is full.
 func (l *Limiter) updateMemory(ctx context.Context, keys []string, apply store.ApplyFunc) error {
-	full := l.local.Update(ctx, keys, apply)
+	strangers := !vouched(ctx)
+	full := l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
+		if !strangers || l.localB.Entries() < l.room {
+			return apply(now, es)
+		}
+		return l.applyHeld(keys, es, now, apply)
+	})
 	if store.ReasonOf(full) != store.ReasonFull {
 		return full
 	}
@@ -509,24 +518,31 @@ func (l *Limiter) updateMemory(ctx context.Context, keys []string, apply store.A
 		l.log.Warn("limiter memory full: new keys are asked of the store", "kind", KindMemoryFull, "err", full)
 	})
 	return l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
-		var held [store.MaxKeys]bool
-		for i := range es {
-			held[i] = es[i].Live()
-		}
-		if err := apply(now, es); err != nil {
-			return err
-		}
-		for i := range es {
-			if held[i] || es[i].Value == nil {
-				continue
-			}
-			if k, err := knownOf(&es[i]); err == nil && (k.seen > 0 || k.given > 0) {
-				l.forgot.add(keys[i], es[i].ExpiresAt)
-			}
-			es[i].Value = nil
-		}
-		return nil
+		return l.applyHeld(keys, es, now, apply)
 	})
+}
+
+// applyHeld runs apply on es, the entries of keys, and then leaves out
+// every key memory did not hold. A key left out with a count is recorded
+// as forgotten.
+func (l *Limiter) applyHeld(keys []string, es []store.Entry, now time.Time, apply store.ApplyFunc) error {
+	var held [store.MaxKeys]bool
+	for i := range es {
+		held[i] = es[i].Live()
+	}
+	if err := apply(now, es); err != nil {
+		return err
+	}
+	for i := range es {
+		if held[i] || es[i].Value == nil {
+			continue
+		}
+		if k, err := knownOf(&es[i]); err == nil && (k.seen > 0 || k.given > 0) {
+			l.forgot.add(keys[i], es[i].ExpiresAt)
+		}
+		es[i].Value = nil
+	}
+	return nil
 }
 
 // unfly takes flew unanswered attempts off what memory holds in e, and
@@ -580,4 +596,10 @@ func admitted(t *store.Tally, n int64) int64 {
 		return n
 	}
 	return 0
+}
+
+// reserveOf is the room kept in a memory of n entries for the new keys of
+// attempts vouched for (see Vouch): an eighth, and at least 16 entries.
+func reserveOf(n int) int {
+	return max(n/8, 16)
 }

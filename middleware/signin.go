@@ -529,8 +529,10 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 	var d limiter.Decision
 	consecutive := keyfunc.JoinKeys("consecutive", account)
 	if a.known {
+		// A known device's keys keep room in memory that a flood of
+		// strangers' keys cannot take.
 		a.device = keyfunc.JoinKeys("device", account, a.device)
-		d, ok = g.attempt(w, r,
+		d, ok = g.attempt(w, r.WithContext(limiter.Vouch(r.Context())),
 			limiter.Charge{Key: a.device, Budget: g.o.Device.Failures},
 			limiter.Charge{Key: consecutive, Budget: deviceConsecutive})
 		p.entries, p.own = g.devEntry[:], deviceOwn

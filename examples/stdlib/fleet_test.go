@@ -21,6 +21,7 @@ import (
 	"github.com/gatecount/gatecount/internal/faultproxy"
 	"github.com/gatecount/gatecount/internal/loadtest"
 	"github.com/gatecount/gatecount/keyfunc"
+	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store/postgres"
 )
 
@@ -378,6 +379,8 @@ func TestFullStoreFleet(t *testing.T) {
 			if n < maxEntries {
 				t.Fatalf("the flood left the store at %d of %d entries: not full, the scenario tests nothing", n, maxEntries)
 			}
+			// bob signs in once in the full store, and keeps his device
+			device := deviceOf(t, servers[0], "bob", "battery-staple")
 			before := counters(servers[0])
 			guessed := run(t, loadtest.LoadConfig{
 				Targets: urls, Callers: loadtest.NewCallers(1), Clients: 8, Requests: guesses, Duration: time.Minute,
@@ -427,8 +430,30 @@ func TestFullStoreFleet(t *testing.T) {
 			if o := others(bob, http.StatusOK, http.StatusTooManyRequests); len(o) > 0 {
 				t.Errorf("bob's correct sign-ins with new keys in a full store: %v, want each 200 or 429, never another status (%v; 0 is no answer)", bob.Status, o)
 			}
+			for i := range bobs { // strangers filled every memory; bob's own device still signs in
+				body := bobSignsIn(i).Encode()
+				res, _ := demotest.PostBody(t, urls[i%len(urls)]+"/login", freshV4("10.10.%d.%d")(i), "application/x-www-form-urlencoded", body, device)
+				if res.StatusCode != http.StatusOK {
+					t.Fatalf("bob's sign-in %d with his device cookie, the store and memories full: %d, want 200", i+1, res.StatusCode)
+				}
+			}
 		})
 	}
+}
+
+// deviceOf signs account in on s with password and returns the device
+// cookie the guard gives.
+func deviceOf(t *testing.T, s *demotest.Server, account, password string) *http.Cookie {
+	t.Helper()
+	body := url.Values{"username": {account}, "password": {password}}.Encode()
+	res, _ := demotest.PostBody(t, s.URL+"/login", "192.0.2.77", "application/x-www-form-urlencoded", body)
+	for _, c := range res.Cookies() {
+		if c.Name == middleware.DefaultDeviceCookie && res.StatusCode == http.StatusOK {
+			return c
+		}
+	}
+	t.Fatalf("%s's sign-in: %d, no device cookie", account, res.StatusCode)
+	return nil
 }
 
 // Saturation is not an outage. One server on PostgreSQL and on Redis,

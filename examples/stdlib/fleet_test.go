@@ -4,6 +4,7 @@ import (
 	"context"
 	"expvar"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -434,7 +435,8 @@ func TestFullStoreFleet(t *testing.T) {
 				body := bobSignsIn(i).Encode()
 				res, _ := demotest.PostBody(t, urls[i%len(urls)]+"/login", freshV4("10.10.%d.%d")(i), "application/x-www-form-urlencoded", body, device)
 				if res.StatusCode != http.StatusOK {
-					t.Fatalf("bob's sign-in %d with his device cookie, the store and memories full: %d, want 200", i+1, res.StatusCode)
+					b, _ := io.ReadAll(res.Body)
+					t.Fatalf("bob's sign-in %d with his device cookie, the store and memories full: %d (%s), want 200", i+1, res.StatusCode, b)
 				}
 			}
 		})

@@ -75,8 +75,9 @@
 // A store bounds the live entries of its secret by Options.MaxEntries
 // (1,000,000 by default). Near the bound, every new key is admitted by an
 // exact count, across instances. Farther below it, each instance admits
-// new keys on its own estimate, so instances adding at once can pass the
-// bound by what the others added since their last count (see DESIGN.md).
+// new keys on its own estimate, taking every other instance to add as it
+// does. Once a count finds the store full, new keys are refused at once
+// for a second (see DESIGN.md).
 // Expired rows are removed when
 // the store starts and every Options.SweepInterval (5 minutes), in small
 // batches that never wait for a count. The guard of package store answers

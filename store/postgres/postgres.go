@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -91,7 +92,16 @@ type Options struct {
 // connections of their own. A prefix can have one handle on a pool at a
 // time ([store.ErrDuplicatePrefix]).
 func New(ctx context.Context, pool *pgxpool.Pool, o Options) (*store.Store, error) {
-	return storekit.Build(&o.Store, func() (*Backend, error) { return NewBackend(ctx, pool, o) })
+	var b *Backend
+	s, err := storekit.Build(&o.Store, func() (*Backend, error) {
+		var err error
+		b, err = NewBackend(ctx, pool, o)
+		return b, err
+	})
+	if err == nil {
+		b.members = s.Members // set before any call can reach near
+	}
+	return s, err
 }
 
 // Backend is the PostgreSQL store's [store.Backend] and [store.Counter]. Most
@@ -120,6 +130,17 @@ type Backend struct {
 	// grown counts the entries this instance added, so that a recount adds
 	// those added while it counted, which its count may have missed.
 	grown atomic.Int64
+	// grownAtCount is grown as of the last exact count: grown less it is
+	// what this instance added since.
+	grownAtCount atomic.Int64
+	// members, when set, is how many instances share the store (see
+	// [store.Store.Members]); near assumes each of the others added as
+	// many entries since the last count as this one did.
+	members func() int
+	// soonest is the earliest expiry (Unix ms) of the entries this instance
+	// wrote that no exact count has seen expire, so that knownFull stops
+	// trusting a full count once one of them has freed room.
+	soonest atomic.Int64
 
 	sweepMu sync.Mutex    // one sweep at a time per instance
 	started chan struct{} // closed when the first sweep and count are done
@@ -176,6 +197,7 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, o Options) (*Backend, e
 	}
 	b.batcher = countBatcher{limit: countBatches(pool), run: b.runCounts}
 	b.estimate.Store(-1)
+	b.soonest.Store(math.MaxInt64)
 	b.loop = loop.Go(ctx, func(ctx context.Context) { b.background(ctx, o.SweepInterval, o.CountInterval) })
 	return b, nil
 }
@@ -224,7 +246,53 @@ func (b *Backend) near(added int) bool {
 	if b.processNow().UnixNano()-b.countedAt.Load() > int64(2*b.countEvery) {
 		return true
 	}
-	return est+int64(added) > int64(b.bound.Max())-b.slack
+	// The estimate misses what the other instances added since the last
+	// count. Each is taken to have added as many as this one, so that the
+	// instances together stop admitting uncounted at the margin, not each
+	// of them on its own (which let n instances fill n times the room).
+	others := int64(0)
+	if b.members != nil {
+		others = int64(max(b.members(), 1) - 1)
+	}
+	since := max(b.grown.Load()-b.grownAtCount.Load(), 0)
+	return est+others*since+int64(added) > int64(b.bound.Max())-b.slack
+}
+
+// fullRecheck is how long an exact count that found the store full is
+// trusted to refuse new keys without counting again (see knownFull).
+const fullRecheck = time.Second
+
+// knownFull reports whether an exact count made within fullRecheck found
+// no room for added more entries. A new key is then refused at once,
+// without queueing for the bound's lock behind every other instance to
+// count the whole store again only to be refused: while the store is full
+// that lock serialises every new key of the fleet, and calls that wait for
+// it past their deadline leave their backends waiting in its queue still.
+func (b *Backend) knownFull(added int) bool {
+	est := b.estimate.Load()
+	now := b.processNow()
+	if est < 0 || now.UnixNano()-b.countedAt.Load() > int64(fullRecheck) || now.UnixMilli() >= b.soonest.Load() {
+		return false
+	}
+	return est+int64(added) > int64(b.bound.Max())
+}
+
+// wroteExpiry notes an entry written with expiry exp (Unix ms).
+func (b *Backend) wroteExpiry(exp int64) {
+	for {
+		cur := b.soonest.Load()
+		if exp >= cur || b.soonest.CompareAndSwap(cur, exp) {
+			return
+		}
+	}
+}
+
+// countedExpiries forgets the expiries noted that an exact count made at
+// now (Unix ms) has seen pass.
+func (b *Backend) countedExpiries(now int64) {
+	if cur := b.soonest.Load(); cur <= now {
+		b.soonest.CompareAndSwap(cur, math.MaxInt64)
+	}
 }
 
 // SQL of the store. See DESIGN.md.
@@ -361,7 +429,8 @@ const errFullCode = "GCF01"
 // setEstimate sets the estimate to live entries, counted at once, of
 // which this instance's write added added.
 func (b *Backend) setEstimate(live, added int64) {
-	b.grown.Add(added)
+	b.grownAtCount.Store(b.grown.Add(added))
+	b.countedExpiries(b.processNow().UnixMilli())
 	b.estimate.Store(live)
 	b.countedAt.Store(b.processNow().UnixNano())
 }
@@ -509,6 +578,11 @@ func (b *Backend) countBy(ctx context.Context, stmt int, prefix string, keys []s
 	if added > 0 {
 		b.addEstimate(int64(added))
 	}
+	for _, e := range expires {
+		if e != 0 {
+			b.wroteExpiry(e)
+		}
+	}
 	*t = store.Tally{Allowed: allowed, Now: time.UnixMilli(nowMs), Limiting: int(limiting)}
 	for i := range keys {
 		t.Counts[i] = counts[i]
@@ -541,6 +615,7 @@ func (b *Backend) countOne(ctx context.Context, hash []byte, c store.Budget, n i
 		t.ExpiresAt[0] = r.exp
 		if t.ExpiresAt[0].Equal(t.Now.Add(c.Window)) {
 			b.addEstimate(1) // a new counter: a new row, or an expired one started afresh
+			b.wroteExpiry(t.ExpiresAt[0].UnixMilli())
 		}
 		return true, nil
 	}
@@ -696,6 +771,8 @@ func (b *Backend) recount(ctx context.Context) error {
 	// Entries added while it counted may be missing from n: they are
 	// added, once more at worst.
 	b.estimate.Store(n + b.grown.Load() - before)
+	b.grownAtCount.Store(before)
+	b.countedExpiries(b.processNow().UnixMilli())
 	b.countedAt.Store(b.processNow().UnixNano())
 	return nil
 }

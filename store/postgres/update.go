@@ -95,9 +95,23 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 		return true, nil
 	}
 	exact := w.added > 0 && b.near(w.added)
+	if exact && b.knownFull(w.added) {
+		// Refused as the bound's lock would refuse it, without taking it.
+		t.abandon(q)
+		return false, b.bound.Admit(int(b.estimate.Load())+w.added-1, prefix)
+	}
 	live, retry, err := b.write(q, t, w, exact)
 	if err == nil && retry {
 		return true, nil
+	}
+	if err == nil {
+		for _, is := range [][]int{w.ins, w.up} {
+			for _, i := range is {
+				if e := t.entries[i].ExpiresAt; !e.IsZero() {
+					b.wroteExpiry(e.UnixMilli())
+				}
+			}
+		}
 	}
 	return false, b.wrote(prefix, w, live, err)
 }

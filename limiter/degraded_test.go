@@ -346,6 +346,49 @@ func announced(t *testing.T, s *store.Store) {
 	}
 }
 
+// aloneLimiter returns a limiter under Local, with process memory of
+// maxEntries, on a shared store that announces every 10 ms, once the store
+// has counted its members.
+func aloneLimiter(t *testing.T, name string, maxEntries int) (*counting, *limiter.Limiter) {
+	t.Helper()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 10 * time.Millisecond}.WithDefaults()
+	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}
+	s := store.New(c, o)
+	t.Cleanup(func() { s.Close() })
+	h, _ := s.Handle("c:")
+	l, err := limiter.New(h, limiter.Options{Name: name, Budget: limiter.Budget{Limit: 5, Window: time.Minute},
+		Unavailable: limiter.Local, Logger: quiet, LocalMaxEntries: maxEntries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	announced(t, s)
+	return c, l
+}
+
+// fillAlone makes attempts on new keys, prefix and a number, until one is
+// refused, and returns how many were admitted before it. Memory being
+// full, the refusal must be a count's (denied_local), never an outage's.
+// It fails the test past most attempts.
+func fillAlone(ctx context.Context, t *testing.T, l *limiter.Limiter, prefix string, most int) int {
+	t.Helper()
+	for i := 0; ; i++ {
+		d, err := l.Attempt(ctx, fmt.Sprint(prefix, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			if got := limiter.OutcomeOf(&d); got != limiter.DeniedLocal {
+				t.Fatalf("new key %s%d, memory full: %v, want %v", prefix, i, got, limiter.DeniedLocal)
+			}
+			return i
+		}
+		if i == most {
+			t.Fatalf("memory never filled in %d attempts", most)
+		}
+	}
+}
+
 // A refund the store cannot take is kept and lands once the store answers
 // again: the attempt it gave back is admitted then.
 func TestRefundLandsAfterOutage(t *testing.T) {
@@ -698,15 +741,7 @@ func TestMemoryFullStillSeesHeldKeys(t *testing.T) {
 			t.Fatalf("while down: %+v, want admitted alone", d)
 		}
 	}
-	for i := 0; ; i++ { // fill memory
-		d, _ := l.Attempt(ctx, fmt.Sprintf("flood-%d", i))
-		if !d.Allowed {
-			break
-		}
-		if i == 10 {
-			t.Fatal("memory of 4 entries never filled")
-		}
-	}
+	fillAlone(ctx, t, l, "flood-", 10)
 	c.down.Store(false)
 	d, err := l.Attempt(ctx, "alice", "new")
 	if err != nil || !d.Allowed || d.RemainingOf(0) != 1 {
@@ -765,18 +800,7 @@ func TestBusyWithMemoryFullWaits(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	s.down.Store(true)
-	for i := 0; ; i++ { // fill memory with attempts counted alone
-		d, err := l.Attempt(ctx, fmt.Sprintf("flood-%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !d.Allowed {
-			break
-		}
-		if i == 10 {
-			t.Fatal("memory of 4 entries never filled")
-		}
-	}
+	fillAlone(ctx, t, l, "flood-", 10)
 	s.down.Store(false)
 	s.busy.Store(3) // busy for three more counts, then it answers
 	d, err := l.Attempt(ctx, "bob")
@@ -793,18 +817,7 @@ func TestBusyWithMemoryFullWaits(t *testing.T) {
 // Keys it never saw still do. Nothing is answered as an outage.
 func TestForgottenKeyGetsNoFreshShare(t *testing.T) {
 	ctx := context.Background()
-	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 10 * time.Millisecond}.WithDefaults()
-	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}
-	s := store.New(c, o)
-	t.Cleanup(func() { s.Close() })
-	h, _ := s.Handle("c:")
-	l, err := limiter.New(h, limiter.Options{Name: "forgets", Budget: limiter.Budget{Limit: 5, Window: time.Minute},
-		Unavailable: limiter.Local, Logger: quiet, LocalMaxEntries: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	announced(t, s)
+	c, l := aloneLimiter(t, "forgets", 16)
 	for i := range 12 { // three quarters of memory: counts of admitted keys are kept no more
 		if d, err := l.Attempt(ctx, fmt.Sprint("early-", i)); err != nil || !d.Allowed {
 			t.Fatalf("early key %d: %+v, %v", i, d, err)
@@ -848,38 +861,15 @@ func TestForgottenKeyGetsNoFreshShare(t *testing.T) {
 // fills memory does not fail its bystanders with 503s.
 func TestDownWithMemoryFullRefusesAsCounted(t *testing.T) {
 	ctx := context.Background()
-	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 10 * time.Millisecond}.WithDefaults()
-	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}
-	s := store.New(c, o)
-	t.Cleanup(func() { s.Close() })
-	h, _ := s.Handle("c:")
-	window := time.Minute
-	l, err := limiter.New(h, limiter.Options{Name: "down-full", Budget: limiter.Budget{Limit: 5, Window: window},
-		Unavailable: limiter.Local, Logger: quiet, LocalMaxEntries: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	announced(t, s)
+	c, l := aloneLimiter(t, "down-full", 4)
 	c.down.Store(true)
-	for i := 0; ; i++ {
-		d, err := l.Attempt(ctx, fmt.Sprint("flood-", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !d.Allowed {
-			break
-		}
-		if i == 10 {
-			t.Fatal("memory of 4 entries never filled")
-		}
-	}
+	fillAlone(ctx, t, l, "flood-", 10)
 	d, err := l.Attempt(ctx, "bob")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := limiter.OutcomeOf(&d); got != limiter.DeniedLocal || d.RetryAfter != window {
-		t.Fatalf("a new key, store down and memory full: %v, Retry-After %v; want %v, %v", got, d.RetryAfter, limiter.DeniedLocal, window)
+	if got := limiter.OutcomeOf(&d); got != limiter.DeniedLocal || d.RetryAfter != time.Minute {
+		t.Fatalf("a new key, store down and memory full: %v, Retry-After %v; want %v, its window", got, d.RetryAfter, limiter.DeniedLocal)
 	}
 }
 
@@ -889,37 +879,12 @@ func TestDownWithMemoryFullRefusesAsCounted(t *testing.T) {
 func TestVouchedKeepRoom(t *testing.T) {
 	const room, reserve = 32, 16 // an eighth of 32 is less than 16
 	ctx := context.Background()
-	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 10 * time.Millisecond}.WithDefaults()
-	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}
-	s := store.New(c, o)
-	t.Cleanup(func() { s.Close() })
-	h, _ := s.Handle("c:")
-	l, err := limiter.New(h, limiter.Options{Name: "vouched", Budget: limiter.Budget{Limit: 5, Window: time.Minute},
-		Unavailable: limiter.Local, Logger: quiet, LocalMaxEntries: room})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	announced(t, s)
+	c, l := aloneLimiter(t, "vouched", room)
 	c.down.Store(true)
-	fill := func(ctx context.Context, who string) (admitted int) {
-		for i := range 2 * (room + reserve) {
-			d, err := l.Attempt(ctx, fmt.Sprint(who, i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Allowed {
-				admitted++
-			} else if got := limiter.OutcomeOf(&d); got != limiter.DeniedLocal {
-				t.Fatalf("%s key %d with no room: %v, want %v", who, i, got, limiter.DeniedLocal)
-			}
-		}
-		return admitted
-	}
-	if n := fill(ctx, "stranger-"); n != room {
+	if n := fillAlone(ctx, t, l, "stranger-", 2*room); n != room {
 		t.Fatalf("strangers' new keys counted alone: %d, want the bound, %d", n, room)
 	}
-	if n := fill(limiter.Vouch(ctx), "device-"); n != reserve {
+	if n := fillAlone(limiter.Vouch(ctx), t, l, "device-", 2*reserve); n != reserve {
 		t.Fatalf("new keys vouched for, strangers having filled memory: %d counted alone, want the room kept, %d", n, reserve)
 	}
 }

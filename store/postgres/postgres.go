@@ -98,8 +98,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, o Options) (*store.Store, erro
 		b, err = NewBackend(ctx, pool, o)
 		return b, err
 	})
-	if err == nil {
-		b.members = s.Members // set before any call can reach near
+	if err == nil { // set before any call can reach near
+		b.members = s.Members
+		b.exactUntil = b.processNow().Add(2 * o.Store.Announce).UnixNano()
 	}
 	return s, err
 }
@@ -137,6 +138,10 @@ type Backend struct {
 	// [store.Store.Members]); near assumes each of the others added as
 	// many entries since the last count as this one did.
 	members func() int
+	// exactUntil is when the first two announcements of the fleet have
+	// been read (Unix nanoseconds, this process's clock). Until then every
+	// new key is counted exactly: members may not yet count the others.
+	exactUntil int64
 	// soonest is the earliest expiry (Unix ms) of the entries this instance
 	// wrote that no exact count has seen expire, so that knownFull stops
 	// trusting a full count once one of them has freed room.
@@ -252,6 +257,9 @@ func (b *Backend) near(added int) bool {
 	// of them on its own (which let n instances fill n times the room).
 	others := int64(0)
 	if b.members != nil {
+		if b.processNow().UnixNano() < b.exactUntil {
+			return true
+		}
 		others = int64(max(b.members(), 1) - 1)
 	}
 	since := max(b.grown.Load()-b.grownAtCount.Load(), 0)

@@ -13,8 +13,9 @@ import (
 )
 
 // errNoShare is why an instance that has not yet counted the instances
-// sharing its store admits nothing alone: it cannot tell its share.
-var errNoShare = errors.New("limiter: this instance has not reached the shared store yet, so it has no share of any budget")
+// sharing its store admits nothing alone: it cannot tell its share. Such an
+// attempt is refused as counted alone (see noRoom).
+var errNoShare = errors.New("limiter: this instance has not counted the instances sharing its store yet, so it has no share of any budget")
 
 // known is what a limiter's process memory holds of a key. seen is the
 // count the store last told. alone counts the attempts this instance

@@ -598,26 +598,63 @@ func TestResetReachesOtherInstance(t *testing.T) {
 	t.Logf("the reset was seen after %d refusals from memory", refused)
 }
 
-// An instance that has not reached its shared store cannot tell its share
-// of any budget: counting alone, it admits nothing, and says the store was
-// unavailable rather than the budget spent.
-func TestNoShareBeforeFirstAnnouncement(t *testing.T) {
-	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
-	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}
-	c.down.Store(true)
-	s := store.New(c, o)
-	t.Cleanup(func() { s.Close() })
-	h, _ := s.Handle("c:")
-	l, err := limiter.New(h, limiter.Options{Name: "counting", Budget: limiter.Budget{Limit: 5, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
+// announcing is a shared store whose announcements stop landing after the
+// first ok of them.
+type announcing struct {
+	counting
+	ok, made, landed atomic.Int64
+}
+
+func (a *announcing) Update(ctx context.Context, p string, k []string, f store.ApplyFunc) error {
+	if p == "c:" {
+		return a.counting.Update(ctx, p, k, f)
 	}
-	t.Cleanup(func() { l.Close() })
-	for range 3 {
-		d, err := l.Attempt(context.Background(), "k")
-		if err != nil || d.Allowed || !d.Unavailable || d.Local || s.Members() != 0 {
-			t.Fatalf("a fresh instance during an outage: %+v, %v (members %d); want refused as unavailable", d, err, s.Members())
-		}
+	if a.made.Add(1) > a.ok.Load() {
+		return errDown
+	}
+	err := a.remote.Update(ctx, p, k, f)
+	if err == nil {
+		a.landed.Add(1)
+	}
+	return err
+}
+
+// An instance that has not counted the instances sharing its store twice
+// cannot tell its share of any budget: counting alone, it admits nothing.
+// Its first count may miss instances that started with it. Nothing counts
+// the attempt, so it is refused as counted alone (429), as with memory
+// full, and never answered 503.
+func TestNoShareBeforeMembersCounted(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		announcements int64 // that land
+	}{
+		{"never reached", 0},
+		{"counted once", 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 20 * time.Millisecond}.WithDefaults()
+			a := &announcing{counting: counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}}
+			a.ok.Store(tt.announcements)
+			a.down.Store(true)
+			s := store.New(a, o)
+			t.Cleanup(func() { s.Close() })
+			h, _ := s.Handle("c:")
+			l, err := limiter.New(h, limiter.Options{Name: "counting", Budget: limiter.Budget{Limit: 5, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			for range 3 {
+				d, err := l.Attempt(context.Background(), "k")
+				if got := limiter.OutcomeOf(&d); err != nil || got != limiter.DeniedLocal || s.Members() != 0 {
+					t.Fatalf("an instance during an outage, %d announcements landed: %v, %v (members %d); want %v", tt.announcements, got, err, s.Members(), limiter.DeniedLocal)
+				}
+			}
+			if n := a.landed.Load(); n != tt.announcements {
+				t.Fatalf("%d announcements landed, want %d: the test tests nothing", n, tt.announcements)
+			}
+		})
 	}
 }
 

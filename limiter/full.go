@@ -54,7 +54,7 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 		err := l.countLocal(ctx, keys, caps, n, cause, d) // no key is held after all
 		switch {
 		case err == nil:
-		case store.ReasonOf(err) == store.ReasonFull:
+		case outOfRoom(err):
 			l.refuseNoRoom(keys, caps, cause, err, d)
 		default:
 			l.refuse(errors.Join(cause, err), caps, d)
@@ -101,7 +101,7 @@ func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Bu
 		}
 	}
 	lt, err := l.countAlone(ctx, sub[:n:n], subCaps[:n:n], cost)
-	if store.ReasonOf(err) == store.ReasonFull {
+	if outOfRoom(err) {
 		lt, err = l.noRoom(t.Now, subCaps[:n:n], err), nil
 	}
 	if err != nil || !lt.Allowed {
@@ -155,6 +155,12 @@ func (l *Limiter) giveBackHeld(ctx context.Context, keys []string, caps []store.
 	if err := l.land(ctx, &credit{keys: held[:n], expires: exp[:n], n: cost, caps: cs[:n]}); err != nil {
 		l.log.Warn("store full: giving back a refused attempt's count failed", "kind", KindStoreFull, "err", err)
 	}
+}
+
+// outOfRoom reports whether counting alone failed with err for want of room:
+// memory full, or no share of any budget yet (errNoShare).
+func outOfRoom(err error) bool {
+	return store.ReasonOf(err) == store.ReasonFull || errors.Is(err, errNoShare)
 }
 
 // refuseNoRoom decides an attempt on keys that the store could not count

@@ -683,7 +683,7 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 			// memory full is waited for again, patient or not: it is
 			// busy, not down.
 			return l.decide(overload.Patient(ctx), keys, caps, n, d)
-		case store.ReasonOf(err) == store.ReasonFull:
+		case outOfRoom(err):
 			l.refuseNoRoom(keys, caps, cause, err, d)
 		default:
 			l.refuse(errors.Join(cause, err), caps, d)

@@ -73,6 +73,14 @@ type fleet struct {
 	// an instance that has reached no store yet is not taken as out of
 	// reach before the grace has passed since.
 	joinedAt atomic.Int64
+	// firstAt is when the first announcement that succeeded began (Unix
+	// nanoseconds), 0 before it. settled is set once another succeeded
+	// that began at least half an interval later: by then the entry has
+	// been read after every instance running at the first had announced
+	// itself again. Until then this instance may count too few members,
+	// and claims no share (see Members).
+	firstAt atomic.Int64
+	settled atomic.Bool
 	// seen packs the members counted at the last announcement (high 32
 	// bits) and this instance's rank among them by ID (low 32 bits). It is
 	// 0 until an announcement succeeds. The rank is 1<<32-1 when the entry
@@ -141,7 +149,8 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 	var members, rank int
 	var owed []int
 	owing := f.owing.Load() > 0
-	marked := owing || time.Now().UnixNano() < f.wantUntil.Load()
+	began := time.Now().UnixNano()
+	marked := owing || began < f.wantUntil.Load()
 	err := s.call(ctx, &f.lane, func(ctx context.Context) error {
 		return s.b.Update(ctx, fleetPrefix, []string{fleetKey}, func(now time.Time, es []Entry) error {
 			members, rank, owed = f.rewrite(now, &es[0], leaving, marked)
@@ -161,6 +170,11 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 	}
 	f.seen.Store(uint64(members)<<32 | uint64(uint32(rank)))
 	f.owed.Store(&owed)
+	if first := f.firstAt.Load(); first == 0 {
+		f.firstAt.Store(began)
+	} else if began-first >= int64(f.every/2) {
+		f.settled.Store(true)
+	}
 	if !owing && f.owing.Load() == 0 {
 		f.assume.Store(false)
 	}
@@ -337,10 +351,15 @@ func (s *Store) Reserved(key string, limit int64) int64 {
 
 // Members returns how many instances share the store, as this instance last
 // counted them. It is 1 for a store no other instance sees. It is 0 for a
-// shared store this instance has not joined or not yet reached.
+// shared store this instance has not joined, and until it has counted the
+// members twice, half an announce interval apart or more: a first count
+// may miss instances that started with it.
 func (s *Store) Members() int {
 	if s.inline != nil || !s.b.Shared() {
 		return 1
+	}
+	if !s.fleet.settled.Load() {
+		return 0
 	}
 	return int(s.fleet.seen.Load() >> 32)
 }
@@ -351,9 +370,9 @@ func (s *Store) Members() int {
 // divided by their number. The remainder goes one each to the first
 // instances in an order that turns with the key, so that a small budget
 // still admits something (5 shared by 3 is 2, 2 and 1). An instance that
-// has not reached the store, or had no room in its fleet entry, gets 0: it
-// cannot account for what it would admit. A store no other instance sees
-// gives left whole.
+// has not counted the members twice (see Members), or had no room in its
+// fleet entry, gets 0: it cannot account for what it would admit. A store
+// no other instance sees gives left whole.
 func (s *Store) Share(key string, left int64) int64 {
 	if left <= 0 {
 		return 0
@@ -363,7 +382,7 @@ func (s *Store) Share(key string, left int64) int64 {
 	}
 	seen := s.fleet.seen.Load()
 	n, rank := int64(seen>>32), int64(uint32(seen))
-	if n == 0 || rank == noRank {
+	if n == 0 || rank == noRank || !s.fleet.settled.Load() {
 		return 0
 	}
 	turn := (rank + int64(fnv64(key)%uint64(n))) % n

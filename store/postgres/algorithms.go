@@ -31,5 +31,9 @@ func (b *Backend) countAlgorithms(ctx context.Context, prefix string, keys []str
 		algs[i], capacities[i] = int32(c.Algorithm), c.Capacity()
 		windows[i], intervals[i] = c.Window.Milliseconds(), c.Interval().Microseconds()
 	}
-	return b.countBy(ctx, cCountAlgorithms, prefix, keys, t, hashes, b.fp, algs, capacities, windows, intervals, n, int64(b.bound.Max()), b.near(len(keys)), b.boundLock, !b.syncCommit)
+	exact := !b.hold(len(keys))
+	if !exact {
+		defer b.release(len(keys))
+	}
+	return b.countBy(ctx, cCountAlgorithms, prefix, keys, t, hashes, b.fp, algs, capacities, windows, intervals, n, int64(b.bound.Max()), exact, b.boundLock, !b.syncCommit)
 }

@@ -98,9 +98,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, o Options) (*store.Store, erro
 		b, err = NewBackend(ctx, pool, o)
 		return b, err
 	})
-	if err == nil { // set before any call can reach near
+	if err == nil { // set before any call can reach hold
 		b.members = s.Members
-		b.exactUntil = b.processNow().Add(2 * o.Store.Announce).UnixNano()
+		b.exactUntil = b.processNow().Add(exactStart * o.Store.Announce).UnixNano()
 	}
 	return s, err
 }
@@ -134,14 +134,17 @@ type Backend struct {
 	// grownAtCount is grown as of the last exact count: grown less it is
 	// what this instance added since.
 	grownAtCount atomic.Int64
-	// members, when set, is how many instances share the store (see
-	// [store.Store.Members]); near assumes each of the others added as
-	// many entries since the last count as this one did.
-	members func() int
-	// exactUntil is when the first two announcements of the fleet have
-	// been read (Unix nanoseconds, this process's clock). Until then every
-	// new key is counted exactly: members may not yet count the others.
+	// held counts the new entries of calls admitted without the exact
+	// count that have not ended (see hold).
+	held atomic.Int64
+	// exactUntil ends the start of this instance (Unix nanoseconds, its
+	// clock): while members is 0 until then, every new key is counted
+	// exactly (see hold).
 	exactUntil int64
+	// members, when set, is how many instances share the store (see
+	// [store.Store.Members]); hold takes each of the others to add as many
+	// entries as this one, and counts every new key exactly while it is 0.
+	members func() int
 	// soonest is the earliest expiry (Unix ms) of the entries this instance
 	// wrote that no exact count has seen expire, so that knownFull stops
 	// trusting a full count once one of them has freed room.
@@ -239,32 +242,62 @@ func (b *Backend) Fingerprint() string { return b.fp }
 // lockID is the advisory lock of a key: the first 8 bytes of its hash.
 func lockID(h [sha256.Size]byte) int64 { return int64(binary.BigEndian.Uint64(h[:8])) }
 
-// near reports whether added new entries could bring the store within the
-// slack of its bound, in which case admission is counted exactly.
-func (b *Backend) near(added int) bool {
+// hold reports whether added new entries may be admitted without the exact
+// count: whether they leave the store outside the slack of its bound. When
+// they may, it holds room for them in the estimate until release: calls in
+// flight are not yet in it, and many start on one estimate at once. A
+// caller that got true calls release(added) once the call has ended.
+func (b *Backend) hold(added int) bool {
 	est := b.estimate.Load()
 	if est < 0 {
-		return true
+		return false
 	}
 	// An estimate not refreshed for two intervals (the database was
-	// unreachable, say) is not trusted.
-	if b.processNow().UnixNano()-b.countedAt.Load() > int64(2*b.countEvery) {
-		return true
+	// unreachable, say) is not trusted. Past half the bound, it is
+	// counted every second.
+	now := b.processNow().UnixNano()
+	every := b.countEvery
+	if b.pastHalf(est) {
+		every = halfCountEvery
+	}
+	if now-b.countedAt.Load() > int64(2*every) {
+		return false
 	}
 	// The estimate misses what the other instances added since the last
-	// count. Each is taken to have added as many as this one, so that the
+	// count. Each is taken to add as many as this one, so that the
 	// instances together stop admitting uncounted at the margin, not each
 	// of them on its own (which let n instances fill n times the room).
 	others := int64(0)
 	if b.members != nil {
-		if b.processNow().UnixNano() < b.exactUntil {
-			return true
+		switch m := b.members(); {
+		case m > 0:
+			others = int64(m - 1)
+		case now < b.exactUntil:
+			// Not counted yet, as at a fleet's start: the others may
+			// be adding as much as this one. Past the start, 0 is a
+			// store no limiter joined (see store.Store.Join), each
+			// instance on its own estimate.
+			return false
 		}
-		others = int64(max(b.members(), 1) - 1)
 	}
 	since := max(b.grown.Load()-b.grownAtCount.Load(), 0)
-	return est+others*since+int64(added) > int64(b.bound.Max())-b.slack
+	for {
+		held := b.held.Load()
+		if est+held+others*(since+held)+int64(added) > int64(b.bound.Max())-b.slack {
+			return false
+		}
+		if b.held.CompareAndSwap(held, held+int64(added)) {
+			return true
+		}
+	}
 }
+
+// exactStart is how many announce intervals after it opens a store counts
+// every new key exactly until it has counted the instances sharing it.
+const exactStart = 3
+
+// release gives back the room hold held for added entries.
+func (b *Backend) release(added int) { b.held.Add(-int64(added)) }
 
 // fullRecheck is how long an exact count that found the store full is
 // trusted to refuse new keys without counting again (see knownFull).
@@ -531,9 +564,10 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 			return b.countAlgorithms(ctx, prefix, keys, caps, n, t)
 		}
 	}
-	if len(keys) == 1 && n <= int64(caps[0].Limit) && !b.near(1) {
+	if len(keys) == 1 && n <= int64(caps[0].Limit) && b.hold(1) {
 		h := b.hasher.Sum(prefix, keys[0])
 		done, err := b.countOne(ctx, h[:], caps[0], n, t)
+		b.release(1)
 		if done || err != nil {
 			return err
 		}
@@ -547,7 +581,11 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 		maxes[i] = int64(caps[i].Limit)
 		windows[i] = caps[i].Window.Milliseconds()
 	}
-	return b.countBy(ctx, cCount, prefix, keys, t, hashes, b.fp, maxes, windows, n, int64(b.bound.Max()), b.near(len(keys)), b.boundLock, !b.syncCommit)
+	exact := !b.hold(len(keys))
+	if !exact {
+		defer b.release(len(keys))
+	}
+	return b.countBy(ctx, cCount, prefix, keys, t, hashes, b.fp, maxes, windows, n, int64(b.bound.Max()), exact, b.boundLock, !b.syncCommit)
 }
 
 // countBy runs stmt with args: a Count of keys in one call of a function
@@ -809,8 +847,21 @@ func (b *Backend) background(ctx context.Context, sweepEvery, countEvery time.Du
 	close(b.started)
 	loop.Every(ctx,
 		loop.Task{Every: sweepEvery, Do: func(context.Context) { sweep(); recount() }},
-		loop.Task{Every: countEvery, Do: func(context.Context) { recount() }})
+		loop.Task{Every: countEvery, Do: func(context.Context) { recount() }},
+		loop.Task{Every: halfCountEvery, Do: func(context.Context) {
+			if b.pastHalf(b.estimate.Load()) {
+				recount()
+			}
+		}})
 }
+
+// halfCountEvery is how often the live entries are counted while the
+// estimate is past half the bound: the others' additions, which it misses,
+// then matter.
+const halfCountEvery = time.Second
+
+// pastHalf reports whether an estimate of est is past half the bound.
+func (b *Backend) pastHalf(est int64) bool { return est >= int64(b.bound.Max())/2 }
 
 // Close stops the background sweep and count and waits for them. It does
 // not close the pool, which is the app's. It is idempotent.

@@ -456,9 +456,10 @@ func TestMixedPaths(t *testing.T) {
 	// A bound of 1,000 is always counted exactly: gatecount_count.
 	near := newStore(t, newPool(t), Options{Secret: secret, MaxEntries: 1000, Store: o.Store})
 	generic := newGenericStore(t, newPool(t), o)
-	for fast.Backend().(*Backend).near(1) { // wait for the first count
+	for fb := fast.Backend().(*Backend); !fb.hold(1); { // wait for the first count
 		time.Sleep(10 * time.Millisecond)
 	}
+	fast.Backend().(*Backend).release(1)
 	hs := make([]*store.Handle, 3)
 	for i, s := range []*store.Store{fast, near, generic} {
 		h, err := s.Handle(prefix)

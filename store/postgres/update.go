@@ -94,7 +94,10 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 		}
 		return true, nil
 	}
-	exact := w.added > 0 && b.near(w.added)
+	exact := w.added > 0 && !b.hold(w.added)
+	if w.added > 0 && !exact {
+		defer b.release(w.added)
+	}
 	if exact && b.knownFull(w.added) {
 		// Refused as the bound's lock would refuse it, without taking it.
 		t.abandon(q)

@@ -132,6 +132,12 @@ func testStoreFault(t *testing.T, url string, fault func(*faultproxy.Proxy), len
 	if res.Status[http.StatusOK] != 500 {
 		t.Fatalf("before the fault: %v %v, want only 200", res.Status, res.Errors)
 	}
+	for i := 0; s.Members() == 0; i++ { // counting alone needs the fleet counted
+		if i == 500 {
+			t.Fatal("the store did not count its members within 5 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	fault(p)
 	during := cfgLoad

@@ -373,6 +373,12 @@ func TestOOMLimiter(t *testing.T) {
 	if a := attempts("room", 3); a != 3 {
 		t.Fatalf("before: %d of 3 allowed, want 3", a)
 	}
+	for i := 0; s.Members() == 0; i++ { // counting alone needs the fleet counted
+		if i == 500 {
+			t.Fatal("the store did not count its members within 5 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	configSet(t, admin, "maxmemory", "1", "maxmemory-policy", "noeviction")
 	for _, tt := range []struct {
 		key  string

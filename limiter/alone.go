@@ -175,16 +175,17 @@ func setNext(e *store.Entry, next int64) {
 // share (see store.Store.Share) of what was left of its budget when the
 // store last told its count. For a key this instance never saw, that is the
 // budget itself. A key whose count memory had no room to keep admits
-// nothing (see forgotten). Before this instance has reached a shared
-// store, no key admits anything. Nor does a key admit more, with what the
-// store admitted for this instance in the window, than its share of the
-// whole budget. The others' views of what was left may be as old as its
-// own. The two bounds keep the fleet within the budget while no instance
-// admitted through the store more than its share after another last saw
-// the key (DESIGN.md, "Counting alone, as a fleet"). The
-// attempts this instance has sent to the store and not yet heard back of
-// count as admitted. What it admits is added to the store once the store
-// answers again (see flushAlone). The tally's times are on memory's clock.
+// nothing (see forgotten). Before this instance has counted the instances
+// sharing its store, no key admits anything. Nor does a key admit more,
+// with what the store admitted for this instance in the window, than its
+// share of the whole budget. The others' views of what was left may be as
+// old as its own. The two bounds keep the fleet within the budget while no
+// instance admitted through the store more than its share after another
+// last saw the key (store/DESIGN.md, "What stale views can still pass").
+// The attempts this instance has sent to the store and not yet heard back
+// of count as admitted. What it admits is added to the store once the
+// store answers again (see flushAlone). The tally's times are on memory's
+// clock.
 func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Budget, n int64) (store.Tally, error) {
 	m := &memoCall{n: len(keys), cost: n}
 	copy(m.keys[:], keys)

@@ -172,8 +172,9 @@ func (l *Limiter) refuseNoRoom(keys []string, caps []store.Budget, cause, err er
 }
 
 // noRoom is the tally, at now, of an attempt on keys with budgets caps that
-// neither the store (full, or out of reach) nor process memory (full, err)
-// has room to count. Nothing can count the attempt, so nothing admits it.
+// neither the store (full, or out of reach) nor process memory (full, or
+// with no share yet: err) has room to count. Nothing can count the attempt,
+// so nothing admits it.
 // It is refused as counted alone, as a key with no share left is (429,
 // never 503), by the key whose window is shortest. Its Retry-After is the
 // window it would open. Admitting it uncounted would give any key the

@@ -149,6 +149,9 @@ type Backend struct {
 	// wrote that no exact count has seen expire, so that knownFull stops
 	// trusting a full count once one of them has freed room.
 	soonest atomic.Int64
+	// removedAt is when this instance last removed a live entry (Unix
+	// nanoseconds, its clock; see knownFull).
+	removedAt atomic.Int64
 
 	sweepMu sync.Mutex    // one sweep at a time per instance
 	started chan struct{} // closed when the first sweep and count are done
@@ -313,6 +316,11 @@ func (b *Backend) knownFull(added int) bool {
 	est := b.estimate.Load()
 	now := b.processNow()
 	if est < 0 || now.UnixNano()-b.countedAt.Load() > int64(fullRecheck) || now.UnixMilli() >= b.soonest.Load() {
+		return false
+	}
+	// A count that began before this instance removed an entry may have
+	// set the estimate since: the room the removal freed is counted again.
+	if now.UnixNano()-b.removedAt.Load() < int64(fullRecheck) {
 		return false
 	}
 	return est+int64(added) > int64(b.bound.Max())

@@ -353,6 +353,9 @@ func (b *Backend) wrote(prefix string, w writes, live int64, err error) error {
 		}
 		return fmt.Errorf("postgres: update: write and commit: %w", err)
 	}
+	if w.removed > 0 {
+		b.removedAt.Store(b.processNow().UnixNano())
+	}
 	if live >= 0 {
 		_ = b.bound.Admit(int(live)+w.added-1, prefix) // logs when filling
 		b.setEstimate(live+int64(w.added), int64(w.added))

@@ -149,9 +149,10 @@ type Backend struct {
 	// wrote that no exact count has seen expire, so that knownFull stops
 	// trusting a full count once one of them has freed room.
 	soonest atomic.Int64
-	// removedAt is when this instance last removed a live entry (Unix
-	// nanoseconds, its clock; see knownFull).
-	removedAt atomic.Int64
+	// removedAt is when this instance last removed a live entry, and
+	// fullAt when an exact count last found no room, with fullLive the
+	// live entries it found (Unix nanoseconds, its clock; see knownFull).
+	removedAt, fullAt, fullLive atomic.Int64
 
 	sweepMu sync.Mutex    // one sweep at a time per instance
 	started chan struct{} // closed when the first sweep and count are done
@@ -307,23 +308,28 @@ func (b *Backend) release(added int) { b.held.Add(-int64(added)) }
 const fullRecheck = time.Second
 
 // knownFull reports whether an exact count made within fullRecheck found
-// no room for added more entries. A new key is then refused at once,
-// without queueing for the bound's lock behind every other instance to
-// count the whole store again only to be refused: while the store is full
-// that lock serialises every new key of the fleet, and calls that wait for
-// it past their deadline leave their backends waiting in its queue still.
-func (b *Backend) knownFull(added int) bool {
-	est := b.estimate.Load()
+// no room for added more entries, and returns the live entries it found.
+// A new key is then refused at once, without queueing for the bound's
+// lock behind every other instance to count the whole store again only to
+// be refused: while the store is full that lock serialises every new key
+// of the fleet, and calls that wait for it past their deadline leave their
+// backends waiting in its queue still. An entry this instance removed
+// since, or wrote and has expired since, ends it at once.
+func (b *Backend) knownFull(added int) (live int64, full bool) {
+	at, now := b.fullAt.Load(), b.processNow()
+	if at == 0 || now.UnixNano()-at > int64(fullRecheck) || b.removedAt.Load() >= at || now.UnixMilli() >= b.soonest.Load() {
+		return 0, false
+	}
+	live = b.fullLive.Load()
+	return live, live+int64(added) > int64(b.bound.Max())
+}
+
+// foundFull records that an exact count found live entries and no room.
+func (b *Backend) foundFull(live int64) {
 	now := b.processNow()
-	if est < 0 || now.UnixNano()-b.countedAt.Load() > int64(fullRecheck) || now.UnixMilli() >= b.soonest.Load() {
-		return false
-	}
-	// A count that began before this instance removed an entry may have
-	// set the estimate since: the room the removal freed is counted again.
-	if now.UnixNano()-b.removedAt.Load() < int64(fullRecheck) {
-		return false
-	}
-	return est+int64(added) > int64(b.bound.Max())
+	b.countedExpiries(now.UnixMilli())
+	b.fullLive.Store(live)
+	b.fullAt.Store(now.UnixNano())
 }
 
 // wroteExpiry notes an entry written with expiry exp (Unix ms).
@@ -479,7 +485,6 @@ const errFullCode = "GCF01"
 // which this instance's write added added.
 func (b *Backend) setEstimate(live, added int64) {
 	b.grownAtCount.Store(b.grown.Add(added))
-	b.countedExpiries(b.processNow().UnixMilli())
 	b.estimate.Store(live)
 	b.countedAt.Store(b.processNow().UnixNano())
 }
@@ -624,6 +629,7 @@ func (b *Backend) countBy(ctx context.Context, stmt int, prefix string, keys []s
 		b.setEstimate(live, 0) // added is added below
 	}
 	if full {
+		b.foundFull(live)
 		return b.bound.Admit(int(live)+len(keys)-1, prefix)
 	}
 	if live >= 0 && added > 0 {
@@ -826,7 +832,6 @@ func (b *Backend) recount(ctx context.Context) error {
 	// added, once more at worst.
 	b.estimate.Store(n + b.grown.Load() - before)
 	b.grownAtCount.Store(before)
-	b.countedExpiries(b.processNow().UnixMilli())
 	b.countedAt.Store(b.processNow().UnixNano())
 	return nil
 }

@@ -98,10 +98,10 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	if w.added > 0 && !exact {
 		defer b.release(w.added)
 	}
-	if exact && b.knownFull(w.added) {
+	if live, full := b.knownFull(w.added); exact && full {
 		// Refused as the bound's lock would refuse it, without taking it.
 		t.abandon(q)
-		return false, b.bound.Admit(int(b.estimate.Load())+w.added-1, prefix)
+		return false, b.bound.Admit(int(live)+w.added-1, prefix)
 	}
 	live, retry, err := b.write(q, t, w, exact)
 	if err == nil && retry {
@@ -349,6 +349,7 @@ func (b *Backend) wrote(prefix string, w writes, live int64, err error) error {
 			fmt.Sscan(pgErr.Detail, &n)
 			n -= len(w.ins) // the count found the rows this write inserted, rolled back since
 			b.setEstimate(int64(n), 0)
+			b.foundFull(int64(n))
 			return b.bound.Admit(n+w.added-1, prefix)
 		}
 		return fmt.Errorf("postgres: update: write and commit: %w", err)

@@ -98,10 +98,12 @@ func (b *Backend) update(ctx context.Context, prefix string, hashes [][]byte, ap
 	if w.added > 0 && !exact {
 		defer b.release(w.added)
 	}
-	if live, full := b.knownFull(w.added); exact && full {
-		// Refused as the bound's lock would refuse it, without taking it.
-		t.abandon(q)
-		return false, b.bound.Admit(int(live)+w.added-1, prefix)
+	if exact {
+		if live, full := b.knownFull(w.added); full {
+			// Refused as the bound's lock would refuse it, without taking it.
+			t.abandon(q)
+			return false, b.bound.Admit(int(live)+w.added-1, prefix)
+		}
 	}
 	live, retry, err := b.write(q, t, w, exact)
 	if err == nil && retry {

@@ -650,12 +650,13 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 		*d = l.unavailable(true, cause, caps)
 	default:
 		st := l.h.Store()
-		if st.Shared() && !down(cause) {
+		if st.Shared() && !down(cause) && !l.h.BreakerOpen() {
 			// Busy or slow, not down: the others go on counting in the
 			// store. What this instance admitted alone would race their
 			// admissions, unseen by either, however long ago it last
 			// reached the store. The attempt waits for the store, as long
-			// as its request lasts, or until the breaker opens.
+			// as its request lasts, or until the breaker opens. An open
+			// breaker's probe that ran out of time is down's answer.
 			return l.decide(overload.Patient(ctx), keys, caps, n, d)
 		}
 		if wait := st.AloneAfter(); wait > 0 {

@@ -649,22 +649,21 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 		})
 		*d = l.unavailable(true, cause, caps)
 	default:
-		st := l.h.Store()
-		if st.Shared() && !down(cause) && !l.h.BreakerOpen() {
-			// Busy or slow, not down: the others go on counting in the
-			// store. What this instance admitted alone would race their
-			// admissions, unseen by either, however long ago it last
-			// reached the store. The attempt waits for the store, as long
-			// as its request lasts, or until the breaker opens. An open
-			// breaker's probe that ran out of time is down's answer.
-			return l.decide(overload.Patient(ctx), keys, caps, n, d)
-		}
-		if wait := st.AloneAfter(); wait > 0 {
+		if wait := l.h.Store().AloneAfter(); wait > 0 {
+			if !down(cause) {
+				// Busy or slow, not down: this instance reached the
+				// store lately, and the others go on counting in it. What
+				// it admitted alone would race their admissions, unseen
+				// by either: the attempt waits for the store, as long as
+				// its request lasts, or until the store has been out of
+				// reach long enough to count alone.
+				return l.decide(overload.Patient(ctx), keys, caps, n, d)
+			}
 			// Down. Counted alone now, the attempt could race the other
 			// instances' admissions through the store, made before they
 			// keep room for this one's share. It waits until they do,
 			// and asks the store once more.
-			st.WantAlone()
+			l.h.Store().WantAlone()
 			t := time.NewTimer(wait)
 			defer t.Stop()
 			select {

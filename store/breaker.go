@@ -1,9 +1,7 @@
 package store
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -119,36 +117,6 @@ func (b *breaker) record(err error, waited bool) {
 }
 
 func (b *breaker) open() bool { return b.openUntil.Load() != 0 }
-
-// silentDeadlines is how many deadlines may pass with no call of the store
-// answered before a wait that ran out is taken as the store down (see
-// settle).
-const silentDeadlines = 2
-
-// settle records on l's breaker the outcome err of a call that went to the
-// backend, and returns the call's answer. A call answered, with or without
-// an error of the contract, marks the store as heard from. A call whose
-// wait ran out says nothing of the store's health while others are
-// answered: the store is busy. Once no call has been answered for
-// silentDeadlines deadlines, the store is out of reach (a black hole). Such
-// a call is then answered down, and counts as a failure.
-func (s *Store) settle(l *lane, err error, waited bool) error {
-	now := s.now().UnixNano()
-	switch r := ReasonOf(err); {
-	case r == ReasonFull,
-		r == 0 && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
-		s.answered.Store(now)
-	case (r == ReasonOverloaded || r == ReasonDeadline) &&
-		now-s.answered.Load() > int64(silentDeadlines*s.opts.Deadline):
-		err, waited = &UnavailableError{Reason: ReasonDown, Err: fmt.Errorf("%w: %w", errSilent, err)}, false
-	}
-	l.breaker.record(err, waited)
-	return err
-}
-
-// errSilent is the cause of a down answer to a wait that ran out while no
-// call of the store was answered.
-var errSilent = errors.New("no call of the store answered for two deadlines")
 
 // BreakerOpen reports whether the breaker of any handle of the store, or of
 // its own calls (Sweep), is answering calls unavailable at once.

@@ -422,9 +422,6 @@ func TestBreakerIgnoresOverload(t *testing.T) {
 	defer s.Close()
 	h, _ := s.Handle("busy:")
 	update := func() error { return h.Update(t.Context(), []string{"k"}, nop) }
-	if err := update(); err != nil { // heard from, on the fake clock
-		t.Fatal(err)
-	}
 
 	answer.Store(&overloaded)
 	for range 10 {
@@ -456,43 +453,6 @@ func TestBreakerIgnoresOverload(t *testing.T) {
 	}
 	if s.BreakerOpen() {
 		t.Fatal("breaker open after a probe succeeded")
-	}
-}
-
-// A store that answers no call at all is not busy but out of reach (a
-// black hole): once none has been answered for two deadlines, waits that
-// ran out count as failures and open the breaker. One answer makes them
-// say nothing again.
-func TestBreakerOpensOnSilence(t *testing.T) {
-	const failures = 2
-	var answer atomic.Pointer[error] // the backend's error; nil succeeds
-	var overloaded error = &UnavailableError{Reason: ReasonOverloaded, Err: overload.ErrWaitedOut}
-	f := &fake{update: func(_ context.Context, apply ApplyFunc) error {
-		if err := answer.Load(); err != nil {
-			return *err
-		}
-		return apply(time.Now(), make([]Entry, 1))
-	}}
-	clk := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-	s := New(f, Options{Logger: quiet, Deadline: time.Second, Breaker: BreakerOptions{Failures: failures, Cooldown: time.Second}})
-	s.now = clk.Now
-	defer s.Close()
-	h, _ := s.Handle("hole:")
-	update := func() error { return h.Update(t.Context(), []string{"k"}, nop) }
-	for _, silent := range []time.Duration{2 * time.Second, 2*time.Second + time.Millisecond} {
-		if err := update(); err != nil { // heard from
-			t.Fatal(err)
-		}
-		answer.Store(&overloaded)
-		clk.Advance(silent)
-		for range failures {
-			update()
-		}
-		if open := silent > 2*time.Second; s.BreakerOpen() != open {
-			t.Fatalf("no call answered for %v (deadline 1s): breaker open %v, want %v", silent, s.BreakerOpen(), open)
-		}
-		answer.Store(nil)
-		clk.Advance(time.Second) // past the cooldown: the next call probes
 	}
 }
 
@@ -539,8 +499,7 @@ func TestBreakerCountsDeadlines(t *testing.T) {
 	f := &fake{update: st.heedingCtx}
 	s, h := open(t, f, Options{Deadline: 20 * time.Millisecond, Breaker: BreakerOptions{Failures: 2, Cooldown: time.Hour}})
 	for range 2 {
-		// past two deadlines with no answer, the store is taken as down
-		if err := h.Update(t.Context(), []string{"k"}, nop); ReasonOf(err) != ReasonDeadline && !errors.Is(err, errSilent) {
+		if err := h.Update(t.Context(), []string{"k"}, nop); ReasonOf(err) != ReasonDeadline {
 			t.Fatalf("Update past the deadline: %v", err)
 		}
 		<-st.returned

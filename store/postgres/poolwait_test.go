@@ -36,6 +36,12 @@ func TestPoolWaitIsOverload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	released := false
+	defer func() { // before the pool closes, which waits for it
+		if !released {
+			held.Release()
+		}
+	}()
 	budget := store.Budget{Limit: 10, Window: time.Minute}
 	for i := range 5 {
 		_, err := h.Count(context.Background(), []string{"k", "l"}, []store.Budget{budget, budget}, 1)
@@ -47,6 +53,7 @@ func TestPoolWaitIsOverload(t *testing.T) {
 		t.Fatal("calls that waited for a busy pool opened the breaker")
 	}
 	held.Release()
+	released = true
 	tally, err := h.Count(context.Background(), []string{"k", "l"}, []store.Budget{budget, budget}, 1)
 	if err != nil || !tally.Allowed || tally.Counts[0] != 1 {
 		t.Fatalf("once the connection is free: %+v, %v; want counted 1", tally, err)

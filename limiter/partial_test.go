@@ -97,12 +97,20 @@ func TestFleetWithinBudgetThroughOutage(t *testing.T) {
 						}
 					}
 				}
-				for i := range before {
+				// An instance whose announcements lag on a loaded machine
+				// keeps room for the others' shares, and may refuse: such
+				// an attempt is not counted, and is made again.
+				for i, tries := 0, 0; i < before; tries++ {
 					d, err := ls[i%len(ls)].Attempt(ctx, "alice")
-					if !d.Allowed || d.Local || err != nil {
+					if err != nil || d.Local || d.Unavailable || tries == 200 {
 						t.Fatalf("attempt %d through the store: %+v, %v; want admitted by the store", i+1, d, err)
 					}
+					if !d.Allowed {
+						time.Sleep(50 * time.Millisecond)
+						continue
+					}
 					count(d, err)
+					i++
 				}
 				if admitted != before {
 					t.Fatalf("%d of the first %d attempts admitted through the store, want all", admitted, before)

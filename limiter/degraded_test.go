@@ -817,66 +817,39 @@ func (s *saturated) Count(ctx context.Context, p string, k []string, caps []stor
 	return s.counting.Count(ctx, p, k, caps, n, t)
 }
 
-// A busy shared store is waited for, even once this instance's
-// announcements have failed long enough for it to count alone, with memory
-// full or with room: busy is not down, while the store answers some call.
-// What it admitted alone would race the other instances' admissions
-// through the store. A store that has answered no call for as long is out
-// of reach, and the attempt is counted alone. Never a 503.
-func TestBusyStoreWaitedFor(t *testing.T) {
-	for _, tc := range []struct {
-		name         string
-		full, silent bool
-	}{
-		{"memory with room", false, false},
-		{"memory full", true, false},
-		{"no call answered", false, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 50 * time.Millisecond}.WithDefaults()
-			s := &saturated{counting: counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}}
-			st := store.New(s, o)
-			t.Cleanup(func() { st.Close() })
-			h, _ := st.Handle("c:")
-			l, err := limiter.New(h, limiter.Options{Name: "busy", Budget: limiter.Budget{Limit: 5, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet, LocalMaxEntries: 4})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { l.Close() })
-			announced(t, st)
-			s.quiet.Store(true)
-			for i := 0; st.AloneAfter() > 0; i++ { // its announcements no longer land
-				if i == 1000 {
-					t.Fatal("the store still lets this instance wait for it after 10 s of failed announcements")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			if tc.full {
-				s.down.Store(true)
-				fillAlone(ctx, t, l, "flood-", 10)
-				s.down.Store(false)
-			}
-			if !tc.silent { // the store answers this instance's counts
-				if d, err := l.Attempt(ctx, "answered"); err != nil || !d.Allowed || d.Local {
-					t.Fatalf("an attempt the store answers: %+v, %v", d, err)
-				}
-			}
-			s.busy.Store(3) // busy for three more counts, then it answers
-			d, err := l.Attempt(ctx, "bob")
-			if tc.silent {
-				if err != nil || !d.Allowed || !d.Local || s.busy.Load() != 2 {
-					t.Fatalf("a new key, no call answered for the grace: %+v, %v (store asked %d times); want counted alone after one", d, err, 3-s.busy.Load())
-				}
-				return
-			}
-			if err != nil || !d.Allowed || d.Local || d.Unavailable {
-				t.Fatalf("a new key, the store busy: %+v, %v; want waited for and counted in the store", d, err)
-			}
-			if n := s.busy.Load(); n >= 0 {
-				t.Fatalf("the store was asked %d times, want 4: the test tests nothing", 3-n)
-			}
-		})
+// A busy store is waited for when memory has no room to count alone, even
+// once this instance has not reached the store for long enough to count
+// alone: busy is not down, and its answer is never a 503.
+func TestBusyWithMemoryFullWaits(t *testing.T) {
+	ctx := context.Background()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 10 * time.Millisecond}.WithDefaults()
+	s := &saturated{counting: counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}}
+	st := store.New(s, o)
+	t.Cleanup(func() { st.Close() })
+	h, _ := st.Handle("c:")
+	l, err := limiter.New(h, limiter.Options{Name: "busy", Budget: limiter.Budget{Limit: 5, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet, LocalMaxEntries: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	announced(t, st)
+	s.quiet.Store(true)
+	for i := 0; st.AloneAfter() > 0; i++ { // its announcements no longer land
+		if i == 1000 {
+			t.Fatal("the store still lets this instance wait for it after 10 s of failed announcements")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.down.Store(true)
+	fillAlone(ctx, t, l, "flood-", 10)
+	s.down.Store(false)
+	s.busy.Store(3) // busy for three more counts, then it answers
+	d, err := l.Attempt(ctx, "bob")
+	if err != nil || !d.Allowed || d.Local || d.Unavailable {
+		t.Fatalf("a new key, the store busy and memory full: %+v, %v; want waited for and counted in the store", d, err)
+	}
+	if n := s.busy.Load(); n >= 0 {
+		t.Fatalf("the store was asked %d times, want 4: the test tests nothing", 3-n)
 	}
 }
 

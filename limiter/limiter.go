@@ -649,22 +649,21 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 		})
 		*d = l.unavailable(true, cause, caps)
 	default:
-		st, out := l.h.Store(), outOfReach(cause) || l.h.BreakerOpen()
-		if st.Shared() && !out {
-			// Busy or slow, not down: the store answers calls, and the
-			// others go on counting in it. What this instance admitted
-			// alone would race their admissions, unseen by either,
-			// however long its announcements have failed. The attempt
-			// waits for the store, as long as its request lasts, or
-			// until the store is out of reach.
-			return l.decide(overload.Patient(ctx), keys, caps, n, d)
-		}
-		if wait := st.AloneAfter(); wait > 0 {
+		if wait := l.h.Store().AloneAfter(); wait > 0 {
+			if !down(cause) {
+				// Busy or slow, not down: this instance reached the
+				// store lately, and the others go on counting in it. What
+				// it admitted alone would race their admissions, unseen
+				// by either: the attempt waits for the store, as long as
+				// its request lasts, or until the store has been out of
+				// reach long enough to count alone.
+				return l.decide(overload.Patient(ctx), keys, caps, n, d)
+			}
 			// Down. Counted alone now, the attempt could race the other
 			// instances' admissions through the store, made before they
 			// keep room for this one's share. It waits until they do,
 			// and asks the store once more.
-			st.WantAlone()
+			l.h.Store().WantAlone()
 			t := time.NewTimer(wait)
 			defer t.Stop()
 			select {
@@ -677,8 +676,8 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 		err := l.countLocal(ctx, keys, caps, n, cause, d)
 		switch {
 		case err == nil:
-		case reason == store.ReasonOverloaded && !overload.IsPatient(ctx) && !out,
-			!out && store.ReasonOf(err) == store.ReasonFull:
+		case reason == store.ReasonOverloaded && !overload.IsPatient(ctx),
+			!down(cause) && store.ReasonOf(err) == store.ReasonFull:
 			// No room to count alone: wait for the store, however many
 			// calls already wait, rather than refuse. A busy store with
 			// memory full is waited for again, patient or not: it is
@@ -700,12 +699,6 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 func down(cause error) bool {
 	r := store.ReasonOf(cause)
 	return r == store.ReasonDown || r == store.ReasonClosed
-}
-
-// outOfReach reports whether a store that could not answer with cause is
-// down, or answers nothing at all (overload.ErrSilent), rather than busy.
-func outOfReach(cause error) bool {
-	return down(cause) || errors.Is(cause, overload.ErrSilent)
 }
 
 // refuse decides an attempt refused because the store could not answer.

@@ -1,14 +1,10 @@
 package store
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
-
-	"github.com/gatecount/gatecount/internal/overload"
 )
 
 // Defaults of [BreakerOptions].
@@ -121,27 +117,6 @@ func (b *breaker) record(err error, waited bool) {
 }
 
 func (b *breaker) open() bool { return b.openUntil.Load() != 0 }
-
-// settle records on l's breaker the outcome err of a call that went to the
-// backend, and returns the call's answer. A call answered, with or without
-// an error of the contract, marks the store as heard from. A wait that ran
-// out never opens the breaker. But when no call of the store has been
-// answered for aloneGrace announce intervals, its answer also wraps
-// overload.ErrSilent: the store is out of reach (a black hole, or every
-// connection held), not busy, and a limiter may count alone.
-func (s *Store) settle(l *lane, err error, waited bool) error {
-	l.breaker.record(err, waited)
-	now := s.now().UnixNano()
-	switch r := ReasonOf(err); {
-	case r == ReasonFull,
-		r == 0 && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
-		s.answered.Store(now)
-	case (r == ReasonOverloaded || r == ReasonDeadline) &&
-		now-s.answered.Load() > int64(aloneGrace*s.opts.Announce):
-		return &UnavailableError{Reason: r, Err: fmt.Errorf("%w: %w", overload.ErrSilent, err)}
-	}
-	return err
-}
 
 // BreakerOpen reports whether the breaker of any handle of the store, or of
 // its own calls (Sweep), is answering calls unavailable at once.

@@ -33,6 +33,15 @@ const quietAfter = 2
 // it, then one interval of margin.
 const aloneGrace = quietAfter + 3
 
+// staleAfter is how many announce intervals may pass since this instance
+// last read the fleet's entry before it no longer trusts what it read of
+// who owes the store. A member that went quiet just after that read may
+// count alone aloneGrace intervals later. A read quietAfter intervals
+// after its last announcement would have shown it as owing. So a read
+// older than aloneGrace-quietAfter intervals may have missed it; one
+// interval is kept as margin for the clocks.
+const staleAfter = aloneGrace - quietAfter - 1
+
 // The fleet's entry: one key, under a prefix no handle can have. A handle's
 // prefix ends in no particular way, but "gatecount.fleet\x00" holds a byte
 // no limiter name or prefix of this module uses.
@@ -69,6 +78,9 @@ type fleet struct {
 	// last said not. wantUntil is until when this instance says it may (see
 	// WantAlone).
 	okAt, markedAt, wantUntil atomic.Int64
+	// readAt is when the last announcement that succeeded began (Unix
+	// nanoseconds): the entry that owed holds was read no earlier.
+	readAt atomic.Int64
 	// joinedAt is when Join began the announcements (Unix nanoseconds):
 	// an instance that has reached no store yet is not taken as out of
 	// reach before the grace has passed since.
@@ -162,6 +174,7 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 	}
 	at := time.Now().UnixNano()
 	f.okAt.Store(at)
+	f.readAt.Store(began)
 	switch {
 	case !marked:
 		f.markedAt.Store(0)
@@ -314,7 +327,8 @@ func (s *Store) AloneAfter() time.Duration {
 // not heard from for two announce intervals is taken as owing, since it may
 // not have been able to say so. While this instance owes the store, and
 // until it has heard since who else does, it takes every other instance as
-// owing.
+// owing. So it does while its own announcements fail: what it last read
+// of the others may be too old to show one that has gone quiet.
 func (s *Store) Reserved(key string, limit int64) int64 {
 	f := &s.fleet
 	seen := f.seen.Load()
@@ -323,7 +337,7 @@ func (s *Store) Reserved(key string, limit int64) int64 {
 		return 0
 	}
 	owed := f.owed.Load()
-	all := f.assume.Load()
+	all := f.assume.Load() || time.Now().UnixNano()-f.readAt.Load() > int64(staleAfter*f.every)
 	if !all && (owed == nil || len(*owed) == 0) {
 		return 0
 	}

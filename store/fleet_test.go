@@ -189,6 +189,20 @@ func TestReservedForQuietMember(t *testing.T) {
 	reserved(t, b, "alice", 20, 0) // heard again
 }
 
+// An instance whose own announcements fail cannot tell who went quiet
+// since it last read the fleet: it keeps room for every other member's
+// share, and trusts what it reads again once its announcements land.
+func TestReservedWhileOwnViewStale(t *testing.T) {
+	var mute atomic.Bool
+	ss := fleetOf(t, 3, nil, &mute)
+	a, b, c := ss[0], ss[1], ss[2]
+	reserved(t, b, "alice", 20, 0)
+	mute.Store(true)
+	reserved(t, b, "alice", 20, a.Share("alice", 20)+c.Share("alice", 20))
+	mute.Store(false)
+	reserved(t, b, "alice", 20, 0)
+}
+
 // reserved waits until s keeps want of key's budget of limit for the
 // other members (see Store.Reserved).
 func reserved(t *testing.T, s *store.Store, key string, limit, want int64) {

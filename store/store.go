@@ -97,9 +97,6 @@ type Store struct {
 	prompt     bool
 	obs        Observer
 	now        func() time.Time // the breakers' clock
-	// answered is when a call last got the backend's answer (Unix
-	// nanoseconds on now): see settle.
-	answered atomic.Int64
 
 	mu       sync.Mutex
 	prefixes []string
@@ -126,7 +123,6 @@ func New(b Backend, opts Options) *Store {
 	}
 	s.slots.max = int64(opts.MaxInFlight)
 	s.now = time.Now
-	s.answered.Store(s.now().UnixNano())
 	s.sweeps.breaker.init(opts.Breaker, s.now, opts.Logger, "")
 	return s
 }
@@ -315,7 +311,9 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 		if err != nil && dctx.Err() != nil && ctx.Err() == nil && !errors.As(err, &own) && ReasonOf(err) == 0 {
 			err = &UnavailableError{Reason: ReasonDeadline, Err: err}
 		}
-		return s.settle(l, s.classify(ctx, err), waited)
+		err = s.classify(ctx, err)
+		l.breaker.record(err, waited)
+		return err
 	}
 	done := make(chan error, 1)
 	s.running.Add(1)
@@ -327,17 +325,23 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 	}()
 	select {
 	case err := <-done:
-		return s.settle(l, s.classify(ctx, err), waited)
+		err = s.classify(ctx, err)
+		l.breaker.record(err, waited)
+		return err
 	case <-dctx.Done():
 		select {
 		case err := <-done: // finished as the deadline came
-			return s.settle(l, s.classify(ctx, err), waited)
+			err = s.classify(ctx, err)
+			l.breaker.record(err, waited)
+			return err
 		default:
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return s.settle(l, &UnavailableError{Reason: ReasonDeadline, Err: fmt.Errorf("no answer within %v", s.opts.Deadline)}, waited)
+		err := &UnavailableError{Reason: ReasonDeadline, Err: fmt.Errorf("no answer within %v", s.opts.Deadline)}
+		l.breaker.record(err, waited)
+		return err
 	}
 }
 

@@ -16,10 +16,6 @@ var (
 	// ErrWaitedOut is the cause of the overloaded answer given to a call
 	// whose deadline passed while it waited for a slot.
 	ErrWaitedOut = errors.New("deadline passed while waiting for the store")
-	// ErrSilent marks a wait that ran out while no call of the store had
-	// been answered for the announcements' grace: the store is out of
-	// reach, not busy.
-	ErrSilent = errors.New("no call of the store answered lately")
 )
 
 type patientKey struct{}

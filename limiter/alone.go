@@ -251,9 +251,12 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 // flushAlone adds to the store, in one update, what this instance
 // admitted alone of keys (at most store.MaxKeys of them), and returns those
 // that have nothing left to add. It returns the store's error when the
-// store could not take them. Once in the store, a key's memory is dropped
-// when memory is three quarters full, as remember would not keep it.
-func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string, err error) {
+// store could not take them. A full store still takes the keys it holds.
+// Those it has no room for are returned as parked: their attempts stay
+// in memory, owed. With heldOnly, no key is created, and so none needs
+// room. Once in the store, a key's memory is dropped when memory is three
+// quarters full, as remember would not keep it.
+func (l *Limiter) flushAlone(ctx context.Context, keys []string, heldOnly bool) (done, parked []string, err error) {
 	m := &struct {
 		send [store.MaxKeys]int64
 		left [store.MaxKeys]time.Duration
@@ -277,7 +280,7 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 		return nil
 	})
 	if err != nil {
-		return keys, nil // not ours to add: memory holds something else
+		return keys, nil, nil // not ours to add: memory holds something else
 	}
 	var sub []string
 	var idx []int // of each of sub in keys
@@ -292,13 +295,17 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 		sub, idx = append(sub, k), append(idx, i)
 	}
 	if len(sub) == 0 {
-		return done, nil
+		return done, nil, nil
 	}
 	counts := make([]int64, len(sub)) // the store's counts once the keys' alone attempts are in
 	wins := make([]int64, len(sub))   // and their windows' ends
-	err = l.h.Update(ctx, sub, func(now time.Time, es []store.Entry) error {
+	absent := make([]bool, len(sub))  // the store has no entry to add to, and heldOnly
+	add := func(now time.Time, es []store.Entry) error {
 		for j := range es {
 			e := &es[j]
+			if absent[j] = heldOnly && !e.Live(); absent[j] {
+				continue
+			}
 			if b := m.caps[idx[j]]; b.Algorithm != store.FixedWindow {
 				if err := b.AddUnits(now, e, m.send[idx[j]]); err != nil {
 					return err
@@ -324,17 +331,35 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 			wins[j] = e.ExpiresAt.UnixMilli()
 		}
 		return nil
-	})
+	}
+	err = l.h.Update(ctx, sub, add)
+	if !heldOnly && store.ReasonOf(err) == store.ReasonFull {
+		heldOnly = true // no room for some: the others still go in
+		err = l.h.Update(ctx, sub, add)
+	}
 	if err != nil {
 		l.unclaim(ctx, keys, m.send[:len(keys)])
 		if errors.Is(err, store.ErrUnavailable) {
-			return done, err
+			return done, nil, err
 		}
-		return keys, err // not counts: nothing this limiter can add to
+		return keys, nil, err // not counts: nothing this limiter can add to
+	}
+	var back [store.MaxKeys]int64 // what goes back to memory unsent, of each of parked
+	for j := range sub {
+		if absent[j] {
+			back[len(parked)] = m.send[idx[j]]
+			parked = append(parked, sub[j])
+		}
+	}
+	if len(parked) > 0 {
+		l.unclaim(ctx, parked, back[:len(parked)])
 	}
 	roomy := l.localB.Entries() < l.room/4*memoRoom
 	l.local.Update(ctx, sub, func(now time.Time, es []store.Entry) error {
 		for j := range es {
+			if absent[j] {
+				continue
+			}
 			k, err := knownOf(&es[j])
 			if err != nil || !es[j].Live() {
 				done = append(done, sub[j])
@@ -355,7 +380,7 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string) (done []string,
 		}
 		return nil
 	})
-	return done, nil
+	return done, parked, nil
 }
 
 // Credit gives back, in one store update, the attempt d counted on the keys

@@ -929,3 +929,56 @@ func TestVouchedKeepRoom(t *testing.T) {
 		t.Fatalf("new keys vouched for, strangers having filled memory: %d counted alone, want the room kept, %d", n, reserve)
 	}
 }
+
+// What was admitted alone reaches a full store once it answers again. A key
+// the store holds takes its attempts at once, though the same update had a
+// new key the store has no room for. The new key's attempts are kept, and
+// land once another instance has made the key in the store.
+func TestFullStoreTakesAttemptsAdmittedAlone(t *testing.T) {
+	ctx := context.Background()
+	c, l := newCounting(t, limiter.Local, limiter.Budget{Limit: 5, Window: time.Minute}, 8)
+	if d, _ := l.Attempt(ctx, "held"); !d.Allowed {
+		t.Fatalf("first attempt: %+v", d)
+	}
+	for i := 0; ; i++ { // until the store has no room for a new key
+		if i == 20 {
+			t.Fatal("the store never filled")
+		}
+		if d, _ := l.Attempt(ctx, fmt.Sprint("fill", i)); d.Local {
+			break
+		}
+	}
+	c.down.Store(true)
+	for range 2 {
+		if d, _ := l.Attempt(ctx, "held", "new"); !d.Allowed || !d.Local {
+			t.Fatalf("while down: %+v, want admitted alone", d)
+		}
+	}
+	c.down.Store(false)
+	h := l.Handle()
+	waitCount := func(key string, want int64) {
+		t.Helper()
+		for i := 0; storedCount(t, h, key) != want; i++ {
+			if i == 1000 {
+				t.Fatalf("%q in the store: %d after 10 s, want %d", key, storedCount(t, h, key), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitCount("held", 3)
+	// Another instance makes room, and the key.
+	err := h.Update(ctx, []string{"fill0"}, func(now time.Time, es []store.Entry) error {
+		es[0].Value = nil
+		return nil
+	})
+	if err == nil {
+		err = h.Update(ctx, []string{"new"}, func(now time.Time, es []store.Entry) error {
+			es[0].Value, es[0].ExpiresAt = []byte("1"), now.Add(time.Minute)
+			return nil
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCount("new", 3)
+}

@@ -23,6 +23,9 @@ const (
 	// flushBatch bounds the keys one round adds to the store, in updates
 	// of store.MaxKeys keys.
 	flushBatch = 1024
+	// parkedEvery is how often the outbox tries again the keys a full
+	// store had no room for.
+	parkedEvery = 4 * time.Second
 )
 
 // ErrOutboxFull is returned by Credit when [MaxCredits] credits already wait
@@ -35,10 +38,17 @@ var ErrOutboxFull = fmt.Errorf("limiter: %d credits already wait for the store",
 // every outboxEvery until everything has landed, and at once when a credit
 // comes: a credit that lags lets the owner it gives back to be refused.
 type outbox struct {
-	mu      sync.Mutex
-	alone   map[string]struct{}
-	credits []credit
-	kick    chan struct{} // a credit came: start a round without waiting for the tick
+	mu    sync.Mutex
+	alone map[string]struct{}
+	// parked holds the keys with attempts admitted alone that a full store
+	// had no room for. No instance counts them in the store while it stays
+	// full. They are tried again every parkedEvery, in case another
+	// instance has made room for one since: until then, the others keep
+	// room for this instance's share.
+	parked   map[string]struct{}
+	parkedAt time.Time // when parked keys were last tried
+	credits  []credit
+	kick     chan struct{} // a credit came: start a round without waiting for the tick
 
 	// The keys of the credits being landed now (by a round or a Credit
 	// call), a channel closed, and made anew, whenever a landing ends, and
@@ -57,9 +67,9 @@ func (o *outbox) admitted(l *Limiter, keys []string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.alone == nil {
-		o.alone = map[string]struct{}{}
+		o.alone, o.parked = map[string]struct{}{}, map[string]struct{}{}
 	}
-	if len(o.alone) == 0 && !o.closed {
+	if !o.owes() && !o.closed {
 		l.h.Store().Owing(true)
 	}
 	for _, k := range keys {
@@ -67,6 +77,9 @@ func (o *outbox) admitted(l *Limiter, keys []string) {
 	}
 	o.start(l)
 }
+
+// owes reports whether o holds attempts admitted alone. o.mu is held.
+func (o *outbox) owes() bool { return len(o.alone)+len(o.parked) > 0 }
 
 // retry keeps c to be tried again.
 func (o *outbox) retry(l *Limiter, c credit) error {
@@ -211,9 +224,10 @@ func (o *outbox) close(l *Limiter) {
 	o.mu.Unlock()
 	o.done.Wait()
 	o.mu.Lock()
-	if len(o.alone) > 0 { // not sent, and never will be
+	if o.owes() { // not sent, and never will be
 		l.h.Store().Owing(false)
 		clear(o.alone)
+		clear(o.parked)
 	}
 	o.mu.Unlock()
 }
@@ -243,7 +257,7 @@ func (l *Limiter) drain() {
 		}
 		if l.sendOnce(ctx) {
 			o.mu.Lock()
-			if len(o.alone) == 0 && len(o.credits) == 0 {
+			if !o.owes() && len(o.credits) == 0 {
 				o.running = false
 				o.mu.Unlock()
 				return
@@ -266,6 +280,16 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 			break
 		}
 		keys = append(keys, k)
+	}
+	var parked []string // tried again this round
+	if now := time.Now(); len(o.parked) > 0 && now.Sub(o.parkedAt) >= parkedEvery {
+		o.parkedAt = now
+		for k := range o.parked {
+			if len(parked) == flushBatch {
+				break
+			}
+			parked = append(parked, k)
+		}
 	}
 	credits := o.credits
 	o.credits = nil
@@ -303,12 +327,38 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 			l.log.Warn("a credit could not be given", "kind", KindOutbox, "err", err)
 		}
 	}
-	var sent []string
+	sent, noRoom, ok := l.flushKeys(ctx, keys, false, ok)
+	unparked, _, ok := l.flushKeys(ctx, parked, true, ok)
+	o.mu.Lock()
+	o.credits = append(failed, o.credits...)
+	owed := o.owes()
+	for _, k := range sent {
+		delete(o.alone, k)
+	}
+	for _, k := range noRoom {
+		delete(o.alone, k)
+		o.parked[k] = struct{}{}
+	}
+	for _, k := range unparked {
+		delete(o.parked, k)
+	}
+	if owed && !o.owes() {
+		l.h.Store().Owing(false)
+	}
+	o.mu.Unlock()
+	return ok && !full
+}
+
+// flushKeys adds to the store what this instance admitted alone of keys,
+// in updates of store.MaxKeys keys, while ok (see flushAlone for heldOnly).
+// It returns the keys with nothing left to add, those the store had no
+// room for, and false once the store was unavailable.
+func (l *Limiter) flushKeys(ctx context.Context, keys []string, heldOnly, ok bool) (done, parked []string, _ bool) {
 	for len(keys) > 0 && ok {
 		batch := keys[:min(len(keys), store.MaxKeys)]
 		keys = keys[len(batch):]
-		done, err := l.flushAlone(ctx, batch)
-		sent = append(sent, done...)
+		d, p, err := l.flushAlone(ctx, batch, heldOnly)
+		done, parked = append(done, d...), append(parked, p...)
 		switch {
 		case err == nil:
 		case errors.Is(err, store.ErrUnavailable):
@@ -317,15 +367,5 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 			l.log.Warn("attempts admitted alone could not be added to the store", "kind", KindOutbox, "err", err)
 		}
 	}
-	o.mu.Lock()
-	o.credits = append(failed, o.credits...)
-	owed := len(o.alone) > 0
-	for _, k := range sent {
-		delete(o.alone, k)
-	}
-	if owed && len(o.alone) == 0 {
-		l.h.Store().Owing(false)
-	}
-	o.mu.Unlock()
-	return ok && !full
+	return done, parked, ok
 }

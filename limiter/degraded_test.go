@@ -940,14 +940,7 @@ func TestFullStoreTakesAttemptsAdmittedAlone(t *testing.T) {
 	if d, _ := l.Attempt(ctx, "held"); !d.Allowed {
 		t.Fatalf("first attempt: %+v", d)
 	}
-	for i := 0; ; i++ { // until the store has no room for a new key
-		if i == 20 {
-			t.Fatal("the store never filled")
-		}
-		if d, _ := l.Attempt(ctx, fmt.Sprint("fill", i)); d.Local {
-			break
-		}
-	}
+	fillStore(ctx, t, l)
 	c.down.Store(true)
 	for range 2 {
 		if d, _ := l.Attempt(ctx, "held", "new"); !d.Allowed || !d.Local {
@@ -981,4 +974,49 @@ func TestFullStoreTakesAttemptsAdmittedAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCount("new", 3)
+}
+
+// A full store's counts of the keys it holds are remembered, though the
+// attempt had a new key counted alone. Counting alone later goes on from
+// them: a held key at 4 of 5 admits one more while the store is down, not
+// what the count at its first attempt left.
+func TestFullStoreCountsRemembered(t *testing.T) {
+	ctx := context.Background()
+	c, l := newCounting(t, limiter.Local, limiter.Budget{Limit: 5, Window: time.Minute}, 8)
+	if d, _ := l.Attempt(ctx, "held"); !d.Allowed || d.Local {
+		t.Fatalf("first attempt: %+v, want admitted by the store", d)
+	}
+	fillStore(ctx, t, l)
+	for i := range 3 {
+		if d, _ := l.Attempt(ctx, "held", "new"); !d.Allowed {
+			t.Fatalf("attempt %d with a new key, store full: %+v", i, d)
+		}
+	}
+	if n := storedCount(t, l.Handle(), "held"); n != 4 {
+		t.Fatalf("held key in the store: %d, want 4", n)
+	}
+	c.down.Store(true)
+	admitted := 0
+	for range 5 {
+		if d, _ := l.Attempt(ctx, "held"); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("held key at 4 of 5, store down: %d admitted alone, want 1", admitted)
+	}
+}
+
+// fillStore makes attempts on new keys until the store has no room for
+// one, which l then counts alone.
+func fillStore(ctx context.Context, t *testing.T, l *limiter.Limiter) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatal("the store never filled")
+		}
+		if d, _ := l.Attempt(ctx, fmt.Sprint("fill", i)); d.Local {
+			return
+		}
+	}
 }

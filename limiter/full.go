@@ -121,6 +121,12 @@ func (l *Limiter) countFresh(ctx context.Context, keys []string, caps []store.Bu
 			}
 		}
 	}
+	if l.memo {
+		// Memory learns the held keys' counts, and what the store admitted
+		// for this instance, as from any answer: counting alone later
+		// starts from them (t has no window for the fresh keys yet).
+		l.remember(ctx, keys, caps, cost, t, nil)
+	}
 	for j := range n {
 		t.Counts[at[j]] = lt.Counts[j]
 		if !lt.ExpiresAt[j].IsZero() {

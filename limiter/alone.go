@@ -520,20 +520,23 @@ func (l *Limiter) budgetOf(d *Decision, i int) store.Budget {
 // added to the store, whose clock keeps its window.
 const anyWindow = -1
 
-// lowerAlone takes n attempts off what memory holds of key as admitted
-// alone and not yet sent to the store. It reports whether there were as
-// many: an attempt's cost is sent to the store whole, never in part.
+// lowerAlone gives back n attempts of key that this instance admitted
+// alone: they no longer spend its share. It reports whether they were
+// taken off those not yet sent to the store. Otherwise they are on their
+// way to it, or in it, and the caller's credit follows them: an attempt's
+// cost is sent to the store whole, never in part.
 func (l *Limiter) lowerAlone(ctx context.Context, key string, n int64) bool {
 	took := false
 	l.local.Update(ctx, []string{key}, func(_ time.Time, es []store.Entry) error {
 		k, err := knownOf(&es[0])
-		if err != nil || !es[0].Live() || k.alone < n {
+		if err != nil || !es[0].Live() {
 			return err
 		}
-		k.alone -= n
+		if took = k.alone >= n; took {
+			k.alone -= n
+		}
 		k.given = max(k.given-n, 0)
 		k.put(&es[0])
-		took = true
 		return nil
 	})
 	return took

@@ -1020,3 +1020,38 @@ func fillStore(ctx context.Context, t *testing.T, l *limiter.Limiter) {
 		}
 	}
 }
+
+// An attempt admitted alone and given back no longer spends this
+// instance's share, though it reached the store before the refund: an
+// owner whose sign-ins succeed is not refused by them. Four times over a
+// budget of 3, an attempt is admitted alone, lands in the store, and is
+// refunded while the store is down again; each is admitted.
+func TestRefundAfterSendFreesShare(t *testing.T) {
+	ctx := context.Background()
+	c, l := newCounting(t, limiter.Local, limiter.Budget{Limit: 3, Window: time.Minute}, 0)
+	h := l.Handle()
+	waitCount := func(want int64) {
+		t.Helper()
+		for i := 0; storedCount(t, h, "k") != want; i++ {
+			if i == 1000 {
+				t.Fatalf("the store's count: %d after 10 s, want %d", storedCount(t, h, "k"), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for i := range 4 {
+		c.down.Store(true)
+		d, err := l.Attempt(ctx, "k")
+		if err != nil || !d.Allowed || !d.Local {
+			t.Fatalf("attempt %d, store down: %+v, %v; want admitted alone", i, d, err)
+		}
+		c.down.Store(false)
+		waitCount(1) // sent
+		c.down.Store(true)
+		if err := l.Refund(ctx, d); err != nil {
+			t.Fatalf("refund %d: %v", i, err)
+		}
+		c.down.Store(false)
+		waitCount(0) // given back
+	}
+}

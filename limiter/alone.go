@@ -36,9 +36,10 @@ var errNoShare = errors.New("limiter: this instance has not counted the instance
 // otherwise. The memory of such a key is kept for the budget's Span, so
 // that counting alone never refills.
 //
-// alg, limit, windowMs and burst are the budget of the attempts admitted
-// alone, when it is not a fixed window (alg 0). The outbox adds them to the
-// store under it.
+// alg, limit and burst are the budget of the attempts admitted alone, when
+// it is not a fixed window (alg 0). The outbox adds them to the store under
+// it. windowMs is that budget's window, whatever its algorithm: an entry
+// the outbox makes for them opens a whole window.
 type known struct {
 	seen, alone, asked, sending, flying, win, given, mine, next int64
 	alg, limit, windowMs, burst                                 int64
@@ -54,10 +55,12 @@ func (k known) budget() (store.Budget, bool) {
 		Burst: int(k.burst), Algorithm: store.Algorithm(k.alg)}, true
 }
 
-// setBudget records b in k, when it is not a fixed window.
+// setBudget records b in k: its window, and the rest when it is not a
+// fixed window.
 func (k *known) setBudget(b store.Budget) {
+	k.windowMs = b.Window.Milliseconds()
 	if b.Algorithm != store.FixedWindow {
-		k.alg, k.limit, k.windowMs, k.burst = int64(b.Algorithm), int64(b.Limit), b.Window.Milliseconds(), int64(b.Burst)
+		k.alg, k.limit, k.burst = int64(b.Algorithm), int64(b.Limit), int64(b.Burst)
 	}
 }
 
@@ -260,7 +263,8 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string, heldOnly bool) 
 	m := &struct {
 		send [store.MaxKeys]int64
 		left [store.MaxKeys]time.Duration
-		caps [store.MaxKeys]store.Budget // of keys not counted by fixed windows
+		win  [store.MaxKeys]time.Duration // the budget's window, for a new entry
+		caps [store.MaxKeys]store.Budget  // of keys not counted by fixed windows
 	}{}
 	var busy [store.MaxKeys]bool
 	err = l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
@@ -272,6 +276,7 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string, heldOnly bool) 
 			if es[i].Live() && k.alone > 0 {
 				m.caps[i], _ = k.budget()
 				m.send[i], m.left[i] = k.claim(), es[i].ExpiresAt.Sub(now)
+				m.win[i] = max(time.Duration(k.windowMs)*time.Millisecond, m.left[i])
 				k.put(&es[i])
 			} else if es[i].Live() && k.sending > 0 {
 				busy[i] = true // another call sends them: not done until it lands
@@ -324,8 +329,8 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string, heldOnly bool) 
 					return err
 				}
 				counts[j] += c
-			} else {
-				e.ExpiresAt = now.Add(m.left[idx[j]])
+			} else { // a whole window from now: see store.Store.Reserved
+				e.ExpiresAt = now.Add(m.win[idx[j]])
 			}
 			e.Value = value.AppendCount(e.Value[:0], counts[j])
 			wins[j] = e.ExpiresAt.UnixMilli()
@@ -351,8 +356,8 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string, heldOnly bool) 
 			parked = append(parked, sub[j])
 		}
 	}
-	if len(parked) > 0 {
-		l.unclaim(ctx, parked, back[:len(parked)])
+	if len(parked) > 0 { // the caller keeps them: not queued again
+		l.restore(ctx, parked, back[:len(parked)])
 	}
 	roomy := l.localB.Entries() < l.room/4*memoRoom
 	l.local.Update(ctx, sub, func(now time.Time, es []store.Entry) error {

@@ -23,10 +23,16 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 	copy(m.caps[:], caps)
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
 	var fresh uint8 // bit i: keys[i] has no entry in the store
+	l.unseen(ctx, m)
 	err := l.h.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
 		var err error
 		if fresh, err = readCounts(now, es, cs, n, t); err != nil {
 			return err
+		}
+		for i := range es {
+			if t.Limiting < 0 && fresh>>i&1 == 0 && t.Counts[i]+m.kept(i, &es[i])+n > cs[i].Capacity() {
+				t.Limiting, t.Allowed = i, false // room is kept for attempts not in the store yet
+			}
 		}
 		if t.Limiting >= 0 || l.policy == Deny && fresh != 0 {
 			return nil // nothing changes
@@ -84,6 +90,27 @@ func (l *Limiter) countHeld(ctx context.Context, keys []string, caps []store.Bud
 		l.log.Warn("store full: keys it holds are counted there, new keys in process memory", "kind", KindStoreFull, "err", cause)
 	})
 	return l.countFresh(ctx, keys, caps, n, cause, t, fresh, d)
+}
+
+// unseen sets the room m's attempt keeps in each key for attempts admitted
+// that the store may not count yet (see memoCall.kept): what the others
+// owe (see owe), and what this instance admitted alone and has not sent,
+// or sent without an answer. An attempt counted in the store keeps room
+// for them, as countSending does.
+func (l *Limiter) unseen(ctx context.Context, m *memoCall) {
+	l.owe(m, m.keys[:m.n], m.caps[:m.n], m.cost)
+	if !l.memo {
+		return
+	}
+	es, err := l.local.Read(ctx, m.keys[:m.n])
+	if err != nil {
+		return
+	}
+	for i := range es {
+		if k, err := knownOf(&es[i]); err == nil {
+			m.hold[i] += k.unsent() + k.flying
+		}
+	}
 }
 
 // countFresh counts in process memory the keys marked in fresh, which the

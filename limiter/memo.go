@@ -133,7 +133,7 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 				}
 			}
 			if kn[i].alone > 0 {
-				m.send[i], m.left[i] = kn[i].claim(), es[i].ExpiresAt.Sub(now)
+				m.send[i] = kn[i].claim()
 				m.sending, changed = true, true
 			}
 			if changed {
@@ -157,15 +157,15 @@ func (l *Limiter) recall(ctx context.Context, keys []string, caps []store.Budget
 	return true, nil
 }
 
-// owe adds to m.hold, for each of keys, the room kept for what other
-// instances owe the store (see store.Store.Reserved). When m is nil, it
-// makes one for an attempt of cost n on keys with caps, if anything is
+// owe adds to m.hold and m.young, for each of keys, the room kept for what
+// other instances owe the store (see store.Store.Reserved). When m is nil,
+// it makes one for an attempt of cost n on keys with caps, if anything is
 // owed. It returns m.
 func (l *Limiter) owe(m *memoCall, keys []string, caps []store.Budget, n int64) *memoCall {
 	s := l.h.Store()
 	for i := range keys {
-		r := s.Reserved(keys[i], caps[i].Capacity())
-		if r <= 0 {
+		all, young, since := s.Reserved(keys[i], caps[i].Capacity())
+		if all <= 0 && young <= 0 {
 			continue
 		}
 		if m == nil {
@@ -173,10 +173,38 @@ func (l *Limiter) owe(m *memoCall, keys []string, caps []store.Budget, n int64) 
 			copy(m.keys[:], keys)
 			copy(m.caps[:], caps)
 		}
-		m.hold[i] += r
+		m.hold[i] += all
+		m.young[i] += young
+		m.room.since = since
 		m.sending = true
 	}
 	return m
+}
+
+// room is what an attempt counted in the store keeps free in a key's
+// entry for attempts the store does not hold yet: hold in every entry,
+// and young more in a new one (see newEntry).
+type room struct {
+	since time.Time // the store's time from which an entry is new
+}
+
+// newEntry reports whether the store's entry e of a key with budget b is
+// new from since (the store's clock): none, or one whose window began at
+// since or later. An instance that holds attempts of keys the store had no
+// room for can hold them of such a key only (see store.Store.Reserved).
+// Only a fixed window tells when it began: any other entry is taken as
+// new.
+func newEntry(e *store.Entry, b store.Budget, since time.Time) bool {
+	return !e.Live() || b.Algorithm != store.FixedWindow || !e.ExpiresAt.Add(-b.Window).Before(since)
+}
+
+// kept is the room an attempt counted in the store keeps free in entry e
+// of key i (see memoCall.hold).
+func (m *memoCall) kept(i int, e *store.Entry) int64 {
+	if m.young[i] > 0 && newEntry(e, m.caps[i], m.room.since) {
+		return m.hold[i] + m.young[i]
+	}
+	return m.hold[i]
 }
 
 // unheld reports whether memory holds none of keys, for a limiter whose
@@ -227,10 +255,20 @@ func (l *Limiter) landed(ctx context.Context, m *memoCall) {
 	})
 }
 
-// unclaim gives back to memory the attempts admitted alone that m claimed,
-// when the store did not take them: they are sent again later.
+// unclaim gives back to memory the attempts admitted alone of keys that a
+// call claimed, send[i] of keys[i], when the store did not take them: the
+// outbox sends them again later.
 func (l *Limiter) unclaim(ctx context.Context, keys []string, send []int64) {
+	if back := l.restore(ctx, keys, send); len(back) > 0 {
+		l.out.admitted(l, back)
+	}
+}
+
+// restore gives back to memory what unclaim does, and returns the keys
+// that had any.
+func (l *Limiter) restore(ctx context.Context, keys []string, send []int64) (back []string) {
 	l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
+		back = back[:0] // an apply may run again
 		for i := range es {
 			if send[i] == 0 || !es[i].Live() {
 				continue
@@ -242,10 +280,11 @@ func (l *Limiter) unclaim(ctx context.Context, keys []string, send []int64) {
 			k.alone += send[i]
 			k.sending = max(k.sending-send[i], 0)
 			k.put(&es[i])
+			back = append(back, keys[i])
 		}
 		return nil
 	})
-	l.out.admitted(l, keys)
+	return back
 }
 
 // countSending counts the attempt m describes in the store, in one update
@@ -270,13 +309,13 @@ func (l *Limiter) countSending(ctx context.Context, m *memoCall, d *Decision) er
 					return err
 				}
 				t.Counts[i], t.ExpiresAt[i] = c, e.ExpiresAt
-			} else if m.send[i] > 0 {
-				t.ExpiresAt[i] = now.Add(m.left[i])
+			} else if m.send[i] > 0 { // a whole window: see store.Store.Reserved
+				t.ExpiresAt[i] = now.Add(cs[i].Window)
 			}
 			t.Counts[i] += m.send[i]
 			// what another call is adding may not be in the store yet:
 			// room is kept for it
-			if t.Limiting < 0 && t.Counts[i]+m.hold[i]+m.cost > int64(cs[i].Limit) {
+			if t.Limiting < 0 && t.Counts[i]+m.kept(i, e)+m.cost > int64(cs[i].Limit) {
 				t.Limiting = i
 			}
 		}
@@ -307,20 +346,17 @@ func (l *Limiter) countSendingUnits(ctx context.Context, m *memoCall, d *Decisio
 		*t = store.Tally{Now: now, Limiting: -1}
 		for i := range es {
 			e := &es[i]
+			keep := m.kept(i, e) // as the entry was before this call
 			if m.send[i] > 0 {
-				live := e.Live()
 				if err := cs[i].AddUnits(now, e, m.send[i]); err != nil {
 					return err
-				}
-				if !live && cs[i].Algorithm == store.FixedWindow {
-					e.ExpiresAt = now.Add(m.left[i]) // the rest of memory's window
 				}
 			}
 			c, _, err := cs[i].Units(now, *e)
 			if err != nil {
 				return err
 			}
-			if t.Limiting < 0 && c+m.hold[i]+m.cost > cs[i].Capacity() {
+			if t.Limiting < 0 && c+keep+m.cost > cs[i].Capacity() {
 				t.Limiting = i
 			}
 		}
@@ -471,13 +507,13 @@ type memoCall struct {
 	caps [MaxKeys]store.Budget
 	t    store.Tally
 	// send holds, for each key, the attempts admitted alone that this call
-	// claimed to add to the store. left holds what was left of the key's
-	// window in memory then. hold holds those that another call or another
-	// instance may still add, which the store does not hold yet. sending is
-	// set when any key has either.
-	send, hold [MaxKeys]int64
-	left       [MaxKeys]time.Duration
-	sending    bool
+	// claimed to add to the store. hold holds those that another call or
+	// another instance may still add, which the store does not hold yet.
+	// young holds more of them, kept only in a new entry (see newEntry).
+	// sending is set when any key has any.
+	send, hold, young [MaxKeys]int64
+	room              room
+	sending           bool
 	// flew is set when memory counts this call's cost among the attempts
 	// sent to the store and not answered (known.flying), until landed or
 	// remember.

@@ -43,8 +43,9 @@ type outbox struct {
 	// parked holds the keys with attempts admitted alone that a full store
 	// had no room for. No instance counts them in the store while it stays
 	// full. They are tried again every parkedEvery, in case another
-	// instance has made room for one since: until then, the others keep
-	// room for this instance's share.
+	// instance has made an entry for one since: until then, the others
+	// keep room for this instance's share in new entries (see
+	// store.Store.Parking).
 	parked   map[string]struct{}
 	parkedAt time.Time // when parked keys were last tried
 	credits  []credit
@@ -69,7 +70,7 @@ func (o *outbox) admitted(l *Limiter, keys []string) {
 	if o.alone == nil {
 		o.alone, o.parked = map[string]struct{}{}, map[string]struct{}{}
 	}
-	if !o.owes() && !o.closed {
+	if len(o.alone) == 0 && !o.closed {
 		l.h.Store().Owing(true)
 	}
 	for _, k := range keys {
@@ -224,9 +225,12 @@ func (o *outbox) close(l *Limiter) {
 	o.mu.Unlock()
 	o.done.Wait()
 	o.mu.Lock()
-	if o.owes() { // not sent, and never will be
+	if len(o.alone) > 0 { // not sent, and never will be
 		l.h.Store().Owing(false)
 		clear(o.alone)
+	}
+	if len(o.parked) > 0 {
+		l.h.Store().Parking(false)
 		clear(o.parked)
 	}
 	o.mu.Unlock()
@@ -328,10 +332,10 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 		}
 	}
 	sent, noRoom, ok := l.flushKeys(ctx, keys, false, ok)
-	unparked, _, ok := l.flushKeys(ctx, parked, true, ok)
+	unparked, _, ok := l.flushKeys(ctx, parked, true, ok) // those still without room stay
 	o.mu.Lock()
 	o.credits = append(failed, o.credits...)
-	owed := o.owes()
+	owed, parking := len(o.alone) > 0, len(o.parked) > 0
 	for _, k := range sent {
 		delete(o.alone, k)
 	}
@@ -342,8 +346,16 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 	for _, k := range unparked {
 		delete(o.parked, k)
 	}
-	if owed && !o.owes() {
+	// Parking is said before owing is taken back: the others keep room
+	// for the attempts throughout.
+	if !parking && len(o.parked) > 0 {
+		l.h.Store().Parking(true)
+	}
+	if owed && len(o.alone) == 0 {
 		l.h.Store().Owing(false)
+	}
+	if parking && len(o.parked) == 0 {
+		l.h.Store().Parking(false)
 	}
 	o.mu.Unlock()
 	return ok && !full

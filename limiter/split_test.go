@@ -25,7 +25,7 @@ func TestSplitAcrossInstances(t *testing.T) {
 	budgets := []int{1, 5, 20, 30}
 	for _, kind := range []string{"postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
-			ls, proxies := instances(t, kind, 3, limiter.Budget{Limit: 1, Window: time.Minute})
+			ls, proxies := instances(t, kind, 3, limiter.Budget{Limit: 1, Window: time.Minute}, 0)
 			for _, p := range proxies {
 				p.Cut()
 			}

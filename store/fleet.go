@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -54,7 +55,9 @@ const (
 // share it. Each instance announces itself in one entry, and keeps what it
 // last read there. The entry is a JSON object of member IDs and the Unix
 // milliseconds each is counted until. The time is negative while the member
-// owes the store attempts it admitted alone.
+// owes the store attempts it admitted alone. While a member holds attempts
+// of keys the store had no room for, its ID with parkedSuffix maps to the
+// store's time (Unix milliseconds) from which it may have admitted them.
 type fleet struct {
 	id    string // this instance's member ID: 8 bytes of its InstanceID, in hex
 	every time.Duration
@@ -67,6 +70,13 @@ type fleet struct {
 	// owed holds the ranks of the other members that owe the store, at the
 	// last announcement.
 	owed atomic.Pointer[[]int]
+	// parking counts this instance's limiters that hold attempts of keys
+	// the store had no room for, and parkedAt is when the first of them
+	// began (Unix nanoseconds).
+	parking, parkedAt atomic.Int64
+	// parked is what the last announcement read of the other members that
+	// hold such attempts.
+	parked atomic.Pointer[parkedView]
 	// assume is set while this instance owes the store. It stays set until
 	// an announcement made once it owes nothing has told who else does. An
 	// overload that made it count alone likely made the others do so too,
@@ -102,6 +112,19 @@ type fleet struct {
 
 // noRank is the rank of an instance the fleet's entry had no room for.
 const noRank = 1<<32 - 1
+
+// parkedSuffix ends the name, in the fleet's entry, of a member's time
+// from which it holds attempts of keys the store had no room for.
+const parkedSuffix = "/parked"
+
+// parkedView is what an announcement read of the members that hold
+// attempts of keys the store had no room for: their ranks, and the
+// earliest store time (Unix milliseconds) from which one may have
+// admitted them.
+type parkedView struct {
+	ranks []int
+	since int64
+}
 
 // Join starts announcing this instance in a shared store, so that it can
 // tell its share of a budget (see [Store.Share]). A limiter that may count
@@ -160,12 +183,17 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 	f := &s.fleet
 	var members, rank int
 	var owed []int
+	var parked parkedView
 	owing := f.owing.Load() > 0
 	began := time.Now().UnixNano()
 	marked := owing || began < f.wantUntil.Load()
 	err := s.call(ctx, &f.lane, func(ctx context.Context) error {
 		return s.b.Update(ctx, fleetPrefix, []string{fleetKey}, func(now time.Time, es []Entry) error {
-			members, rank, owed = f.rewrite(now, &es[0], leaving, marked)
+			since := int64(0) // the store's time from which this instance parks, earlier never later
+			if at := f.parkedAt.Load(); f.parking.Load() > 0 && at != 0 {
+				since = now.Add(-time.Duration(time.Now().UnixNano() - at)).UnixMilli()
+			}
+			members, rank, owed, parked = f.rewrite(now, &es[0], leaving, marked, since)
 			return nil
 		})
 	})
@@ -183,6 +211,7 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 	}
 	f.seen.Store(uint64(members)<<32 | uint64(uint32(rank)))
 	f.owed.Store(&owed)
+	f.parked.Store(&parked)
 	if first := f.firstAt.Load(); first == 0 {
 		f.firstAt.Store(began)
 	} else if began-first >= int64(f.every/2) {
@@ -195,38 +224,60 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 
 // rewrite updates the fleet's entry e. Members past their time go. This
 // instance is counted until memberLife intervals from now (or taken out,
-// when leaving), and marked as owing the store when marked. It returns the
-// members counted, this instance's rank among them (noRank when the entry
-// had no room for it), and the ranks of the others that owe the store.
-func (f *fleet) rewrite(now time.Time, e *Entry, leaving, marked bool) (members, rank int, owed []int) {
+// when leaving), and marked as owing the store when marked. When since is
+// not 0, it is written as the store's time from which this instance holds
+// attempts of keys the store had no room for. It returns the members
+// counted, this instance's rank among them (noRank when the entry had no
+// room for it), the ranks of the others that owe the store, and those of
+// the others that hold such attempts.
+func (f *fleet) rewrite(now time.Time, e *Entry, leaving, marked bool, since int64) (members, rank int, owed []int, parked parkedView) {
 	m := map[string]int64{}
 	if e.Live() && json.Unmarshal(e.Value, &m) != nil {
 		m = map[string]int64{} // not ours: written again
 	}
 	nowMs := now.UnixMilli()
 	for id, until := range m {
-		if abs(until) <= nowMs {
+		if !strings.HasSuffix(id, parkedSuffix) && abs(until) <= nowMs {
 			delete(m, id)
 		}
 	}
 	delete(m, f.id)
+	delete(m, f.id+parkedSuffix)
+	for id := range m { // a member's parked time goes with it
+		if member, ok := strings.CutSuffix(id, parkedSuffix); ok {
+			if _, live := m[member]; !live {
+				delete(m, id)
+			}
+		}
+	}
 	until := now.Add(memberLife * f.every).UnixMilli()
 	if marked {
 		until = -until
 	}
 	if !leaving {
 		m[f.id] = until
+		if since != 0 {
+			m[f.id+parkedSuffix] = since
+		}
 	}
 	v, _ := json.Marshal(m)
 	rank = noRank
 	if len(v) > MaxValueSize { // no room: counted as a member all the same, with no share
 		delete(m, f.id)
+		delete(m, f.id+parkedSuffix)
 		v, _ = json.Marshal(m)
 		members = len(m) + 1
+		for id := range m {
+			if strings.HasSuffix(id, parkedSuffix) {
+				members--
+			}
+		}
 	} else {
 		ids := make([]string, 0, len(m))
 		for id := range m {
-			ids = append(ids, id)
+			if !strings.HasSuffix(id, parkedSuffix) {
+				ids = append(ids, id)
+			}
 		}
 		slices.Sort(ids)
 		rank, members = slices.Index(ids, f.id), len(ids)
@@ -242,17 +293,25 @@ func (f *fleet) rewrite(now time.Time, e *Entry, leaving, marked bool) (members,
 			if id != f.id && (m[id] < 0 || abs(m[id]) < quiet) {
 				owed = append(owed, r)
 			}
+			if at, ok := m[id+parkedSuffix]; ok && id != f.id {
+				if len(parked.ranks) == 0 || at < parked.since {
+					parked.since = at
+				}
+				parked.ranks = append(parked.ranks, r)
+			}
 		}
 	}
 	latest := int64(0)
-	for _, t := range m {
-		latest = max(latest, abs(t))
+	for id, t := range m {
+		if !strings.HasSuffix(id, parkedSuffix) {
+			latest = max(latest, abs(t))
+		}
 	}
 	e.Value = nil
 	if latest > nowMs {
 		e.Value, e.ExpiresAt = v, time.UnixMilli(latest)
 	}
-	return members, rank, owed
+	return members, rank, owed, parked
 }
 
 func abs(n int64) int64 {
@@ -320,27 +379,33 @@ func (s *Store) AloneAfter() time.Duration {
 }
 
 // Reserved returns how many of a key's budget of limit the other instances
-// that owe the store may have admitted alone. That is the sum of their
-// shares of the whole budget (see [Store.Share]). Counting in the store, an
-// instance keeps that room free, so that what they admitted alone, once
-// added, still fits; 0 when no other instance owes anything. An instance
-// not heard from for two announce intervals is taken as owing, since it may
-// not have been able to say so. While this instance owes the store, and
-// until it has heard since who else does, it takes every other instance as
-// owing. So it does while its own announcements fail: what it last read
-// of the others may be too old to show one that has gone quiet.
-func (s *Store) Reserved(key string, limit int64) int64 {
+// may have admitted alone, which the store does not count yet. Counting in
+// the store, an instance keeps that room free, so that what they admitted
+// alone, once added, still fits. Each instance's part is its share of the
+// whole budget (see [Store.Share]).
+//
+// all is the room to keep in the key whatever its entry: the shares of the
+// instances that owe the store. An instance not heard from for two
+// announce intervals is taken as owing, since it may not have been able to
+// say so. While this instance owes the store, and until it has heard since
+// who else does, it takes every other instance as owing. So it does while
+// its own announcements fail: what it last read of the others may be too
+// old to show one that has gone quiet.
+//
+// young is the room to keep more when the key's entry is new: none, or one
+// whose window began at since (the store's clock) or later. It is the
+// shares of the instances that hold attempts of keys the store had no room
+// for (see [Store.Parking]), which an entry made before they began cannot
+// be.
+func (s *Store) Reserved(key string, limit int64) (all, young int64, since time.Time) {
 	f := &s.fleet
 	seen := f.seen.Load()
 	n, rank := int64(seen>>32), int64(uint32(seen))
 	if n <= 1 || limit <= 0 {
-		return 0
+		return 0, 0, time.Time{}
 	}
-	owed := f.owed.Load()
-	all := f.assume.Load() || time.Now().UnixNano()-f.readAt.Load() > int64(staleAfter*f.every)
-	if !all && (owed == nil || len(*owed) == 0) {
-		return 0
-	}
+	owed, parked := f.owed.Load(), f.parked.Load()
+	everyone := f.assume.Load() || time.Now().UnixNano()-f.readAt.Load() > int64(staleAfter*f.every)
 	h := int64(fnv64(key) % uint64(n))
 	share := func(r int64) int64 {
 		if (r+h)%n < limit%n {
@@ -348,19 +413,56 @@ func (s *Store) Reserved(key string, limit int64) int64 {
 		}
 		return limit / n
 	}
-	var sum int64
-	if all {
+	if everyone {
 		for r := range n {
 			if r != rank {
-				sum += share(r)
+				all += share(r)
 			}
 		}
-		return sum
+		return all, 0, time.Time{}
 	}
-	for _, r := range *owed {
-		sum += share(int64(r))
+	if owed != nil {
+		for _, r := range *owed {
+			all += share(int64(r))
+		}
 	}
-	return sum
+	if parked != nil && len(parked.ranks) > 0 {
+		for _, r := range parked.ranks {
+			if owed == nil || !slices.Contains(*owed, r) {
+				young += share(int64(r))
+			}
+		}
+		since = time.UnixMilli(parked.since)
+	}
+	return all, young, since
+}
+
+// Parking records that a limiter of this instance holds attempts it
+// admitted alone of keys the store had no room for (true), or no longer
+// does (false). No other instance counts such a key in the store until it
+// has room, and then in a new entry. While any limiter parks, the
+// announcements say since when, and the others keep room for this
+// instance's share in entries made since (see [Store.Reserved]). Calls
+// must pair up.
+func (s *Store) Parking(parks bool) {
+	f := &s.fleet
+	s.mu.Lock() // parking and parkedAt change together
+	defer s.mu.Unlock()
+	if !parks {
+		if f.parking.Add(-1) == 0 {
+			f.parkedAt.Store(0)
+		}
+		return
+	}
+	if f.parking.Load() == 0 {
+		f.parkedAt.Store(time.Now().UnixNano())
+	}
+	if f.parking.Add(1) == 1 && f.kick != nil {
+		select {
+		case f.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Members returns how many instances share the store, as this instance last

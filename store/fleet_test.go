@@ -154,15 +154,15 @@ func TestReservedWhileOwing(t *testing.T) {
 		waitReserved(key, 5, a.Share(key, 5))
 		// Owing, a takes every other instance as owing too, until it hears
 		// otherwise: room for all shares but its own.
-		if r, want := a.Reserved(key, 5), 5-a.Share(key, 5); r != want {
+		if r, want := roomAll(a, key, 5), 5-a.Share(key, 5); r != want {
 			t.Errorf("an instance that owes keeps room for the others' shares of %q: %d, want %d", key, r, want)
 		}
 	}
 	a.Owing(false)
 	waitReserved("alice", 5, 0)
-	for i := 0; a.Reserved("alice", 5) != 0; i++ { // once it has heard who owes
+	for i := 0; roomAll(a, "alice", 5) != 0; i++ { // once it has heard who owes
 		if i == 1000 {
-			t.Fatalf("an instance that owes nothing still keeps room after 10 s: %d", a.Reserved("alice", 5))
+			t.Fatalf("an instance that owes nothing still keeps room after 10 s: %d", roomAll(a, "alice", 5))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -203,14 +203,64 @@ func TestReservedWhileOwnViewStale(t *testing.T) {
 	reserved(t, b, "alice", 20, 0)
 }
 
-// reserved waits until s keeps want of key's budget of limit for the
-// other members (see Store.Reserved).
-func reserved(t *testing.T, s *store.Store, key string, limit, want int64) {
-	t.Helper()
-	for i := 0; s.Reserved(key, limit) != want; i++ {
+// An instance that holds attempts of keys the store had no room for says
+// since when. The others keep room for its share in entries new since
+// then, and none in the others; it takes no one else as owing. Once it
+// holds none, they no longer do.
+func TestReservedWhileParking(t *testing.T) {
+	ss := fleetOf(t, 2)
+	a, b := ss[0], ss[1]
+	before := time.Now()
+	a.Parking(true)
+	young := func() (int64, time.Time) {
+		_, y, since := b.Reserved("alice", 20)
+		return y, since
+	}
+	for i := 0; ; i++ {
+		if y, _ := young(); y == a.Share("alice", 20) {
+			break
+		}
 		if i == 1000 {
-			t.Fatalf("reserved of %q: %d after 10 s, want %d", key, s.Reserved(key, limit), want)
+			y, _ := young()
+			t.Fatalf("room in new entries of alice's: %d after 10 s, want %d", y, a.Share("alice", 20))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	if _, since := young(); since.Before(before.Add(-time.Second)) || since.After(time.Now()) {
+		t.Errorf("new since %v, want about %v", since, before)
+	}
+	if all := roomAll(b, "alice", 20); all != 0 {
+		t.Errorf("room in every entry while a parks: %d, want 0", all)
+	}
+	if all, y, _ := a.Reserved("alice", 20); all != 0 || y != 0 {
+		t.Errorf("a, parking, keeps room %d and %d in new entries, want 0 and 0", all, y)
+	}
+	a.Parking(false)
+	for i := 0; ; i++ {
+		if y, _ := young(); y == 0 {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("room still kept in new entries 10 s after a stopped parking")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// reserved waits until s keeps want of key's budget of limit for the
+// other members, in every entry (see Store.Reserved).
+func reserved(t *testing.T, s *store.Store, key string, limit, want int64) {
+	t.Helper()
+	for i := 0; roomAll(s, key, limit) != want; i++ {
+		if i == 1000 {
+			t.Fatalf("reserved of %q: %d after 10 s, want %d", key, roomAll(s, key, limit), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// roomAll is the room s keeps in every entry of key, of a budget of limit.
+func roomAll(s *store.Store, key string, limit int64) int64 {
+	all, _, _ := s.Reserved(key, limit)
+	return all
 }

@@ -1055,3 +1055,33 @@ func TestRefundAfterSendFreesShare(t *testing.T) {
 		waitCount(0) // given back
 	}
 }
+
+// The counts of an attempt vouched for are kept in memory filled by
+// strangers' keys, so that it is counted alone from them while the store
+// is down, rather than refused as a key memory forgot.
+func TestVouchedCountsKept(t *testing.T) {
+	const room = 32
+	ctx := context.Background()
+	c, l := aloneLimiter(t, "vouched", room)
+	for i := range room { // past the three quarters memory keeps counts in
+		if d, err := l.Attempt(ctx, fmt.Sprint("stranger-", i)); err != nil || !d.Allowed {
+			t.Fatalf("stranger %d: %+v, %v", i, d, err)
+		}
+	}
+	owner := limiter.Vouch(ctx)
+	for range 3 {
+		if d, err := l.Attempt(owner, "device"); err != nil || !d.Allowed || d.Local {
+			t.Fatalf("vouched attempt, store up: %+v, %v", d, err)
+		}
+	}
+	c.down.Store(true)
+	admitted := 0
+	for range 5 {
+		if d, _ := l.Attempt(owner, "device"); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Errorf("vouched key at 3 of 5, store down: %d admitted alone, want 2", admitted)
+	}
+}

@@ -442,7 +442,10 @@ func (l *Limiter) remember(ctx context.Context, keys []string, caps []store.Budg
 		flew, asks = sent.flown(), sent.asks
 	}
 	ks, cs, t := m.keys[:m.n], m.caps[:m.n], &m.t
-	roomy := l.localB.Entries() < l.room/4*memoRoom
+	// An attempt vouched for keeps its counts in the room kept for it: an
+	// owner's keys forgotten under a flood would refuse him while the
+	// store is down (see forgotten).
+	roomy := vouched(ctx) || l.localB.Entries() < l.room/4*memoRoom
 	// What memory cannot hold is asked of the store again.
 	l.updateMemory(ctx, ks, func(now time.Time, es []store.Entry) error {
 		for i := range es {

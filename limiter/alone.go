@@ -26,7 +26,7 @@ var errNoShare = errors.New("limiter: this instance has not counted the instance
 // window that seen counts in (Unix milliseconds on the store's clock).
 //
 // given counts every attempt this instance admitted alone in the key's
-// window in memory, sent or not. Its share is of the budget less what
+// window in memory, sent or not, less those given back. Its share is of the budget less what
 // others were seen to admit, so sending what it admitted never earns it a
 // second share. mine counts the attempts the store admitted for this
 // instance in the window ending at win.

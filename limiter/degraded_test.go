@@ -1085,3 +1085,86 @@ func TestVouchedCountsKept(t *testing.T) {
 		t.Errorf("vouched key at 3 of 5, store down: %d admitted alone, want 2", admitted)
 	}
 }
+
+// A key a full store had no room for, counted alone by one instance, keeps
+// that instance's share once another makes the key's entry: the first
+// admitted 3 of 6 alone, the second admits only the other 3 in the store,
+// and the first's 3 land in the entry. A key whose entry was made before
+// keeps its whole budget.
+func TestParkedKeyKeepsRoom(t *testing.T) {
+	ctx := context.Background()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 10 * time.Millisecond}.WithDefaults()
+	shared := memory.NewBackend(memory.Options{Store: o, MaxEntries: 8})
+	t.Cleanup(func() { shared.Close() })
+	var ls [2]*limiter.Limiter
+	for i := range ls {
+		o := o
+		o.InstanceID = [16]byte{byte(i + 1)} // two instances
+		s := store.New(&counting{flaky: flaky{remote: shared}}, o)
+		t.Cleanup(func() { s.Close() })
+		h, _ := s.Handle("c:")
+		var err error
+		if ls[i], err = limiter.New(h, limiter.Options{Name: "parked", Budget: limiter.Budget{Limit: 6, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ls[i].Close() })
+	}
+	for _, l := range ls {
+		for i := 0; l.Handle().Store().Members() != 2; i++ {
+			if i == 1000 {
+				t.Fatal("the instances did not count each other within 10 s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	a, b := ls[0], ls[1]
+	if d, _ := b.Attempt(ctx, "old"); !d.Allowed {
+		t.Fatalf("a key made before the store filled: %+v", d)
+	}
+	fillStore(ctx, t, a)
+	for range 3 {
+		if d, _ := a.Attempt(ctx, "k"); !d.Allowed || !d.Local {
+			t.Fatalf("new key, store full: %+v, want admitted alone", d)
+		}
+	}
+	for i := 0; ; i++ { // until the second keeps room for the first's share in a new entry
+		if _, young, _ := b.Handle().Store().Reserved("k", 6); young == 3 {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("the second instance keeps no room for the first's parked attempts after 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	old := 0 // an entry made before the first parked keeps its whole budget
+	for range 6 {
+		if d, _ := b.Attempt(ctx, "old"); d.Allowed {
+			old++
+		}
+	}
+	if old != 5 {
+		t.Errorf("a key at 1 of 6 made before the first instance parked: %d more admitted, want 5", old)
+	}
+	err := a.Handle().Update(ctx, []string{"fill0"}, func(_ time.Time, es []store.Entry) error {
+		es[0].Value = nil // room for one entry
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for range 6 {
+		if d, _ := b.Attempt(ctx, "k"); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Errorf("the second instance, the first having admitted 3 of 6 alone: %d admitted, want 3", admitted)
+	}
+	for i := 0; storedCount(t, a.Handle(), "k") != 6; i++ {
+		if i == 1000 {
+			t.Fatalf("the key in the store: %d after 10 s, want 6", storedCount(t, a.Handle(), "k"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

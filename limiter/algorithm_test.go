@@ -115,13 +115,7 @@ func TestOutageKeepsUnits(t *testing.T) {
 				}
 			}
 			c.down.Store(true)
-			admitted := 0
-			for range 20 {
-				if d, _ := l.Attempt(ctx, "some"); d.Allowed {
-					admitted++
-				}
-			}
-			if admitted != 2 {
+			if admitted := admittedOf(ctx, l, 20, "some"); admitted != 2 {
 				t.Fatalf("key at 3 of 5 admitted %d more during the outage, want 2", admitted)
 			}
 			c.down.Store(false)

@@ -996,15 +996,21 @@ func TestFullStoreCountsRemembered(t *testing.T) {
 		t.Fatalf("held key in the store: %d, want 4", n)
 	}
 	c.down.Store(true)
+	if admitted := admittedOf(ctx, l, 5, "held"); admitted != 1 {
+		t.Errorf("held key at 4 of 5, store down: %d admitted alone, want 1", admitted)
+	}
+}
+
+// admittedOf makes n attempts on keys through l and returns how many
+// were admitted.
+func admittedOf(ctx context.Context, l *limiter.Limiter, n int, keys ...string) int {
 	admitted := 0
-	for range 5 {
-		if d, _ := l.Attempt(ctx, "held"); d.Allowed {
+	for range n {
+		if d, _ := l.Attempt(ctx, keys...); d.Allowed {
 			admitted++
 		}
 	}
-	if admitted != 1 {
-		t.Errorf("held key at 4 of 5, store down: %d admitted alone, want 1", admitted)
-	}
+	return admitted
 }
 
 // fillStore makes attempts on new keys until the store has no room for
@@ -1075,13 +1081,7 @@ func TestVouchedCountsKept(t *testing.T) {
 		}
 	}
 	c.down.Store(true)
-	admitted := 0
-	for range 5 {
-		if d, _ := l.Attempt(owner, "device"); d.Allowed {
-			admitted++
-		}
-	}
-	if admitted != 2 {
+	if admitted := admittedOf(owner, l, 5, "device"); admitted != 2 {
 		t.Errorf("vouched key at 3 of 5, store down: %d admitted alone, want 2", admitted)
 	}
 }
@@ -1136,13 +1136,8 @@ func TestParkedKeyKeepsRoom(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	old := 0 // an entry made before the first parked keeps its whole budget
-	for range 6 {
-		if d, _ := b.Attempt(ctx, "old"); d.Allowed {
-			old++
-		}
-	}
-	if old != 5 {
+	// an entry made before the first parked keeps its whole budget
+	if old := admittedOf(ctx, b, 6, "old"); old != 5 {
 		t.Errorf("a key at 1 of 6 made before the first instance parked: %d more admitted, want 5", old)
 	}
 	err := a.Handle().Update(ctx, []string{"fill0"}, func(_ time.Time, es []store.Entry) error {
@@ -1152,13 +1147,7 @@ func TestParkedKeyKeepsRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admitted := 0
-	for range 6 {
-		if d, _ := b.Attempt(ctx, "k"); d.Allowed {
-			admitted++
-		}
-	}
-	if admitted != 3 {
+	if admitted := admittedOf(ctx, b, 6, "k"); admitted != 3 {
 		t.Errorf("the second instance, the first having admitted 3 of 6 alone: %d admitted, want 3", admitted)
 	}
 	for i := 0; storedCount(t, a.Handle(), "k") != 6; i++ {

@@ -26,9 +26,9 @@ var errNoShare = errors.New("limiter: this instance has not counted the instance
 // window that seen counts in (Unix milliseconds on the store's clock).
 //
 // given counts every attempt this instance admitted alone in the key's
-// window in memory, sent or not, less those given back. Its share is of the budget less what
-// others were seen to admit, so sending what it admitted never earns it a
-// second share. mine counts the attempts the store admitted for this
+// window in memory, sent or not, less those given back. Its share is of
+// the budget less what others were seen to admit, so sending what it
+// admitted never earns it a second share. mine counts the attempts the store admitted for this
 // instance in the window ending at win.
 //
 // next is when the store said a unit of the key next drops (Unix
@@ -256,8 +256,8 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 // that have nothing left to add. It returns the store's error when the
 // store could not take them. A full store still takes the keys it holds.
 // Those it has no room for are returned as parked: their attempts stay
-// in memory, owed. With heldOnly, no key is created, and so none needs
-// room. Once in the store, a key's memory is dropped when memory is three
+// in memory (see outbox.parked). With heldOnly, no key is created, and so
+// none needs room. Once in the store, a key's memory is dropped when memory is three
 // quarters full, as remember would not keep it.
 func (l *Limiter) flushAlone(ctx context.Context, keys []string, heldOnly bool) (done, parked []string, err error) {
 	m := &struct {

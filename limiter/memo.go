@@ -175,17 +175,10 @@ func (l *Limiter) owe(m *memoCall, keys []string, caps []store.Budget, n int64) 
 		}
 		m.hold[i] += all
 		m.young[i] += young
-		m.room.since = since
+		m.since = since
 		m.sending = true
 	}
 	return m
-}
-
-// room is what an attempt counted in the store keeps free in a key's
-// entry for attempts the store does not hold yet: hold in every entry,
-// and young more in a new one (see newEntry).
-type room struct {
-	since time.Time // the store's time from which an entry is new
 }
 
 // newEntry reports whether the store's entry e of a key with budget b is
@@ -201,7 +194,7 @@ func newEntry(e *store.Entry, b store.Budget, since time.Time) bool {
 // kept is the room an attempt counted in the store keeps free in entry e
 // of key i (see memoCall.hold).
 func (m *memoCall) kept(i int, e *store.Entry) int64 {
-	if m.young[i] > 0 && newEntry(e, m.caps[i], m.room.since) {
+	if m.young[i] > 0 && newEntry(e, m.caps[i], m.since) {
 		return m.hold[i] + m.young[i]
 	}
 	return m.hold[i]
@@ -512,10 +505,10 @@ type memoCall struct {
 	// send holds, for each key, the attempts admitted alone that this call
 	// claimed to add to the store. hold holds those that another call or
 	// another instance may still add, which the store does not hold yet.
-	// young holds more of them, kept only in a new entry (see newEntry).
-	// sending is set when any key has any.
+	// young holds more of them, kept only in an entry new since since
+	// (see newEntry). sending is set when any key has any.
 	send, hold, young [MaxKeys]int64
-	room              room
+	since             time.Time
 	sending           bool
 	// flew is set when memory counts this call's cost among the attempts
 	// sent to the store and not answered (known.flying), until landed or

@@ -336,15 +336,15 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 	o.mu.Lock()
 	o.credits = append(failed, o.credits...)
 	owed, parking := len(o.alone) > 0, len(o.parked) > 0
+	for _, k := range unparked { // before noRoom: a key may be in both
+		delete(o.parked, k)
+	}
 	for _, k := range sent {
 		delete(o.alone, k)
 	}
 	for _, k := range noRoom {
 		delete(o.alone, k)
 		o.parked[k] = struct{}{}
-	}
-	for _, k := range unparked {
-		delete(o.parked, k)
 	}
 	// Parking is said before owing is taken back: the others keep room
 	// for the attempts throughout.

@@ -46,10 +46,10 @@ type outbox struct {
 	// instance has made an entry for one since: until then, the others
 	// keep room for this instance's share in new entries (see
 	// store.Store.Parking).
-	parked   map[string]struct{}
-	parkedAt time.Time // when parked keys were last tried
-	credits  []credit
-	kick     chan struct{} // a credit came: start a round without waiting for the tick
+	parked      map[string]struct{}
+	parkedTried time.Time // when parked keys were last tried
+	credits     []credit
+	kick        chan struct{} // a credit came: start a round without waiting for the tick
 
 	// The keys of the credits being landed now (by a round or a Credit
 	// call), a channel closed, and made anew, whenever a landing ends, and
@@ -78,9 +78,6 @@ func (o *outbox) admitted(l *Limiter, keys []string) {
 	}
 	o.start(l)
 }
-
-// owes reports whether o holds attempts admitted alone. o.mu is held.
-func (o *outbox) owes() bool { return len(o.alone)+len(o.parked) > 0 }
 
 // retry keeps c to be tried again.
 func (o *outbox) retry(l *Limiter, c credit) error {
@@ -261,7 +258,7 @@ func (l *Limiter) drain() {
 		}
 		if l.sendOnce(ctx) {
 			o.mu.Lock()
-			if !o.owes() && len(o.credits) == 0 {
+			if len(o.alone)+len(o.parked)+len(o.credits) == 0 {
 				o.running = false
 				o.mu.Unlock()
 				return
@@ -286,8 +283,8 @@ func (l *Limiter) sendOnce(ctx context.Context) bool {
 		keys = append(keys, k)
 	}
 	var parked []string // tried again this round
-	if now := time.Now(); len(o.parked) > 0 && now.Sub(o.parkedAt) >= parkedEvery {
-		o.parkedAt = now
+	if now := time.Now(); len(o.parked) > 0 && now.Sub(o.parkedTried) >= parkedEvery {
+		o.parkedTried = now
 		for k := range o.parked {
 			if len(parked) == flushBatch {
 				break

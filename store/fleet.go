@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -235,21 +236,15 @@ func (f *fleet) rewrite(now time.Time, e *Entry, leaving, marked bool, since int
 	if e.Live() && json.Unmarshal(e.Value, &m) != nil {
 		m = map[string]int64{} // not ours: written again
 	}
+	parks := splitParked(m)
 	nowMs := now.UnixMilli()
 	for id, until := range m {
-		if !strings.HasSuffix(id, parkedSuffix) && abs(until) <= nowMs {
+		if abs(until) <= nowMs {
 			delete(m, id)
 		}
 	}
 	delete(m, f.id)
-	delete(m, f.id+parkedSuffix)
-	for id := range m { // a member's parked time goes with it
-		if member, ok := strings.CutSuffix(id, parkedSuffix); ok {
-			if _, live := m[member]; !live {
-				delete(m, id)
-			}
-		}
-	}
+	delete(parks, f.id)
 	until := now.Add(memberLife * f.every).UnixMilli()
 	if marked {
 		until = -until
@@ -257,27 +252,25 @@ func (f *fleet) rewrite(now time.Time, e *Entry, leaving, marked bool, since int
 	if !leaving {
 		m[f.id] = until
 		if since != 0 {
-			m[f.id+parkedSuffix] = since
+			parks[f.id] = since
 		}
 	}
-	v, _ := json.Marshal(m)
+	for id := range parks { // a member's parked time goes with it
+		if _, live := m[id]; !live {
+			delete(parks, id)
+		}
+	}
+	v := encodeFleet(m, parks)
 	rank = noRank
 	if len(v) > MaxValueSize { // no room: counted as a member all the same, with no share
 		delete(m, f.id)
-		delete(m, f.id+parkedSuffix)
-		v, _ = json.Marshal(m)
+		delete(parks, f.id)
+		v = encodeFleet(m, parks)
 		members = len(m) + 1
-		for id := range m {
-			if strings.HasSuffix(id, parkedSuffix) {
-				members--
-			}
-		}
 	} else {
 		ids := make([]string, 0, len(m))
 		for id := range m {
-			if !strings.HasSuffix(id, parkedSuffix) {
-				ids = append(ids, id)
-			}
+			ids = append(ids, id)
 		}
 		slices.Sort(ids)
 		rank, members = slices.Index(ids, f.id), len(ids)
@@ -293,7 +286,7 @@ func (f *fleet) rewrite(now time.Time, e *Entry, leaving, marked bool, since int
 			if id != f.id && (m[id] < 0 || abs(m[id]) < quiet) {
 				owed = append(owed, r)
 			}
-			if at, ok := m[id+parkedSuffix]; ok && id != f.id {
+			if at, ok := parks[id]; ok && id != f.id {
 				if len(parked.ranks) == 0 || at < parked.since {
 					parked.since = at
 				}
@@ -302,16 +295,38 @@ func (f *fleet) rewrite(now time.Time, e *Entry, leaving, marked bool, since int
 		}
 	}
 	latest := int64(0)
-	for id, t := range m {
-		if !strings.HasSuffix(id, parkedSuffix) {
-			latest = max(latest, abs(t))
-		}
+	for _, t := range m {
+		latest = max(latest, abs(t))
 	}
 	e.Value = nil
 	if latest > nowMs {
 		e.Value, e.ExpiresAt = v, time.UnixMilli(latest)
 	}
 	return members, rank, owed, parked
+}
+
+// splitParked takes the members' parked times out of m, the fleet's entry,
+// and returns them by member ID.
+func splitParked(m map[string]int64) map[string]int64 {
+	parks := map[string]int64{}
+	for id, at := range m {
+		if member, ok := strings.CutSuffix(id, parkedSuffix); ok {
+			parks[member] = at
+			delete(m, id)
+		}
+	}
+	return parks
+}
+
+// encodeFleet is the fleet's entry of the members m and their parked
+// times, parks.
+func encodeFleet(m, parks map[string]int64) []byte {
+	all := maps.Clone(m)
+	for id, at := range parks {
+		all[id+parkedSuffix] = at
+	}
+	v, _ := json.Marshal(all)
+	return v
 }
 
 func abs(n int64) int64 {
@@ -335,11 +350,20 @@ func (s *Store) Owing(owes bool) {
 	if f.owing.Add(1) == 1 {
 		f.assume.Store(true)
 	}
-	if f.owing.Load() == 1 && f.kick != nil {
-		select {
-		case f.kick <- struct{}{}:
-		default:
-		}
+	if f.owing.Load() == 1 {
+		f.announceNow()
+	}
+}
+
+// announceNow makes the next announcement at once, on a store that has
+// joined its fleet.
+func (f *fleet) announceNow() {
+	if f.kick == nil {
+		return
+	}
+	select {
+	case f.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -350,12 +374,8 @@ func (s *Store) Owing(owes bool) {
 func (s *Store) WantAlone() {
 	f := &s.fleet
 	now := time.Now()
-	if f.wantUntil.Swap(now.Add(quietAfter*s.opts.Announce).UnixNano()) > now.UnixNano() || f.kick == nil {
-		return
-	}
-	select {
-	case f.kick <- struct{}{}:
-	default:
+	if f.wantUntil.Swap(now.Add(quietAfter*s.opts.Announce).UnixNano()) <= now.UnixNano() {
+		f.announceNow()
 	}
 }
 
@@ -457,11 +477,8 @@ func (s *Store) Parking(parks bool) {
 	if f.parking.Load() == 0 {
 		f.parkedAt.Store(time.Now().UnixNano())
 	}
-	if f.parking.Add(1) == 1 && f.kick != nil {
-		select {
-		case f.kick <- struct{}{}:
-		default:
-		}
+	if f.parking.Add(1) == 1 {
+		f.announceNow()
 	}
 }
 

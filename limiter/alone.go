@@ -201,11 +201,11 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 	strangers := !vouched(ctx)
 	err := l.local.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
 		*t = store.Tally{Now: now, Limiting: -1}
+		if strangers && !l.fits(es) {
+			return store.ErrFull // the rest is kept for attempts vouched for
+		}
 		var ks [MaxKeys]known
 		for i := range es {
-			if strangers && !es[i].Live() && l.localB.Entries() >= l.room {
-				return store.ErrFull // the rest is kept for attempts vouched for
-			}
 			k, err := knownOf(&es[i])
 			if err != nil {
 				return err

@@ -1157,3 +1157,29 @@ func TestParkedKeyKeepsRoom(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Strangers' attempts of several new keys each stop at memory's bound too:
+// the room kept for attempts vouched for is still whole.
+func TestVouchedRoomAfterManyKeyAttempts(t *testing.T) {
+	const room, reserve = 32, 16
+	ctx := context.Background()
+	c, l := aloneLimiter(t, "vouched", room)
+	c.down.Store(true)
+	for i := 0; ; i++ {
+		if i == room {
+			t.Fatalf("strangers' attempts of 3 new keys still counted after %d", i)
+		}
+		d, err := l.Attempt(ctx, fmt.Sprint("a", i), fmt.Sprint("b", i), fmt.Sprint("c", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			break
+		}
+	}
+	// 10 attempts of 3 keys fill 30 of the 32: the 2 left and the room
+	// kept are the vouched-for's.
+	if n := fillAlone(limiter.Vouch(ctx), t, l, "device-", 2*room); n < reserve {
+		t.Fatalf("new keys vouched for, strangers' attempts of 3 keys having filled memory: %d counted alone, want at least the room kept, %d", n, reserve)
+	}
+}

@@ -538,7 +538,7 @@ func (m *memoCall) flown() int64 {
 func (l *Limiter) updateMemory(ctx context.Context, keys []string, apply store.ApplyFunc) error {
 	strangers := !vouched(ctx)
 	full := l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
-		if !strangers || l.localB.Entries() < l.room {
+		if !strangers || l.fits(es) {
 			return apply(now, es)
 		}
 		return l.applyHeld(keys, es, now, apply)
@@ -552,6 +552,20 @@ func (l *Limiter) updateMemory(ctx context.Context, keys []string, apply store.A
 	return l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
 		return l.applyHeld(keys, es, now, apply)
 	})
+}
+
+// fits reports whether memory has room, within its bound for attempts not
+// vouched for, for the entries of es it does not hold yet. Counting them
+// keeps an attempt of several new keys from taking the room kept for
+// attempts vouched for.
+func (l *Limiter) fits(es []store.Entry) bool {
+	n := 0
+	for i := range es {
+		if !es[i].Live() {
+			n++
+		}
+	}
+	return n == 0 || l.localB.Entries()+n <= l.room
 }
 
 // applyHeld runs apply on es, the entries of keys, and then leaves out

@@ -199,10 +199,14 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 		return store.Tally{}, errNoShare
 	}
 	strangers := !vouched(ctx)
+	var claimed int64
 	err := l.local.Update(ctx, ks, func(now time.Time, es []store.Entry) error {
 		*t = store.Tally{Now: now, Limiting: -1}
-		if strangers && !l.fits(es) {
-			return store.ErrFull // the rest is kept for attempts vouched for
+		if strangers {
+			var ok bool
+			if claimed, ok = l.claimRoom(es); !ok {
+				return store.ErrFull // the rest is kept for attempts vouched for
+			}
 		}
 		var ks [MaxKeys]known
 		for i := range es {
@@ -242,6 +246,7 @@ func (l *Limiter) countAlone(ctx context.Context, keys []string, caps []store.Bu
 		}
 		return nil
 	})
+	l.adding.Add(-claimed)
 	if err != nil {
 		return store.Tally{}, err
 	}

@@ -49,6 +49,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -275,7 +276,10 @@ type Limiter struct {
 	local  *store.Handle   // process memory, when the limiter has any
 	localB *memory.Backend // local's backend
 	room   int             // entries of local that attempts not vouched for may fill
-	memo   bool            // local remembers the store's counts: it does I/O
+	// adding counts the new entries that calls not vouched for are adding
+	// to local now (see claimRoom).
+	adding atomic.Int64
+	memo   bool // local remembers the store's counts: it does I/O
 	// patient is set when the limiter's attempts wait for its store
 	// whatever the queue: a shared store, under Local or Allow.
 	patient bool

@@ -537,12 +537,18 @@ func (m *memoCall) flown() int64 {
 // those that are. It logs, once a minute, that memory is full.
 func (l *Limiter) updateMemory(ctx context.Context, keys []string, apply store.ApplyFunc) error {
 	strangers := !vouched(ctx)
+	var claimed int64
 	full := l.local.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
-		if !strangers || l.fits(es) {
+		if !strangers {
+			return apply(now, es)
+		}
+		var ok bool
+		if claimed, ok = l.claimRoom(es); ok {
 			return apply(now, es)
 		}
 		return l.applyHeld(keys, es, now, apply)
 	})
+	l.adding.Add(-claimed)
 	if store.ReasonOf(full) != store.ReasonFull {
 		return full
 	}
@@ -554,18 +560,26 @@ func (l *Limiter) updateMemory(ctx context.Context, keys []string, apply store.A
 	})
 }
 
-// fits reports whether memory has room, within its bound for attempts not
-// vouched for, for the entries of es it does not hold yet. Counting them
-// keeps an attempt of several new keys from taking the room kept for
-// attempts vouched for.
-func (l *Limiter) fits(es []store.Entry) bool {
-	n := 0
+// claimRoom claims room in memory, within its bound for calls not vouched
+// for, for the entries of es it does not hold yet, and reports whether
+// there was. The caller gives back what it claimed (l.adding) once its
+// update has ended. Counting an attempt's own new keys, and those other
+// calls are adding, keeps a flood of attempts of several new keys from
+// taking the room kept for attempts vouched for.
+func (l *Limiter) claimRoom(es []store.Entry) (claimed int64, ok bool) {
 	for i := range es {
 		if !es[i].Live() {
-			n++
+			claimed++
 		}
 	}
-	return n == 0 || l.localB.Entries()+n <= l.room
+	if claimed == 0 {
+		return 0, true
+	}
+	if int64(l.localB.Entries())+l.adding.Add(claimed) > int64(l.room) {
+		l.adding.Add(-claimed)
+		return 0, false
+	}
+	return claimed, true
 }
 
 // applyHeld runs apply on es, the entries of keys, and then leaves out

@@ -22,15 +22,14 @@ const (
 	// from its own host over HTTPS, never from a sibling subdomain.
 	DefaultDeviceCookie = "__Host-gatecount-device"
 	// PlainDeviceCookie names the device cookie when the __Host- prefix is
-	// ruled out: Insecure, or a Path other than "/". Until the next release
-	// a guard that sets [DefaultDeviceCookie] also reads cookies of this name,
-	// which earlier releases set.
+	// ruled out: Insecure, or a Path other than "/". A guard that sets
+	// [DefaultDeviceCookie] never reads it: other hosts of the site can set
+	// it, and so toss cookies that would hide the owner's.
 	PlainDeviceCookie = "gatecount-device"
 	// MaxDeviceCookies bounds the device cookies of a request that are
-	// tried, under every name read together. A request carrying more is
-	// taken as carrying none, whatever their order, so fewer planted
-	// cookies never hide a valid one, and a request costs at most this
-	// many MACs.
+	// tried, of the one name read. A request carrying more is taken as
+	// carrying none, whatever their order, so fewer planted cookies never
+	// hide a valid one, and a request costs at most this many MACs.
 	MaxDeviceCookies = 32
 	// DefaultDeviceLifetime is how long a device token stays valid after
 	// the sign-in that issued it.
@@ -98,10 +97,9 @@ const (
 // account)). The account is never in it, only bound by the MAC, so a token
 // verifies only for the account it was issued for.
 type devices struct {
-	o     DeviceOptions
-	names []string // the cookie names read, o.Cookie first
-	key   []byte
-	now   func() time.Time
+	o   DeviceOptions
+	key []byte
+	now func() time.Time
 }
 
 // deviceKeyLabel separates the device-cookie key derived from a secret from
@@ -112,16 +110,12 @@ func newDevices(o DeviceOptions) (*devices, error) {
 	if o.Path == "" {
 		o.Path = "/"
 	}
-	var names []string
 	switch {
 	case o.Cookie != "":
-		names = []string{o.Cookie}
 	case o.Insecure || o.Path != "/":
 		o.Cookie = PlainDeviceCookie
-		names = []string{o.Cookie}
 	default:
 		o.Cookie = DefaultDeviceCookie
-		names = []string{o.Cookie, PlainDeviceCookie} // the old name, for one release
 	}
 	if !isCookieName(o.Cookie) {
 		return nil, fmt.Errorf("middleware: device cookie name %q is not a cookie name", o.Cookie)
@@ -142,7 +136,7 @@ func newDevices(o DeviceOptions) (*devices, error) {
 	if err != nil {
 		return nil, fmt.Errorf("middleware: device %w", err)
 	}
-	return &devices{o: o, names: names, key: key, now: time.Now}, nil
+	return &devices{o: o, key: key, now: time.Now}, nil
 }
 
 // checkCookiePrefix refuses a cookie name whose prefix o's attributes break:
@@ -237,14 +231,10 @@ func (v *devices) verify(token, account string) (string, bool) {
 }
 
 // known returns the device ID of the first valid token for account among
-// r's device cookies, those of v's own name first, then the old name's. A
-// request with more than MaxDeviceCookies of them, all names together, has
-// none: none is tried.
+// r's cookies of v's name. A request with more than MaxDeviceCookies of
+// them has none: none is tried.
 func (v *devices) known(r *http.Request, account string) (string, bool) {
-	cs := r.CookiesNamed(v.names[0])
-	for _, name := range v.names[1:] {
-		cs = append(cs, r.CookiesNamed(name)...)
-	}
+	cs := r.CookiesNamed(v.o.Cookie)
 	if len(cs) > MaxDeviceCookies {
 		return "", false
 	}

@@ -8,11 +8,13 @@ import (
 	"github.com/gatecount/gatecount/middleware"
 )
 
-// Cookies planted from a sibling subdomain, under the old name, or sent by
-// the attacker with the owner's: while strangers have locked alice's
-// account, her own device still signs her in with up to MaxDeviceCookies
-// device cookies in all, hers under either name; with one more she is an
-// unknown client, refused like any other.
+// Cookies planted from a sibling subdomain, or sent by the attacker with
+// the owner's: while strangers have locked alice's account, her own device
+// still signs her in. Only __Host- device cookies are read, which no other
+// host can set: any number of tossed gatecount-device cookies never hide
+// hers, and a token under that name is not read. With more than
+// MaxDeviceCookies __Host- ones she is an unknown client, refused like any
+// other.
 func TestSignInDevicePlantedCookies(t *testing.T) {
 	_, p, h := signIn(t, nil, middleware.SignInOptions{Device: middleware.DeviceOptions{Secret: deviceSecret}})
 	w := login(h, "192.0.2.1", "alice", "right")
@@ -28,28 +30,31 @@ func TestSignInDevicePlantedCookies(t *testing.T) {
 		t.Fatalf("alice without her cookie after the attack: %d, want 429", w.Code)
 	}
 	const max = middleware.MaxDeviceCookies
+	host, plain := middleware.DefaultDeviceCookie, middleware.PlainDeviceCookie
 	tests := []struct {
 		name    string
 		planted int    // planted cookies, half before alice's, half after
+		as      string // the planted cookies' name
 		own     string // the name alice's token is sent under
 		want    int
 	}{
-		{"alone", 0, middleware.DefaultDeviceCookie, 200},
-		{"old name", 0, middleware.PlainDeviceCookie, 200},
-		{"5 planted", 5, middleware.DefaultDeviceCookie, 200},
-		{"10 planted", 10, middleware.DefaultDeviceCookie, 200},
-		{"up to the bound", max - 1, middleware.DefaultDeviceCookie, 200},
-		{"old name, up to the bound", max - 1, middleware.PlainDeviceCookie, 200},
-		{"one over", max, middleware.DefaultDeviceCookie, 429},
+		{"alone", 0, host, host, 200},
+		{"under the plain name", 0, host, plain, 429},
+		{"5 planted", 5, host, host, 200},
+		{"10 planted", 10, host, host, 200},
+		{"up to the bound", max - 1, host, host, 200},
+		{"one over", max, host, host, 429},
+		{"32 tossed plain cookies", max, plain, host, 200},
+		{"100 tossed plain cookies", 100, plain, host, 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checks := p.checks.Load()
 			var cookies []*http.Cookie
 			for i := range tt.planted {
-				c := &http.Cookie{Name: middleware.PlainDeviceCookie, Value: "planted"}
+				c := &http.Cookie{Name: tt.as, Value: "planted"}
 				if i%2 == 1 {
-					c = &http.Cookie{Name: middleware.PlainDeviceCookie, Value: bob.Value}
+					c = &http.Cookie{Name: tt.as, Value: bob.Value}
 				}
 				if i == tt.planted/2 {
 					cookies = append(cookies, &http.Cookie{Name: tt.own, Value: alice.Value})

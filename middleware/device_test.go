@@ -174,12 +174,12 @@ func TestDeviceCookie(t *testing.T) {
 	}
 }
 
-// The name a guard issues and the names it reads follow its options: the
-// __Host- name when Secure with Path "/", reading the old name too; the
-// plain name otherwise; a name set in the options alone, as written.
+// The name a guard issues and the one it reads follow its options: the
+// __Host- name when Secure with Path "/", never the plain name; the plain
+// name otherwise; a name set in the options, as written.
 func TestDeviceCookieNames(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	both := []string{DefaultDeviceCookie, PlainDeviceCookie}
+	host := []string{DefaultDeviceCookie}
 	tests := []struct {
 		name   string
 		o      DeviceOptions
@@ -188,8 +188,8 @@ func TestDeviceCookieNames(t *testing.T) {
 		path   string
 		read   []string // the names read
 	}{
-		{"default", DeviceOptions{}, DefaultDeviceCookie, true, "/", both},
-		{"path /", DeviceOptions{Path: "/"}, DefaultDeviceCookie, true, "/", both},
+		{"default", DeviceOptions{}, DefaultDeviceCookie, true, "/", host},
+		{"path /", DeviceOptions{Path: "/"}, DefaultDeviceCookie, true, "/", host},
 		{"insecure", DeviceOptions{Insecure: true}, PlainDeviceCookie, false, "/", []string{PlainDeviceCookie}},
 		{"other path", DeviceOptions{Path: "/login"}, PlainDeviceCookie, true, "/login", []string{PlainDeviceCookie}},
 		{"insecure, other path", DeviceOptions{Insecure: true, Path: "/login"}, PlainDeviceCookie, false, "/login", []string{PlainDeviceCookie}},
@@ -229,22 +229,6 @@ func TestDeviceCookieNames(t *testing.T) {
 	}
 }
 
-// With both names read, a valid token under the guard's own name is the
-// device, ahead of a valid one under the old name, in any order.
-func TestDeviceCookieOwnNameFirst(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	v := newTestDevices(t, DeviceOptions{Secret: testSecret}, &now)
-	oldToken, _ := v.sign("alice")
-	newToken, _ := v.sign("alice")
-	want, _ := v.verify(newToken, "alice")
-	r := httptest.NewRequest("POST", "/login", nil)
-	r.AddCookie(&http.Cookie{Name: PlainDeviceCookie, Value: oldToken})
-	r.AddCookie(&http.Cookie{Name: DefaultDeviceCookie, Value: newToken})
-	if id, ok := v.known(r, "alice"); !ok || id != want {
-		t.Errorf("device %q (%v), want the __Host- cookie's %q", id, ok, want)
-	}
-}
-
 // plantedTokens returns n tokens that are not alice's, as an attacker
 // plants them: junk, well-formed tokens under another key, and tokens this
 // guard signed for another account, in turn.
@@ -266,10 +250,11 @@ func plantedTokens(t *testing.T, v *devices, n int) []string {
 	return out
 }
 
-// Every device cookie of a request is tried, under both names, up to
-// MaxDeviceCookies: planted cookies before or after the owner's never hide
-// it. Past the bound the request has no device cookie at all, not the
-// first MaxDeviceCookies: the owner's is not tried even when it comes first.
+// Every device cookie of a request is tried, up to MaxDeviceCookies:
+// planted cookies before or after the owner's never hide it, and cookies of
+// the plain name are not counted. Past the bound the request has no device
+// cookie at all, not the first MaxDeviceCookies: the owner's is not tried
+// even when it comes first.
 func TestDeviceCookiesPlanted(t *testing.T) {
 	const max = MaxDeviceCookies
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -292,16 +277,12 @@ func TestDeviceCookiesPlanted(t *testing.T) {
 		{"10 around", 5, 5, DefaultDeviceCookie, DefaultDeviceCookie, true},
 		{"up to the bound, owner last", max - 1, 0, DefaultDeviceCookie, DefaultDeviceCookie, true},
 		{"up to the bound, owner first", 0, max - 1, DefaultDeviceCookie, DefaultDeviceCookie, true},
-		{"5 of the old name before", 5, 0, PlainDeviceCookie, DefaultDeviceCookie, true},
-		{"10 of the old name after", 0, 10, PlainDeviceCookie, DefaultDeviceCookie, true},
-		{"up to the bound of the old name", max - 1, 0, PlainDeviceCookie, DefaultDeviceCookie, true},
-		{"owner's old name, 10 planted", 10, 0, DefaultDeviceCookie, PlainDeviceCookie, true},
-		{"owner's old name, up to the bound", 0, max - 1, DefaultDeviceCookie, PlainDeviceCookie, true},
+		{"5 of the plain name before", 5, 0, PlainDeviceCookie, DefaultDeviceCookie, true},
+		{"past the bound of the plain name", max, max, PlainDeviceCookie, DefaultDeviceCookie, true},
+		{"owner's under the plain name", 0, 0, DefaultDeviceCookie, PlainDeviceCookie, false},
 		{"one over, owner last", max, 0, DefaultDeviceCookie, DefaultDeviceCookie, false},
 		{"one over, owner first", 0, max, DefaultDeviceCookie, DefaultDeviceCookie, false},
 		{"one over, owner between", max / 2, max - max/2, DefaultDeviceCookie, DefaultDeviceCookie, false},
-		{"one over across the names", max, 0, PlainDeviceCookie, DefaultDeviceCookie, false},
-		{"one over across the names, owner's old", 0, max, DefaultDeviceCookie, PlainDeviceCookie, false},
 		{"far over", 0, 3 * max, DefaultDeviceCookie, DefaultDeviceCookie, false},
 	}
 	for _, tt := range tests {

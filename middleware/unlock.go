@@ -59,13 +59,13 @@ func (s Standing) RefusedFrom(a netip.Addr) bool {
 // Unlock lets account sign in again, on every instance within about
 // [limiter.AskAgain]. It clears the account's failures from all clients, its
 // consecutive failures, delay and challenged attempts. For each of addrs,
-// it clears the account's failures and lock-outs from it, and its attempts
-// budget. Afterwards the account signs in from any address whose own
-// budgets are not spent, and from every address named; any other address
-// keeps its own budgets as they were. A device's failures are left alone:
-// they are that device's. The account is normalised as the guard normalises
-// it; a name it rejects is an error matching [keyfunc.ErrInvalidAccount]. It
-// emits [EventUnlocked].
+// it clears the account's failures and lock-outs from it. It touches only
+// the account's own keys: an address's attempts budget (NAME-ip) counts
+// its attempts on every account, and is left alone. Afterwards the account
+// signs in from any address whose own budgets are not spent. A device's
+// failures are left alone: they are that device's. The account is
+// normalised as the guard normalises it; a name it rejects is an error
+// matching [keyfunc.ErrInvalidAccount]. It emits [EventUnlocked].
 func (g *SignInGuard) Unlock(ctx context.Context, account string, addrs ...netip.Addr) error {
 	return g.clear(ctx, EventUnlocked, account, addrs)
 }
@@ -89,10 +89,7 @@ func (g *SignInGuard) clear(ctx context.Context, kind EventKind, account string,
 	keys := []string{keyfunc.JoinKeys("account", name), keyfunc.JoinKeys("consecutive", name), keyfunc.JoinKeys("delay", name),
 		keyfunc.JoinKeys("challenge", name)}
 	for _, ip := range ips {
-		keys = append(keys,
-			keyfunc.JoinKeys("account-ip", name, ip),
-			keyfunc.JoinKeys("lockouts", name, ip),
-			keyfunc.JoinKeys("ip", ip))
+		keys = append(keys, keyfunc.JoinKeys("account-ip", name, ip), keyfunc.JoinKeys("lockouts", name, ip))
 	}
 	what := "unlock"
 	if kind == EventRecovered {

@@ -11,6 +11,7 @@ import (
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/store"
 )
 
 // lockedOut returns a sign-in guard whose account alice strangers have
@@ -196,5 +197,68 @@ func TestSignInUnlockBackoff(t *testing.T) {
 	login(h, "192.0.2.1", "alice", "wrong")
 	if got := login(h, "192.0.2.1", "alice", "wrong").Header().Get("Retry-After"); got != "60" {
 		t.Fatalf("the lock-out after Unlock: Retry-After %q, want 60, the first's", got)
+	}
+}
+
+// Recovery and unlock touch only the account's own keys: an address that
+// spent its attempts budget on other accounts stays refused on them after
+// a reset of its own password, an unlock, or a code guard's unlock, on
+// every store.
+func TestUnlockLeavesAddressBudget(t *testing.T) {
+	ctx := context.Background()
+	ipBudget := limiter.Budget{Limit: 3, Window: time.Hour}
+	own := netip.MustParseAddr("192.0.2.7")
+	type guard struct {
+		free func(account string) error
+		try  func(account string) int
+	}
+	signInGuard := func(t *testing.T, s *store.Store, recovered bool) guard {
+		g, err := middleware.SignIn(handle(t, s, fresh("signin")), middleware.SignInOptions{Logger: quiet, IP: trustLoopback, IPAttempts: ipBudget,
+			Device: middleware.DeviceOptions{Off: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		h := g.Wrap(&passwords{})
+		free := func(a string) error { return g.Unlock(ctx, a, own) }
+		if recovered {
+			free = func(a string) error { return g.Recovered(ctx, a, own) }
+		}
+		return guard{free, func(a string) int { return login(h, own.String(), a, "wrong").Code }}
+	}
+	for name, open := range exactStores() {
+		t.Run(name, func(t *testing.T) {
+			for _, tc := range []struct {
+				name string
+				new  func(t *testing.T, s *store.Store) guard
+			}{
+				{"Recovered", func(t *testing.T, s *store.Store) guard { return signInGuard(t, s, true) }},
+				{"Unlock", func(t *testing.T, s *store.Store) guard { return signInGuard(t, s, false) }},
+				{"VerifyGuard.Unlock", func(t *testing.T, s *store.Store) guard {
+					g, _, h := verifyOn(t, handle(t, s, fresh("verify")), middleware.VerifyOptions{IPAttempts: ipBudget})
+					return guard{func(a string) error { return g.Unlock(ctx, a, own) }, func(a string) int { return tryCode(h, own.String(), a, "000000").Code }}
+				}},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					g := tc.new(t, open(t))
+					for i, a := range []string{"alice", "bob", "carol"} {
+						if c := g.try(a); c != 401 {
+							t.Fatalf("attempt %d from %v: %d, want 401", i+1, own, c)
+						}
+					}
+					if c := g.try("dave"); c != 429 {
+						t.Fatalf("a fourth account from %v: %d, want 429", own, c)
+					}
+					for range 3 { // three resets of its own account
+						if err := g.free("alice"); err != nil {
+							t.Fatal(err)
+						}
+						if c := g.try("dave"); c != 429 {
+							t.Fatalf("another account from %v after it freed its own: %d, want 429 (the address budget is not the account's)", own, c)
+						}
+					}
+				})
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gatecount/gatecount/config"
+	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store"
@@ -38,6 +40,24 @@ type request struct {
 	key     string
 	ips     []netip.Addr
 	json    bool
+	// normalize keys the account as the guard does; nil for -key.
+	normalize func(string) (string, error)
+}
+
+// normalizers are the values of -normalize: how the guard keys accounts.
+var normalizers = map[string]func(string) (string, error){
+	"username": keyfunc.NormalizeUsername,
+	"email":    keyfunc.NormalizeEmail,
+	"phone":    keyfunc.NormalizePhone,
+}
+
+// ambiguous reports the keys account has under user-name and e-mail
+// normalisation when both accept it and they differ: the command cannot
+// tell which the guard counts, so -normalize must say.
+func ambiguous(account string) (user, email string, ok bool) {
+	user, errU := keyfunc.NormalizeUsername(account)
+	email, errE := keyfunc.NormalizeEmail(account)
+	return user, email, errU == nil && errE == nil && user != email
 }
 
 // addrs is the -ip flag: a client address, given once per address.
@@ -71,11 +91,13 @@ func (a addrs) Set(v string) error {
 // flags that do not make a command.
 func parseRequest(cmd string, args []string, stderr io.Writer) (request, error) {
 	q := request{cmd: cmd}
+	var norm string
 	fs := flag.NewFlagSet("gatecount "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	if cmd != "reset" {
 		fs.StringVar(&q.account, "account", "", "the account, as users type it at sign-in")
 		fs.Var(addrs{&q.ips}, "ip", "a client address whose budgets to "+cmd+" with the account's (repeatable)")
+		fs.StringVar(&norm, "normalize", "", "how the guard normalises accounts: username (as SignIn and Verify by default), email or phone")
 	}
 	fs.StringVar(&q.limiter, "limiter", "", "the limiter's name: with -account, a sign-in guard (default "+defaultSignIn+"); with -key, any limiter")
 	if cmd != "unlock" {
@@ -101,6 +123,13 @@ func parseRequest(cmd string, args []string, stderr io.Writer) (request, error) 
 		err = errors.New("-key needs -limiter: the name of the limiter that counts it")
 	case q.key != "" && len(q.ips) > 0:
 		err = errors.New("-ip goes with -account")
+	case q.key != "" && norm != "":
+		err = errors.New("-normalize goes with -account")
+	case norm != "" && normalizers[norm] == nil:
+		err = fmt.Errorf("-normalize %q: want username, email or phone", norm)
+	}
+	if user, email, amb := ambiguous(q.account); err == nil && norm == "" && amb {
+		err = fmt.Errorf("-account %q is %q as a user name and %q as an e-mail address: give -normalize username or -normalize email, as the guard normalises", q.account, user, email)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gatecount %s: %v\n", cmd, err)
@@ -109,6 +138,9 @@ func parseRequest(cmd string, args []string, stderr io.Writer) (request, error) 
 	}
 	if q.account != "" && q.limiter == "" {
 		q.limiter = defaultSignIn
+	}
+	if q.account != "" {
+		q.normalize = normalizers[cmp.Or(norm, "username")]
 	}
 	return q, nil
 }
@@ -165,6 +197,7 @@ func operate(ctx context.Context, cmd string, args []string, getenv func(string)
 			IPAttempts:          budgets.IPAttempts,
 			ConsecutiveFailures: budgets.ConsecutiveFailures,
 			IP:                  c.IP(),
+			Normalize:           q.normalize,
 			Device:              middleware.DeviceOptions{Off: true}, // a device's keys are its own
 			Unavailable:         limiter.Deny,                        // nothing to count alone, and no fleet to join
 			Logger:              log,

@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -298,5 +300,122 @@ func TestOperateNamedGuard(t *testing.T) {
 		if code := run(context.Background(), tc.args, envOf(env), &out, &errOut); code != 0 || !strings.Contains(out.String(), tc.want) {
 			t.Errorf("gatecount %q: %d, %q %s; want 0 and %q", tc.args, code, out.String(), errOut.String(), tc.want)
 		}
+	}
+}
+
+// TestOperateVerifyNormalize: a code guard keyed by e-mail address, as the
+// example servers' verify, is unlocked by `gatecount unlock -limiter verify
+// -normalize email`, which keys the address as the guard does: the right
+// code is then accepted. Without -normalize, an address that user-name and
+// e-mail normalisation key apart is refused as ambiguous, never reported
+// unlocked while nothing is.
+func TestOperateVerifyNormalize(t *testing.T) {
+	for _, kind := range []string{"postgres", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			env := map[string]string{"GATECOUNT_SECRET": newSecret()}
+			if kind == "postgres" {
+				env["DATABASE_URL"] = migratedURL(t)
+			} else {
+				env["RATE_LIMIT_STORE_URL"] = servicetest.RedisURL(t)
+			}
+			lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+			c, err := config.Parse(lookup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opened, err := config.Open(context.Background(), c, store.Options{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { opened.Close() })
+			if b, ok := opened.Store.Backend().(*postgres.Backend); ok {
+				t.Cleanup(func() { dropSecret(t, env["DATABASE_URL"], b.Fingerprint()) })
+			}
+			h, err := opened.Store.Handle("verify:")
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxies, _ := keyfunc.ParseTrustedProxies("192.0.2.0/24")
+			g, err := middleware.Verify(h, middleware.VerifyOptions{Field: "email", Normalize: keyfunc.NormalizeEmail,
+				IP: keyfunc.IPOptions{TrustedProxies: proxies}, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { g.Close() })
+			checker := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if a, _ := middleware.Account(r); a == "strasse@example.com" && r.PostFormValue("code") == "246810" {
+					middleware.ReportSuccess(r)
+					return
+				}
+				middleware.ReportFailure(r)
+				w.WriteHeader(http.StatusUnauthorized)
+			}))
+			try := func(ip, code string) int {
+				r := httptest.NewRequest("POST", "/verify", strings.NewReader(url.Values{"email": {"Straße@Example.com"}, "code": {code}}.Encode()))
+				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				r.RemoteAddr = "192.0.2.1:4000"
+				r.Header.Set("X-Forwarded-For", ip)
+				w := httptest.NewRecorder()
+				checker.ServeHTTP(w, r)
+				return w.Code
+			}
+			for i := range 10 { // the code guard's account budget: 10 per hour
+				if c := try(fmt.Sprintf("198.51.100.%d", i+1), "000000"); c != 401 {
+					t.Fatalf("wrong code %d: %d, want 401", i+1, c)
+				}
+			}
+			if c := try("203.0.113.9", "246810"); c != 429 {
+				t.Fatalf("the right code once the account is spent: %d, want 429", c)
+			}
+			cli := func(want int, args ...string) string {
+				t.Helper()
+				var out, errOut bytes.Buffer
+				if code := run(context.Background(), args, envOf(env), &out, &errOut); code != want {
+					t.Fatalf("gatecount %q: exit %d, want %d: %s%s", args, code, want, out.String(), errOut.String())
+				}
+				return out.String() + errOut.String()
+			}
+			if out := cli(2, "unlock", "-limiter", "verify", "-account", "Straße@example.com"); !strings.Contains(out, "-normalize") {
+				t.Fatalf("unlock of an ambiguous address without -normalize said %q, want -normalize named", out)
+			}
+			if out := cli(0, "unlock", "-limiter", "verify", "-normalize", "email", "-account", "Straße@example.com"); !strings.Contains(out, "unlocked account strasse@example.com on verify") {
+				t.Fatalf("unlock said %q", out)
+			}
+			code := try("203.0.113.9", "246810")
+			for end := time.Now().Add(3 * limiter.AskAgain); code == 429 && time.Now().Before(end); code = try("203.0.113.9", "246810") {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if code != 200 {
+				t.Fatalf("the right code after unlock: %d, want 200 within %v", code, 3*limiter.AskAgain)
+			}
+		})
+	}
+}
+
+// TestOperateUnlockLeavesAddress: `gatecount unlock -account alice -ip X`
+// clears alice's failures from X, never X's attempts on every account.
+func TestOperateUnlockLeavesAddress(t *testing.T) {
+	env := map[string]string{"GATECOUNT_SECRET": newSecret(), "RATE_LIMIT_STORE_URL": servicetest.RedisURL(t)}
+	fail := app(t, env, "login")
+	for _, account := range []string{"alice", "bob", "carol"} {
+		fail(account, "198.51.100.7")
+	}
+	run(context.Background(), []string{"unlock", "-account", "alice", "-ip", "198.51.100.7"}, envOf(env), io.Discard, io.Discard)
+	var out bytes.Buffer
+	var got struct {
+		Budgets []struct {
+			Budget, Address string
+			Used            int
+		}
+	}
+	run(context.Background(), []string{"show", "-json", "-account", "alice", "-ip", "198.51.100.7"}, envOf(env), &out, io.Discard)
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got.Budgets) != 4 {
+		t.Fatalf("show: %q, %v", out.String(), err)
+	}
+	if b := got.Budgets[2]; b.Budget != "login-account-ip" || b.Used != 0 {
+		t.Errorf("after unlock: %+v, want alice's failures from the address cleared", b)
+	}
+	if b := got.Budgets[3]; b.Budget != "login-ip" || b.Used != 3 {
+		t.Errorf("after unlock: %+v, want the address's 3 attempts on all accounts kept", b)
 	}
 }

@@ -69,9 +69,11 @@ func credentials(user, password string) string {
 // device. Alice signs in from one address and keeps her cookies, of which
 // the device cookie is a __Host- one. 25 strangers' addresses spend her
 // account's budget. Alice, from a new address with her cookies and her
-// password, is signed in. So she is with her token under the old name, or
-// among 10 and up to MaxDeviceCookies planted device cookies. With one more
-// planted, or with one character of her token changed, she is not.
+// password, is signed in. So she is among 10 and up to MaxDeviceCookies
+// planted __Host- device cookies, and among MaxDeviceCookies tossed
+// gatecount-device ones, which are never read. With one more __Host- one
+// planted, her token under the plain name, or one character of her token
+// changed, she is not.
 func CheckDeviceCookies(t *testing.T, s *Server) {
 	res, body := PostBody(t, s.URL+"/login", "192.0.2.101", formType, credentials("alice", "correct-horse"))
 	if res.StatusCode != 200 {
@@ -99,19 +101,27 @@ func CheckDeviceCookies(t *testing.T, s *Server) {
 	if res, body := PostBody(t, s.URL+"/login", "203.0.113.50", formType, credentials("alice", "correct-horse"), cookies...); res.StatusCode != 200 {
 		t.Fatalf("alice with her cookies from a new address: %d %s", res.StatusCode, body)
 	}
-	oldName := &http.Cookie{Name: middleware.PlainDeviceCookie, Value: device.Value}
-	if res, body := PostBody(t, s.URL+"/login", "203.0.113.52", formType, credentials("alice", "correct-horse"), oldName); res.StatusCode != 200 {
-		t.Fatalf("alice with her token under the old name %s: %d %s", middleware.PlainDeviceCookie, res.StatusCode, body)
+	plainName := &http.Cookie{Name: middleware.PlainDeviceCookie, Value: device.Value}
+	if res, body := PostBody(t, s.URL+"/login", "203.0.113.52", formType, credentials("alice", "correct-horse"), plainName); res.StatusCode != 429 {
+		t.Fatalf("alice with her token under the plain name %s, never read: %d %s, want 429", middleware.PlainDeviceCookie, res.StatusCode, body)
 	}
-	for _, n := range []int{10, middleware.MaxDeviceCookies - 1, middleware.MaxDeviceCookies} {
+	for _, tc := range []struct {
+		name string
+		n    int
+		want int
+	}{
+		{deviceCookie, 10, 200},
+		{deviceCookie, middleware.MaxDeviceCookies - 1, 200},
+		{deviceCookie, middleware.MaxDeviceCookies, 429},
+		{middleware.PlainDeviceCookie, middleware.MaxDeviceCookies, 200},
+	} {
 		planted := []*http.Cookie{device}
-		for i := range n {
-			planted = append(planted, &http.Cookie{Name: middleware.PlainDeviceCookie, Value: fmt.Sprintf("planted-%d", i)})
+		for i := range tc.n {
+			planted = append(planted, &http.Cookie{Name: tc.name, Value: fmt.Sprintf("planted-%d", i)})
 		}
-		planted[0], planted[n/2] = planted[n/2], planted[0]
-		want := map[bool]int{true: 200, false: 429}[n < middleware.MaxDeviceCookies]
-		if res, body := PostBody(t, s.URL+"/login", "203.0.113.53", formType, credentials("alice", "correct-horse"), planted...); res.StatusCode != want {
-			t.Fatalf("alice's device cookie among %d planted: %d %s, want %d", n, res.StatusCode, body, want)
+		planted[0], planted[tc.n/2] = planted[tc.n/2], planted[0]
+		if res, body := PostBody(t, s.URL+"/login", "203.0.113.53", formType, credentials("alice", "correct-horse"), planted...); res.StatusCode != tc.want {
+			t.Fatalf("alice's device cookie among %d planted %s: %d %s, want %d", tc.n, tc.name, res.StatusCode, body, tc.want)
 		}
 	}
 	for _, i := range []int{0, len(device.Value) / 2, len(device.Value) - 1} {

@@ -46,7 +46,7 @@ func ExampleSignInGuard_Unlock() {
 	if err := g.Unlock(ctx, "alice", addr); err != nil {
 		panic(err)
 	}
-	fmt.Println("after:", attempt("198.51.100.7")) // counted again, from zero
+	fmt.Println("after:", attempt("198.51.100.7")) // counted again, from zero; the address's attempts on all accounts stay
 	after, _ := g.Show(ctx, "alice", addr)
 	for _, b := range after.Budgets {
 		from := "all clients"
@@ -61,5 +61,5 @@ func ExampleSignInGuard_Unlock() {
 	// login-account, all clients: 1 of 20
 	// login-consecutive, all clients: 1 of 100
 	// login-account-ip, 198.51.100.7: 1 of 5
-	// login-ip, 198.51.100.7: 1 of 100
+	// login-ip, 198.51.100.7: 6 of 100
 }

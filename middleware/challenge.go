@@ -15,7 +15,7 @@ import (
 )
 
 // DefaultChallengeBudget bounds the challenged attempts of one account:
-// those let past its budgets, delay or cap by an answered challenge.
+// those let past its windowed budget by an answered challenge.
 var DefaultChallengeBudget = limiter.Budget{Limit: 10, Window: time.Hour}
 
 // The wire names of a challenge.
@@ -35,10 +35,10 @@ const (
 	MaxChallengeID = 128
 )
 
-// Challenge is a test a client passes to get one more attempt when an
-// account's budgets, not the client's own, refuse it: a CAPTCHA of the
-// app's provider, or [ProofOfWork]. Its methods must be safe for concurrent
-// use, and must not tell whether the account exists.
+// Challenge is a test a client passes to get one more attempt when the
+// account's windowed budget, not the client's own, refuses it: a CAPTCHA
+// of the app's provider, or [ProofOfWork]. Its methods must be safe for
+// concurrent use, and must not tell whether the account exists.
 type Challenge interface {
 	// Issue returns a new challenge for a client of c.
 	Issue(ctx context.Context, c ChallengeFor) (Issued, error)
@@ -56,8 +56,9 @@ type ChallengeFor struct {
 	// Addr is the client address's key ([keyfunc.IPKeyer.Key]).
 	Addr string
 	// Failures is how many challenged attempts on the account failed in
-	// the window of its challenge budget, for a difficulty that grows;
-	// zero in Verify.
+	// the window of its challenge budget, for a difficulty that grows. In
+	// Verify it is the count when the answer comes, not when the challenge
+	// was issued.
 	Failures int
 }
 
@@ -87,10 +88,12 @@ type challenger struct {
 	budget limiter.Budget
 	answer keyfunc.Func // reads AnswerField from the body
 	// fields name the budgets of a challenged attempt: NAME-account-ip,
-	// NAME-challenge, NAME-consecutive and NAME-ip; entries maps its keys
-	// to them.
-	fields  *fields
-	entries [5]int
+	// NAME-challenge, NAME-consecutive, NAME-spray (with Spray on) and
+	// NAME-ip. entries maps its keys to them, and sprayEntries those of
+	// one with a password.
+	fields       *fields
+	entries      [5]int
+	sprayEntries [7]int
 	// failures remembers, for limiter.AskAgain, each account's challenged
 	// failures as the store last told them. A flood of challenged refusals
 	// then asks the store once a second per account, as a flood of refusals
@@ -109,23 +112,35 @@ type recalled struct {
 // remembers; past it, it forgets them all.
 const maxRecalled = 10_000
 
-// The indexes of the keys of a challenged attempt; the address comes last,
-// left out for an exempt address.
+// The indexes of the keys of a challenged attempt. The consecutive count is
+// where an attempt's is (keyConsecutive), for the delay ladder. The address
+// comes last, left out for an exempt address.
 const (
 	chalAccountIP = iota
 	chalChallenge
-	chalPuzzle
 	chalConsecutive
+	chalPuzzle
 	chalIP
 )
 
+// The indexes of the keys of a password, in a challenged attempt with one:
+// the address moves after them.
+const (
+	chalSpray = chalIP + iota
+	chalMarker
+	chalSprayIP
+)
+
 // chalOwn are the keys of a challenged attempt that describe the client's
-// own use.
-var chalOwn = []int{chalAccountIP, chalIP}
+// own use; chalSprayOwn those of one with a password.
+var (
+	chalOwn      = []int{chalAccountIP, chalIP}
+	chalSprayOwn = []int{chalAccountIP, chalSprayIP}
+)
 
 // newChallenger returns the challenger of o's guard, or nil when
-// o.Challenge is nil.
-func newChallenger(o *SignInOptions, consecutive limiter.Budget) (*challenger, error) {
+// o.Challenge is nil; spray says whether the guard counts passwords.
+func newChallenger(o *SignInOptions, consecutive limiter.Budget, spray bool) (*challenger, error) {
 	if o.Challenge == nil {
 		return nil, nil
 	}
@@ -135,14 +150,20 @@ func newChallenger(o *SignInOptions, consecutive limiter.Budget) (*challenger, e
 	if err := o.ChallengeBudget.Validate(); err != nil {
 		return nil, fmt.Errorf("middleware %q: %s-challenge: %w", o.Name, o.Name, err)
 	}
-	names := []string{o.Name + "-account-ip", o.Name + "-challenge", o.Name + "-consecutive", o.Name + "-ip"}
-	budgets := []limiter.Budget{o.AccountIPFailures, o.ChallengeBudget, consecutive, o.IPAttempts}
+	names := []string{o.Name + "-account-ip", o.Name + "-challenge", o.Name + "-consecutive"}
+	budgets := []limiter.Budget{o.AccountIPFailures, o.ChallengeBudget, consecutive}
+	if spray {
+		names, budgets = append(names, o.Name+"-spray"), append(budgets, o.Spray.Budget)
+	}
+	names, budgets = append(names, o.Name+"-ip"), append(budgets, o.IPAttempts)
+	fIP := len(names) - 1
 	return &challenger{
 		c: o.Challenge, budget: o.ChallengeBudget,
-		answer:   keyfunc.BodyField(AnswerField, o.Body),
-		fields:   newFields(names, budgets, o.Remaining.hidden(true), o.LegacyHeaders),
-		entries:  [5]int{chalAccountIP: 0, chalChallenge: 1, chalPuzzle: 1, chalConsecutive: 2, chalIP: 3},
-		failures: map[string]recalled{},
+		answer:       keyfunc.BodyField(AnswerField, o.Body),
+		fields:       newFields(names, budgets, o.Remaining.hidden(true), o.LegacyHeaders),
+		entries:      [5]int{chalAccountIP: 0, chalChallenge: 1, chalConsecutive: 2, chalPuzzle: 1, chalIP: fIP},
+		sprayEntries: [7]int{chalAccountIP: 0, chalChallenge: 1, chalConsecutive: 2, chalPuzzle: 1, chalSpray: 3, chalMarker: 3, chalSprayIP: fIP},
+		failures:     map[string]recalled{},
 	}, nil
 }
 
@@ -164,10 +185,17 @@ func (c *challenger) readAnswer(r *http.Request) string {
 
 // answered counts an attempt that carries an answer to a challenge, and
 // reports whether it answered the request. A valid answer is charged in one
-// store update, instead of the account's budget and delay. It is charged to
-// the client's own budgets, the cap, the account's challenge budget and the
-// answer's ID (once). A refused or replayed answer costs the client's
-// address an attempt, and the attempt goes on as one without an answer.
+// store update, instead of the account's windowed budget. It is charged to
+// the client's own budgets, the cap, the account's challenge budget, the
+// answer's ID (once), and the password's keys as any attempt. The answer
+// to a proof of work must meet the difficulty in force when it comes: that
+// of the account's challenged failures this update counted. Past the
+// delay's threshold, the attempt then takes the ladder's step as any
+// attempt, lengthened by the account budget's window. It is the attempt
+// that budget would allow at its reset, taken early, so that answering
+// never brings the cap sooner. A refused or replayed answer costs the
+// client's address an attempt, and the attempt goes on as one without an
+// answer.
 func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, a *signInAttempt, exempt bool) bool {
 	c := g.challenge
 	answer := c.readAnswer(p.r) // the handler's request, whose body it restores
@@ -175,7 +203,9 @@ func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, 
 		return false
 	}
 	account := a.out.account
-	s, err := c.c.Verify(r.Context(), answer, ChallengeFor{Account: account, Addr: a.ip})
+	who := ChallengeFor{Account: account, Addr: a.ip}
+	who.Failures, _ = c.recall(account)
+	s, err := c.c.Verify(r.Context(), answer, who)
 	if err == nil && (s.ID == "" || len(s.ID) > MaxChallengeID) {
 		err = fmt.Errorf("middleware: challenge answer with an ID of %d bytes, want 1 to %d", len(s.ID), MaxChallengeID)
 	}
@@ -184,27 +214,51 @@ func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, 
 	}
 	window := time.Until(s.Expires).Truncate(time.Second) + time.Minute // the clocks of instances differ
 	window = min(max(window, limiter.MinWindow), limiter.MaxWindow)
-	charges := [5]limiter.Charge{
+	charges := [7]limiter.Charge{
 		chalAccountIP:   {Key: a.accountIP, Budget: g.o.AccountIPFailures},
 		chalChallenge:   {Key: keyfunc.JoinKeys("challenge", account), Budget: c.budget},
-		chalPuzzle:      {Key: keyfunc.JoinKeys("puzzle", s.ID), Budget: limiter.Budget{Limit: 1, Window: window}},
 		chalConsecutive: {Key: keyfunc.JoinKeys("consecutive", account), Budget: g.rules.consecutive},
-		chalIP:          {Key: keyfunc.JoinKeys("ip", a.ip), Budget: g.o.IPAttempts},
+		chalPuzzle:      {Key: keyfunc.JoinKeys("puzzle", s.ID), Budget: limiter.Budget{Limit: 1, Window: window}},
 	}
-	n, own := len(charges), chalOwn
+	n, entries, own := chalIP, c.entries[:], chalOwn
+	if a.sprayed {
+		charges[chalSpray] = limiter.Charge{Key: a.spray, Budget: g.o.Spray.Budget}
+		charges[chalMarker] = limiter.Charge{Key: a.marker, Budget: sprayMarker(g.o.Spray.Budget)}
+		n, entries, own = chalSprayIP, c.sprayEntries[:], chalSprayOwn
+	}
 	if exempt {
-		n, own = n-1, chalOwn[:1]
+		entries, own = entries[:n], own[:1]
+	} else {
+		charges[n] = limiter.Charge{Key: keyfunc.JoinKeys("ip", a.ip), Budget: g.o.IPAttempts}
+		n++
 	}
 	d, ok := g.attempt(w, r, charges[:n]...)
 	if !ok {
 		return true
 	}
 	if !d.Allowed && !d.Shadow && (!d.Unavailable || d.Local) && d.RemainingOf(chalPuzzle) == 0 &&
-		d.RemainingOf(chalAccountIP) > 0 && (exempt || d.RemainingOf(chalIP) > 0) {
+		d.RemainingOf(chalAccountIP) > 0 && (exempt || d.RemainingOf(n-1) > 0) {
 		return g.answerRefused(w, r, a.ip, exempt, fmt.Errorf("%w: answered before", ErrChallengeAnswer))
 	}
+	if counted(&d) {
+		pow, ok := c.c.(*ProofOfWork) // a provider's answer may be verified once only
+		if f := c.budget.Limit - d.RemainingOf(chalChallenge) - 1; ok && f > who.Failures {
+			// Challenged attempts counted since this instance last
+			// asked: the answer must meet their difficulty too.
+			who.Failures = f
+			if _, err := pow.Verify(r.Context(), answer, who); err != nil {
+				if err := g.l.Refund(context.WithoutCancel(r.Context()), d); err != nil {
+					g.log.Warn("attempt with a stale answer not refunded", "kind", KindRefundFailed, "err", err)
+				}
+				return g.answerRefused(w, r, a.ip, exempt, err)
+			}
+		}
+		if g.rules.delay && !g.delay(w, r, &d, a, g.o.AccountFailures.Window) {
+			return true
+		}
+	}
 	a.challenged = true
-	p.entries, p.own, p.fields = c.entries[:n], own, c.fields
+	p.entries, p.own, p.fields = entries, own, c.fields
 	g.serve(w, &d, p)
 	return true
 }
@@ -229,8 +283,9 @@ func (g *SignInGuard) answerRefused(w http.ResponseWriter, r *http.Request, ip s
 }
 
 // challengeable reports whether d, a counted refusal of an unknown
-// client's attempt a, comes from the account's budget alone: not the
-// client's own budgets, the password's, or the cap.
+// client's attempt a, comes from the account's windowed budget alone: not
+// the client's own budgets, the password's, or the cap. The delay ladder
+// is never challenged: it refuses before d is counted (see delay).
 func challengeable(d *limiter.Decision, a *signInAttempt, exempt bool) bool {
 	ip := keyIP
 	if a.sprayed {
@@ -241,10 +296,10 @@ func challengeable(d *limiter.Decision, a *signInAttempt, exempt bool) bool {
 		(!a.sprayed || d.RemainingOf(keySpray) > 0)
 }
 
-// issue answers d, a refusal of a's attempt by the account's budget or
-// delay, with a challenge, under the fields f of the refusing budget
-// (entries as in a pass). When the account's challenge budget is spent, or
-// no challenge can be issued, the refusal stands.
+// issue answers d, a refusal of a's attempt by the account's windowed
+// budget, with a challenge, under the fields of p. When the account's
+// challenge budget is spent, or no challenge can be issued, the refusal
+// stands.
 func (g *SignInGuard) issue(w http.ResponseWriter, r *http.Request, d *limiter.Decision, p *pass, a *signInAttempt) {
 	c := g.challenge
 	ctx := context.WithoutCancel(r.Context())
@@ -341,9 +396,16 @@ func writeChallenge(w http.ResponseWriter, is Issued) {
 func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *limiter.Decision, a *signInAttempt, success bool) {
 	account := a.out.account
 	if success {
-		err := g.l.Credit(ctx, *d, nil, keyfunc.JoinKeys("account-ip", account, a.ip), keyfunc.JoinKeys("lockouts", account, a.ip),
-			keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account), keyfunc.JoinKeys("challenge", account))
-		if err != nil {
+		var refund []int
+		cleared := []string{keyfunc.JoinKeys("account-ip", account, a.ip), keyfunc.JoinKeys("lockouts", account, a.ip),
+			keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account), keyfunc.JoinKeys("challenge", account)}
+		if a.sprayed {
+			if !a.repeat {
+				refund = []int{chalSpray}
+			}
+			cleared = append(cleared, a.marker)
+		}
+		if err := g.l.Credit(ctx, *d, refund, cleared...); err != nil {
 			g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
 		}
 		if counted(d) {
@@ -366,35 +428,16 @@ func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *lim
 		g.event(ctx, r, Event{Kind: EventCapReached, Account: account, Budget: g.o.Name + "-consecutive",
 			Failures: g.rules.consecutive.Limit, Limit: g.rules.consecutive.Limit, Time: d.Now})
 	}
+	g.passwordAndDelay(ctx, r, d, a)
 }
 
 // challengesBegin emits EventChallengeIssued when a failure of an unknown
-// client made the account's later attempts challenged: it spent the
-// account's budget, or imposed a delay, short of the cap.
+// client spent the account's windowed budget, short of the cap: later
+// attempts are challenged.
 func (g *SignInGuard) challengesBegin(ctx context.Context, r *http.Request, d *limiter.Decision, a *signInAttempt) {
-	if g.challenge == nil || d.RemainingOf(keyConsecutive) == 0 {
-		return
-	}
-	var until time.Time
-	switch {
-	case d.RemainingOf(keyAccount) == 0:
-		until = d.ResetOf(keyAccount)
-	case a.delayed != nil:
-		until = a.delayed.Reset
-	default:
+	if g.challenge == nil || d.RemainingOf(keyConsecutive) == 0 || d.RemainingOf(keyAccount) > 0 {
 		return
 	}
 	g.event(ctx, r, Event{Kind: EventChallengeIssued, Account: a.out.account, Budget: g.o.Name + "-challenge",
-		Limit: g.challenge.budget.Limit, Until: until, Time: d.Now})
-}
-
-// refuseDelayed answers dd, the delay's refusal of a's attempt: with a
-// challenge when the guard has one, as a plain refusal otherwise.
-func (g *SignInGuard) refuseDelayed(w http.ResponseWriter, r *http.Request, dd *limiter.Decision, a *signInAttempt) {
-	p := &pass{r: r, fields: g.delayFields}
-	if g.challenge != nil && !dd.Shadow && (!dd.Unavailable || dd.Local) {
-		g.issue(w, r, dd, p, a)
-		return
-	}
-	g.serve(w, dd, p)
+		Limit: g.challenge.budget.Limit, Until: d.ResetOf(keyAccount), Time: d.Now})
 }

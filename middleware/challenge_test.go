@@ -2,20 +2,29 @@ package middleware_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/bits"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gatecount/gatecount/internal/clock"
+	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/store"
 )
 
 var powSecret = []byte("a proof-of-work secret of 32 bytes or more")
@@ -183,8 +192,8 @@ func TestSignInChallenge(t *testing.T) {
 	}
 }
 
-// The client's own budgets and the cap refuse without a challenge: only
-// the account's budget and delay are challenged.
+// The client's own budgets, the delay and the cap refuse without a
+// challenge: only the account's windowed budget is challenged.
 func TestSignInChallengeOnlyForTheAccount(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -205,7 +214,7 @@ func TestSignInChallengeOnlyForTheAccount(t *testing.T) {
 			for i := range 3 {
 				post(h, guessAddr(i), formCT, form("alice", "wrong"))
 			}
-		}, "login-delay", true},
+		}, "login-delay", false},
 		{"account from this address", func(o *middleware.SignInOptions) {
 			o.AccountFailures = limiter.Budget{Limit: 1000, Window: time.Hour}
 		}, func(h http.Handler) {
@@ -451,6 +460,182 @@ func TestSignInChallengeProvider(t *testing.T) {
 			}
 			if w := answer(h, "203.0.113.7", "alice", "right", tc.answer); w.Code != tc.status {
 				t.Fatalf("with the answer %.20q: %d, want %d", tc.answer, w.Code, tc.status)
+			}
+		})
+	}
+}
+
+// An answered challenge is charged the password's keys, as any attempt,
+// on every store: a challenged failure counts toward the password's budget,
+// and a password refused everywhere is refused behind an answer too.
+func TestSignInChallengeCountsPassword(t *testing.T) {
+	const sprayed = "Summer2026!"
+	pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: powSecret, Bits: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := middleware.DefaultPasswordSpray.Limit
+	for name, open := range exactStores() {
+		t.Run(name, func(t *testing.T) {
+			c := newChecker(map[string]string{"alice": sprayed})
+			h := sprayGuard(t, open(t), middleware.SignInOptions{AccountFailures: limiter.Budget{Limit: 3, Window: time.Hour}, Challenge: pow}, c)
+			// answerFor spends the account's budget with junk from
+			// strangers, and returns an answer to the challenge from ip.
+			answerFor := func(account, ip string) string {
+				t.Helper()
+				for i := range 3 {
+					login(h, sprayAddr(5000+i), account, fmt.Sprintf("junk-%s-%d", account, i))
+				}
+				p, ok := challengeOf(t, login(h, ip, account, "junk-"+account))
+				if !ok {
+					t.Fatalf("%s from %s: no challenge once her budget is spent", account, ip)
+				}
+				a, _ := solve(t, p)
+				return a
+			}
+			for i := range b - 1 {
+				if w := login(h, sprayAddr(i), fmt.Sprintf("user%d", i), sprayed); w.Code != 401 {
+					t.Fatalf("spray %d: %d", i, w.Code)
+				}
+			}
+			// The budget's last failure, behind an answer.
+			if w := answer(h, "192.0.2.10", "bob", sprayed, answerFor("bob", "192.0.2.10")); w.Code != 401 {
+				t.Fatalf("bob with an answer: %d, want 401", w.Code)
+			}
+			if w := login(h, sprayAddr(b), "someone", sprayed); w.Code != 429 || !strings.Contains(w.Header().Get("RateLimit"), `"login-spray"`) {
+				t.Fatalf("the password after %d failures, one challenged: %d %q, want 429 of login-spray", b, w.Code, w.Header().Get("RateLimit"))
+			}
+			// Alice's budget spent with junk, an answer does not take the
+			// sprayed password to her check.
+			if w := answer(h, "192.0.2.11", "alice", sprayed, answerFor("alice", "192.0.2.11")); w.Code != 429 || !strings.Contains(w.Header().Get("RateLimit"), `"login-spray"`) {
+				t.Fatalf("alice with an answer and the sprayed password: %d %q %s, want 429 of login-spray", w.Code, w.Header().Get("RateLimit"), w.Body)
+			}
+			if n := c.count(sprayed); n != b {
+				t.Fatalf("the sprayed password reached the check %d times, want its budget, %d", n, b)
+			}
+		})
+	}
+}
+
+// An attacker who attacks alice as fast as the guard allows, answering
+// every challenge, reaches the cap no sooner with Challenge on than off,
+// with the default budgets and delays.
+func TestSignInChallengeCapNoSooner(t *testing.T) {
+	pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: powSecret, Bits: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toCap := func(c middleware.Challenge) (time.Duration, int) {
+		clk := clock.NewFake(t0)
+		_, p, h := signIn(t, clk, middleware.SignInOptions{Device: middleware.DeviceOptions{Secret: deviceSecret}, Challenge: c})
+		answered := 0
+		for i := 0; p.checks.Load() < middleware.MaxConsecutiveFailures; i++ {
+			if i > 2000 {
+				t.Fatalf("%d failures after %d attempts", p.checks.Load(), i)
+			}
+			ip := guessAddr(i) // an address for each attempt: only the account's budgets apply
+			w := post(h, ip, formCT, form("alice", "wrong"))
+			if w.Code == 401 {
+				continue
+			}
+			wait := retryAfter(t, w)
+			if pz, ok := challengeOf(t, w); ok {
+				a, _ := solve(t, pz)
+				w = answer(h, ip, "alice", "wrong", a)
+				if w.Code == 401 {
+					answered++
+					continue
+				}
+				wait = min(wait, retryAfter(t, w))
+			}
+			if w.Code != 429 || strings.Contains(w.Header().Get("RateLimit"), "login-consecutive") {
+				t.Fatalf("attempt %d, %d failures: %d %q", i, p.checks.Load(), w.Code, w.Header().Get("RateLimit"))
+			}
+			clk.Advance(time.Duration(max(wait, 1)) * time.Second)
+		}
+		return clk.Now().Sub(t0), answered
+	}
+	off, _ := toCap(nil)
+	on, answered := toCap(pow)
+	t.Logf("the cap after %v without a challenge, %v with (%d answered)", off, on, answered)
+	if off < 70*time.Hour || answered == 0 || on < off {
+		t.Fatalf("the cap after %v with Challenge (%d answered), %v without: want no sooner, and about 75h without", on, answered, off)
+	}
+}
+
+// solveExactly answers p with exactly its bits of leading zeros, no more.
+func solveExactly(p puzzle) string {
+	for c := 0; ; c++ {
+		a := p.Token + "." + strconv.Itoa(c)
+		h := sha256.Sum256([]byte(a))
+		if bits.LeadingZeros64(binary.BigEndian.Uint64(h[:8])) == p.Bits {
+			return a
+		}
+	}
+}
+
+// A puzzle is answered at the difficulty in force when its answer comes:
+// puzzles fetched before a challenged failure are refused after it, and the
+// attempt gets a new challenge, a bit harder. On the shared stores the
+// failure is counted by another instance, which the one answering learns
+// only from the store.
+func TestSignInChallengeDifficultyAtAnswer(t *testing.T) {
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T) []*store.Store // the store of each instance
+	}{
+		{"memory", func(t *testing.T) []*store.Store { return []*store.Store{memStore(t, nil)} }},
+		{"postgres", func(t *testing.T) []*store.Store {
+			u := migratedPostgres(t)
+			return []*store.Store{openShared(t, u, secret), openShared(t, u, secret)}
+		}},
+		{"redis", func(t *testing.T) []*store.Store {
+			u := servicetest.RedisURL(t)
+			return []*store.Store{openShared(t, u, secret), openShared(t, u, secret)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &passwords{}
+			prefix := fresh("difficulty")
+			var hs [2]http.Handler
+			for i, s := range tc.open(t) {
+				o := challengeOptions(t, &events{})
+				o.Logger = quiet
+				o.IP.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+				g, err := middleware.SignIn(handle(t, s, prefix), o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { g.Close() })
+				hs[i] = g.Wrap(p)
+			}
+			if hs[1] == nil {
+				hs[1] = hs[0]
+			}
+			for i := range 3 {
+				post(hs[0], guessAddr(i), formCT, form("alice", "wrong"))
+			}
+			var puzzles []puzzle
+			for i := range 2 {
+				pz, ok := challengeOf(t, post(hs[0], guessAddr(10+i), formCT, form("alice", "wrong")))
+				if !ok || pz.Bits != 4 {
+					t.Fatalf("puzzle %d: %+v, want one of 4 bits", i, pz)
+				}
+				puzzles = append(puzzles, pz)
+			}
+			checks := p.checks.Load()
+			if w := answer(hs[0], guessAddr(10), "alice", "wrong", solveExactly(puzzles[0])); w.Code != 401 {
+				t.Fatalf("the first answer: %d, want 401", w.Code)
+			}
+			w := answer(hs[1], guessAddr(11), "alice", "wrong", solveExactly(puzzles[1]))
+			pz, ok := challengeOf(t, w)
+			if !ok || pz.Bits != 5 || p.checks.Load() != checks+1 {
+				t.Fatalf("a 4-bit answer after a challenged failure: %d %s, want a new challenge of 5 bits and no check", w.Code, w.Body)
+			}
+			if w := answer(hs[1], guessAddr(11), "alice", "wrong", solveExactly(pz)); w.Code != 401 || p.checks.Load() != checks+2 {
+				t.Fatalf("the new puzzle's answer: %d, want 401", w.Code)
 			}
 		})
 	}

@@ -173,14 +173,17 @@ func (p *ProofOfWork) Issue(_ context.Context, c ChallengeFor) (Issued, error) {
 }
 
 // Verify implements [Challenge]: it accepts an answer to a puzzle p issued
-// for c that has not expired and has the puzzle's leading zero bits. It
-// costs one SHA-256 and one HMAC, and touches no store. Its error matches
+// for c that has not expired. The answer has the puzzle's leading zero bits,
+// and those of the difficulty in force, Bits(c.Failures): a puzzle issued
+// before others' failures is answered at their cost. It costs one SHA-256
+// and one HMAC, and touches no store. Its error matches
 // [ErrChallengeAnswer].
 func (p *ProofOfWork) Verify(_ context.Context, answer string, c ChallengeFor) (Solved, error) {
 	b, n, err := parseAnswer(answer)
 	if err != nil {
 		return Solved{}, err
 	}
+	n = max(n, p.Bits(c.Failures))
 	if leadingZeros(sha256.Sum256([]byte(answer))) < n {
 		return Solved{}, fmt.Errorf("%w: fewer than %d leading zero bits", ErrChallengeAnswer, n)
 	}

@@ -129,10 +129,11 @@ type SignInOptions struct {
 	// Delay makes further attempts wait from a threshold toward the cap
 	// (NAME-delay); the zero value gives the defaults.
 	Delay Delay
-	// Challenge, when set, answers an attempt that the account's budget
-	// or delay refuses with a challenge (see Challenge): a client that
-	// answers it gets one more attempt. Nil refuses, as before. The
-	// guard writes a challenged refusal itself, never OnLimit.
+	// Challenge, when set, answers an attempt that the account's windowed
+	// budget refuses with a challenge (see Challenge): a client that
+	// answers it gets one more attempt, still subject to the delay ladder.
+	// Nil refuses, as before. The guard writes a challenged refusal
+	// itself, never OnLimit.
 	Challenge Challenge
 	// ChallengeBudget bounds an account's challenged attempts
 	// (NAME-challenge); zero means [DefaultChallengeBudget] (10 per hour).
@@ -442,9 +443,13 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 	if !isToken(delayName) {
 		return nil, fmt.Errorf("middleware: name %q must be a token of letters, digits, '-', '_' and '.'", o.Name)
 	}
-	chal, err := newChallenger(&o, rules.consecutive)
+	chal, err := newChallenger(&o, rules.consecutive, spray != nil)
 	if err != nil {
 		return nil, err
+	}
+	delayMax := o.Delay.Max
+	if chal != nil {
+		delayMax += o.AccountFailures.Window // a challenged attempt's hold
 	}
 	if p, ok := o.Challenge.(*ProofOfWork); ok && !p.shared() && h.Shared() {
 		g.log.Warn("puzzles are signed with a key of this process: other instances reject their answers, and a restart ends them. "+
@@ -455,7 +460,7 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 		entries:      [4]int{keyAccountIP, keyAccount, keyConsecutive, fIP},
 		sprayEntries: [6]int{keyAccountIP, keyAccount, keyConsecutive, fSpray, fSpray, fIP},
 		ipEntry:      [1]int{fIP}, devEntry: [2]int{fIP - 1, keyConsecutive},
-		delayFields: newFields([]string{delayName}, []limiter.Budget{{Limit: 1, Window: o.Delay.Max}}, o.Remaining.hidden(true), o.LegacyHeaders),
+		delayFields: newFields([]string{delayName}, []limiter.Budget{{Limit: 1, Window: delayMax}}, o.Remaining.hidden(true), o.LegacyHeaders),
 	}, nil
 }
 
@@ -537,6 +542,9 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 			limiter.Charge{Key: consecutive, Budget: deviceConsecutive})
 		p.entries, p.own = g.devEntry[:], deviceOwn
 	} else {
+		if a.sprayed = g.spray != nil && password != ""; a.sprayed {
+			a.spray, a.marker = g.spray.keys(password, account)
+		}
 		if g.challenge != nil && g.answered(w, r, &p, a, exempt) {
 			return
 		}
@@ -547,8 +555,7 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 		}
 		n := keyIP
 		p.entries, p.own = g.entries[:], ownKeys
-		if a.sprayed = g.spray != nil && password != ""; a.sprayed {
-			a.spray, a.marker = g.spray.keys(password, account)
+		if a.sprayed {
 			charges[keySpray] = limiter.Charge{Key: a.spray, Budget: g.o.Spray.Budget}
 			charges[keyMarker] = limiter.Charge{Key: a.marker, Budget: sprayMarker(g.o.Spray.Budget)}
 			n = keySprayIP
@@ -561,7 +568,7 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 			n++
 		}
 		if d, ok = g.attempt(w, r, charges[:n]...); ok && g.rules.delay && counted(&d) {
-			ok = g.delay(w, r, &d, a)
+			ok = g.delay(w, r, &d, a, 0)
 		}
 		if ok && g.challenge != nil && challengeable(&d, a, exempt) {
 			g.issue(w, r, &d, &pass{r: r, entries: p.entries}, a)
@@ -585,14 +592,16 @@ func counted(d *limiter.Decision) bool {
 
 // delay applies the delay ladder to the attempt d admitted. Past the
 // threshold, the attempt takes the account's one slot of the delay, which
-// it holds for the wait of the attempt after it. With no slot free it gives
-// back d, answers the refusal and reports false.
-func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.Decision, a *signInAttempt) bool {
+// it holds for the wait of the attempt after it, plus hold. With no slot
+// free it gives back d, answers the refusal and reports false. That
+// refusal is never challenged.
+func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.Decision, a *signInAttempt, hold time.Duration) bool {
 	n := g.rules.consecutive.Limit - d.RemainingOf(keyConsecutive) // this attempt included
 	wait := g.o.Delay.wait(n + 1)
 	if wait == 0 || n >= g.rules.consecutive.Limit {
 		return true
 	}
+	wait += hold
 	ctx := context.WithoutCancel(r.Context())
 	dd, err := g.l.AttemptEach(ctx, limiter.Charge{Key: keyfunc.JoinKeys("delay", a.out.account), Budget: limiter.Budget{Limit: 1, Window: wait}})
 	switch {
@@ -608,7 +617,7 @@ func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.D
 	if err := g.l.Refund(ctx, *d); err != nil {
 		g.log.Warn("delayed attempt not refunded", "kind", KindRefundFailed, "err", err)
 	}
-	g.refuseDelayed(w, r, &dd, a)
+	g.serve(w, &dd, &pass{r: r, fields: g.delayFields})
 	return false
 }
 
@@ -634,6 +643,15 @@ type signInAttempt struct {
 	challenged bool
 }
 
+// sprayKey returns the index of the password's bucket among the keys of
+// a's decision; the pair's marker follows it.
+func (a *signInAttempt) sprayKey() int {
+	if a.challenged {
+		return chalSpray
+	}
+	return keySpray
+}
+
 // run runs the handler of an allowed attempt, counted; run is never called
 // for one let through uncounted. It issues a device cookie with a
 // successful answer, and credits or backs off by the outcome. The charge of
@@ -651,11 +669,11 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 			}
 		}
 	}
-	if a.sprayed && limiter.MaxLimit-d.RemainingOf(keyMarker) > 1 {
+	if a.sprayed && limiter.MaxLimit-d.RemainingOf(a.sprayKey()+1) > 1 {
 		// The pair was counted before: one owner retyping a password
 		// counts once.
 		a.repeat = true
-		if err := g.l.Credit(context.WithoutCancel(r.Context()), d, []int{keySpray}); err != nil {
+		if err := g.l.Credit(context.WithoutCancel(r.Context()), d, []int{a.sprayKey()}); err != nil {
 			g.log.Warn("repeated password not given back", "kind", KindRefundFailed, "err", err)
 		}
 	}
@@ -709,15 +727,21 @@ func (g *SignInGuard) failed(ctx context.Context, r *http.Request, d *limiter.De
 		g.event(ctx, r, Event{Kind: EventCapReached, Account: account, Budget: g.o.Name + "-consecutive",
 			Failures: g.rules.consecutive.Limit, Limit: g.rules.consecutive.Limit, Time: d.Now})
 	}
-	if a.sprayed && !a.repeat && d.RemainingOf(keySpray) == 0 {
+	g.passwordAndDelay(ctx, r, d, a)
+	g.challengesBegin(ctx, r, d, a)
+}
+
+// passwordAndDelay emits the events of a failure, counted in d, that every
+// path shares: the password's budget spent, and a delay imposed.
+func (g *SignInGuard) passwordAndDelay(ctx context.Context, r *http.Request, d *limiter.Decision, a *signInAttempt) {
+	if i := a.sprayKey(); a.sprayed && !a.repeat && d.RemainingOf(i) == 0 {
 		g.event(ctx, r, Event{Kind: EventPasswordSprayed, Budget: g.o.Name + "-spray",
-			Failures: g.o.Spray.Budget.Limit, Limit: g.o.Spray.Budget.Limit, Until: d.ResetOf(keySpray), Time: d.Now})
+			Failures: g.o.Spray.Budget.Limit, Limit: g.o.Spray.Budget.Limit, Until: d.ResetOf(i), Time: d.Now})
 	}
 	if dd := a.delayed; dd != nil {
-		g.event(ctx, r, Event{Kind: EventDelayed, Account: account, Budget: g.o.Name + "-delay",
+		g.event(ctx, r, Event{Kind: EventDelayed, Account: a.out.account, Budget: g.o.Name + "-delay",
 			Failures: a.failures, Limit: g.rules.consecutive.Limit, Until: dd.Reset, Time: dd.Now})
 	}
-	g.challengesBegin(ctx, r, d, a)
 }
 
 // event emits e, of the guard, from r's client address.

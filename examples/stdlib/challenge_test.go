@@ -67,9 +67,12 @@ func (tr *transcript) add(res *http.Response, body string) {
 // on the other server is refused; a guesser who solves every puzzle sees
 // the difficulty double with each guess, in hashes per guess, and reaches
 // the password check only as often as the challenge budget allows. An
-// unknown account gets the same answers throughout.
+// unknown account gets the same answers throughout. Delays are off: a
+// challenged attempt waits out the delay ladder as any attempt does
+// (middleware's TestSignInChallengeCapNoSooner), and this test runs in
+// real time.
 func TestChallengeFleet(t *testing.T) {
-	env := storeEnv(t, "postgres", "TRUSTED_PROXIES=127.0.0.1/32",
+	env := storeEnv(t, "postgres", "TRUSTED_PROXIES=127.0.0.1/32", "RATE_LIMIT_LOGIN_DELAY_AFTER=100",
 		"RATE_LIMIT_LOGIN_CHALLENGE=pow", fmt.Sprintf("RATE_LIMIT_LOGIN_CHALLENGE_BITS=%d", challengeBits))
 	servers, _ := startFleet(t, 2, env)
 	const budget = 10 // RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS, by default

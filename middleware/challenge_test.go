@@ -559,7 +559,7 @@ func TestSignInChallengeCapNoSooner(t *testing.T) {
 	on, answered := toCap(pow)
 	t.Logf("the cap after %v without a challenge, %v with (%d answered)", off, on, answered)
 	if off < 70*time.Hour || answered == 0 || on < off {
-		t.Fatalf("the cap after %v with Challenge (%d answered), %v without: want no sooner, and about 75h without", on, answered, off)
+		t.Fatalf("the cap after %v with Challenge (%d answered), %v without: want no sooner, and about 74h without", on, answered, off)
 	}
 }
 

@@ -27,7 +27,7 @@
 //	RATE_LIMIT_LOGIN_DELAY_AFTER           20  consecutive failures before attempts wait 30s, doubling to 1h; the cap or above: never
 //	RATE_LIMIT_LOGIN_SPRAY                 20  accounts a password may fail against, per hour, then refused for everyone; or off
 //	RATE_LIMIT_LOGIN_SPRAY_FIELD     password  the body field holding the password
-//	RATE_LIMIT_LOGIN_CHALLENGE            off  pow: a proof of work instead of a refusal by an account's budget or delay
+//	RATE_LIMIT_LOGIN_CHALLENGE            off  pow: a proof of work instead of a refusal by an account's windowed budget
 //	RATE_LIMIT_LOGIN_CHALLENGE_BITS        17  the proof of work's base difficulty, 1 to 40 bits, one more per challenged failure
 //	RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS    10  challenged attempts per account, per hour
 //	RATE_LIMIT_RESET_PER_DESTINATION        3  sends (password resets, codes) per destination, per hour
@@ -170,7 +170,7 @@ type SignInBudgets struct {
 	// Spray counts failures per password (RATE_LIMIT_LOGIN_SPRAY, per
 	// hour, or off; RATE_LIMIT_LOGIN_SPRAY_FIELD).
 	Spray middleware.SprayOptions
-	// Challenge answers a refusal by an account's budget or delay with a
+	// Challenge answers a refusal by an account's windowed budget with a
 	// challenge: a [middleware.ProofOfWork] under GATECOUNT_SECRET when
 	// RATE_LIMIT_LOGIN_CHALLENGE is pow, of RATE_LIMIT_LOGIN_CHALLENGE_BITS;
 	// nil when off.

@@ -73,9 +73,9 @@ const (
 	// EventKnownDevice: a known device signed in while the account was at
 	// its cap, which stays: one event per such sign-in.
 	EventKnownDevice EventKind = "limit-account-known-device"
-	// EventChallengeIssued: a failure spent the account's budget, or
-	// imposed a delay, on a guard with a Challenge: attempts without a
-	// known device are challenged until Until (see SignInOptions.Challenge).
+	// EventChallengeIssued: a failure spent the account's windowed budget,
+	// on a guard with a Challenge: attempts without a known device are
+	// challenged until Until (see SignInOptions.Challenge).
 	EventChallengeIssued EventKind = "limit-account-challenge-issued"
 	// EventChallengePassed: a client that answered a challenge signed in.
 	// Failures counts the challenged failures before it.

@@ -175,8 +175,8 @@ func (a *App) limiters() error {
 	// (login-delay), from RATE_LIMIT_LOGIN_*. Device cookies
 	// are signed with GATECOUNT_SECRET when set; else with a key of this
 	// process, so that they stop working at a restart. With
-	// RATE_LIMIT_LOGIN_CHALLENGE=pow, a refusal by the account's budget or
-	// delay is a proof-of-work challenge (login-challenge), which the page
+	// RATE_LIMIT_LOGIN_CHALLENGE=pow, a refusal by the account's windowed
+	// budget is a proof-of-work challenge (login-challenge), which the page
 	// of GET /login solves.
 	login := a.Config.SignInOptions()
 	login.Observer = a.Metrics

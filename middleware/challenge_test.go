@@ -477,7 +477,7 @@ func TestSignInChallengeCountsPassword(t *testing.T) {
 	b := middleware.DefaultPasswordSpray.Limit
 	for name, open := range exactStores() {
 		t.Run(name, func(t *testing.T) {
-			c := newChecker(map[string]string{"alice": sprayed})
+			c := newChecker(map[string]string{"alice": sprayed, "carol": "carols-own"})
 			h := sprayGuard(t, open(t), middleware.SignInOptions{AccountFailures: limiter.Budget{Limit: 3, Window: time.Hour}, Challenge: pow}, c)
 			// answerFor spends the account's budget with junk from
 			// strangers, and returns an answer to the challenge from ip.
@@ -512,6 +512,17 @@ func TestSignInChallengeCountsPassword(t *testing.T) {
 			}
 			if n := c.count(sprayed); n != b {
 				t.Fatalf("the sprayed password reached the check %d times, want its budget, %d", n, b)
+			}
+			// An owner's right password behind an answer is given back, as
+			// on every path: more sign-ins than the budget leave it unspent.
+			for i := range b + 1 {
+				ip := sprayAddr(6000 + i)
+				if w := answer(h, ip, "carol", "carols-own", answerFor("carol", ip)); w.Code != 200 {
+					t.Fatalf("carol's sign-in %d with an answer: %d", i, w.Code)
+				}
+			}
+			if w := login(h, sprayAddr(7000), "someone", "carols-own"); w.Code != 401 {
+				t.Fatalf("carol's password after %d challenged sign-ins: %d, want 401", b+1, w.Code)
 			}
 		})
 	}

@@ -151,3 +151,39 @@ func BenchmarkSignInSuccess(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSignInKnownDevice is one successful sign-in through SignIn from
+// a known device, on the memory store: its one store update charges the
+// device's keys and reads the account's last recovery.
+func BenchmarkSignInKnownDevice(b *testing.B) {
+	g, err := middleware.SignIn(handle(b, memStore(b, nil), "signin:"), middleware.SignInOptions{
+		Logger: quiet, Spray: middleware.SprayOptions{Off: true}, Device: middleware.DeviceOptions{Secret: deviceSecret},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	h := g.Wrap(ok)
+	const body = "username=alice&password=correct+horse+battery+staple"
+	serve := func(w *reusedWriter, c *http.Cookie) {
+		r := httptest.NewRequest("POST", "/login", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.RemoteAddr = "192.0.2.7:41000"
+		if c != nil {
+			r.AddCookie(c)
+		}
+		clear(w.h)
+		w.status = 0
+		h.ServeHTTP(w, r)
+		if w.status != http.StatusOK {
+			b.Fatalf("status %d", w.status)
+		}
+	}
+	w := &reusedWriter{h: make(http.Header)}
+	serve(w, nil)
+	device := (&http.Response{Header: w.h}).Cookies()[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		serve(w, device)
+	}
+}

@@ -34,9 +34,10 @@ const (
 	// DefaultDeviceLifetime is how long a device token stays valid after
 	// the sign-in that issued it.
 	DefaultDeviceLifetime = 30 * 24 * time.Hour
-	// MaxDeviceLifetime bounds DeviceOptions.Lifetime: browsers keep no
-	// cookie longer than 400 days.
-	MaxDeviceLifetime = 400 * 24 * time.Hour
+	// MaxDeviceLifetime bounds DeviceOptions.Lifetime: a recovery revokes
+	// the tokens issued before it for [limiter.MaxWindow], and browsers keep
+	// no cookie longer than 400 days.
+	MaxDeviceLifetime = limiter.MaxWindow
 )
 
 // DefaultDeviceFailures is the failures budget of one known device.
@@ -46,7 +47,8 @@ var DefaultDeviceFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
 // "device cookies" against slow brute force. After a successful sign-in the
 // guard gives the client a token that binds it to the account. An attempt
 // presenting a valid token for the account it names is counted against that
-// device's own failures budget only. Strangers' failures on the account or
+// device's own budgets only: its failures, and its consecutive failures up
+// to the guard's ConsecutiveFailures. Strangers' failures on the account or
 // on the client's address so never lock it out. The zero value turns them
 // on with the defaults.
 type DeviceOptions struct {
@@ -84,18 +86,20 @@ type DeviceOptions struct {
 	Path string
 }
 
-// device token layout: version, expiry (unix seconds), nonce, MAC.
+// device token layout: version, issue time (unix milliseconds), nonce, MAC.
+// Version 1, which earlier releases issued, held the expiry in unix seconds
+// instead.
 const (
-	deviceVersion = 1
+	deviceVersion = 2
 	deviceNonce   = 16
 	deviceMAC     = sha256.Size
 	deviceBytes   = 1 + 8 + deviceNonce + deviceMAC
 )
 
 // devices signs and verifies device tokens. A token is base64url(version ‖
-// expiry ‖ nonce ‖ HMAC-SHA256(key, label ‖ version ‖ expiry ‖ nonce ‖
-// account)). The account is never in it, only bound by the MAC, so a token
-// verifies only for the account it was issued for.
+// issued ‖ nonce ‖ HMAC-SHA256(key, version ‖ issued ‖ nonce ‖ account)).
+// The account is never in it, only bound by the MAC, so a token verifies
+// only for the account it was issued for.
 type devices struct {
 	o   DeviceOptions
 	key []byte
@@ -199,51 +203,64 @@ func (v *devices) mac(head []byte, account string) []byte {
 
 // sign returns a new token for account and when it expires.
 func (v *devices) sign(account string) (string, time.Time) {
-	exp := v.now().Add(v.o.Lifetime).Truncate(time.Second)
+	issued := v.now().Truncate(time.Millisecond)
 	b := make([]byte, deviceBytes)
 	b[0] = deviceVersion
-	binary.BigEndian.PutUint64(b[1:9], uint64(exp.Unix()))
+	binary.BigEndian.PutUint64(b[1:9], uint64(issued.UnixMilli()))
 	rand.Read(b[9 : 9+deviceNonce])
 	copy(b[9+deviceNonce:], v.mac(b[:9+deviceNonce], account))
-	return base64.RawURLEncoding.EncodeToString(b), exp
+	return base64.RawURLEncoding.EncodeToString(b), issued.Add(v.o.Lifetime)
 }
 
-// verify returns the device ID (its nonce, in hex) of token when it is
-// valid for account now: well-formed, signed under v's key for that
-// account, and not expired.
-func (v *devices) verify(token, account string) (string, bool) {
+// A device is a valid token's device ID (its nonce, in hex) and when it
+// was issued: the zero Time for a version 1 token, whose issue is unknown,
+// so that it predates every recovery.
+type device struct {
+	id     string
+	issued time.Time
+}
+
+// verify returns the device of token when it is valid for account now:
+// well-formed, signed under v's key for that account, and not expired.
+func (v *devices) verify(token, account string) (device, bool) {
 	if base64.RawURLEncoding.DecodedLen(len(token)) != deviceBytes {
-		return "", false
+		return device{}, false
 	}
 	var b [deviceBytes]byte
 	n, err := base64.RawURLEncoding.Decode(b[:], []byte(token))
-	if err != nil || n != deviceBytes || b[0] != deviceVersion {
-		return "", false
+	if err != nil || n != deviceBytes || (b[0] != deviceVersion && b[0] != 1) {
+		return device{}, false
 	}
 	if !hmac.Equal(b[9+deviceNonce:], v.mac(b[:9+deviceNonce], account)) {
-		return "", false
+		return device{}, false
 	}
-	exp := int64(binary.BigEndian.Uint64(b[1:9]))
-	if exp <= v.now().Unix() {
-		return "", false
+	t := int64(binary.BigEndian.Uint64(b[1:9]))
+	d := device{id: hex.EncodeToString(b[9 : 9+deviceNonce])}
+	exp := time.Unix(t, 0) // version 1: the expiry
+	if b[0] == deviceVersion {
+		d.issued = time.UnixMilli(t)
+		exp = d.issued.Add(v.o.Lifetime)
 	}
-	return hex.EncodeToString(b[9 : 9+deviceNonce]), true
+	if !v.now().Before(exp) {
+		return device{}, false
+	}
+	return d, true
 }
 
-// known returns the device ID of the first valid token for account among
-// r's cookies of v's name. A request with more than MaxDeviceCookies of
-// them has none: none is tried.
-func (v *devices) known(r *http.Request, account string) (string, bool) {
+// known returns the device of the first valid token for account among r's
+// cookies of v's name. A request with more than MaxDeviceCookies of them
+// has none: none is tried.
+func (v *devices) known(r *http.Request, account string) (device, bool) {
 	cs := r.CookiesNamed(v.o.Cookie)
 	if len(cs) > MaxDeviceCookies {
-		return "", false
+		return device{}, false
 	}
 	for _, c := range cs {
-		if id, ok := v.verify(c.Value, account); ok {
-			return id, true
+		if d, ok := v.verify(c.Value, account); ok {
+			return d, true
 		}
 	}
-	return "", false
+	return device{}, false
 }
 
 // issue adds a new token for account to h as a Set-Cookie field.

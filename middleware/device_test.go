@@ -3,6 +3,7 @@ package middleware
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -31,15 +32,29 @@ func TestDeviceTokenSignVerify(t *testing.T) {
 		t.Errorf("expiry %v, want %v", exp, now.Add(time.Hour))
 	}
 	id, ok := v.verify(token, "alice")
-	if !ok || len(id) != 2*deviceNonce {
-		t.Fatalf("verify(own token) = %q, %v", id, ok)
+	if !ok || len(id.id) != 2*deviceNonce || !id.issued.Equal(now) {
+		t.Fatalf("verify(own token) = %+v, %v; want a device issued %v", id, ok, now)
 	}
 	if id2, _ := v.verify(token, "alice"); id2 != id {
-		t.Errorf("one token, two device IDs: %q %q", id, id2)
+		t.Errorf("one token, two device IDs: %+v %+v", id, id2)
 	}
 	other, _ := v.sign("alice")
-	if id3, ok := v.verify(other, "alice"); !ok || id3 == id {
-		t.Errorf("a second token has device ID %q (ok %v), the first %q: want a device of its own", id3, ok, id)
+	if id3, ok := v.verify(other, "alice"); !ok || id3.id == id.id {
+		t.Errorf("a second token has device %+v (ok %v), the first %+v: want a device of its own", id3, ok, id)
+	}
+	// A version 1 token, of earlier releases, holds its expiry: it verifies
+	// until then, issued at the zero Time, before any recovery.
+	b := make([]byte, deviceBytes)
+	b[0] = 1
+	binary.BigEndian.PutUint64(b[1:9], uint64(now.Add(time.Minute).Unix()))
+	copy(b[9+deviceNonce:], v.mac(b[:9+deviceNonce], "alice"))
+	v1 := base64.RawURLEncoding.EncodeToString(b)
+	if d, ok := v.verify(v1, "alice"); !ok || !d.issued.IsZero() {
+		t.Errorf("version 1 token: %+v, %v; want a device issued at the zero Time", d, ok)
+	}
+	later := now.Add(time.Minute)
+	if _, ok := newTestDevices(t, DeviceOptions{Secret: testSecret, Lifetime: time.Hour}, &later).verify(v1, "alice"); ok {
+		t.Error("version 1 token accepted at its expiry")
 	}
 	if strings.Contains(token, "alice") {
 		t.Errorf("token %q holds the account in clear", token)
@@ -101,7 +116,7 @@ func TestDeviceTokenRejected(t *testing.T) {
 			t.Error("token with its expiry changed accepted")
 		}
 		raw[1] ^= 0x01
-		raw[0] = 2
+		raw[0] = 3
 		if _, ok := v.verify(base64.RawURLEncoding.EncodeToString(raw), "alice"); ok {
 			t.Error("token of another version accepted")
 		}
@@ -298,8 +313,8 @@ func TestDeviceCookiesPlanted(t *testing.T) {
 				r.AddCookie(&http.Cookie{Name: tt.planted, Value: p})
 			}
 			id, ok := v.known(r, "alice")
-			if ok != tt.ok || (ok && id != want) {
-				t.Errorf("known = %q, %v; want the owner's device: %v", id, ok, tt.ok)
+			if ok != tt.ok || (ok && id.id != want.id) {
+				t.Errorf("known = %+v, %v; want the owner's device: %v", id, ok, tt.ok)
 			}
 		})
 	}

@@ -68,7 +68,8 @@ const (
 	EventDelayed EventKind = "limit-account-delayed"
 	// EventCapReached: a failure reached the cap on consecutive failures.
 	// Attempts without a known device are refused until an unlock or a
-	// recovery.
+	// recovery. With Budget NAME-device-consecutive, a known device's own
+	// failures reached it: its attempts count as a stranger's from then on.
 	EventCapReached EventKind = "limit-account-cap-reached"
 	// EventKnownDevice: a known device signed in while the account was at
 	// its cap, which stays: one event per such sign-in.

@@ -123,8 +123,9 @@ type SignInOptions struct {
 	// success, whatever the windows (NAME-consecutive). At the cap the
 	// account admits no client without a known device until Unlock or
 	// Recovered; known devices still sign in, and their successes no longer
-	// clear the count. Zero means [MaxConsecutiveFailures] (100), which also
-	// bounds it.
+	// clear the count. It also caps each known device's own failures since
+	// its last success: past it, its token counts as none. Zero means
+	// [MaxConsecutiveFailures] (100), which also bounds it.
 	ConsecutiveFailures int
 	// Delay makes further attempts wait from a threshold toward the cap
 	// (NAME-delay); the zero value gives the defaults.
@@ -215,6 +216,9 @@ type SignInOptions struct {
 //	("account-ip", ACCOUNT, IP)       failures of the account from IP: NAME-account-ip
 //	("ip", IP)                        attempts of IP on all accounts: NAME-ip
 //	("device", ACCOUNT, DEVICE)       failures of a known device: NAME-device
+//	("device-consecutive", ACCOUNT, DEVICE)
+//	                                  its failures since its last success
+//	("devices", ACCOUNT)              the account's last recovery (Recovered)
 //	("lockouts", ACCOUNT, IP)         lock-outs of the pair, under Backoff
 //	("consecutive", ACCOUNT)          failures since the last success: NAME-consecutive
 //	("delay", ACCOUNT)                the wait of the next attempt: NAME-delay
@@ -242,7 +246,7 @@ type SignInGuard struct {
 	entries      [4]int
 	sprayEntries [6]int
 	ipEntry      [1]int
-	devEntry     [2]int
+	devEntry     [4]int
 	// delayFields name NAME-delay.
 	delayFields *fields
 	// challenge answers refusals by the account's budgets; nil when off.
@@ -280,15 +284,62 @@ const (
 	keySprayIP
 )
 
-// The indexes of the keys of one sign-in attempt of a known device.
+// The indexes of the keys of one sign-in attempt of a known device: its
+// failures, the account's cap, the device's own cap, and the account's
+// last recovery.
 const (
 	keyDevice = iota
 	keyDeviceConsecutive
+	keyDeviceCap
+	keyRecovered
 )
 
 // deviceConsecutive is the budget a known device's attempt charges the
 // cap's key with: it counts, and never refuses.
 var deviceConsecutive = limiter.Budget{Limit: limiter.MaxLimit, Window: limiter.MaxWindow}
+
+// devicesEpoch is the budget a known device's attempt charges the key
+// ("devices", ACCOUNT) with, and recovered the one Recovered opens it
+// with. A device's charge never refuses, and keeps a live window's end;
+// alone it opens a window of MinWindow. A window longer than that was
+// opened by Recovered, MaxWindow before its end: tokens issued before, or
+// in its millisecond, are revoked.
+var (
+	devicesEpoch = limiter.Budget{Limit: limiter.MaxLimit, Window: limiter.MinWindow}
+	recovered    = limiter.Budget{Limit: limiter.MaxLimit, Window: limiter.MaxWindow}
+)
+
+// recoveredAt returns when the account last recovered, as the charge of
+// its devices key at index i of d tells; the zero Time when not within
+// MaxWindow.
+func recoveredAt(d *limiter.Decision, i int) time.Time {
+	end := d.ResetOf(i)
+	if end.Sub(d.Now) <= limiter.MinWindow {
+		return time.Time{}
+	}
+	return end.Add(-limiter.MaxWindow)
+}
+
+// demoted reports whether the known device dev of the attempt d decided no
+// longer counts as known: its token predates the account's last recovery,
+// or its own failures reached the cap. What d counted is given back first.
+func (g *SignInGuard) demoted(r *http.Request, d *limiter.Decision, dev device) bool {
+	if d.Unavailable && !d.Local {
+		return false // nothing known of the store's keys
+	}
+	at := recoveredAt(d, keyRecovered)
+	revoked := !at.IsZero() && !dev.issued.After(at)
+	capped := !d.Allowed && d.KeyIndex == keyDeviceCap
+	if !revoked && !capped {
+		return false
+	}
+	if counted(d) {
+		if err := g.l.Refund(context.WithoutCancel(r.Context()), *d); err != nil {
+			g.log.Warn("revoked device's attempt not given back", "kind", KindRefundFailed, "err", err)
+		}
+	}
+	return true
+}
 
 // ownKeys are the keys of an attempt that describe the client's own use.
 // The fields of an attempt that is not refused name one of them. They never
@@ -317,10 +368,11 @@ var sprayOwn = []int{keyAccountIP, keySprayIP}
 //
 // A successful sign-in gives the client a device cookie (see
 // [DeviceOptions]). An attempt presenting a valid one for the account it
-// names is counted against that device's own failures budget, instead of
-// the three above. Strangers' failures on the account or the address never
-// lock it out. Clients without one, a distributed guesser's, keep the three
-// budgets.
+// names is counted against that device's own failures budget and its own
+// consecutive cap, instead of the three above. Strangers' failures on the
+// account or the address never lock it out. Clients without one, a
+// distributed guesser's, keep the three budgets; so does a device past its
+// cap, or whose token predates the account's last Recovered.
 //
 // With Spray on, as by default, the attempt's password is counted too, by
 // its bucket (see [PasswordBuckets]), in the same update. A password that
@@ -459,7 +511,7 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 		guard: g, o: o, reader: read, devices: dev, spray: spray, rules: rules, challenge: chal,
 		entries:      [4]int{keyAccountIP, keyAccount, keyConsecutive, fIP},
 		sprayEntries: [6]int{keyAccountIP, keyAccount, keyConsecutive, fSpray, fSpray, fIP},
-		ipEntry:      [1]int{fIP}, devEntry: [2]int{fIP - 1, keyConsecutive},
+		ipEntry:      [1]int{fIP}, devEntry: [4]int{fIP - 1, keyConsecutive, keyConsecutive, fIP - 1},
 		delayFields: newFields([]string{delayName}, []limiter.Budget{{Limit: 1, Window: delayMax}}, o.Remaining.hidden(true), o.LegacyHeaders),
 	}, nil
 }
@@ -526,8 +578,9 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 		return
 	}
 	a := &signInAttempt{g: g, out: outcome{account: account}, ip: ip}
+	var dev device
 	if g.devices != nil {
-		a.device, a.known = g.devices.known(r, account)
+		dev, a.known = g.devices.known(r, account)
 	}
 	a.accountIP = keyfunc.JoinKeys("account-ip", account, ip)
 	p := pass{r: r.WithContext(context.WithValue(r.Context(), outcomeKey{}, &a.out)), next: next, run: a}
@@ -536,12 +589,22 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 	if a.known {
 		// A known device's keys keep room in memory that a flood of
 		// strangers' keys cannot take.
-		a.device = keyfunc.JoinKeys("device", account, a.device)
+		a.device = keyfunc.JoinKeys("device", account, dev.id)
+		a.deviceCap = keyfunc.JoinKeys("device-consecutive", account, dev.id)
 		d, ok = g.attempt(w, r.WithContext(limiter.Vouch(r.Context())),
 			limiter.Charge{Key: a.device, Budget: g.o.Device.Failures},
-			limiter.Charge{Key: consecutive, Budget: deviceConsecutive})
+			limiter.Charge{Key: consecutive, Budget: deviceConsecutive},
+			limiter.Charge{Key: a.deviceCap, Budget: g.rules.consecutive},
+			limiter.Charge{Key: keyfunc.JoinKeys("devices", account), Budget: devicesEpoch})
 		p.entries, p.own = g.devEntry[:], deviceOwn
-	} else {
+		if ok && g.demoted(r, &d, dev) {
+			a.known = false // counted below as any client without a device
+		}
+	}
+	if !ok {
+		return
+	}
+	if !a.known {
 		if a.sprayed = g.spray != nil && password != ""; a.sprayed {
 			a.spray, a.marker = g.spray.keys(password, account)
 		}
@@ -627,8 +690,10 @@ type signInAttempt struct {
 	g             *SignInGuard
 	out           outcome
 	ip, accountIP string
-	device        string // the device key, when known
-	known         bool
+	// device and deviceCap are the keys of a known device's failures and
+	// of its own cap.
+	device, deviceCap string
+	known             bool
 	// sprayed reports that the attempt charged its password's keys, spray
 	// and marker; repeat that its pair was counted before, so that its
 	// charge of spray was given back.
@@ -692,19 +757,25 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 		n := limiter.MaxLimit - d.RemainingOf(keyDeviceConsecutive) - 1
 		var err error
 		if locked := counted(&d) && n >= g.rules.consecutive.Limit; locked {
-			err = g.l.Credit(ctx, d, []int{keyDeviceConsecutive}, a.device)
+			err = g.l.Credit(ctx, d, []int{keyDeviceConsecutive}, a.device, a.deviceCap)
 			g.event(ctx, r, Event{Kind: EventKnownDevice, Account: account, Budget: g.o.Name + "-consecutive", Failures: n, Limit: g.rules.consecutive.Limit, Time: d.Now})
 		} else {
-			err = g.l.Credit(ctx, d, nil, a.device, keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
+			err = g.l.Credit(ctx, d, nil, a.device, a.deviceCap, keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
 		}
 		if err != nil {
 			g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
+		}
+	case a.known:
+		if counted(&d) && d.RemainingOf(keyDeviceCap) == 0 {
+			// The device's own cap: its next attempt counts as a stranger's.
+			g.event(ctx, r, Event{Kind: EventCapReached, Account: account, Budget: g.o.Name + "-device-consecutive",
+				Failures: g.rules.consecutive.Limit, Limit: g.rules.consecutive.Limit, Time: d.Now})
 		}
 	case a.challenged:
 		g.challengeDone(ctx, r, &d, a, success(rw.status))
 	case success(rw.status):
 		g.succeeded(ctx, &d, a)
-	case !a.known:
+	default:
 		g.failed(ctx, r, &d, a)
 	}
 }

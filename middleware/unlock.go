@@ -73,10 +73,46 @@ func (g *SignInGuard) Unlock(ctx context.Context, account string, addrs ...netip
 // Recovered tells the guard that the owner of account proved it another
 // way, such as a completed password reset, from each of addrs. It clears
 // what [SignInGuard.Unlock] clears, the cap on consecutive failures
-// included, so that the account signs in again from any client. It emits
+// included, so that the account signs in again from any client. It also
+// revokes the account's device tokens issued before it, on every instance:
+// such a token counts as no device, for [limiter.MaxWindow]. It emits
 // [EventRecovered].
 func (g *SignInGuard) Recovered(ctx context.Context, account string, addrs ...netip.Addr) error {
 	return g.clear(ctx, EventRecovered, account, addrs)
+}
+
+// revokeDevices opens the window of the account's devices key anew (see
+// devicesEpoch), so that its start is now. A known device's attempt that
+// slips between the reset and the charge opens a short window, which the
+// next round replaces. It returns once this process's clock, which issues
+// tokens, is past the start's millisecond: a token issued after it is
+// never taken for one before.
+func (g *SignInGuard) revokeDevices(ctx context.Context, name string) error {
+	key := keyfunc.JoinKeys("devices", name)
+	for range 4 {
+		if err := g.l.Reset(ctx, key); err != nil {
+			return err
+		}
+		d, err := g.l.AttemptEach(ctx, limiter.Charge{Key: key, Budget: recovered})
+		switch {
+		case err != nil:
+			return err
+		case d.Unavailable:
+			return d.Cause
+		}
+		if at := recoveredAt(&d, 0); !at.IsZero() {
+			if wait := time.Until(at.Add(time.Millisecond)); wait > 0 && wait <= time.Second {
+				t := time.NewTimer(wait)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+				}
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("device tokens not revoked: the account's devices key kept its window")
 }
 
 // clear clears the keys of account and of addrs (see Unlock), and emits an
@@ -95,7 +131,11 @@ func (g *SignInGuard) clear(ctx context.Context, kind EventKind, account string,
 	if kind == EventRecovered {
 		what = "recovered"
 	}
-	if err := g.l.Reset(ctx, keys...); err != nil {
+	err = g.l.Reset(ctx, keys...)
+	if err == nil && kind == EventRecovered && g.devices != nil {
+		err = g.revokeDevices(ctx, name)
+	}
+	if err != nil {
 		return fmt.Errorf("middleware %q: %s: %w", g.o.Name, what, err)
 	}
 	g.emit(ctx, g.o.OnEvent, Event{Kind: kind, Guard: g.o.Name, Account: name})

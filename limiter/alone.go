@@ -282,6 +282,11 @@ func (l *Limiter) flushAlone(ctx context.Context, keys []string, heldOnly bool) 
 				m.caps[i], _ = k.budget()
 				m.send[i], m.left[i] = k.claim(), es[i].ExpiresAt.Sub(now)
 				m.win[i] = max(time.Duration(k.windowMs)*time.Millisecond, m.left[i])
+				if !l.h.Shared() {
+					// No other instance keeps room for this one's share: the
+					// entry ends with the window the attempts were counted in.
+					m.win[i] = m.left[i]
+				}
 				k.put(&es[i])
 			} else if es[i].Live() && k.sending > 0 {
 				busy[i] = true // another call sends them: not done until it lands

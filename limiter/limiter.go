@@ -58,6 +58,7 @@ import (
 	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
+	"github.com/gatecount/gatecount/store/value"
 )
 
 // Bounds of a Budget.
@@ -345,7 +346,11 @@ func New(h *store.Handle, o Options) (*Limiter, error) {
 			}
 		}
 		all := max + reserveOf(max)
-		local, b, err := newLocal(h.Prefix(), all, store.Options{Logger: o.Logger})
+		var now func() time.Time // a memory store's keys counted alone run on its clock
+		if mb, ok := h.Store().Backend().(*memory.Backend); ok {
+			now = mb.Now
+		}
+		local, b, err := newLocal(h.Prefix(), all, store.Options{Logger: o.Logger}, now)
 		if err != nil {
 			return nil, fmt.Errorf("limiter %q: process memory: %w", o.Name, err)
 		}
@@ -769,6 +774,37 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 			setKnown(&es[0], now, MaxLimit, win, true, 0, now.Add(d))
 			return nil
 		})
+	}
+	return nil
+}
+
+// Keep keeps the count of key, a fixed window's, until at least d from the
+// store's now; a key with no live count holds 0 until then. It is Block's
+// counterpart: it spends nothing, and a kept count goes on counting in its
+// longer window. A sign-in guard keeps the count of an account that signed
+// in, so that strangers' counts alone expire soon. Keep never waits for a
+// busy store: it then fails, and is not tried again.
+func (l *Limiter) Keep(ctx context.Context, key string, d time.Duration) error {
+	if d < time.Millisecond || d > MaxWindow {
+		return fmt.Errorf("%w: keep of %v, want 1ms to %v", ErrInvalidBudget, d, MaxWindow)
+	}
+	err := l.h.Update(overload.NoWait(ctx), []string{key}, func(now time.Time, es []store.Entry) error {
+		e, until := &es[0], now.Add(d)
+		if !e.Live() {
+			e.Value = value.AppendCount(e.Value[:0], 0)
+			e.ExpiresAt = until
+			return nil
+		}
+		if _, err := store.ParseCount(e.Value); err != nil {
+			return err
+		}
+		if e.ExpiresAt.Before(until) {
+			e.ExpiresAt = until
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("limiter %q: keep: %w", l.name, err)
 	}
 	return nil
 }

@@ -34,10 +34,11 @@ import (
 // may fill, in quarters.
 const memoRoom = 3
 
-// newLocal makes the limiter's in-memory store, bounded by max entries.
-func newLocal(prefix string, max int, o store.Options) (*store.Handle, *memory.Backend, error) {
+// newLocal makes the limiter's in-memory store, bounded by max entries, on
+// the clock now (nil: the process clock).
+func newLocal(prefix string, max int, o store.Options, now func() time.Time) (*store.Handle, *memory.Backend, error) {
 	o = o.WithDefaults()
-	b := memory.NewBackend(memory.Options{MaxEntries: max, Store: o})
+	b := memory.NewBackend(memory.Options{MaxEntries: max, Store: o, Now: now})
 	s := store.New(b, o)
 	h, err := s.Handle(prefix)
 	if err != nil {

@@ -291,7 +291,7 @@ func challengeable(d *limiter.Decision, a *signInAttempt, exempt bool) bool {
 	if a.sprayed {
 		ip = keySprayIP
 	}
-	return !d.Allowed && !d.Shadow && (!d.Unavailable || d.Local) &&
+	return !d.Allowed && !d.Shadow && (!d.Unavailable || d.Local) && d.RemainingOf(keyAccount) == 0 &&
 		d.RemainingOf(keyAccountIP) > 0 && (exempt || d.RemainingOf(ip) > 0) && d.RemainingOf(keyConsecutive) > 0 &&
 		(!a.sprayed || d.RemainingOf(keySpray) > 0)
 }
@@ -409,6 +409,7 @@ func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *lim
 			g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
 		}
 		if counted(d) {
+			g.keepCap(ctx, account, d.Now, d.ResetOf(chalConsecutive), true)
 			g.challenge.remember(account, 0)
 			g.event(ctx, r, Event{Kind: EventChallengePassed, Account: account, Budget: g.o.Name + "-challenge",
 				Failures: g.challenge.budget.Limit - d.RemainingOf(chalChallenge) - 1, Limit: g.challenge.budget.Limit, Time: d.Now})
@@ -421,6 +422,7 @@ func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *lim
 	if !counted(d) {
 		return
 	}
+	g.failedCap(ctx, account, d.Now, d.ResetOf(chalConsecutive), d.RemainingOf(chalConsecutive) == 0)
 	g.challenge.remember(account, g.challenge.budget.Limit-d.RemainingOf(chalChallenge))
 	g.event(ctx, r, Event{Kind: EventChallengeFailed, Account: account, Budget: g.o.Name + "-challenge",
 		Failures: g.challenge.budget.Limit - d.RemainingOf(chalChallenge), Limit: g.challenge.budget.Limit, Until: d.ResetOf(chalChallenge), Time: d.Now})

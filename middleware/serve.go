@@ -212,6 +212,8 @@ func (g *guard) serve(w http.ResponseWriter, d *limiter.Decision, p *pass) {
 		p.refuse.ServeHTTP(w, p.r)
 	case !d.Allowed && g.onLimit != nil:
 		g.onLimit(w, p.r, *d)
+	case !d.Allowed && unnamed(d):
+		writeProblem(w, http.StatusTooManyRequests, problem429Room)
 	case !d.Allowed:
 		writeProblem(w, http.StatusTooManyRequests, problem429)
 	case p.run != nil:
@@ -230,12 +232,13 @@ func isToken(s string) bool {
 const tokenChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
 
 var (
-	problem400 = newProblem(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")
-	problem403 = newProblem(`{"type":"about:blank","title":"Forbidden","status":403}` + "\n")
-	problem401 = newProblem(`{"type":"about:blank","title":"Unauthorized","status":401}` + "\n")
-	problem429 = newProblem(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Too many requests: retry after the time in the Retry-After header."}` + "\n")
-	problem500 = newProblem(`{"type":"about:blank","title":"Internal Server Error","status":500}` + "\n")
-	problem503 = newProblem(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limit store is unavailable: retry after the time in the Retry-After header."}` + "\n")
+	problem400     = newProblem(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")
+	problem403     = newProblem(`{"type":"about:blank","title":"Forbidden","status":403}` + "\n")
+	problem401     = newProblem(`{"type":"about:blank","title":"Unauthorized","status":401}` + "\n")
+	problem429     = newProblem(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Too many requests: retry after the time in the Retry-After header."}` + "\n")
+	problem429Room = newProblem(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"The rate limit store has no room to count this request: retry after the time in the Retry-After header."}` + "\n")
+	problem500     = newProblem(`{"type":"about:blank","title":"Internal Server Error","status":500}` + "\n")
+	problem503     = newProblem(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limit store is unavailable: retry after the time in the Retry-After header."}` + "\n")
 
 	// Header values every problem response shares, as every response of a
 	// limiter shares its RateLimit-Policy value.

@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/gatecount/gatecount/limiter"
 )
@@ -49,6 +50,10 @@ func shownKey(d *limiter.Decision, own []int) int {
 // Fields f, when not nil, replace the guard's: those of the budget that
 // applied.
 func (g *guard) show(h http.Header, d *limiter.Decision, f *fields, entries, own []int) {
+	if unnamed(d) {
+		h["Retry-After"] = fieldValue(strconv.AppendInt(nil, max(secondsUntil(d.Reset, d.Now), 1), 10))
+		return
+	}
 	k := -1
 	if entries != nil {
 		k = shownKey(d, own)
@@ -65,4 +70,14 @@ func (g *guard) show(h http.Header, d *limiter.Decision, f *fields, entries, own
 		remaining = d.RemainingOf(k)
 	}
 	f.write(h, entries[k], remaining, d.ResetOf(k), d.Now, d.Allowed)
+}
+
+// unnamed reports whether d is a refusal that no budget made: its limiting
+// key holds no count. Neither the store nor process memory had room to
+// count the attempt, as when a flood of others' new keys fills both, or
+// memory forgot the key's count. The answer names no budget, since none of
+// the client's is spent, and its Retry-After is the window the key would
+// open.
+func unnamed(d *limiter.Decision) bool {
+	return !d.Allowed && d.Limiting >= 0 && d.RemainingOf(d.Limiting) >= d.Limit
 }

@@ -124,7 +124,10 @@ type SignInOptions struct {
 	// account admits no client without a known device until Unlock or
 	// Recovered; known devices still sign in, and their successes no longer
 	// clear the count. It also caps each known device's own failures since
-	// its last success: past it, its token counts as none. Zero means
+	// its last success: past it, its token counts as none. A success keeps
+	// the account's count a year, and each failure after a year from it. A
+	// name that never signed in keeps it no longer than the guard's longest
+	// windowed budget. Zero means
 	// [MaxConsecutiveFailures] (100), which also bounds it.
 	ConsecutiveFailures int
 	// Delay makes further attempts wait from a threshold toward the cap
@@ -257,6 +260,8 @@ type SignInGuard struct {
 // SignIn's, or Verify's for one-time codes.
 type accountRules struct {
 	// consecutive bounds the account's failures since its last success.
+	// Its window is strangersWindow: a count a success never kept (see
+	// keepCap) expires with the guard's other budgets.
 	consecutive limiter.Budget
 	// delay turns the delay ladder (SignInOptions.Delay) on.
 	delay bool
@@ -265,6 +270,12 @@ type accountRules struct {
 	clearAccount bool
 	// account reads the account from the request; nil: the body field.
 	account keyfunc.Func
+}
+
+// kept is the cap's budget over a year: that of a known device's own count,
+// which only a successful sign-in makes.
+func (r accountRules) kept() limiter.Budget {
+	return limiter.Budget{Limit: r.consecutive.Limit, Window: limiter.MaxWindow}
 }
 
 // The indexes of the keys of one sign-in attempt of an unknown device; the
@@ -293,6 +304,60 @@ const (
 	keyDeviceCap
 	keyRecovered
 )
+
+// strangersWindow is the longest a failure of a client without a known
+// device is remembered by any key it charges but the cap's. That is the
+// longest window of the guard's budgets, its back-off and its delays (the
+// longest wait delayMax). The cap's count of an account that never signed
+// in lives no longer.
+func strangersWindow(o *SignInOptions, rules accountRules, spray bool, delayMax time.Duration) time.Duration {
+	w := max(o.AccountIPFailures.Span(), o.AccountFailures.Span(), o.IPAttempts.Span())
+	if rules.delay {
+		w = max(w, delayMax)
+	}
+	if o.Backoff.Max > 0 {
+		w = max(w, o.Backoff.Max, o.Backoff.History)
+	}
+	if spray {
+		w = max(w, o.Spray.Budget.Span())
+	}
+	if o.Challenge != nil {
+		w = max(w, o.ChallengeBudget.Span())
+		if p, ok := o.Challenge.(*ProofOfWork); ok {
+			w = max(w, p.o.Lifetime+time.Minute) // an answered puzzle's key
+		}
+	}
+	return min(w, limiter.MaxWindow)
+}
+
+// keptSlack is how far short of a year from now a kept count's expiry may
+// fall before an attempt keeps it again: one store update per account a day
+// at most.
+const keptSlack = 24 * time.Hour
+
+// keepCap keeps the account's count toward the cap for limiter.MaxWindow
+// from now, when its entry, ending at reset, ends more than keptSlack
+// sooner, or always. A success keeps it, since only a success tells that
+// an account is real; a failure keeps a kept count, so that its window runs
+// from the last failure.
+func (g *SignInGuard) keepCap(ctx context.Context, account string, now, reset time.Time, always bool) {
+	if !always && reset.After(now.Add(limiter.MaxWindow-keptSlack)) {
+		return
+	}
+	if err := g.l.Keep(ctx, keyfunc.JoinKeys("consecutive", account), limiter.MaxWindow); err != nil {
+		g.log.Warn("cap's count not kept", "kind", KindRefundFailed, "err", err)
+	}
+}
+
+// failedCap keeps the cap's count of a real account after a counted
+// failure: one a success kept, whose entry ends at reset, after more than
+// the strangers' window. At the cap it is kept exactly, so that the cap
+// ends MaxWindow after the failure that reached it.
+func (g *SignInGuard) failedCap(ctx context.Context, account string, now, reset time.Time, capped bool) {
+	if reset.Sub(now) > g.rules.consecutive.Window {
+		g.keepCap(ctx, account, now, reset, capped)
+	}
+}
 
 // deviceConsecutive is the budget a known device's attempt charges the
 // cap's key with: it counts, and never refuses.
@@ -358,8 +423,8 @@ var sprayOwn = []int{keyAccountIP, keySprayIP}
 // is charged before the handler runs, so that concurrent guesses cannot all
 // reach the password check. The handler reports success with
 // [ReportSuccess], or by a status Success accepts. The account's failure is
-// then refunded, and the (account, IP) failures and the account's
-// consecutive failures are cleared.
+// then refunded, the (account, IP) failures are cleared, and the account's
+// consecutive failures are set to zero and kept (see ConsecutiveFailures).
 //
 // The guard reads the account once, and the handler reads it from the guard
 // (Account): the account checked is the one counted. An attempt whose
@@ -503,6 +568,7 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 	if chal != nil {
 		delayMax += o.AccountFailures.Window // a challenged attempt's hold
 	}
+	rules.consecutive.Window = strangersWindow(&o, rules, spray != nil, delayMax)
 	if p, ok := o.Challenge.(*ProofOfWork); ok && !p.shared() && h.Shared() {
 		g.log.Warn("puzzles are signed with a key of this process: other instances reject their answers, and a restart ends them. "+
 			"Set ProofOfWorkOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindChallengeKeyNotShared)
@@ -594,7 +660,7 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 		d, ok = g.attempt(w, r.WithContext(limiter.Vouch(r.Context())),
 			limiter.Charge{Key: a.device, Budget: g.o.Device.Failures},
 			limiter.Charge{Key: consecutive, Budget: deviceConsecutive},
-			limiter.Charge{Key: a.deviceCap, Budget: g.rules.consecutive},
+			limiter.Charge{Key: a.deviceCap, Budget: g.rules.kept()},
 			limiter.Charge{Key: keyfunc.JoinKeys("devices", account), Budget: devicesEpoch})
 		p.entries, p.own = g.devEntry[:], deviceOwn
 		if ok && g.demoted(r, &d, dev) {
@@ -756,17 +822,28 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 		// another hundred guesses.
 		n := limiter.MaxLimit - d.RemainingOf(keyDeviceConsecutive) - 1
 		var err error
-		if locked := counted(&d) && n >= g.rules.consecutive.Limit; locked {
+		locked := counted(&d) && n >= g.rules.consecutive.Limit
+		switch {
+		case locked:
 			err = g.l.Credit(ctx, d, []int{keyDeviceConsecutive}, a.device, a.deviceCap)
 			g.event(ctx, r, Event{Kind: EventKnownDevice, Account: account, Budget: g.o.Name + "-consecutive", Failures: n, Limit: g.rules.consecutive.Limit, Time: d.Now})
-		} else {
+		case n == 0: // the count holds this attempt alone: a refund keeps its entry
+			err = g.l.Credit(ctx, d, []int{keyDeviceConsecutive}, a.device, a.deviceCap, keyfunc.JoinKeys("delay", account))
+		default:
 			err = g.l.Credit(ctx, d, nil, a.device, a.deviceCap, keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
 		}
 		if err != nil {
 			g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
 		}
+		if counted(&d) && !locked {
+			g.keepCap(ctx, account, d.Now, d.ResetOf(keyDeviceConsecutive), n > 0)
+		}
 	case a.known:
-		if counted(&d) && d.RemainingOf(keyDeviceCap) == 0 {
+		if !counted(&d) {
+			break
+		}
+		g.failedCap(ctx, account, d.Now, d.ResetOf(keyDeviceConsecutive), limiter.MaxLimit-d.RemainingOf(keyDeviceConsecutive) == g.rules.consecutive.Limit)
+		if d.RemainingOf(keyDeviceCap) == 0 {
 			// The device's own cap: its next attempt counts as a stranger's.
 			g.event(ctx, r, Event{Kind: EventCapReached, Account: account, Budget: g.o.Name + "-device-consecutive",
 				Failures: g.rules.consecutive.Limit, Limit: g.rules.consecutive.Limit, Time: d.Now})
@@ -790,6 +867,7 @@ func (g *SignInGuard) failed(ctx context.Context, r *http.Request, d *limiter.De
 		return
 	}
 	account := a.out.account
+	g.failedCap(ctx, account, d.Now, d.ResetOf(keyConsecutive), d.RemainingOf(keyConsecutive) == 0)
 	if d.RemainingOf(keyAccount) == 0 {
 		g.event(ctx, r, Event{Kind: EventBudgetSpent, Account: account, Budget: g.o.Name + "-account",
 			Failures: g.o.AccountFailures.Limit, Limit: g.o.AccountFailures.Limit, Until: d.ResetOf(keyAccount), Time: d.Now})
@@ -871,11 +949,22 @@ func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, a *sig
 		}
 		cleared = append(cleared, a.marker)
 	}
+	// The cap's count holds this attempt alone, most often: a refund
+	// leaves its entry, which keepCap need not make anew.
+	alone := g.rules.consecutive.Limit-d.RemainingOf(keyConsecutive) == 1
+	if alone {
+		refund = append(refund, keyConsecutive)
+	} else {
+		cleared = append(cleared, keyfunc.JoinKeys("consecutive", account))
+	}
 	cleared = append(cleared, keyfunc.JoinKeys("account-ip", account, ip), keyfunc.JoinKeys("lockouts", account, ip),
-		keyfunc.JoinKeys("consecutive", account), keyfunc.JoinKeys("delay", account))
+		keyfunc.JoinKeys("delay", account))
 	err := g.l.Credit(ctx, *d, refund, cleared...)
 	if err != nil {
 		g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
+	}
+	if counted(d) {
+		g.keepCap(ctx, account, d.Now, d.ResetOf(keyConsecutive), !alone)
 	}
 }
 

@@ -212,8 +212,8 @@ func TestSignInDelayLadder(t *testing.T) {
 	}
 }
 
-// A flood of wrong passwords for one account makes one "budget spent"
-// event per window, and one cap event.
+// A flood of wrong passwords for one account, which has signed in, makes
+// one "budget spent" event per window, and one cap event.
 func TestSignInEventsOfAFlood(t *testing.T) {
 	clk := clock.NewFake(t0)
 	o := outOfTheWay
@@ -222,6 +222,10 @@ func TestSignInEventsOfAFlood(t *testing.T) {
 	var ev events
 	o.OnEvent = ev.on
 	_, p, h := signIn(t, clk, o)
+	if w := post(h, "203.0.113.1", formCT, form("alice", "right")); w.Code != 200 {
+		t.Fatalf("alice signs in: %d", w.Code)
+	}
+	p.checks.Store(0)
 	const flood, hours = 10_000, 7
 	var wg sync.WaitGroup
 	work := make(chan int)

@@ -115,8 +115,9 @@ type VerifyGuard struct{ g *SignInGuard }
 // attempt is charged against every budget in one atomic store update
 // before the handler runs, so that concurrent guesses cannot all reach the
 // check. The handler reports a right code with [ReportSuccess] (or a status
-// Success accepts), which clears the account's failures: from this
-// address, from all, and consecutive. The answers are the same for a
+// Success accepts), which clears the account's failures from this address
+// and from all, and sets its consecutive failures to zero, kept as
+// SignIn's are. The answers are the same for a
 // known and an unknown account; the handler must keep that too.
 func Verify(h *store.Handle, o VerifyOptions) (*VerifyGuard, error) {
 	o.Name = cmp.Or(o.Name, "verify")

@@ -197,6 +197,10 @@ func (b *Backend) sweepEvery(ctx context.Context, d time.Duration) {
 	loop.Every(ctx, loop.Task{Every: d, Do: func(context.Context) { b.sweep() }})
 }
 
+// Now returns the store's time, to the millisecond: Options.Now's, or the
+// process clock's.
+func (b *Backend) Now() time.Time { return time.UnixMilli(b.now()) }
+
 // Shared reports false: the entries are this process's alone.
 func (b *Backend) Shared() bool { return false }
 

@@ -329,3 +329,38 @@ func TestMadeUpNamesTTLRedis(t *testing.T) {
 		t.Fatalf("%d entries, %d of them living a year; want the made-up names' (at least 5 each) and alice's count alone living a year", entries, long)
 	}
 }
+
+// Unlock and Recovered tell that an account is real, as a success does:
+// the count of an account that never signed in is kept across days after
+// either, and reaches the cap.
+func TestCapKeptAfterUnlock(t *testing.T) {
+	const limit = 10
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		free func(g *middleware.SignInGuard) error
+	}{
+		{"Unlock", func(g *middleware.SignInGuard) error { return g.Unlock(ctx, "carol") }},
+		{"Recovered", func(g *middleware.SignInGuard) error { return g.Recovered(ctx, "carol") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(t0)
+			o := outOfTheWay
+			o.ConsecutiveFailures = limit
+			o.Delay.After = limit // no delays
+			g, _, h := signIn(t, clk, o)
+			if err := tc.free(g); err != nil {
+				t.Fatal(err)
+			}
+			for i := range limit {
+				if w := post(h, guessAddr(i), formCT, form("carol", "wrong")); w.Code != 401 {
+					t.Fatalf("failure %d: %d", i+1, w.Code)
+				}
+				clk.Advance(12 * time.Hour)
+			}
+			if w := post(h, guessAddr(limit), formCT, form("carol", "wrong")); w.Code != 429 || !strings.Contains(w.Header().Get("RateLimit"), `"login-consecutive"`) {
+				t.Fatalf("after %d failures over five days: %d %q, want the cap", limit, w.Code, w.Header().Get("RateLimit"))
+			}
+		})
+	}
+}

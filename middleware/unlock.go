@@ -57,8 +57,9 @@ func (s Standing) RefusedFrom(a netip.Addr) bool {
 }
 
 // Unlock lets account sign in again, on every instance within about
-// [limiter.AskAgain]. It clears the account's failures from all clients, its
-// consecutive failures, delay and challenged attempts. For each of addrs,
+// [limiter.AskAgain]. It clears the account's failures from all clients,
+// delay and challenged attempts, and sets its consecutive failures to zero,
+// kept a year as a success keeps them. For each of addrs,
 // it clears the account's failures and lock-outs from it. It touches only
 // the account's own keys: an address's attempts budget (NAME-ip) counts
 // its attempts on every account, and is left alone. Afterwards the account
@@ -132,6 +133,11 @@ func (g *SignInGuard) clear(ctx context.Context, kind EventKind, account string,
 		what = "recovered"
 	}
 	err = g.l.Reset(ctx, keys...)
+	if err == nil {
+		// The account is real: its count starts again from zero, and is
+		// kept as a success keeps it.
+		err = g.l.Keep(ctx, keyfunc.JoinKeys("consecutive", name), limiter.MaxWindow)
+	}
 	if err == nil && kind == EventRecovered && g.devices != nil {
 		err = g.revokeDevices(ctx, name)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
 	"github.com/gatecount/gatecount/store/memory"
+	_ "github.com/gatecount/gatecount/store/sqlite" // DATABASE_URL=sqlite:…
 )
 
 // wrap guards the test's password check with g, closed when t ends.
@@ -360,6 +362,52 @@ func TestCapKeptAfterUnlock(t *testing.T) {
 			}
 			if w := post(h, guessAddr(limit), formCT, form("carol", "wrong")); w.Code != 429 || !strings.Contains(w.Header().Get("RateLimit"), `"login-consecutive"`) {
 				t.Fatalf("after %d failures over five days: %d %q, want the cap", limit, w.Code, w.Header().Get("RateLimit"))
+			}
+		})
+	}
+}
+
+// The count a success keeps is an entry of count 0 that every store reads
+// and charges as any other, keeping its year: on memory, SQLite,
+// PostgreSQL and Redis.
+func TestCapKeptEveryStore(t *testing.T) {
+	stores := exactStores()
+	stores["sqlite"] = func(t *testing.T) *store.Store {
+		return openShared(t, "sqlite:"+filepath.Join(t.TempDir(), "gatecount.db"), deviceSecret)
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+			g, err := middleware.SignIn(handle(t, s, fresh("kept")), middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: deviceSecret}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { g.Close() })
+			h := g.Wrap(&passwords{})
+			ctx := context.Background()
+			consecutive := func(want int) {
+				t.Helper()
+				st, err := g.Show(ctx, "alice")
+				if err != nil {
+					t.Fatal(err)
+				}
+				b := st.Budgets[1]
+				if b.Budget != "login-consecutive" || b.Used != want || time.Until(b.Reset) < limiter.MaxWindow-time.Hour {
+					t.Fatalf("alice's count toward the cap: %+v, want %d used, kept a year", b, want)
+				}
+			}
+			for round, failures := range []int{3, 2} {
+				if w := post(h, "203.0.113.1", formCT, form("alice", "right")); w.Code != 200 {
+					t.Fatalf("alice signs in (round %d): %d", round, w.Code)
+				}
+				consecutive(0)
+				for i := range failures {
+					if w := post(h, guessAddr(i), formCT, form("alice", "wrong")); w.Code != 401 {
+						t.Fatalf("failure %d: %d", i+1, w.Code)
+					}
+				}
+				consecutive(failures)
 			}
 		})
 	}

@@ -289,7 +289,7 @@ func TestSignInChallengeAnswerInForm(t *testing.T) {
 	body := func(answer string) string {
 		return url.Values{"username": {"alice"}, "password": {"right"}, middleware.AnswerField: {answer}}.Encode()
 	}
-	for i, forged := range []string{"nonsense", a[:len(a)-1] + "x", c.Token + ".0"} {
+	for i, forged := range []string{"nonsense", a[:len(a)-1] + "x", unsolved(c)} {
 		if _, ok := challengeOf(t, post(h, "203.0.113.7", formCT, body(forged))); !ok {
 			t.Fatalf("forged answer %d: want a challenge", i)
 		}
@@ -575,6 +575,18 @@ func TestSignInChallengeCapNoSooner(t *testing.T) {
 	t.Logf("the cap after %v without a challenge, %v with (%d answered)", off, on, answered)
 	if off < 70*time.Hour || answered == 0 || on < off {
 		t.Fatalf("the cap after %v with Challenge (%d answered), %v without: want no sooner, and about 74h without", on, answered, off)
+	}
+}
+
+// unsolved is a well-formed answer to p that does not solve it: one nonce
+// in 2^bits would.
+func unsolved(p puzzle) string {
+	for c := 0; ; c++ {
+		a := p.Token + "." + strconv.Itoa(c)
+		h := sha256.Sum256([]byte(a))
+		if bits.LeadingZeros64(binary.BigEndian.Uint64(h[:8])) < p.Bits {
+			return a
+		}
 	}
 }
 

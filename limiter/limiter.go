@@ -930,7 +930,8 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 }
 
 // Reset forgets the counts of keys: the next attempt on each opens a new
-// window. Keys are cleared in one store update per [store.MaxKeys] of them.
+// window. Keys are cleared in one store update per [store.MaxKeys] of them,
+// or one a key on a spread handle ([store.Handle.Spread]).
 // This instance forgets them at once. Every other instance on the store
 // asks the store again about a key it remembers spent within about
 // [AskAgain]. A Reset so reaches the whole fleet in about a second.
@@ -951,6 +952,15 @@ func (l *Limiter) Reset(ctx context.Context, keys ...string) error {
 		batch := keys[:min(len(keys), store.MaxKeys)]
 		keys = keys[len(batch):]
 		err := l.h.Update(ctx, batch, clear)
+		if errors.Is(err, store.ErrInvalidKey) && len(batch) > 1 {
+			// A spread handle takes the keys of one part a call
+			// (store.Handle.Spread): clear them one by one.
+			for _, k := range batch {
+				if err = l.h.Update(ctx, []string{k}, clear); err != nil {
+					break
+				}
+			}
+		}
 		if err == nil && l.local != nil {
 			err = l.local.Update(ctx, batch, clear)
 		}

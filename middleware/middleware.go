@@ -204,6 +204,9 @@ func build(h *store.Handle, budget limiter.Budget, o Options, policy limiter.Pol
 	if o.Success == nil {
 		o.Success = defaultSuccess
 	}
+	if h != nil {
+		h.Spread() // one key per attempt: on a Redis Cluster, over every master
+	}
 	g, err := newGuard(h, guardOptions{
 		name:          o.Name,
 		names:         []string{o.Name},

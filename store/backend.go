@@ -103,6 +103,19 @@ type Backend interface {
 	Close() error
 }
 
+// Spreader is a Backend that can keep the keys of a handle in parts that
+// fail apart: the masters of a Redis Cluster, say. [Handle.Spread] asks for
+// it, and the guard then keeps a breaker per part of the handle.
+type Spreader interface {
+	// Spread places each key under prefix by the key itself, from the
+	// backend's next call under prefix on. It returns how many parts the
+	// keys spread over: 1 when they stay together.
+	Spread(prefix string) int
+	// Part returns the part of keys under a prefix Spread spread, and
+	// false when the keys lie in several parts.
+	Part(prefix string, keys []string) (part int, ok bool)
+}
+
 // Inline is implemented by backends in process memory, whose calls never
 // block on I/O or on anything but short critical sections. It is the guard's
 // path for them: calls run on the caller's goroutine, with no deadline

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -127,13 +128,64 @@ func (s *Store) BreakerOpen() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, h := range s.handles {
-		if h.lane.breaker.open() {
+		if h.BreakerOpen() {
 			return true
 		}
 	}
 	return false
 }
 
-// BreakerOpen reports whether the handle's breaker is answering its calls
-// unavailable at once.
-func (h *Handle) BreakerOpen() bool { return h.lane.breaker.open() }
+// BreakerOpen reports whether the handle's breaker, or that of any of its
+// parts once spread, is answering calls unavailable at once.
+func (h *Handle) BreakerOpen() bool {
+	if h.lane.breaker.open() {
+		return true
+	}
+	if parts := h.parts.Load(); parts != nil {
+		for i := range *parts {
+			if (*parts)[i].open() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Spread places each key of the handle by the key itself, on a store whose
+// keys lie in parts that fail apart (the masters of a Redis Cluster). The
+// handle's keys then spread over every part, and each part has a breaker of
+// its own: a part down refuses only its keys. A call must then name keys of
+// one part, one key as a limiter of one key per attempt does; keys of
+// several parts are refused with [ErrInvalidKey]. Call it before the
+// handle's first call. It returns how many parts the keys spread over: 1 on
+// other stores, where it changes nothing.
+func (h *Handle) Spread() int {
+	sp, ok := h.s.b.(Spreader)
+	if !ok {
+		return 1
+	}
+	n := sp.Spread(h.prefix)
+	if n <= 1 {
+		return 1
+	}
+	parts := make([]breaker, n)
+	for i := range parts {
+		parts[i].init(h.s.opts.Breaker, h.s.now, h.s.opts.Logger.With("part", i), h.prefix)
+	}
+	h.parts.Store(&parts)
+	return n
+}
+
+// breakerOf returns the breaker of a call of keys: the handle's, or that of
+// the keys' part once the handle is spread.
+func (h *Handle) breakerOf(keys []string) (*breaker, error) {
+	parts := h.parts.Load()
+	if parts == nil {
+		return &h.lane.breaker, nil
+	}
+	p, ok := h.s.b.(Spreader).Part(h.prefix, keys)
+	if !ok || p < 0 || p >= len(*parts) {
+		return nil, fmt.Errorf("%w: keys of several parts of a spread handle in one call", ErrInvalidKey)
+	}
+	return &(*parts)[p], nil
+}

@@ -324,6 +324,10 @@ func (t *Tally) setKey(k KeyTally) {
 // (Counter), or the generic one through its Update (updateCounter).
 func (h *Handle) countCall(ctx context.Context, keys []string, caps []Budget, n int64, out *Tally) error {
 	s := h.s
+	br, err := h.breakerOf(keys)
+	if err != nil {
+		return err
+	}
 	c := countPool.Get().(*countCall)
 	// The backend gets the call's own copy of keys and its own Tally, so
 	// that the caller's slice does not escape.
@@ -340,7 +344,7 @@ func (h *Handle) countCall(ctx context.Context, keys []string, caps []Budget, n 
 	if !s.algorithms && !fixedOnly(caps) {
 		counter = updateCounter{s.b}
 	}
-	err := s.call(ctx, &h.lane, func(ctx context.Context) error {
+	err = s.call(ctx, &h.lane, br, func(ctx context.Context) error {
 		return counter.Count(ctx, h.prefix, own, caps, n, t)
 	})
 	if err == nil {

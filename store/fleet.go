@@ -188,7 +188,7 @@ func (s *Store) announce(ctx context.Context, leaving bool) {
 	owing := f.owing.Load() > 0
 	began := time.Now().UnixNano()
 	marked := owing || began < f.wantUntil.Load()
-	err := s.call(ctx, &f.lane, func(ctx context.Context) error {
+	err := s.call(ctx, &f.lane, &f.lane.breaker, func(ctx context.Context) error {
 		return s.b.Update(ctx, fleetPrefix, []string{fleetKey}, func(now time.Time, es []Entry) error {
 			since := int64(0) // the store's time from which this instance parks, earlier never later
 			if at := f.parkedAt.Load(); f.parking.Load() > 0 && at != 0 {

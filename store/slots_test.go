@@ -367,3 +367,83 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// A spread handle keeps a breaker per part: a store failing for the keys of
+// one part (a Redis Cluster master down) refuses only those keys, while the
+// breaker of a handle that is not spread refuses them all. A call naming
+// keys of two parts of a spread handle is refused as invalid.
+func TestBreakerPerPart(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		spread bool
+		parts  int  // what Spread returns
+		good   bool // whether a key of a healthy part is answered while another part fails
+	}{
+		{"together", false, 1, false},
+		{"spread", true, 4, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var failing atomic.Bool
+			f := &fake{update: func(_ context.Context, apply ApplyFunc) error {
+				return apply(time.Now(), make([]Entry, 1))
+			}}
+			s := New(&partFailer{fake: f, failing: &failing}, Options{
+				Logger:  slog.New(slog.DiscardHandler),
+				Breaker: BreakerOptions{Failures: 2, Cooldown: time.Hour},
+			})
+			defer s.Close()
+			h, _ := s.Handle("p:")
+			if tc.spread {
+				if n := h.Spread(); n != tc.parts {
+					t.Fatalf("Spread() = %d, want %d", n, tc.parts)
+				}
+			}
+			failing.Store(true)
+			for range 5 {
+				h.Update(t.Context(), []string{"1-down"}, nop)
+			}
+			err := h.Update(t.Context(), []string{"0-up"}, nop)
+			if (err == nil) != tc.good {
+				t.Errorf("a key of a healthy part while part 1 fails: %v; want answered %v", err, tc.good)
+			}
+			if !h.BreakerOpen() {
+				t.Error("BreakerOpen() = false while part 1's calls fail")
+			}
+			if !tc.spread {
+				return
+			}
+			if err := h.Update(t.Context(), []string{"0-a", "2-b"}, nop); !errors.Is(err, ErrInvalidKey) {
+				t.Errorf("a call naming keys of two parts: %v, want %v", err, ErrInvalidKey)
+			}
+			if _, err := h.Read(t.Context(), []string{"0-a", "0-b"}); err != nil {
+				t.Errorf("a call naming two keys of one healthy part: %v", err)
+			}
+		})
+	}
+}
+
+// partFailer spreads keys over four parts, by their first byte ('0' to
+// '3'), and fails the calls of part 1 while failing is set.
+type partFailer struct {
+	*fake
+	failing *atomic.Bool
+}
+
+func (p *partFailer) Spread(string) int { return 4 }
+
+func (p *partFailer) Part(_ string, keys []string) (int, bool) {
+	part := int(keys[0][0] - '0')
+	for _, k := range keys[1:] {
+		if int(k[0]-'0') != part {
+			return 0, false
+		}
+	}
+	return part, true
+}
+
+func (p *partFailer) Update(ctx context.Context, prefix string, keys []string, apply ApplyFunc) error {
+	if keys[0][0] == '1' && p.failing.Load() {
+		return errBoom
+	}
+	return p.fake.Update(ctx, prefix, keys, apply)
+}

@@ -189,7 +189,7 @@ func (s *Store) Handle(prefix string) (*Handle, error) {
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	var n int
 	start := time.Now()
-	err := s.call(ctx, &s.sweeps, func(ctx context.Context) error {
+	err := s.call(ctx, &s.sweeps, &s.sweeps.breaker, func(ctx context.Context) error {
 		var err error
 		n, err = s.b.Sweep(ctx)
 		return err
@@ -240,38 +240,39 @@ func (s *Store) enter() error {
 // a slot under the in-flight bound, waiting for one until ctx ends, then
 // asks l's breaker. The caller gives the slot back (s.slots.release) when
 // the backend returns.
-func (s *Store) acquire(ctx context.Context, l *lane) (waited bool, err error) {
+func (s *Store) acquire(ctx context.Context, l *lane, br *breaker) (waited bool, err error) {
 	if s.closed.Load() {
 		return false, errClosed
 	}
 	if waited, err = s.slots.acquire(ctx, l, s.opts.MaxQueued); err != nil {
 		return waited, err
 	}
-	return waited, s.admit(l)
+	return waited, s.admit(br)
 }
 
-// admit admits a call of lane l that holds a slot, or gives the slot back
-// and answers why not.
-func (s *Store) admit(l *lane) error {
+// admit admits a call that holds a slot and that breaker br guards, or
+// gives the slot back and answers why not.
+func (s *Store) admit(br *breaker) error {
 	if s.closed.Load() { // Close began meanwhile, and may not wait for us
 		s.slots.release()
 		return errClosed
 	}
-	if err := l.breaker.allow(); err != nil {
+	if err := br.allow(); err != nil {
 		s.slots.release()
 		return err
 	}
 	return nil
 }
 
-// call runs f under the deadline, the in-flight bound and l's breaker. It
+// call runs f, a call of lane l, under the deadline, the in-flight bound
+// and breaker br (l's own, or that of the part of a spread handle). It
 // runs on the caller's goroutine for an inline backend (no deadline) or a
 // prompt one (under a deadline context). Otherwise it runs on a goroutine
 // of its own. A call waits for a slot up to the deadline (a patient call, one the
 // limiter has no other way to count, as long as ctx lasts). Then it has the whole deadline in the backend: one
 // that reached the backend with its time nearly spent would waste the work
 // done for it.
-func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) error) error {
+func (s *Store) call(ctx context.Context, l *lane, br *breaker, f func(ctx context.Context) error) error {
 	if s.inline != nil {
 		if err := s.enter(); err != nil {
 			return err
@@ -282,13 +283,13 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 	var err error
 	if !s.closed.Load() && s.slots.tryAcquire() {
 		// A free slot: no wait, so no context to bound it.
-		err = s.admit(l)
+		err = s.admit(br)
 	} else {
 		wctx, wcancel := ctx, context.CancelFunc(func() {})
 		if !overload.IsPatient(ctx) {
 			wctx, wcancel = context.WithTimeout(ctx, s.opts.Deadline)
 		}
-		waited, err = s.acquire(wctx, l)
+		waited, err = s.acquire(wctx, l, br)
 		wcancel()
 	}
 	if err != nil {
@@ -312,7 +313,7 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 			err = &UnavailableError{Reason: ReasonDeadline, Err: err}
 		}
 		err = s.classify(ctx, err)
-		l.breaker.record(err, waited)
+		br.record(err, waited)
 		return err
 	}
 	done := make(chan error, 1)
@@ -326,13 +327,13 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 	select {
 	case err := <-done:
 		err = s.classify(ctx, err)
-		l.breaker.record(err, waited)
+		br.record(err, waited)
 		return err
 	case <-dctx.Done():
 		select {
 		case err := <-done: // finished as the deadline came
 			err = s.classify(ctx, err)
-			l.breaker.record(err, waited)
+			br.record(err, waited)
 			return err
 		default:
 		}
@@ -340,7 +341,7 @@ func (s *Store) call(ctx context.Context, l *lane, f func(ctx context.Context) e
 			return ctx.Err()
 		}
 		err := &UnavailableError{Reason: ReasonDeadline, Err: fmt.Errorf("no answer within %v", s.opts.Deadline)}
-		l.breaker.record(err, waited)
+		br.record(err, waited)
 		return err
 	}
 }
@@ -376,6 +377,7 @@ type Handle struct {
 	s      *Store
 	prefix string
 	lane   lane
+	parts  atomic.Pointer[[]breaker] // a breaker per part, once Spread spread the keys
 
 	mu    sync.Mutex
 	owner string
@@ -462,11 +464,15 @@ func (h *Handle) update(ctx context.Context, keys []string, apply ApplyFunc) err
 		}
 		return err
 	}
+	br, err := h.breakerOf(keys)
+	if err != nil {
+		return err
+	}
 	c := applyPool.Get().(*applyCall)
 	c.user = apply
 	// The call may outlive its deadline, so apply must not run once the
 	// caller has been answered.
-	err := s.call(ctx, &h.lane, func(ctx context.Context) error {
+	err = s.call(ctx, &h.lane, br, func(ctx context.Context) error {
 		err := s.b.Update(ctx, h.prefix, keys, c.fn)
 		if err == nil {
 			return nil
@@ -497,12 +503,16 @@ func (h *Handle) Read(ctx context.Context, keys []string) ([]Entry, error) {
 	if err := checkKeys(keys); err != nil {
 		return nil, err
 	}
+	br, err := h.breakerOf(keys)
+	if err != nil {
+		return nil, err
+	}
 	var out []Entry
 	var start time.Time
 	if h.s.obs != nil {
 		start = time.Now()
 	}
-	err := h.s.call(ctx, &h.lane, func(ctx context.Context) error {
+	err = h.s.call(ctx, &h.lane, br, func(ctx context.Context) error {
 		var err error
 		out, err = h.s.b.Read(ctx, h.prefix, keys)
 		return err

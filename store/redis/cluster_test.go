@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -60,7 +61,14 @@ func clusterDown(tb testing.TB, o *redis.ClusterOptions) error {
 // closed when the test ends.
 func newCluster(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
-	o, err := redis.ParseClusterURL(strings.TrimSuffix(clusterURL(), "/0"))
+	return newClusterAt(tb, clusterURL())
+}
+
+// newClusterAt returns a cluster client of its own on the Cluster a node of
+// which u names, closed when the test ends.
+func newClusterAt(tb testing.TB, u string) *redis.ClusterClient {
+	tb.Helper()
+	o, err := redis.ParseClusterURL(strings.TrimSuffix(u, "/0"))
 	if err != nil {
 		tb.Fatalf("GATECOUNT_TEST_REDIS_CLUSTER_URL: %v", err)
 	}
@@ -74,6 +82,43 @@ func newCluster(tb testing.TB) *redis.ClusterClient {
 	tb.Cleanup(func() { c.Close() })
 	return c
 }
+
+// failoverPorts are the ports of the Cluster whose masters the failover
+// tests stop: a Cluster of their own, which .ci/redis-cluster.sh starts,
+// so that the other tests' Cluster never loses a master.
+const failoverPorts = "7010 7011 7012"
+
+// failoverURL starts the failover tests' Cluster unless it is running,
+// and returns the URL of one of its nodes.
+func failoverURL(tb testing.TB) string {
+	tb.Helper()
+	failoverOnce.Do(func() {
+		if _, err := exec.LookPath("redis-server"); err != nil {
+			failoverErr = err
+			return
+		}
+		script, err := filepath.Abs("../../.ci/redis-cluster.sh")
+		if err != nil {
+			failoverErr = err
+			return
+		}
+		cmd := exec.Command(script)
+		cmd.Env = append(os.Environ(), "REDIS_CLUSTER_PORTS="+failoverPorts, "REDIS_CLUSTER_DIR=/tmp/gatecount-redis-cluster-failover")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			failoverErr = fmt.Errorf("%s: %v\n%s", script, err, out)
+		}
+	})
+	if failoverErr != nil {
+		clusterMissing(tb, failoverErr)
+	}
+	p, _, _ := strings.Cut(failoverPorts, " ")
+	return "redis://127.0.0.1:" + p + "/0"
+}
+
+var (
+	failoverOnce sync.Once
+	failoverErr  error
+)
 
 func cluster(tb testing.TB) redis.UniversalClient { return newCluster(tb) }
 
@@ -254,9 +299,10 @@ func TestClusterSignIn(t *testing.T) {
 // keys live on another master keeps answering allowed and refused exactly
 // as before, the stopped master's limiter is answered unavailable, and it
 // counts again once the master is back. The master is restarted by
-// .ci/redis-cluster.sh, which started it.
+// .ci/redis-cluster.sh, which started it, on a Cluster of its own.
 func TestClusterFailover(t *testing.T) {
-	c := newCluster(t)
+	u := failoverURL(t)
+	c := newClusterAt(t, u)
 	ctx := t.Context()
 	secret := newSecret()
 	so := store.Options{
@@ -267,7 +313,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	var stores []*store.Store
 	for range 2 {
-		stores = append(stores, open(t, newCluster(t), redisstore.Options{Secret: secret, Store: so}))
+		stores = append(stores, open(t, newClusterAt(t, u), redisstore.Options{Secret: secret, Store: so}))
 	}
 	fp := stores[0].Backend().(*redisstore.Backend).Fingerprint()
 	tagsAt := masterOf(t, c, "gatecount:{"+fp+"}:tags")
@@ -348,7 +394,7 @@ func TestClusterFailover(t *testing.T) {
 			others = append(others, m)
 		}
 	}
-	restart := stopNode(t, victim)
+	restart := stopNode(t, c, victim)
 	var victimAnswered int64
 	for i := range 20 {
 		// Calls to both limiters, interleaved: the stopped master's
@@ -419,7 +465,7 @@ func TestClusterFailover(t *testing.T) {
 // stopNode stops the Cluster node at addr and returns what starts it again
 // and waits until the Cluster is healthy; the test's end starts it again
 // too, if the test did not.
-func stopNode(t *testing.T, addr string) (restart func()) {
+func stopNode(t *testing.T, c *redis.ClusterClient, addr string) (restart func()) {
 	t.Helper()
 	n := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer n.Close()
@@ -432,7 +478,7 @@ func stopNode(t *testing.T, addr string) (restart func()) {
 	if file != filepath.Join(dir, "nodes-"+port+".conf") && file != "nodes-"+port+".conf" {
 		t.Fatalf("the node at %s was not started by .ci/redis-cluster.sh (cluster-config-file %s in %s): it could not be restarted", addr, file, dir)
 	}
-	ports := ports(t)
+	ports := ports(t, c)
 	script, err := filepath.Abs("../../.ci/redis-cluster.sh")
 	if err != nil {
 		t.Fatal(err)
@@ -457,10 +503,10 @@ func stopNode(t *testing.T, addr string) (restart func()) {
 
 // ports returns the ports of the Cluster's masters, for
 // .ci/redis-cluster.sh.
-func ports(t *testing.T) string {
+func ports(t *testing.T, c *redis.ClusterClient) string {
 	t.Helper()
 	var ps []string
-	for _, sh := range shards(t, newCluster(t)) {
+	for _, sh := range shards(t, c) {
 		_, p, _ := strings.Cut(masterAddr(sh), ":")
 		ps = append(ps, p)
 	}

@@ -28,7 +28,10 @@ func (b *Backend) Count(ctx context.Context, prefix string, keys []string, caps 
 	sp := b.space(prefix)
 	c := countCalls.Get().(*countCall)
 	defer c.done()
-	b.nameKeys(&c.ks, sp, prefix, keys)
+	sp, err = b.nameKeys(&c.ks, sp, prefix, keys)
+	if err != nil {
+		return err
+	}
 	s, cmd := countScript, c.setArgs(n, caps)
 	if !fixedOnly(caps) {
 		s, cmd = algoScript, c.setAlgoArgs(n, caps)

@@ -66,15 +66,17 @@ type keySet struct {
 	tags1  [1]uint64
 }
 
-// keys names keys under sp.
-func (b *Backend) keys(sp *space, prefix string, keys []string) *keySet {
+// keys names keys under sp (see nameKeys).
+func (b *Backend) keys(sp *space, prefix string, keys []string) (*keySet, error) {
 	ks := new(keySet)
-	b.nameKeys(ks, sp, prefix, keys)
-	return ks
+	_, err := b.nameKeys(ks, sp, prefix, keys)
+	return ks, err
 }
 
-// nameKeys fills ks with the names of keys under sp.
-func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) {
+// nameKeys fills ks with the names of keys under sp, and returns the space
+// they lie in: sp, or the shard of the first key when sp is spread. Keys of
+// several shards are refused (errShards).
+func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) (*space, error) {
 	n := len(keys)
 	if n == 1 {
 		ks.names, ks.slots, ks.tags = ks.names1[:], ks.slots1[:], ks.tags1[:]
@@ -83,11 +85,18 @@ func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) 
 		ks.slots = make([]int, n)
 		ks.tags = make([]uint64, n)
 	}
-	kp := sp.keyPrefix
 	var buf [128]byte
 	for i, k := range keys {
 		sum := b.hasher.Sum(prefix, k)
-		name := append(buf[:0], kp...)
+		if sp.shards != nil {
+			switch s := sp.shards[shardOf(&sum)]; {
+			case i == 0:
+				sp = s
+			case s != sp:
+				return nil, errShards
+			}
+		}
+		name := append(buf[:0], sp.keyPrefix...)
 		name = hex.AppendEncode(name, sum[:])
 		ks.names[i] = string(name)
 		x := int(binary.BigEndian.Uint16(sum[:2]))
@@ -96,6 +105,7 @@ func (b *Backend) nameKeys(ks *keySet, sp *space, prefix string, keys []string) 
 		ks.locks.Add(turns.Queue(uint64(x)))
 	}
 	copy(ks.names[n:], sp.index[:indexKeys])
+	return sp, nil
 }
 
 // knownSlots is the size of the cache of keys known to be live, a multiple

@@ -79,7 +79,11 @@ func serverTime(sec, usec any) (int64, error) {
 func (b *Backend) Read(ctx context.Context, prefix string, keys []string) (_ []store.Entry, err error) {
 	defer poolWait(&err)
 	sp := b.space(prefix)
-	names := b.keys(sp, prefix, keys).names[:len(keys)]
+	ks, err := b.keys(sp, prefix, keys)
+	if err != nil {
+		return nil, err
+	}
+	names := ks.names[:len(keys)]
 	raws := make([]string, len(keys))
 	present := make([]bool, len(keys))
 	now, err := b.read(ctx, names, raws, present)

@@ -75,6 +75,7 @@ func New(ctx context.Context, c goredis.UniversalClient, o Options) (*store.Stor
 type Backend struct {
 	c          goredis.UniversalClient
 	ownsClient bool
+	cluster    bool // c is a cluster client: Spread spreads handles over its masters
 	prompt     bool // the client honours call deadlines (OpenURL's does)
 	hasher     *keyhash.Hasher
 	fp         string
@@ -117,6 +118,7 @@ type space struct {
 	index      [indexKeys + 1]string // the live index's keys (see indexOf)
 	live       *atomic.Int64
 	registered atomic.Bool
+	shards     []*space // once spread: the shards, each a space of its own
 }
 
 // NewBackend returns the backend New wraps, and starts its background sweep.
@@ -155,6 +157,7 @@ func NewBackend(ctx context.Context, c goredis.UniversalClient, o Options) (*Bac
 	// A Cluster with a master down starts, and its limiters on the other
 	// masters count: what the master serves is checked once it answers.
 	_, cluster := c.(*goredis.ClusterClient)
+	b.cluster = cluster
 	if !cluster {
 		if err := c.Ping(ctx).Err(); err != nil {
 			return nil, fmt.Errorf("redis: redis does not answer: %w", &store.UnavailableError{Reason: store.ReasonDown, Err: err})

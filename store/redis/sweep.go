@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/gatecount/gatecount/internal/storekit"
@@ -24,24 +25,51 @@ func (b *Backend) Sweep(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	removed := 0
-	var first error // the tags on other nodes of a Cluster are swept still
+	var (
+		mu      sync.Mutex
+		removed int
+		first   error // the tags on other nodes of a Cluster are swept still
+		wg      sync.WaitGroup
+		next    = make(chan string)
+	)
+	workers := 1
+	if b.cluster {
+		workers = sweepers
+	}
+	for range min(workers, len(tags)) {
+		wg.Go(func() {
+			for tag := range next {
+				n, err := b.tidy(ctx, tag)
+				mu.Lock()
+				removed += n
+				if err != nil {
+					first = cmp.Or(first, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
 	for _, tag := range tags {
-		if len(tag) != 16 {
+		if !validTag(tag) {
 			continue
 		}
 		if ctx.Err() != nil {
-			return removed, ctx.Err()
+			break
 		}
-		n, err := b.tidy(ctx, tag)
-		if err != nil {
-			first = cmp.Or(first, err)
-			continue
-		}
-		removed += n
+		next <- tag
+	}
+	close(next)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return removed, ctx.Err()
 	}
 	return removed, first
 }
+
+// sweepers is how many tags a sweep of a Cluster tidies at once: a spread
+// handle has a tag per shard, each a round trip. A single server's has the
+// tags of its handles only, tidied one at a time.
+const sweepers = 8
 
 // tidy runs tidyScript on tag's live index until the index earlier
 // versions kept is empty, records the live entries it counts, and returns

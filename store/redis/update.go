@@ -28,7 +28,10 @@ func (b *Backend) Update(ctx context.Context, prefix string, keys []string, appl
 	n := len(keys)
 	u := newUpdateCall(n)
 	ks := &u.ks
-	b.nameKeys(ks, sp, prefix, keys)
+	sp, err = b.nameKeys(ks, sp, prefix, keys)
+	if err != nil {
+		return err
+	}
 	if err := b.turns.Take(ctx, &ks.locks); err != nil {
 		return storekit.WaitedOut("the keys' turn", err)
 	}

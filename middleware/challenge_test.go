@@ -21,7 +21,6 @@ import (
 
 	"github.com/gatecount/gatecount/internal/clock"
 	"github.com/gatecount/gatecount/internal/servicetest"
-	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store"
@@ -372,34 +371,6 @@ func equalHeaders(a, b http.Header) bool {
 		}
 	}
 	return true
-}
-
-// Verify challenges too: a code's guesser solves a puzzle a guess.
-func TestVerifyChallenge(t *testing.T) {
-	pow, _ := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: powSecret, Bits: 3})
-	var ev events
-	g, err := middleware.Verify(handle(t, memStore(t, nil), "verify:"), middleware.VerifyOptions{
-		AccountFailures: limiter.Budget{Limit: 2, Window: time.Hour},
-		Challenge:       pow, OnEvent: ev.on, Logger: quiet,
-		IP: keyfunc.IPOptions{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	p := &passwords{}
-	h := g.Wrap(p)
-	for i := range 2 {
-		post(h, guessAddr(i), formCT, form("alice", "wrong"))
-	}
-	c, ok := challengeOf(t, post(h, "203.0.113.7", formCT, form("alice", "right")))
-	if !ok {
-		t.Fatal("Verify: no challenge once the account's budget is spent")
-	}
-	a, _ := solve(t, c)
-	if w := answer(h, "203.0.113.7", "alice", "right", a); w.Code != 200 || len(ev.of(middleware.EventChallengePassed)) != 1 {
-		t.Fatalf("Verify with an answer: %d, events %+v", w.Code, ev.list)
-	}
 }
 
 // captcha is an app's own provider: its answer is "ok:" and an ID.

@@ -149,7 +149,7 @@ func TestMadeUpNamesHoldNoRoom(t *testing.T) {
 
 // One failure of a made-up name holds no entry past the guard's longest
 // windowed budget: the cap's count of a name that never signed in expires
-// with the rest, on SignIn and Verify alike, with back-off and challenges.
+// with the rest, on SignIn and Verify alike, and with SignIn's back-off and challenges.
 func TestMadeUpNameEntriesExpire(t *testing.T) {
 	pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: powSecret})
 	if err != nil {

@@ -80,12 +80,6 @@ type VerifyOptions struct {
 	// (see SignInOptions.OnEvent); Verify delays no attempt, so emits no
 	// [EventDelayed].
 	OnEvent func(Event)
-	// Challenge, when set, answers an attempt that the account's budget
-	// refuses with a challenge (see SignInOptions.Challenge).
-	Challenge Challenge
-	// ChallengeBudget bounds an account's challenged attempts
-	// (NAME-challenge); zero means [DefaultChallengeBudget].
-	ChallengeBudget limiter.Budget
 	// Logger receives the guard's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Skip, when it returns true, lets a request through uncounted.
@@ -104,7 +98,6 @@ type VerifyOptions struct {
 // Its keys, in its own store handle, are [SignInGuard]'s but the device's,
 // the lock-outs' and the delay's. They are ("account", ACCOUNT),
 // ("account-ip", ACCOUNT, IP), ("ip", IP) and ("consecutive", ACCOUNT).
-// With a Challenge, they are ("challenge", ACCOUNT) and ("puzzle", ID) too.
 type VerifyGuard struct{ g *SignInGuard }
 
 // Verify returns a guard for a handler that checks a one-time code,
@@ -146,8 +139,6 @@ func Verify(h *store.Handle, o VerifyOptions) (*VerifyGuard, error) {
 		UnavailableRetryAfter: o.UnavailableRetryAfter,
 		Observer:              o.Observer,
 		OnEvent:               o.OnEvent,
-		Challenge:             o.Challenge,
-		ChallengeBudget:       o.ChallengeBudget,
 		Logger:                o.Logger,
 		Skip:                  o.Skip,
 		Shadow:                o.Shadow,

@@ -408,8 +408,10 @@ func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *lim
 		if err := g.l.Credit(ctx, *d, refund, cleared...); err != nil {
 			g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
 		}
-		if counted(d) {
+		if charged(d) {
 			g.keepCap(ctx, account, d.Now, d.ResetOf(chalConsecutive), true)
+		}
+		if counted(d) {
 			g.challenge.remember(account, 0)
 			g.event(ctx, r, Event{Kind: EventChallengePassed, Account: account, Budget: g.o.Name + "-challenge",
 				Failures: g.challenge.budget.Limit - d.RemainingOf(chalChallenge) - 1, Limit: g.challenge.budget.Limit, Time: d.Now})
@@ -419,10 +421,12 @@ func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *lim
 	if g.o.Backoff.Max > 0 && d.RemainingOf(chalAccountIP) == 0 {
 		g.lockOut(ctx, a.accountIP, account, a.ip)
 	}
+	if charged(d) {
+		g.failedCap(ctx, account, d.Now, d.ResetOf(chalConsecutive), d.RemainingOf(chalConsecutive) == 0)
+	}
 	if !counted(d) {
 		return
 	}
-	g.failedCap(ctx, account, d.Now, d.ResetOf(chalConsecutive), d.RemainingOf(chalConsecutive) == 0)
 	g.challenge.remember(account, g.challenge.budget.Limit-d.RemainingOf(chalChallenge))
 	g.event(ctx, r, Event{Kind: EventChallengeFailed, Account: account, Budget: g.o.Name + "-challenge",
 		Failures: g.challenge.budget.Limit - d.RemainingOf(chalChallenge), Limit: g.challenge.budget.Limit, Until: d.ResetOf(chalChallenge), Time: d.Now})

@@ -713,6 +713,12 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 // the device's, never the account's cap.
 var deviceOwn = []int{keyDevice}
 
+// charged reports whether d admitted an attempt it charged, in the store or
+// in process memory, in shadow too: one a Credit gives back.
+func charged(d *limiter.Decision) bool {
+	return d.Allowed && (!d.Unavailable || d.Local)
+}
+
 // counted reports whether d admitted an attempt it counted, in the store or
 // in process memory, so that its counts are known.
 func counted(d *limiter.Decision) bool {
@@ -835,15 +841,14 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 		if err != nil {
 			g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
 		}
-		if counted(&d) && !locked {
+		if charged(&d) && !locked {
 			g.keepCap(ctx, account, d.Now, d.ResetOf(keyDeviceConsecutive), n > 0)
 		}
 	case a.known:
-		if !counted(&d) {
-			break
+		if charged(&d) {
+			g.failedCap(ctx, account, d.Now, d.ResetOf(keyDeviceConsecutive), limiter.MaxLimit-d.RemainingOf(keyDeviceConsecutive) == g.rules.consecutive.Limit)
 		}
-		g.failedCap(ctx, account, d.Now, d.ResetOf(keyDeviceConsecutive), limiter.MaxLimit-d.RemainingOf(keyDeviceConsecutive) == g.rules.consecutive.Limit)
-		if d.RemainingOf(keyDeviceCap) == 0 {
+		if counted(&d) && d.RemainingOf(keyDeviceCap) == 0 {
 			// The device's own cap: its next attempt counts as a stranger's.
 			g.event(ctx, r, Event{Kind: EventCapReached, Account: account, Budget: g.o.Name + "-device-consecutive",
 				Failures: g.rules.consecutive.Limit, Limit: g.rules.consecutive.Limit, Time: d.Now})
@@ -863,11 +868,13 @@ func (g *SignInGuard) failed(ctx context.Context, r *http.Request, d *limiter.De
 	if g.o.Backoff.Max > 0 && d.RemainingOf(keyAccountIP) == 0 {
 		g.lockOut(ctx, a.accountIP, a.out.account, a.ip)
 	}
+	account := a.out.account
+	if charged(d) {
+		g.failedCap(ctx, account, d.Now, d.ResetOf(keyConsecutive), d.RemainingOf(keyConsecutive) == 0)
+	}
 	if !counted(d) {
 		return
 	}
-	account := a.out.account
-	g.failedCap(ctx, account, d.Now, d.ResetOf(keyConsecutive), d.RemainingOf(keyConsecutive) == 0)
 	if d.RemainingOf(keyAccount) == 0 {
 		g.event(ctx, r, Event{Kind: EventBudgetSpent, Account: account, Budget: g.o.Name + "-account",
 			Failures: g.o.AccountFailures.Limit, Limit: g.o.AccountFailures.Limit, Until: d.ResetOf(keyAccount), Time: d.Now})
@@ -963,7 +970,7 @@ func (g *SignInGuard) succeeded(ctx context.Context, d *limiter.Decision, a *sig
 	if err != nil {
 		g.log.Warn("successful sign-in not credited", "kind", KindRefundFailed, "err", err)
 	}
-	if counted(d) {
+	if charged(d) {
 		g.keepCap(ctx, account, d.Now, d.ResetOf(keyConsecutive), !alone)
 	}
 }

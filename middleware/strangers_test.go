@@ -412,3 +412,26 @@ func TestCapKeptEveryStore(t *testing.T) {
 		})
 	}
 }
+
+// In shadow the guard counts as it would: a success keeps the count, and
+// failures over days reach the cap, which Show tells.
+func TestCapKeptInShadow(t *testing.T) {
+	const limit = 10
+	clk := clock.NewFake(t0)
+	o := outOfTheWay
+	o.ConsecutiveFailures = limit
+	o.Delay.After = limit // no delays
+	o.Shadow = true
+	g, _, h := signIn(t, clk, o)
+	if w := post(h, "203.0.113.1", formCT, form("alice", "right")); w.Code != 200 {
+		t.Fatalf("alice signs in: %d", w.Code)
+	}
+	for i := range limit {
+		post(h, guessAddr(i), formCT, form("alice", "wrong"))
+		clk.Advance(12 * time.Hour)
+	}
+	s, err := g.Show(context.Background(), "alice")
+	if err != nil || !s.Refused || s.Budgets[1].Used != limit {
+		t.Fatalf("Show after %d failures over five days in shadow: %+v, %v; want alice at the cap", limit, s, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // Func derives a rate-limit key from a request.
@@ -78,15 +79,26 @@ func misconfigured(what string) Func {
 func JoinKeys(parts ...string) string {
 	n := 0
 	for _, p := range parts {
-		n += len(p) + 21 // length digits plus colon, generously
+		n += decimalDigits(len(p)) + 1 + len(p)
 	}
-	b := make([]byte, 0, n)
+	var b strings.Builder
+	b.Grow(n) // the one allocation: String returns these bytes
+	var digits [20]byte
 	for _, p := range parts {
-		b = strconv.AppendInt(b, int64(len(p)), 10)
-		b = append(b, ':')
-		b = append(b, p...)
+		b.Write(strconv.AppendInt(digits[:0], int64(len(p)), 10))
+		b.WriteByte(':')
+		b.WriteString(p)
 	}
-	return string(b)
+	return b.String()
+}
+
+// decimalDigits returns how many digits n ≥ 0 has in decimal.
+func decimalDigits(n int) int {
+	d := 1
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
 }
 
 // Join returns a Func whose key combines the keys of funcs, in order, with

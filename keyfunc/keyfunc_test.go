@@ -3,6 +3,7 @@ package keyfunc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -149,3 +150,21 @@ func TestHeader(t *testing.T) {
 }
 
 type otherKey struct{}
+
+// JoinKeys allocates its key alone, of the key's own length, on every
+// count of digits in a part's length.
+func TestJoinKeysAllocs(t *testing.T) {
+	for _, parts := range [][]string{{"ip", "192.0.2.7"}, {"account-ip", "alice", strings.Repeat("x", 12345)}, {}, {""}} {
+		var k string
+		if n := testing.AllocsPerRun(100, func() { k = JoinKeys(parts...) }); n > 1 {
+			t.Errorf("JoinKeys(%d parts): %v allocations, want at most 1", len(parts), n)
+		}
+		var want strings.Builder
+		for _, p := range parts {
+			fmt.Fprintf(&want, "%d:%s", len(p), p)
+		}
+		if k != want.String() {
+			t.Errorf("JoinKeys(%q) = %q, want %q", parts, k, want.String())
+		}
+	}
+}

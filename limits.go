@@ -205,6 +205,7 @@ func (l *Limits) SignIn(o middleware.SignInOptions) func(http.Handler) http.Hand
 	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, l.o.SignIn.AccountIPFailures)
 	o.AccountFailures = cmp.Or(o.AccountFailures, l.o.SignIn.AccountFailures)
 	o.IPAttempts = cmp.Or(o.IPAttempts, l.o.SignIn.IPAttempts)
+	o.NetworkAttempts = cmp.Or(o.NetworkAttempts, l.o.SignIn.NetworkAttempts)
 	o.ConsecutiveFailures = cmp.Or(o.ConsecutiveFailures, l.o.SignIn.ConsecutiveFailures)
 	o.Delay.After = cmp.Or(o.Delay.After, l.o.SignIn.DelayAfter)
 	o.Spray.Off = o.Spray.Off || l.o.SignIn.Spray.Off

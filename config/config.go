@@ -23,6 +23,7 @@
 //	RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES    5  sign-in failures per account and address, per 15 minutes
 //	RATE_LIMIT_LOGIN_ACCOUNT_FAILURES      20  sign-in failures per account, per hour
 //	RATE_LIMIT_LOGIN_IP_ATTEMPTS          100  sign-in attempts per address, per hour
+//	RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS    1000  sign-in attempts per IPv4 /24 and IPv6 /48, per hour; an IPv6 /32 16 times it
 //	RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES 100  an account's failures since its last success, at most 100 (NIST SP 800-63B)
 //	RATE_LIMIT_LOGIN_DELAY_AFTER           20  consecutive failures before attempts wait 30s, doubling to 1h; the cap or above: never
 //	RATE_LIMIT_LOGIN_SPRAY                 20  accounts a password may fail against, per hour, then refused for everyone; or off
@@ -178,6 +179,10 @@ type SignInBudgets struct {
 	// ChallengeAttempts bounds an account's challenged attempts
 	// (RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS), per hour.
 	ChallengeAttempts limiter.Budget
+	// NetworkAttempts bounds the attempts of an IPv4 /24 or an IPv6 /48
+	// (RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS), per hour; an IPv6 /32 gets 16
+	// times its limit (see [middleware.SignInOptions.NetworkAttempts]).
+	NetworkAttempts limiter.Budget
 }
 
 // SendBudgets are the budgets of a send guard ([middleware.Send]), such as
@@ -194,6 +199,7 @@ func (c Config) SignInOptions() middleware.SignInOptions {
 		AccountIPFailures:   c.SignIn.AccountIPFailures,
 		AccountFailures:     c.SignIn.AccountFailures,
 		IPAttempts:          c.SignIn.IPAttempts,
+		NetworkAttempts:     c.SignIn.NetworkAttempts,
 		ConsecutiveFailures: c.SignIn.ConsecutiveFailures,
 		Delay:               middleware.Delay{After: c.SignIn.DelayAfter},
 		Spray:               c.SignIn.Spray,

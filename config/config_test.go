@@ -161,7 +161,7 @@ func TestTwoStores(t *testing.T) {
 // The guards' budgets are read from the names README documents, with
 // middleware's defaults and windows.
 func TestGuardBudgets(t *testing.T) {
-	defSignIn := SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget}
+	defSignIn := SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts}
 	defSend := SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}
 	for _, tc := range []struct {
 		env    []string
@@ -171,19 +171,23 @@ func TestGuardBudgets(t *testing.T) {
 	}{
 		{nil, defSignIn, defSend, ""},
 		{[]string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", "3"},
-			SignInBudgets{limiter.Budget{Limit: 3, Window: 15 * time.Minute}, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget}, defSend, ""},
+			SignInBudgets{limiter.Budget{Limit: 3, Window: 15 * time.Minute}, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts}, defSend, ""},
 		{[]string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "50", "RATE_LIMIT_LOGIN_IP_ATTEMPTS", " 1000 "},
-			SignInBudgets{middleware.DefaultAccountIPFailures, limiter.Budget{Limit: 50, Window: time.Hour}, limiter.Budget{Limit: 1000, Window: time.Hour}, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget}, defSend, ""},
+			SignInBudgets{middleware.DefaultAccountIPFailures, limiter.Budget{Limit: 50, Window: time.Hour}, limiter.Budget{Limit: 1000, Window: time.Hour}, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts}, defSend, ""},
 		{[]string{"RATE_LIMIT_RESET_PER_DESTINATION", "1", "RATE_LIMIT_RESET_PER_IP", "7"},
 			defSignIn, SendBudgets{limiter.Budget{Limit: 1, Window: time.Hour}, limiter.Budget{Limit: 7, Window: time.Hour}}, ""},
 		{[]string{"RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES", "10", "RATE_LIMIT_LOGIN_DELAY_AFTER", "100"},
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, 10, 100, defSpray, nil, middleware.DefaultChallengeBudget}, defSend, ""},
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, 10, 100, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts}, defSend, ""},
 		{[]string{"RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES", "101"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES"},
 		{[]string{"RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES", "0"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES"},
 		{[]string{"RATE_LIMIT_LOGIN_DELAY_AFTER", "101"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_DELAY_AFTER"},
 		{[]string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", "0"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES"},
 		{[]string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "many"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES"},
 		{[]string{"RATE_LIMIT_LOGIN_IP_ATTEMPTS", "-1"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_IP_ATTEMPTS"},
+		{[]string{"RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS", "5000,sliding"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS"},
+		{[]string{"RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS", "off"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS"},
+		{[]string{"RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS", "300"},
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, limiter.Budget{Limit: 300, Window: time.Hour}}, defSend, ""},
 		{[]string{"RATE_LIMIT_RESET_PER_DESTINATION", "1e3"}, defSignIn, defSend, "RATE_LIMIT_RESET_PER_DESTINATION"},
 		{[]string{"RATE_LIMIT_RESET_PER_IP", "99999999999999999999"}, defSignIn, defSend, "RATE_LIMIT_RESET_PER_IP"},
 	} {
@@ -204,7 +208,7 @@ func TestGuardBudgets(t *testing.T) {
 // SignInOptions and SendOptions carry the budgets, the client address and
 // the secret into the guards' options.
 func TestGuardOptions(t *testing.T) {
-	c, err := Parse(env("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "50", "RATE_LIMIT_RESET_PER_IP", "7",
+	c, err := Parse(env("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "50", "RATE_LIMIT_RESET_PER_IP", "7", "RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS", "40",
 		"TRUSTED_PROXIES", "10.0.0.0/8", "TRUSTED_PROXY_HEADER", "Forwarded", "GATECOUNT_SECRET", secret))
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +221,7 @@ func TestGuardOptions(t *testing.T) {
 		{"sign-in account-IP failures", si.AccountIPFailures, middleware.DefaultAccountIPFailures},
 		{"sign-in account failures", si.AccountFailures, limiter.Budget{Limit: 50, Window: time.Hour}},
 		{"sign-in IP attempts", si.IPAttempts, middleware.DefaultIPAttempts},
+		{"sign-in network attempts", si.NetworkAttempts, limiter.Budget{Limit: 40, Window: time.Hour}},
 		{"sign-in device secret", string(si.Device.Secret), secret},
 		{"sign-in proxies", fmt.Sprint(si.IP.TrustedProxies), "[10.0.0.0/8]"},
 		{"sign-in header", si.IP.Header.String(), "Forwarded"},

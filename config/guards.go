@@ -31,6 +31,7 @@ func (r *reader) signIn(secret []byte) SignInBudgets {
 		Spray:               r.spray(),
 		Challenge:           r.challenge("RATE_LIMIT_LOGIN_CHALLENGE", "RATE_LIMIT_LOGIN_CHALLENGE_BITS", secret),
 		ChallengeAttempts:   r.budget("RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS", middleware.DefaultChallengeBudget),
+		NetworkAttempts:     r.budget("RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS", middleware.DefaultNetworkAttempts),
 	}
 }
 

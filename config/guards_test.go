@@ -22,14 +22,14 @@ func TestVarsGuardBudgets(t *testing.T) {
 		bad    string // the variable at fault
 	}{
 		{"unset", nil,
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget},
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts},
 			SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}, ""},
 		{"set", []string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", "3", "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "9", "RATE_LIMIT_LOGIN_IP_ATTEMPTS", "50",
 			"RATE_LIMIT_RESET_PER_DESTINATION", "2", "RATE_LIMIT_RESET_PER_IP", "7"},
-			SignInBudgets{per(3, 15*time.Minute), per(9, time.Hour), per(50, time.Hour), middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget},
+			SignInBudgets{per(3, 15*time.Minute), per(9, time.Hour), per(50, time.Hour), middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts},
 			SendBudgets{per(2, time.Hour), per(7, time.Hour)}, ""},
 		{"bad", []string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "many"},
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget},
+			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts},
 			SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}, "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

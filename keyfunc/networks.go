@@ -82,3 +82,30 @@ func covers(ps []netip.Prefix, q netip.Prefix) bool {
 	hiAddr, _ := netip.AddrFromSlice(b)
 	return covers(ps, lo) && covers(ps, netip.PrefixFrom(hiAddr, q.Bits()+1))
 }
+
+// The prefix lengths of the networks NetworksOf returns.
+const (
+	networkIPv4     = 24 // one organisation's or one hosting customer's
+	networkIPv6     = 48 // one site's: a customer's, a free tunnel's
+	networkIPv6Wide = 32 // one provider's, of many /48s
+)
+
+// NetworksOf returns the networks around a client's address key (see
+// [IPKeyer.AddrKey]) that one client gets cheaply, so that budgets can
+// count them too. An IPv4 address has its /24 (narrow), and wide is
+// invalid. An IPv6 key has its /48 and /32, when the key is narrower than a
+// /48. Any other key has none: it already names a network, or it is a
+// NAT64 local-use address, whose IPv4 host it does not show.
+func NetworksOf(key string) (narrow, wide netip.Prefix) {
+	if a, rest, ok := parseQuad(key); ok && rest == "" {
+		narrow, _ = a.Prefix(networkIPv4)
+		return narrow, wide
+	}
+	p, err := netip.ParsePrefix(key)
+	if err != nil || !p.Addr().Is6() || p.Bits() <= networkIPv6 || prefixNAT64Local.Overlaps(p) {
+		return narrow, wide
+	}
+	narrow, _ = p.Addr().Prefix(networkIPv6)
+	wide, _ = p.Addr().Prefix(networkIPv6Wide)
+	return narrow, wide
+}

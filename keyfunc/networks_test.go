@@ -65,3 +65,56 @@ func TestNetworks(t *testing.T) {
 		t.Errorf("ParseNetworks error %v", err)
 	}
 }
+
+func TestNetworksOf(t *testing.T) {
+	tests := []struct {
+		key          string
+		narrow, wide string // "" for none
+	}{
+		{"192.0.2.7", "192.0.2.0/24", ""},
+		{"203.0.113.255", "203.0.113.0/24", ""},
+		{"2001:db8:1:2::/64", "2001:db8:1::/48", "2001:db8::/32"},
+		{"2001:db8:ffff:ff00::/56", "2001:db8:ffff::/48", "2001:db8::/32"},
+		{"2001:db8:1:2:3:4:5:6/128", "2001:db8:1::/48", "2001:db8::/32"},
+		{"2001:db8:1::/48", "", ""},         // the key is already the network
+		{"2001:db8::/40", "", ""},           // wider still
+		{"64:ff9b:1:2:3:4:5:6/128", "", ""}, // NAT64 local-use: the IPv4 host is hidden
+		{"", "", ""},
+		{"1:alice", "", ""},
+		{"192.0.2.7:80", "", ""},
+	}
+	for _, tt := range tests {
+		narrow, wide := NetworksOf(tt.key)
+		if got := prefixText(narrow); got != tt.narrow {
+			t.Errorf("NetworksOf(%q) narrow = %q, want %q", tt.key, got, tt.narrow)
+		}
+		if got := prefixText(wide); got != tt.wide {
+			t.Errorf("NetworksOf(%q) wide = %q, want %q", tt.key, got, tt.wide)
+		}
+	}
+}
+
+// TestNetworksOfKeys checks NetworksOf on the keys AddrKey writes: an
+// address carrying an IPv4 one counts in that address's /24.
+func TestNetworksOfKeys(t *testing.T) {
+	var k IPKeyer
+	tests := []struct{ addr, narrow, wide string }{
+		{"::ffff:198.51.100.9", "198.51.100.0/24", ""},
+		{"2002:c633:6409::1", "198.51.100.0/24", ""}, // 6to4 of 198.51.100.9
+		{"64:ff9b::198.51.100.9", "198.51.100.0/24", ""},
+		{"2001:db8:aa:bb:1:2:3:4", "2001:db8:aa::/48", "2001:db8::/32"},
+	}
+	for _, tt := range tests {
+		narrow, wide := NetworksOf(k.AddrKey(netip.MustParseAddr(tt.addr)))
+		if prefixText(narrow) != tt.narrow || prefixText(wide) != tt.wide {
+			t.Errorf("NetworksOf(AddrKey(%s)) = %v, %v; want %s, %s", tt.addr, narrow, wide, tt.narrow, tt.wide)
+		}
+	}
+}
+
+func prefixText(p netip.Prefix) string {
+	if !p.IsValid() {
+		return ""
+	}
+	return p.String()
+}

@@ -127,7 +127,8 @@ func BenchmarkSignInSuccess(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			g, err := middleware.SignIn(handle(b, memStore(b, nil), "signin:"), middleware.SignInOptions{
 				Logger: quiet, Spray: tc.spray, Device: middleware.DeviceOptions{Off: true},
-				IPAttempts: limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour}, // every attempt counts here
+				IPAttempts:      limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour}, // every attempt counts here
+				NetworkAttempts: limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour},
 			})
 			if err != nil {
 				b.Fatal(err)

@@ -88,12 +88,12 @@ type challenger struct {
 	budget limiter.Budget
 	answer keyfunc.Func // reads AnswerField from the body
 	// fields name the budgets of a challenged attempt: NAME-account-ip,
-	// NAME-challenge, NAME-consecutive, NAME-spray (with Spray on) and
-	// NAME-ip. entries maps its keys to them, and sprayEntries those of
-	// one with a password.
+	// NAME-challenge, NAME-consecutive, NAME-spray (with Spray on), NAME-ip
+	// and the networks'. entries maps its keys to them, and sprayEntries
+	// those of one with a password.
 	fields       *fields
-	entries      [5]int
-	sprayEntries [7]int
+	entries      [chalIP + addrKeys]int
+	sprayEntries [chalSprayIP + addrKeys]int
 	// failures remembers, for limiter.AskAgain, each account's challenged
 	// failures as the store last told them. A flood of challenged refusals
 	// then asks the store once a second per account, as a flood of refusals
@@ -113,8 +113,8 @@ type recalled struct {
 const maxRecalled = 10_000
 
 // The indexes of the keys of a challenged attempt. The consecutive count is
-// where an attempt's is (keyConsecutive), for the delay ladder. The address
-// comes last, left out for an exempt address.
+// where an attempt's is (keyConsecutive), for the delay ladder. The
+// address's keys come last, left out for an exempt address.
 const (
 	chalAccountIP = iota
 	chalChallenge
@@ -124,7 +124,7 @@ const (
 )
 
 // The indexes of the keys of a password, in a challenged attempt with one:
-// the address moves after them.
+// the address's keys move after them.
 const (
 	chalSpray = chalIP + iota
 	chalMarker
@@ -155,15 +155,17 @@ func newChallenger(o *SignInOptions, consecutive limiter.Budget, spray bool) (*c
 	if spray {
 		names, budgets = append(names, o.Name+"-spray"), append(budgets, o.Spray.Budget)
 	}
-	names, budgets = append(names, o.Name+"-ip"), append(budgets, o.IPAttempts)
-	fIP := len(names) - 1
+	names = append(names, o.Name+"-ip", o.Name+"-network", o.Name+"-network-wide")
+	budgets = append(budgets, o.IPAttempts, o.NetworkAttempts, wideNetwork(o.NetworkAttempts))
+	fIP := len(names) - 3
 	return &challenger{
 		c: o.Challenge, budget: o.ChallengeBudget,
-		answer:       keyfunc.BodyField(AnswerField, o.Body),
-		fields:       newFields(names, budgets, o.Remaining.hidden(true), o.LegacyHeaders),
-		entries:      [5]int{chalAccountIP: 0, chalChallenge: 1, chalConsecutive: 2, chalPuzzle: 1, chalIP: fIP},
-		sprayEntries: [7]int{chalAccountIP: 0, chalChallenge: 1, chalConsecutive: 2, chalPuzzle: 1, chalSpray: 3, chalMarker: 3, chalSprayIP: fIP},
-		failures:     map[string]recalled{},
+		answer:  keyfunc.BodyField(AnswerField, o.Body),
+		fields:  newFields(names, budgets, o.Remaining.hidden(true), o.LegacyHeaders),
+		entries: [chalIP + addrKeys]int{chalAccountIP: 0, chalChallenge: 1, chalConsecutive: 2, chalPuzzle: 1, chalIP: fIP, chalIP + 1: fIP + 1, chalIP + 2: fIP + 2},
+		sprayEntries: [chalSprayIP + addrKeys]int{chalAccountIP: 0, chalChallenge: 1, chalConsecutive: 2, chalPuzzle: 1, chalSpray: 3, chalMarker: 3,
+			chalSprayIP: fIP, chalSprayIP + 1: fIP + 1, chalSprayIP + 2: fIP + 2},
+		failures: map[string]recalled{},
 	}, nil
 }
 
@@ -214,7 +216,7 @@ func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, 
 	}
 	window := time.Until(s.Expires).Truncate(time.Second) + time.Minute // the clocks of instances differ
 	window = min(max(window, limiter.MinWindow), limiter.MaxWindow)
-	charges := [7]limiter.Charge{
+	charges := [chalSprayIP + addrKeys]limiter.Charge{
 		chalAccountIP:   {Key: a.accountIP, Budget: g.o.AccountIPFailures},
 		chalChallenge:   {Key: keyfunc.JoinKeys("challenge", account), Budget: c.budget},
 		chalConsecutive: {Key: keyfunc.JoinKeys("consecutive", account), Budget: g.rules.consecutive},
@@ -226,18 +228,19 @@ func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, 
 		charges[chalMarker] = limiter.Charge{Key: a.marker, Budget: sprayMarker(g.o.Spray.Budget)}
 		n, entries, own = chalSprayIP, c.sprayEntries[:], chalSprayOwn
 	}
+	addr := n // the address's keys come last
 	if exempt {
-		entries, own = entries[:n], own[:1]
+		own = own[:1]
 	} else {
-		charges[n] = limiter.Charge{Key: keyfunc.JoinKeys("ip", a.ip), Budget: g.o.IPAttempts}
-		n++
+		n = len(g.address(charges[:n], a.ip))
 	}
+	entries = entries[:n]
 	d, ok := g.attempt(w, r, charges[:n]...)
 	if !ok {
 		return true
 	}
 	if !d.Allowed && !d.Shadow && (!d.Unavailable || d.Local) && d.RemainingOf(chalPuzzle) == 0 &&
-		d.RemainingOf(chalAccountIP) > 0 && (exempt || d.RemainingOf(n-1) > 0) {
+		d.RemainingOf(chalAccountIP) > 0 && roomFrom(&d, addr) {
 		return g.answerRefused(w, r, a.ip, exempt, fmt.Errorf("%w: answered before", ErrChallengeAnswer))
 	}
 	if counted(&d) {
@@ -271,14 +274,16 @@ func (g *SignInGuard) answerRefused(w http.ResponseWriter, r *http.Request, ip s
 	if exempt {
 		return false
 	}
-	d, ok := g.attempt(w, r, limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts})
+	var cs [addrKeys]limiter.Charge
+	n := len(g.address(cs[:0], ip))
+	d, ok := g.attempt(w, r, cs[:n]...)
 	if !ok {
 		return true
 	}
 	if d.Allowed || d.Shadow || (d.Unavailable && !d.Local) {
 		return false
 	}
-	g.serve(w, &d, &pass{r: r, entries: g.ipEntry[:]})
+	g.serve(w, &d, &pass{r: r, entries: g.addrEntries[:n]})
 	return true
 }
 
@@ -286,13 +291,13 @@ func (g *SignInGuard) answerRefused(w http.ResponseWriter, r *http.Request, ip s
 // client's attempt a, comes from the account's windowed budget alone: not
 // the client's own budgets, the password's, or the cap. The delay ladder
 // is never challenged: it refuses before d is counted (see delay).
-func challengeable(d *limiter.Decision, a *signInAttempt, exempt bool) bool {
+func challengeable(d *limiter.Decision, a *signInAttempt) bool {
 	ip := keyIP
 	if a.sprayed {
 		ip = keySprayIP
 	}
 	return !d.Allowed && !d.Shadow && (!d.Unavailable || d.Local) && d.RemainingOf(keyAccount) == 0 &&
-		d.RemainingOf(keyAccountIP) > 0 && (exempt || d.RemainingOf(ip) > 0) && d.RemainingOf(keyConsecutive) > 0 &&
+		d.RemainingOf(keyAccountIP) > 0 && roomFrom(d, ip) && d.RemainingOf(keyConsecutive) > 0 &&
 		(!a.sprayed || d.RemainingOf(keySpray) > 0)
 }
 

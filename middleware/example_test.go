@@ -193,9 +193,9 @@ func ExampleSignIn() {
 	}
 	// Output:
 	// 200 "signed in alice" device cookie: true
-	//   RateLimit-Policy: "login-account-ip";q=5;w=900, "login-account";q=20;w=3600, "login-consecutive";q=100;w=31622400, "login-spray";q=20;w=3600, "login-device";q=5;w=900, "login-ip";q=100;w=3600
+	//   RateLimit-Policy: "login-account-ip";q=5;w=900, "login-account";q=20;w=3600, "login-consecutive";q=100;w=31622400, "login-spray";q=20;w=3600, "login-device";q=5;w=900, "login-network";q=1000;w=3600, "login-network-wide";q=16000;w=3600, "login-ip";q=100;w=3600
 	// 401 "invalid username or password" device cookie: false
-	//   RateLimit-Policy: "login-account-ip";q=5;w=900, "login-account";q=20;w=3600, "login-consecutive";q=100;w=31622400, "login-spray";q=20;w=3600, "login-device";q=5;w=900, "login-ip";q=100;w=3600
+	//   RateLimit-Policy: "login-account-ip";q=5;w=900, "login-account";q=20;w=3600, "login-consecutive";q=100;w=31622400, "login-spray";q=20;w=3600, "login-device";q=5;w=900, "login-network";q=1000;w=3600, "login-network-wide";q=16000;w=3600, "login-ip";q=100;w=3600
 }
 
 // Send guards a route that sends something (a reset mail, a sign-in code)

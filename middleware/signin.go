@@ -20,7 +20,27 @@ var (
 	DefaultAccountIPFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
 	DefaultAccountFailures   = limiter.Budget{Limit: 20, Window: time.Hour}
 	DefaultIPAttempts        = limiter.Budget{Limit: 100, Window: time.Hour}
+	// DefaultNetworkAttempts bounds the attempts of one IPv4 /24 or IPv6
+	// /48: ten addresses' worth. A campus or an office signs in from a few
+	// addresses behind its NAT, each within its own budget. A spray that
+	// turns off a password's bucket everywhere (65,536 buckets of
+	// DefaultPasswordSpray failures, some 1.3 M an hour) so needs over a
+	// thousand such networks, not one /48.
+	DefaultNetworkAttempts = limiter.Budget{Limit: 1000, Window: time.Hour}
 )
+
+// wideNetworkTimes is how many times NetworkAttempts' limit an IPv6 /32
+// gets. A /32 is a provider's: a mobile carrier's subscribers, the free
+// tunnels of one broker, each with a /48 or a /64 of their own. So it is
+// spared a heavy sign-in hour, and a spray needs some 80 providers.
+const wideNetworkTimes = 16
+
+// wideNetwork returns the budget of an IPv6 /32 derived from b, the
+// NetworkAttempts of a /48: wideNetworkTimes its limit in its window,
+// counted by a fixed window.
+func wideNetwork(b limiter.Budget) limiter.Budget {
+	return limiter.Budget{Limit: min(b.Limit*wideNetworkTimes, limiter.MaxLimit), Window: b.Window}
+}
 
 // DefaultBackoffHistory is how long Backoff remembers lock-outs by default.
 const DefaultBackoffHistory = 24 * time.Hour
@@ -117,6 +137,12 @@ type SignInOptions struct {
 	// all accounts: credential stuffing and password spraying; zero means
 	// [DefaultIPAttempts] (100 per hour).
 	IPAttempts limiter.Budget
+	// NetworkAttempts bounds the attempts, failed or not, of the networks
+	// a client gets cheaply: an IPv4 /24, an IPv6 /48 (NAME-network). An
+	// IPv6 /32 gets 16 times its limit (NAME-network-wide). So a client
+	// with many addresses pays for them (see [keyfunc.NetworksOf]). Zero
+	// means [DefaultNetworkAttempts] (1,000 per hour; a /32 16,000).
+	NetworkAttempts limiter.Budget
 	// Backoff lengthens repeated lock-outs; the zero value is off.
 	Backoff Backoff
 	// ConsecutiveFailures caps the failures of an account since its last
@@ -204,8 +230,8 @@ type SignInOptions struct {
 	// fields (see Options.Shadow).
 	Shadow bool
 	// Networks answers requests from its Block networks 403, counting
-	// nothing; those from Exempt are not charged to the address budget
-	// (NAME-ip), and still to the account's.
+	// nothing; those from Exempt are not charged to the address's budgets
+	// (NAME-ip and the networks'), and still to the account's.
 	Networks keyfunc.Networks
 }
 
@@ -218,6 +244,8 @@ type SignInOptions struct {
 //	("account", ACCOUNT)              failures of the account: NAME-account
 //	("account-ip", ACCOUNT, IP)       failures of the account from IP: NAME-account-ip
 //	("ip", IP)                        attempts of IP on all accounts: NAME-ip
+//	("network", NET)                  attempts of IP's /24 or /48: NAME-network
+//	("network", WIDE)                 attempts of IP's /32: NAME-network-wide
 //	("device", ACCOUNT, DEVICE)       failures of a known device: NAME-device
 //	("device-consecutive", ACCOUNT, DEVICE)
 //	                                  its failures since its last success
@@ -230,6 +258,8 @@ type SignInOptions struct {
 //	("challenge", ACCOUNT)            challenged attempts: NAME-challenge
 //	("puzzle", ID)                    an answered challenge, until it expires
 //
+// NET and WIDE are the networks of [keyfunc.NetworksOf], such as
+// "192.0.2.0/24" or "2001:db8:1::/48" and "2001:db8::/32".
 // H is a password's bucket, 4 hexadecimal digits of 16 bits (see
 // [PasswordBuckets]): no key holds more of a password.
 //
@@ -244,11 +274,11 @@ type SignInGuard struct {
 	rules   accountRules
 	// entries maps the keys of an attempt of an unknown device to the
 	// budgets of the RateLimit fields. sprayEntries maps those of one with
-	// a password. ipEntry and devEntry hold the entries of the address and
-	// known device's attempts.
-	entries      [4]int
-	sprayEntries [6]int
-	ipEntry      [1]int
+	// a password. addrEntries and devEntry hold the entries of the
+	// address's and a known device's attempts.
+	entries      [keyIP + addrKeys]int
+	sprayEntries [keySprayIP + addrKeys]int
+	addrEntries  [addrKeys]int
 	devEntry     [4]int
 	// delayFields name NAME-delay.
 	delayFields *fields
@@ -278,8 +308,12 @@ func (r accountRules) kept() limiter.Budget {
 	return limiter.Budget{Limit: r.consecutive.Limit, Window: limiter.MaxWindow}
 }
 
+// addrKeys is how many keys an attempt charges its address with, at most:
+// the address's own, then its networks' (see SignInGuard.address).
+const addrKeys = 3
+
 // The indexes of the keys of one sign-in attempt of an unknown device; the
-// address comes last, left out for an exempt address.
+// address's keys come last, left out for an exempt address.
 const (
 	keyAccountIP = iota
 	keyAccount
@@ -288,7 +322,7 @@ const (
 )
 
 // The indexes of the keys of a password, in an attempt of an unknown
-// device with one: the address moves after them.
+// device with one: the address's keys move after them.
 const (
 	keySpray = keyIP + iota
 	keyMarker
@@ -311,7 +345,7 @@ const (
 // longest wait delayMax). The cap's count of an account that never signed
 // in lives no longer.
 func strangersWindow(o *SignInOptions, rules accountRules, spray bool, delayMax time.Duration) time.Duration {
-	w := max(o.AccountIPFailures.Span(), o.AccountFailures.Span(), o.IPAttempts.Span())
+	w := max(o.AccountIPFailures.Span(), o.AccountFailures.Span(), o.IPAttempts.Span(), o.NetworkAttempts.Span())
 	if rules.delay {
 		w = max(w, delayMax)
 	}
@@ -418,7 +452,8 @@ var sprayOwn = []int{keyAccountIP, keySprayIP}
 // SignIn returns a guard for a sign-in handler, counting in h (which it
 // claims). Each attempt is counted in one atomic store update against three
 // budgets: failures per (account, client IP), failures per account, and
-// attempts per client IP. It is counted against the cap on the account's
+// attempts per client IP, and against those of the address's networks (see
+// NetworkAttempts). It is counted against the cap on the account's
 // consecutive failures too (see ConsecutiveFailures and Delay). The attempt
 // is charged before the handler runs, so that concurrent guesses cannot all
 // reach the password check. The handler reports success with
@@ -470,6 +505,7 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, DefaultAccountIPFailures)
 	o.AccountFailures = cmp.Or(o.AccountFailures, DefaultAccountFailures)
 	o.IPAttempts = cmp.Or(o.IPAttempts, DefaultIPAttempts)
+	o.NetworkAttempts = cmp.Or(o.NetworkAttempts, DefaultNetworkAttempts)
 	o.Field = cmp.Or(o.Field, "username")
 	if o.Normalize == nil {
 		o.Normalize = keyfunc.NormalizeUsername
@@ -510,6 +546,7 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 		names = append(names, o.Name+"-spray")
 		budgets = append(budgets, o.Spray.Budget)
 	}
+	fDevice := len(names)
 	var dev *devices
 	if !o.Device.Off {
 		var err error
@@ -520,9 +557,10 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 		names = append(names, o.Name+"-device")
 		budgets = append(budgets, o.Device.Failures)
 	}
-	// The address budget comes last: it is the limiter's own.
-	names = append(names, o.Name+"-ip")
-	budgets = append(budgets, o.IPAttempts)
+	// The address budget comes last: it is the limiter's own. Its
+	// networks' come before it.
+	names = append(names, o.Name+"-network", o.Name+"-network-wide", o.Name+"-ip")
+	budgets = append(budgets, o.NetworkAttempts, wideNetwork(o.NetworkAttempts), o.IPAttempts)
 	g, err := newGuard(h, guardOptions{
 		name:          o.Name,
 		names:         names,
@@ -546,7 +584,7 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 		g.log.Warn("device cookies are signed with a key of this process: other instances reject them, and a restart ends them. "+
 			"Set DeviceOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindDeviceKeyNotShared)
 	}
-	fIP := len(names) - 1
+	fIP, fNet := len(names)-1, len(names)-3
 	var read func(r *http.Request) (string, string, error)
 	switch {
 	case rules.account != nil:
@@ -575,9 +613,9 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 	}
 	return &SignInGuard{
 		guard: g, o: o, reader: read, devices: dev, spray: spray, rules: rules, challenge: chal,
-		entries:      [4]int{keyAccountIP, keyAccount, keyConsecutive, fIP},
-		sprayEntries: [6]int{keyAccountIP, keyAccount, keyConsecutive, fSpray, fSpray, fIP},
-		ipEntry:      [1]int{fIP}, devEntry: [4]int{fIP - 1, keyConsecutive, keyConsecutive, fIP - 1},
+		entries:      [keyIP + addrKeys]int{keyAccountIP, keyAccount, keyConsecutive, fIP, fNet, fNet + 1},
+		sprayEntries: [keySprayIP + addrKeys]int{keyAccountIP, keyAccount, keyConsecutive, fSpray, fSpray, fIP, fNet, fNet + 1},
+		addrEntries:  [addrKeys]int{fIP, fNet, fNet + 1}, devEntry: [4]int{fDevice, keyConsecutive, keyConsecutive, fDevice},
 		delayFields: newFields([]string{delayName}, []limiter.Budget{{Limit: 1, Window: delayMax}}, o.Remaining.hidden(true), o.LegacyHeaders),
 	}, nil
 }
@@ -677,7 +715,7 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 		if g.challenge != nil && g.answered(w, r, &p, a, exempt) {
 			return
 		}
-		charges := [6]limiter.Charge{
+		charges := [keySprayIP + addrKeys]limiter.Charge{
 			keyAccountIP:   {Key: a.accountIP, Budget: g.o.AccountIPFailures},
 			keyAccount:     {Key: keyfunc.JoinKeys("account", account), Budget: g.o.AccountFailures},
 			keyConsecutive: {Key: consecutive, Budget: g.rules.consecutive},
@@ -690,16 +728,16 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 			n = keySprayIP
 			p.entries, p.own = g.sprayEntries[:], sprayOwn
 		}
-		if exempt { // the address budget comes last
-			p.entries, p.own = p.entries[:n], p.own[:1]
+		if exempt { // the address's budgets come last
+			p.own = p.own[:1]
 		} else {
-			charges[n] = limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts}
-			n++
+			n = len(g.address(charges[:n], ip))
 		}
+		p.entries = p.entries[:n]
 		if d, ok = g.attempt(w, r, charges[:n]...); ok && g.rules.delay && counted(&d) {
 			ok = g.delay(w, r, &d, a, 0)
 		}
-		if ok && g.challenge != nil && challengeable(&d, a, exempt) {
+		if ok && g.challenge != nil && challengeable(&d, a) {
 			g.issue(w, r, &d, &pass{r: r, entries: p.entries}, a)
 			return
 		}
@@ -707,6 +745,32 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 	if ok {
 		g.serve(w, &d, &p)
 	}
+}
+
+// address appends to cs the charges of the client's address ip: its own
+// budget (NAME-ip), then its networks' (NAME-network, NAME-network-wide;
+// see keyfunc.NetworksOf). They are at most addrKeys.
+func (g *SignInGuard) address(cs []limiter.Charge, ip string) []limiter.Charge {
+	cs = append(cs, limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts})
+	narrow, wide := keyfunc.NetworksOf(ip)
+	if narrow.IsValid() {
+		cs = append(cs, limiter.Charge{Key: keyfunc.JoinKeys("network", narrow.String()), Budget: g.o.NetworkAttempts})
+	}
+	if wide.IsValid() {
+		cs = append(cs, limiter.Charge{Key: keyfunc.JoinKeys("network", wide.String()), Budget: wideNetwork(g.o.NetworkAttempts)})
+	}
+	return cs
+}
+
+// roomFrom reports whether each key of d from at on has room left: the
+// address's budgets, which come last, refused nothing.
+func roomFrom(d *limiter.Decision, at int) bool {
+	for i := at; i < len(d.Keys()); i++ {
+		if d.RemainingOf(i) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // deviceOwn are the keys of a known device's attempt its fields may name:
@@ -918,9 +982,11 @@ func (g *SignInGuard) unreadable(w http.ResponseWriter, r *http.Request, ip stri
 		g.o.Failed.ServeHTTP(w, r)
 		return
 	}
-	d, ok := g.attempt(w, r, limiter.Charge{Key: keyfunc.JoinKeys("ip", ip), Budget: g.o.IPAttempts})
+	var cs [addrKeys]limiter.Charge
+	n := len(g.address(cs[:0], ip))
+	d, ok := g.attempt(w, r, cs[:n]...)
 	if ok {
-		g.serve(w, &d, &pass{r: r, next: g.o.Failed, entries: g.ipEntry[:]})
+		g.serve(w, &d, &pass{r: r, next: g.o.Failed, entries: g.addrEntries[:n]})
 	}
 }
 

@@ -150,7 +150,7 @@ func (g *SignInGuard) clear(ctx context.Context, kind EventKind, account string,
 
 // Show reads, without counting, the account's failures budget and its
 // consecutive failures and, for each of addrs, the account's failures from
-// it and its attempts budget. A store that cannot answer is an error
+// it, its attempts budget and its networks'. A store that cannot answer is an error
 // matching store.ErrUnavailable.
 func (g *SignInGuard) Show(ctx context.Context, account string, addrs ...netip.Addr) (Standing, error) {
 	name, ips, err := g.accountOf(account, addrs)
@@ -162,10 +162,13 @@ func (g *SignInGuard) Show(ctx context.Context, account string, addrs ...netip.A
 		check{g.o.Name + "-account", limiter.Charge{Key: keyfunc.JoinKeys("account", name), Budget: g.o.AccountFailures}},
 		check{g.o.Name + "-consecutive", limiter.Charge{Key: keyfunc.JoinKeys("consecutive", name), Budget: g.rules.consecutive}})
 	s.Refused = err == nil && (s.Budgets[0].Refused || s.Budgets[1].Refused)
+	addrNames := [addrKeys]string{g.o.Name + "-ip", g.o.Name + "-network", g.o.Name + "-network-wide"}
 	for i := 0; i < len(ips) && err == nil; i++ {
-		err = g.read(ctx, &s, addrs[i],
-			check{g.o.Name + "-account-ip", limiter.Charge{Key: keyfunc.JoinKeys("account-ip", name, ips[i]), Budget: g.o.AccountIPFailures}},
-			check{g.o.Name + "-ip", limiter.Charge{Key: keyfunc.JoinKeys("ip", ips[i]), Budget: g.o.IPAttempts}})
+		checks := []check{{g.o.Name + "-account-ip", limiter.Charge{Key: keyfunc.JoinKeys("account-ip", name, ips[i]), Budget: g.o.AccountIPFailures}}}
+		for j, c := range g.address(nil, ips[i]) {
+			checks = append(checks, check{addrNames[j], c})
+		}
+		err = g.read(ctx, &s, addrs[i], checks...)
 	}
 	if err != nil {
 		return Standing{}, fmt.Errorf("middleware %q: show: %w", g.o.Name, err)

@@ -62,4 +62,5 @@ func ExampleSignInGuard_Unlock() {
 	// login-consecutive, all clients: 1 of 100
 	// login-account-ip, 198.51.100.7: 1 of 5
 	// login-ip, 198.51.100.7: 6 of 100
+	// login-network, 198.51.100.7: 6 of 1000
 }

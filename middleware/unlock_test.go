@@ -82,8 +82,10 @@ func TestSignInShow(t *testing.T) {
 		{"login-consecutive", netip.Addr{}, 6, false},
 		{"login-account-ip", own, 2, true},
 		{"login-ip", own, 2, false},
+		{"login-network", own, 2, false},
 		{"login-account-ip", stranger, 2, true},
 		{"login-ip", stranger, 2, false},
+		{"login-network", stranger, 4, false},
 	}
 	if s.Key != "alice" || !s.Refused || len(s.Budgets) != len(want) {
 		t.Fatalf("Show = %+v, want alice refused with %d budgets", s, len(want))

@@ -41,6 +41,10 @@ type VerifyOptions struct {
 	// IPAttempts bounds the attempts, failed or not, of one client IP on
 	// all accounts; zero means [DefaultIPAttempts] (100 per hour).
 	IPAttempts limiter.Budget
+	// NetworkAttempts bounds the attempts of the client's networks, as
+	// SignInOptions.NetworkAttempts does (NAME-network, NAME-network-wide);
+	// zero means [DefaultNetworkAttempts].
+	NetworkAttempts limiter.Budget
 	// Account reads the account whose code is checked: from the session of
 	// a second step, say. Nil means the body field Field.
 	Account keyfunc.Func
@@ -88,7 +92,8 @@ type VerifyOptions struct {
 	// fields.
 	Shadow bool
 	// Networks answers requests from its Block networks 403; those from
-	// Exempt are not charged to the address budget (NAME-ip).
+	// Exempt are not charged to the address's budgets (NAME-ip and the
+	// networks').
 	Networks keyfunc.Networks
 }
 
@@ -97,7 +102,8 @@ type VerifyOptions struct {
 //
 // Its keys, in its own store handle, are [SignInGuard]'s but the device's,
 // the lock-outs' and the delay's. They are ("account", ACCOUNT),
-// ("account-ip", ACCOUNT, IP), ("ip", IP) and ("consecutive", ACCOUNT).
+// ("account-ip", ACCOUNT, IP), ("ip", IP), ("network", NET),
+// ("network", WIDE) and ("consecutive", ACCOUNT).
 type VerifyGuard struct{ g *SignInGuard }
 
 // Verify returns a guard for a handler that checks a one-time code,
@@ -124,6 +130,7 @@ func Verify(h *store.Handle, o VerifyOptions) (*VerifyGuard, error) {
 		AccountIPFailures:     cmp.Or(o.AccountIPFailures, DefaultCodeAccountIPFailures),
 		AccountFailures:       cmp.Or(o.AccountFailures, DefaultCodeAccountFailures),
 		IPAttempts:            o.IPAttempts,
+		NetworkAttempts:       o.NetworkAttempts,
 		Field:                 o.Field,
 		Normalize:             o.Normalize,
 		Body:                  o.Body,
@@ -165,8 +172,8 @@ func (g *VerifyGuard) Unlock(ctx context.Context, account string, addrs ...netip
 }
 
 // Show reads, without counting, the account's failures and consecutive
-// failures budgets, and for each of addrs the account's failures from it
-// and its attempts budget.
+// failures budgets, and for each of addrs the account's failures from it,
+// its attempts budget and its networks'.
 func (g *VerifyGuard) Show(ctx context.Context, account string, addrs ...netip.Addr) (Standing, error) {
 	return g.g.Show(ctx, account, addrs...)
 }

@@ -83,6 +83,6 @@ func ExampleVerify() {
 	// 333333 401
 	// 444444 401
 	// 246810 429
-	//   RateLimit-Policy: "verify-account-ip";q=5;w=900, "verify-account";q=10;w=3600, "verify-consecutive";q=100;w=31622400, "verify-ip";q=100;w=3600
+	//   RateLimit-Policy: "verify-account-ip";q=5;w=900, "verify-account";q=10;w=3600, "verify-consecutive";q=100;w=31622400, "verify-network";q=1000;w=3600, "verify-network-wide";q=16000;w=3600, "verify-ip";q=100;w=3600
 	// 246810 200
 }

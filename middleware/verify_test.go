@@ -168,8 +168,8 @@ func TestVerifyApartFromSignIn(t *testing.T) {
 				t.Fatalf("right password after spent code budgets: %d, want 200", c)
 			}
 
-			// Passwords: bob's budget from y spent.
-			y := netip.MustParseAddr("192.0.2.2")
+			// Passwords: bob's budget from y, of a network of its own, spent.
+			y := netip.MustParseAddr("203.0.113.2")
 			for i := range 6 {
 				want := 401
 				if i == 5 {

@@ -195,6 +195,7 @@ func operate(ctx context.Context, cmd string, args []string, getenv func(string)
 			AccountIPFailures:   budgets.AccountIPFailures,
 			AccountFailures:     budgets.AccountFailures,
 			IPAttempts:          budgets.IPAttempts,
+			NetworkAttempts:     budgets.NetworkAttempts,
 			ConsecutiveFailures: budgets.ConsecutiveFailures,
 			IP:                  c.IP(),
 			Normalize:           q.normalize,

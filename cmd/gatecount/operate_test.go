@@ -206,7 +206,7 @@ func TestOperateAccount(t *testing.T) {
 				return s
 			}
 			before := show()
-			if !before.Refused || before.Account != "alice" || len(before.Budgets) != 4 || before.Budgets[0].Used != 4 || before.Budgets[0].Limit != 4 || before.Budgets[1].Budget != "login-consecutive" || before.Budgets[1].Used < 4 || before.Budgets[2].Used != 1 {
+			if !before.Refused || before.Account != "alice" || len(before.Budgets) != 5 || before.Budgets[4].Budget != "login-network" || before.Budgets[0].Used != 4 || before.Budgets[0].Limit != 4 || before.Budgets[1].Budget != "login-consecutive" || before.Budgets[1].Used < 4 || before.Budgets[2].Used != 1 {
 				t.Fatalf("show before unlock: %+v; want alice refused, 4 of 4 failures, as many consecutive, 1 from 198.51.100.1", before)
 			}
 			if out := cli(0, "show", "-account", "alice"); !strings.Contains(out, "REFUSED") || !strings.Contains(out, "login-account") {

@@ -37,6 +37,7 @@ func TestConsecutiveCapFleet(t *testing.T) {
 		"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES=1000000",
 		"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES=1000000",
 		"RATE_LIMIT_LOGIN_IP_ATTEMPTS=1000000",
+		"RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS=1000000",
 		"RATE_LIMIT_LOGIN_DELAY_AFTER=100")
 	logs := &demotest.Logs{}
 	servers, _ := startFleetLogged(t, 2, env, slog.New(slog.NewTextHandler(logs, nil)))

@@ -28,9 +28,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Observer, when set, is told of every decision (metrics.Expvar, say).
 	Observer limiter.Observer
-	// Secret signs the device cookies of SignIn's guards
-	// (GATECOUNT_SECRET): at least 32 bytes, the same on every instance.
-	// Nil means a key of this process (see [middleware.DeviceOptions]).
+	// Secret signs the device cookies of SignIn's guards and keys their
+	// password count (GATECOUNT_SECRET): at least 32 bytes, the same on
+	// every instance. Nil means a key of this process, which a guard on a
+	// shared store refuses (see [middleware.ErrNoSecret]).
 	Secret []byte
 	// SignIn holds the budgets of SignIn's guards where their options
 	// leave them zero (RATE_LIMIT_LOGIN_*); zero means middleware's.

@@ -70,11 +70,11 @@ type DeviceOptions struct {
 	Failures limiter.Budget
 	// Secret signs the tokens: at least keyhash.MinSecretLen bytes, the
 	// same on every instance of the app (GATECOUNT_SECRET). The signing key
-	// is derived from it, so the same secret may key a store. Nil means a
-	// random key of this process: tokens stop working when it restarts, and
-	// are not valid on other instances. Such a client is counted as an
-	// unknown device until it signs in again. On a shared store, [SignIn]
-	// then logs a warning of kind [KindDeviceKeyNotShared].
+	// is derived from it, so the same secret may key a store. It keys the
+	// password count too (see [SprayOptions]). Nil means a random key of
+	// this process: tokens stop working when it restarts. On a shared
+	// store, where other instances would refuse them, [SignIn] then fails
+	// with [ErrNoSecret].
 	Secret []byte
 	// Insecure leaves out the cookie's Secure attribute, for development
 	// over plain HTTP. Never set it in production: the token would travel

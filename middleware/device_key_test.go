@@ -1,7 +1,7 @@
 package middleware_test
 
 import (
-	"log/slog"
+	"errors"
 	"strings"
 	"testing"
 
@@ -16,69 +16,59 @@ type sharedBackend struct{ *memory.Backend }
 
 func (sharedBackend) Shared() bool { return true }
 
-// Device cookies signed with a key of the process, on a shared store, are
-// warned of once at start: other instances would reject them.
-func TestDeviceKeyNotSharedWarning(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		shared bool
-		device middleware.DeviceOptions
-		warned bool
-	}{
-		{"shared store, no secret", true, middleware.DeviceOptions{}, true},
-		{"shared store, a secret", true, middleware.DeviceOptions{Secret: deviceSecret}, false},
-		{"shared store, devices off", true, middleware.DeviceOptions{Off: true}, false},
-		{"memory store, no secret", false, middleware.DeviceOptions{}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := storeOf(t, tc.shared)
-			var buf strings.Builder
-			g, err := middleware.SignIn(handle(t, s, "login:"), middleware.SignInOptions{
-				Device: tc.device,
-				Logger: slog.New(slog.NewTextHandler(&buf, nil)),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			g.Close()
-			if n := strings.Count(buf.String(), "kind="+middleware.KindDeviceKeyNotShared); n != map[bool]int{false: 0, true: 1}[tc.warned] {
-				t.Errorf("warned %d times, want warned %v:\n%s", n, tc.warned, buf.String())
-			}
-		})
+// A guard on a shared store refuses to start without a secret for what it
+// keys: device cookies, the password count, puzzles. A key of each process
+// would sign what other instances refuse, and count one password apart on
+// each. On a store of one process, a random key of the process serves.
+func TestSignInSecretOnSharedStore(t *testing.T) {
+	pow := func(secret []byte) middleware.Challenge {
+		p, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
-}
-
-// A proof of work signed with a key of the process, on a shared store, is
-// warned of once at start: other instances would refuse its answers.
-func TestChallengeKeyNotSharedWarning(t *testing.T) {
+	off := middleware.DeviceOptions{Off: true}
 	for _, tc := range []struct {
 		name   string
 		shared bool
-		secret []byte
-		warned bool
+		o      middleware.SignInOptions
+		verify bool // Verify's guard, of VerifyOptions{Challenge: o.Challenge}
+		fails  string
 	}{
-		{"shared store, no secret", true, nil, true},
-		{"shared store, a secret", true, deviceSecret, false},
-		{"memory store, no secret", false, nil, false},
+		{"shared, no secret", true, middleware.SignInOptions{}, false, "device cookies"},
+		{"shared, devices off, spray on", true, middleware.SignInOptions{Device: off}, false, "password count"},
+		{"shared, devices and spray off", true, middleware.SignInOptions{Device: off, Spray: middleware.SprayOptions{Off: true}}, false, ""},
+		{"shared, a secret", true, middleware.SignInOptions{Device: middleware.DeviceOptions{Secret: deviceSecret}}, false, ""},
+		{"shared, puzzles without a secret", true, middleware.SignInOptions{Device: middleware.DeviceOptions{Secret: deviceSecret}, Challenge: pow(nil)}, false, "puzzles"},
+		{"shared, puzzles with a secret", true, middleware.SignInOptions{Device: middleware.DeviceOptions{Secret: deviceSecret}, Challenge: pow(powSecret)}, false, ""},
+		{"shared, Verify", true, middleware.SignInOptions{}, true, ""},
+		{"shared, Verify's puzzles without a secret", true, middleware.SignInOptions{Challenge: pow(nil)}, true, "puzzles"},
+		{"memory, no secret", false, middleware.SignInOptions{Challenge: pow(nil)}, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := storeOf(t, tc.shared)
-			pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: tc.secret})
-			if err != nil {
-				t.Fatal(err)
+			h := handle(t, storeOf(t, tc.shared), "login:")
+			var err error
+			if tc.verify {
+				var g *middleware.VerifyGuard
+				if g, err = middleware.Verify(h, middleware.VerifyOptions{Logger: quiet, Challenge: tc.o.Challenge}); err == nil {
+					g.Close()
+				}
+			} else {
+				tc.o.Logger = quiet
+				var g *middleware.SignInGuard
+				if g, err = middleware.SignIn(h, tc.o); err == nil {
+					g.Close()
+				}
 			}
-			var buf strings.Builder
-			g, err := middleware.SignIn(handle(t, s, "login:"), middleware.SignInOptions{
-				Device:    middleware.DeviceOptions{Secret: deviceSecret},
-				Challenge: pow,
-				Logger:    slog.New(slog.NewTextHandler(&buf, nil)),
-			})
-			if err != nil {
-				t.Fatal(err)
+			if tc.fails == "" {
+				if err != nil {
+					t.Fatalf("%v, want a guard", err)
+				}
+				return
 			}
-			g.Close()
-			if n := strings.Count(buf.String(), "kind="+middleware.KindChallengeKeyNotShared); n != map[bool]int{false: 0, true: 1}[tc.warned] {
-				t.Errorf("warned %d times, want warned %v:\n%s", n, tc.warned, buf.String())
+			if !errors.Is(err, middleware.ErrNoSecret) || !strings.Contains(err.Error(), tc.fails) || !strings.Contains(err.Error(), "GATECOUNT_SECRET") {
+				t.Fatalf("%v, want an error matching ErrNoSecret naming its %s and GATECOUNT_SECRET", err, tc.fails)
 			}
 		})
 	}

@@ -29,15 +29,6 @@ const (
 	// and budget.
 	KindForwardedUntrusted = "limit-request-forwarded-untrusted"
 
-	// KindDeviceKeyNotShared is logged by [SignIn] when it issues device
-	// cookies on a shared store without DeviceOptions.Secret. Each
-	// instance then signs with a key of its own, and no other accepts it.
-	KindDeviceKeyNotShared = "limit-guard-device-key-not-shared"
-	// KindChallengeKeyNotShared is logged by [SignIn] when its
-	// [ProofOfWork] has no Secret on a shared store. Each instance then
-	// signs puzzles with a key of its own, and no other accepts their
-	// answers.
-	KindChallengeKeyNotShared = "limit-guard-challenge-key-not-shared"
 	// KindChallengeRefused is logged, at most once a second, when the
 	// guard refuses an answer to a challenge. The answer was malformed,
 	// forged, expired, replayed, or for another account or address.

@@ -44,8 +44,7 @@ type ProofOfWorkOptions struct {
 	// same on every instance (GATECOUNT_SECRET). The puzzle key is derived
 	// from it apart from every other use. Nil means a random key of this
 	// process: a puzzle is then answered only on the instance that issued
-	// it. On a shared store, [SignIn] logs a warning of kind
-	// [KindChallengeKeyNotShared].
+	// it. On a shared store, [SignIn] then fails with [ErrNoSecret].
 	Secret []byte
 	// Bits is the difficulty of a puzzle for an account with no challenged
 	// failures: the leading zero bits of its answer's SHA-256. Zero means

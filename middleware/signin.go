@@ -533,6 +533,9 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 			writeProblem(w, http.StatusUnauthorized, problem401)
 		})
 	}
+	if err := secretShared(h, &o, rules); err != nil {
+		return nil, err
+	}
 	names := []string{o.Name + "-account-ip", o.Name + "-account", o.Name + "-consecutive"}
 	budgets := []limiter.Budget{o.AccountIPFailures, o.AccountFailures, rules.consecutive}
 	var spray *sprayer
@@ -580,10 +583,6 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 	if err != nil {
 		return nil, err
 	}
-	if dev != nil && o.Device.Secret == nil && h.Shared() {
-		g.log.Warn("device cookies are signed with a key of this process: other instances reject them, and a restart ends them. "+
-			"Set DeviceOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindDeviceKeyNotShared)
-	}
 	fIP, fNet := len(names)-1, len(names)-3
 	var read func(r *http.Request) (string, string, error)
 	switch {
@@ -607,10 +606,6 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 		delayMax += o.AccountFailures.Window // a challenged attempt's hold
 	}
 	rules.consecutive.Window = strangersWindow(&o, rules, spray != nil, delayMax)
-	if p, ok := o.Challenge.(*ProofOfWork); ok && !p.shared() && h.Shared() {
-		g.log.Warn("puzzles are signed with a key of this process: other instances reject their answers, and a restart ends them. "+
-			"Set ProofOfWorkOptions.Secret (GATECOUNT_SECRET), the same on every instance.", "kind", KindChallengeKeyNotShared)
-	}
 	return &SignInGuard{
 		guard: g, o: o, reader: read, devices: dev, spray: spray, rules: rules, challenge: chal,
 		entries:      [keyIP + addrKeys]int{keyAccountIP, keyAccount, keyConsecutive, fIP, fNet, fNet + 1},
@@ -618,6 +613,32 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 		addrEntries:  [addrKeys]int{fIP, fNet, fNet + 1}, devEntry: [4]int{fDevice, keyConsecutive, keyConsecutive, fDevice},
 		delayFields: newFields([]string{delayName}, []limiter.Budget{{Limit: 1, Window: delayMax}}, o.Remaining.hidden(true), o.LegacyHeaders),
 	}, nil
+}
+
+// ErrNoSecret is matched by the error of a guard on a shared store whose
+// device cookies, password count or puzzles have no secret to key them.
+var ErrNoSecret = errors.New("middleware: a guard on a shared store needs a secret")
+
+// secretShared refuses o on h, a shared store, when what it keys has no
+// secret. A key of each process would sign cookies and puzzles that other
+// instances refuse, and count one password apart on each.
+func secretShared(h *store.Handle, o *SignInOptions, rules accountRules) error {
+	if !h.Shared() {
+		return nil
+	}
+	var what string
+	p, pow := o.Challenge.(*ProofOfWork)
+	switch {
+	case o.Device.Secret == nil && !o.Device.Off:
+		what = "device cookies (DeviceOptions.Secret)"
+	case o.Device.Secret == nil && !o.Spray.Off && rules.account == nil:
+		what = "password count (DeviceOptions.Secret)"
+	case pow && !p.shared():
+		what = "puzzles (ProofOfWorkOptions.Secret)"
+	default:
+		return nil
+	}
+	return fmt.Errorf("middleware %q: %w for its %s: GATECOUNT_SECRET, the same on every instance", o.Name, ErrNoSecret, what)
 }
 
 // ReadAccount returns the account named in r's body as the guard counts it:

@@ -337,7 +337,7 @@ func TestSignInCreditNeverHoldsTheAnswer(t *testing.T) {
 	t.Cleanup(release) // registered after wg.Wait: runs before it
 	hold := handle(t, s, "hold:")
 	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
-	g, err := middleware.SignIn(handle(t, s, "signin:"), middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}})
+	g, err := middleware.SignIn(handle(t, s, "signin:"), middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: deviceSecret}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
-	"github.com/gatecount/gatecount/store/keyhash"
 )
 
 // DefaultPasswordSpray is the budget of distinct accounts one password may
@@ -58,7 +57,9 @@ type sprayer struct {
 }
 
 // newSprayer checks o and derives its key from secret (see
-// DeviceOptions.Secret); a nil secret gives a key every instance shares.
+// DeviceOptions.Secret). A nil secret gives a random key of this process,
+// never one an attacker could compute, so that no offline twin of a
+// password shares its bucket by design.
 func newSprayer(o SprayOptions, account string, secret []byte) (*sprayer, error) {
 	o.Field = cmp.Or(o.Field, DefaultPasswordField)
 	o.Budget = cmp.Or(o.Budget, DefaultPasswordSpray)
@@ -68,12 +69,10 @@ func newSprayer(o SprayOptions, account string, secret []byte) (*sprayer, error)
 	if err := o.Budget.Validate(); err != nil {
 		return nil, fmt.Errorf("middleware: password spray budget: %w", err)
 	}
-	if secret != nil && len(secret) < keyhash.MinSecretLen {
-		return nil, fmt.Errorf("middleware: secret of %d bytes, want at least %d (%s)", len(secret), keyhash.MinSecretLen, keyhash.HowToMakeSecret)
+	key, err := deriveKey(secret, sprayKeyLabel)
+	if err != nil {
+		return nil, fmt.Errorf("middleware: password spray: %w", err)
 	}
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(sprayKeyLabel))
-	key := m.Sum(nil)
 	s := &sprayer{o: o}
 	s.macs.New = func() any { return hmac.New(sha256.New, key) }
 	return s, nil

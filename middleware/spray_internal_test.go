@@ -2,11 +2,15 @@ package middleware
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -135,5 +139,70 @@ func TestSprayStoredKeysHoldOnlyTheBucket(t *testing.T) {
 		if k := keyfunc.JoinKeys("password", bucketName(g.spray.bucket(pw))); !seen[k] {
 			t.Errorf("the bucket of %.10q, %q, was never counted", pw, k)
 		}
+	}
+}
+
+// Without a secret, a password's bucket is keyed by a random key of the
+// process, never by one anyone can compute. A twin of alice's password
+// under the key every instance once derived alike, found offline and sent
+// on 20 made-up names, leaves her password alone.
+func TestSprayNoPublicKey(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	s := memory.New(memory.Options{Store: store.Options{Logger: quiet}})
+	defer s.Close()
+	h, err := s.Handle("signin:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := SignIn(h, SignInOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	const right = "correct horse"
+	// The bucket under the secret-less key of before: HMAC-SHA-256 of the
+	// password under HMAC-SHA-256(nil, the label).
+	m := hmac.New(sha256.New, nil)
+	m.Write([]byte(sprayKeyLabel))
+	public := m.Sum(nil)
+	publicBucket := func(pw string) uint16 {
+		m := hmac.New(sha256.New, public)
+		m.Write([]byte(pw))
+		return binary.BigEndian.Uint16(m.Sum(nil))
+	}
+	// A twin under the public key, one that is no twin under the guard's
+	// own key if the guard has one: a random key makes the first such
+	// almost surely.
+	twin := ""
+	for i := 0; i < 1<<22 && (twin == "" || g.spray.bucket(twin) == g.spray.bucket(right)); i++ {
+		if c := fmt.Sprintf("twin-%d", i); publicBucket(c) == publicBucket(right) {
+			twin = c
+		}
+	}
+	if twin == "" {
+		t.Fatal("no twin found")
+	}
+	wrap := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if name, _ := Account(r); name == "alice" {
+			if pw, _ := keyfunc.BodyFields(r, keyfunc.BodyOptions{}, "password"); pw[0] == right {
+				return
+			}
+		}
+		w.WriteHeader(401)
+	}))
+	try := func(user, pw, addr string) int {
+		body := url.Values{"username": {user}, "password": {pw}}.Encode()
+		r := httptest.NewRequest("POST", "/login", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.RemoteAddr = addr + ":1"
+		w := httptest.NewRecorder()
+		wrap.ServeHTTP(w, r)
+		return w.Code
+	}
+	for i := range DefaultPasswordSpray.Limit {
+		try(fmt.Sprintf("made-up-%d", i), twin, fmt.Sprintf("198.51.%d.1", i))
+	}
+	if c := try("alice", right, "203.0.113.1"); c != 200 {
+		t.Fatalf("alice after %d failures of %q, a twin of her password under a public key: %d, want 200", DefaultPasswordSpray.Limit, twin, c)
 	}
 }

@@ -127,7 +127,7 @@ func TestVerifyApartFromSignIn(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := open(t)
 			ctx := context.Background()
-			in, err := middleware.SignIn(handle(t, s, fresh("signin")), middleware.SignInOptions{Logger: quiet, IP: trustLoopback, Device: middleware.DeviceOptions{Off: true}})
+			in, err := middleware.SignIn(handle(t, s, fresh("signin")), middleware.SignInOptions{Logger: quiet, IP: trustLoopback, Device: middleware.DeviceOptions{Off: true, Secret: deviceSecret}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -200,6 +200,7 @@ func operate(ctx context.Context, cmd string, args []string, getenv func(string)
 			IP:                  c.IP(),
 			Normalize:           q.normalize,
 			Device:              middleware.DeviceOptions{Off: true}, // a device's keys are its own
+			Spray:               middleware.SprayOptions{Off: true},  // nor does it read a password's
 			Unavailable:         limiter.Deny,                        // nothing to count alone, and no fleet to join
 			Logger:              log,
 		}

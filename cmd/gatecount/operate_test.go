@@ -111,6 +111,7 @@ func app(t *testing.T, env map[string]string, name string) (fail func(account, i
 		Name:              name,
 		AccountIPFailures: b.AccountIPFailures, AccountFailures: b.AccountFailures, IPAttempts: b.IPAttempts,
 		IP: keyfunc.IPOptions{TrustedProxies: proxies}, Logger: slog.New(slog.DiscardHandler),
+		Device: middleware.DeviceOptions{Secret: c.Secret},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -250,7 +250,7 @@ func TestClusterSignIn(t *testing.T) {
 	var servers []http.Handler
 	for range 2 {
 		s := open(t, newCluster(t), redisstore.Options{Secret: secret, Store: store.Options{MaxInFlight: 256, Logger: quiet}})
-		g, err := middleware.SignIn(handle(t, s, "signin:"), middleware.SignInOptions{IP: keyfunc.IPOptions{TrustedProxies: proxies}, Logger: quiet})
+		g, err := middleware.SignIn(handle(t, s, "signin:"), middleware.SignInOptions{IP: keyfunc.IPOptions{TrustedProxies: proxies}, Logger: quiet, Device: middleware.DeviceOptions{Secret: secret}})
 		if err != nil {
 			t.Fatal(err)
 		}

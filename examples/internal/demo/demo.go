@@ -171,12 +171,13 @@ func (a *App) limiters() error {
 		return err
 	}
 	// Named login, the default: budgets login-account-ip, login-account,
-	// login-consecutive, login-device and login-ip, and the delays
-	// (login-delay), from RATE_LIMIT_LOGIN_*. Device cookies
-	// are signed with GATECOUNT_SECRET when set; else with a key of this
-	// process, so that they stop working at a restart. With
-	// RATE_LIMIT_LOGIN_CHALLENGE=pow, a refusal by the account's windowed
-	// budget is a proof-of-work challenge (login-challenge), which the page
+	// login-consecutive, login-device, login-network and login-ip, and the
+	// delays (login-delay), from RATE_LIMIT_LOGIN_*. Device cookies are
+	// signed with GATECOUNT_SECRET, which a shared store requires; on
+	// memory without it, with a key of this process, so that they stop
+	// working at a restart. With RATE_LIMIT_LOGIN_CHALLENGE=pow, a refusal
+	// by the account's windowed budget is a proof-of-work challenge
+	// (login-challenge), which the page
 	// of GET /login solves.
 	login := a.Config.SignInOptions()
 	login.Observer = a.Metrics

@@ -216,7 +216,7 @@ func TestUnlockLeavesAddressBudget(t *testing.T) {
 	}
 	signInGuard := func(t *testing.T, s *store.Store, recovered bool) guard {
 		g, err := middleware.SignIn(handle(t, s, fresh("signin")), middleware.SignInOptions{Logger: quiet, IP: trustLoopback, IPAttempts: ipBudget,
-			Device: middleware.DeviceOptions{Off: true}})
+			Device: middleware.DeviceOptions{Off: true, Secret: deviceSecret}})
 		if err != nil {
 			t.Fatal(err)
 		}

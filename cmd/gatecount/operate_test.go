@@ -410,7 +410,7 @@ func TestOperateUnlockLeavesAddress(t *testing.T) {
 		}
 	}
 	run(context.Background(), []string{"show", "-json", "-account", "alice", "-ip", "198.51.100.7"}, envOf(env), &out, io.Discard)
-	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got.Budgets) != 4 {
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got.Budgets) != 5 {
 		t.Fatalf("show: %q, %v", out.String(), err)
 	}
 	if b := got.Budgets[2]; b.Budget != "login-account-ip" || b.Used != 0 {

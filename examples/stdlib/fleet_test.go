@@ -52,9 +52,9 @@ const (
 )
 
 // freshNet returns the i-th address of a fresh-key flood: one of its own
-// IPv6 /64, 2001:db8:<i>::1 (i written in two groups past 16 bits), which
-// the limiters key as a network of its own.
-func freshNet(i int) string { return fmt.Sprintf("2001:db8:%x:%x::1", i>>16&0xffff, i&0xffff) }
+// IPv6 /32, 3<i>::1 (i in 12 bits, then 16), which the limiters key as an
+// address and networks of its own.
+func freshNet(i int) string { return fmt.Sprintf("3%03x:%x::1", i>>16&0xfff, i&0xffff) }
 
 // freshV4 returns an address function over the IPv4 /16 format writes
 // (such as "198.18.%d.%d"): request i from an address of its own.

@@ -482,12 +482,15 @@ var sprayOwn = []int{keyAccountIP, keySprayIP}
 //
 // The guard never learns whether an account exists, so its answers for a
 // known and an unknown account are the same at every attempt count: status,
-// headers and body. The handler must keep that too: answer an unknown
-// account exactly like a wrong password, in comparable time. The RateLimit
-// fields of an attempt that is not refused describe only the client's own
-// budgets: the account from this address, and the address. They never tell
-// how others have used the account. Those of a refusal name the refusing
-// budget whose window ends last, so that Retry-After is never early.
+// headers and body. Only the cap tells an account that has signed in, which
+// reaches it, from one that never has. The handler must keep that too:
+// answer an unknown account exactly like a wrong password, in comparable
+// time. The RateLimit fields of an attempt that is not refused describe
+// only the client's own budgets: the account from this address, and the
+// address. They never tell how others have used the account. Those of a
+// refusal name the refusing budget whose window ends last, so that
+// Retry-After is never early. A refusal no budget made, the store and
+// memory having no room to count it, names none.
 func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 	o.Name = cmp.Or(o.Name, "login")
 	consecutive, err := consecutiveBudget(o.Name, o.ConsecutiveFailures)

@@ -324,14 +324,16 @@ func (t *Tally) setKey(k KeyTally) {
 // (Counter), or the generic one through its Update (updateCounter).
 func (h *Handle) countCall(ctx context.Context, keys []string, caps []Budget, n int64, out *Tally) error {
 	s := h.s
-	br, err := h.breakerOf(keys)
-	if err != nil {
-		return err
-	}
 	c := countPool.Get().(*countCall)
 	// The backend gets the call's own copy of keys and its own Tally, so
 	// that the caller's slice does not escape.
 	own := c.keys[:copy(c.keys[:], keys)]
+	br, err := h.breakerOf(own)
+	if err != nil {
+		clear(own)
+		countPool.Put(c)
+		return err
+	}
 	t := &c.t
 	if !s.prompt {
 		// The backend may still be writing after the caller's deadline: it

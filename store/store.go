@@ -238,7 +238,7 @@ func (s *Store) enter() error {
 
 // acquire admits a call of lane l to a backend that is not inline. It takes
 // a slot under the in-flight bound, waiting for one until ctx ends, then
-// asks l's breaker. The caller gives the slot back (s.slots.release) when
+// asks breaker br. The caller gives the slot back (s.slots.release) when
 // the backend returns.
 func (s *Store) acquire(ctx context.Context, l *lane, br *breaker) (waited bool, err error) {
 	if s.closed.Load() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -199,7 +200,7 @@ func TestGuardBudgets(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || c.SignIn != tc.signIn || c.Send != tc.send {
+		if err != nil || !reflect.DeepEqual(c.SignIn, tc.signIn) || c.Send != tc.send {
 			t.Errorf("%v: %+v %+v, %v; want %+v %+v", tc.env, c.SignIn, c.Send, err, tc.signIn, tc.send)
 		}
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestVarsGuardBudgets(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			v := NewVars(env(tc.env...))
 			signIn, send := v.SignInBudgets(), v.SendBudgets()
-			if signIn != tc.signIn || send != tc.send {
+			if !reflect.DeepEqual(signIn, tc.signIn) || send != tc.send {
 				t.Errorf("SignIn, Send = %v, %v; want %v, %v", signIn, send, tc.signIn, tc.send)
 			}
 			var ve *VarError
@@ -64,7 +65,7 @@ func TestVarsSpray(t *testing.T) {
 		{[]string{"RATE_LIMIT_LOGIN_SPRAY", "20/1h"}, defSpray, true},
 	} {
 		v := NewVars(env(tc.env...))
-		if got := v.SignInBudgets().Spray; got != tc.want {
+		if got := v.SignInBudgets().Spray; !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%v: %+v, want %+v", tc.env, got, tc.want)
 		}
 		var ve *VarError

@@ -28,6 +28,10 @@ const (
 	// proxy. Behind a proxy, every client would share the proxy's address
 	// and budget.
 	KindForwardedUntrusted = "limit-request-forwarded-untrusted"
+	// KindPasswordInQuery is logged, at most once a second, when [SignIn]
+	// answers 400 to a request with its password field in the query
+	// string: a form sent by GET, say.
+	KindPasswordInQuery = "limit-request-password-in-query"
 
 	// KindChallengeRefused is logged, at most once a second, when the
 	// guard refuses an answer to a challenge. The answer was malformed,

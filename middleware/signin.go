@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/gatecount/gatecount/keyfunc"
@@ -498,6 +500,7 @@ func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
 		return nil, err
 	}
 	o.ConsecutiveFailures = consecutive.Limit
+	o.Spray.Field = cmp.Or(o.Spray.Field, DefaultPasswordField) // refused in the query string, the count on or off
 	return newSignIn(h, o, accountRules{consecutive: consecutive, delay: true})
 }
 
@@ -692,6 +695,13 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 	if !ok {
 		return
 	}
+	if g.o.Spray.Field != "" && inQuery(r, g.o.Spray.Field) {
+		g.warn.Do(func() {
+			g.log.Warn("sign-in attempt refused: the password is in the query string", "kind", KindPasswordInQuery, "field", g.o.Spray.Field)
+		})
+		writeProblem(w, http.StatusBadRequest, problem400)
+		return
+	}
 	if g.o.Skip != nil && g.o.Skip(r) {
 		g.skip(w, r, next)
 		return
@@ -795,6 +805,21 @@ func roomFrom(d *limiter.Decision, at int) bool {
 		}
 	}
 	return true
+}
+
+// inQuery reports whether r's query string holds field, in any letter
+// case: a password there leaks into logs, proxies and histories.
+func inQuery(r *http.Request, field string) bool {
+	if r.URL.RawQuery == "" {
+		return false
+	}
+	q, _ := url.ParseQuery(r.URL.RawQuery) // what it could read
+	for k := range q {
+		if strings.EqualFold(k, field) {
+			return true
+		}
+	}
+	return false
 }
 
 // deviceOwn are the keys of a known device's attempt its fields may name:

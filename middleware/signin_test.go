@@ -2,11 +2,13 @@ package middleware_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -362,5 +364,59 @@ func TestSignInCreditNeverHoldsTheAnswer(t *testing.T) {
 		release()
 		<-answered
 		t.Fatal("bob's answer waited for his sign-in's credit while the store was busy")
+	}
+}
+
+// A password in the query string is refused 400, before anything is
+// counted or the handler runs, the count per password on or off: a
+// password in a URL leaks into logs, proxies and histories, and a handler
+// reading it there (FormValue) would check it uncounted.
+func TestSignInPasswordInQuery(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spray middleware.SprayOptions
+		query string
+		want  int
+	}{
+		{"password", middleware.SprayOptions{}, "password=guess", 400},
+		{"password, body without one", middleware.SprayOptions{}, "password=guess&username=alice", 400},
+		{"letter case", middleware.SprayOptions{}, "PassWord=guess", 400},
+		{"percent-encoded name", middleware.SprayOptions{}, "pass%77ord=guess", 400},
+		{"empty value", middleware.SprayOptions{}, "password=", 400},
+		{"count off", middleware.SprayOptions{Off: true}, "password=guess", 400},
+		{"field of its own", middleware.SprayOptions{Field: "pw"}, "pw=guess", 400},
+		{"another field than the password", middleware.SprayOptions{Field: "pw"}, "password=guess", 401},
+		{"no password", middleware.SprayOptions{}, "next=%2Fhome", 401},
+		{"no query", middleware.SprayOptions{}, "", 401},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, p, h := signIn(t, nil, middleware.SignInOptions{Spray: tc.spray, Device: middleware.DeviceOptions{Off: true}})
+			body := "username=alice&" + cmp.Or(tc.spray.Field, "password") + "=wrong"
+			if strings.Contains(tc.name, "body without one") {
+				body = "username=alice"
+			}
+			r := httptest.NewRequest("POST", "/login?"+tc.query, strings.NewReader(body))
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			r.RemoteAddr = "127.0.0.1:4000"
+			r.Header.Set("X-Forwarded-For", "192.0.2.7")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			checks, want := p.checks.Load(), int64(0)
+			if tc.want != 400 {
+				want = 1
+			}
+			if w.Code != tc.want || checks != want {
+				t.Fatalf("POST /login?%s: %d and %d checks, want %d and %d", tc.query, w.Code, checks, tc.want, want)
+			}
+			s, err := g.Show(t.Context(), "alice", netip.MustParseAddr("192.0.2.7"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range s.Budgets {
+				if b.Budget == "login-ip" && b.Used != int(want) {
+					t.Fatalf("the address's attempts: %d, want %d", b.Used, want)
+				}
+			}
+		})
 	}
 }

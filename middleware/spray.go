@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/text/unicode/norm"
+
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 )
@@ -39,11 +41,19 @@ type SprayOptions struct {
 	// [DefaultPasswordField]. It is read with the account, in the same
 	// reading of the body. A request without it, or with it empty, is not
 	// counted per password; one with it given twice is unreadable (see
-	// SignInOptions.Failed).
+	// SignInOptions.Failed). One with it in the query string, in any
+	// letter case, is answered 400 with nothing counted, the count on or
+	// off: a password in a URL leaks into logs, proxies and histories.
 	Field string
 	// Budget bounds the distinct accounts a password may fail against in
 	// its window; zero means [DefaultPasswordSpray] (20 per hour).
 	Budget limiter.Budget
+	// Normalize turns a password into the form the count reads, so that
+	// variants the app's check takes alike count as one. Nil means
+	// Unicode NFKC, as NIST SP 800-63B recommends: a password in fullwidth
+	// letters counts as in ASCII. An app that checks passwords as sent may
+	// give the identity; one with its own normalisation gives that.
+	Normalize func(string) string
 }
 
 // sprayKeyLabel separates the password key derived from a secret from
@@ -63,6 +73,9 @@ type sprayer struct {
 func newSprayer(o SprayOptions, account string, secret []byte) (*sprayer, error) {
 	o.Field = cmp.Or(o.Field, DefaultPasswordField)
 	o.Budget = cmp.Or(o.Budget, DefaultPasswordSpray)
+	if o.Normalize == nil {
+		o.Normalize = norm.NFKC.String
+	}
 	if strings.EqualFold(o.Field, account) {
 		return nil, fmt.Errorf("middleware: password field %q is the account field", o.Field)
 	}
@@ -78,12 +91,12 @@ func newSprayer(o SprayOptions, account string, secret []byte) (*sprayer, error)
 	return s, nil
 }
 
-// bucket returns the bucket of password: HMAC-SHA-256 under the spray key,
-// truncated to 16 bits.
+// bucket returns the bucket of password, normalised: HMAC-SHA-256 under
+// the spray key, truncated to 16 bits.
 func (s *sprayer) bucket(password string) uint16 {
 	m := s.macs.Get().(hash.Hash)
 	m.Reset()
-	m.Write([]byte(password))
+	m.Write([]byte(s.o.Normalize(password)))
 	var sum [sha256.Size]byte
 	b := binary.BigEndian.Uint16(m.Sum(sum[:0]))
 	s.macs.Put(m)

@@ -323,3 +323,40 @@ func TestSprayFleetExact(t *testing.T) {
 		})
 	}
 }
+
+// An app that normalises passwords, as NIST recommends, takes a password
+// in fullwidth letters for the same one in ASCII. The count does too by
+// default (NFKC), so that the variants spend one budget; Normalize may
+// count passwords as sent instead.
+func TestSprayNormalizedVariants(t *testing.T) {
+	const ascii, fullwidth = "Summer2026!", "Ｓｕｍｍｅｒ２０２６！"
+	b := middleware.DefaultPasswordSpray.Limit
+	for _, tc := range []struct {
+		name      string
+		normalize func(string) string
+		refused   bool
+	}{
+		{"NFKC by default", nil, true},
+		{"as sent", func(s string) string { return s }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newChecker(nil)
+			h := sprayGuard(t, memStore(t, nil), middleware.SignInOptions{Spray: middleware.SprayOptions{Normalize: tc.normalize}}, c)
+			for i := range b {
+				pw := ascii
+				if i%2 == 1 {
+					pw = fullwidth
+				}
+				if w := login(h, sprayAddr(i), fmt.Sprintf("user%d", i), pw); w.Code != 401 {
+					t.Fatalf("attempt %d: %d, want 401", i+1, w.Code)
+				}
+			}
+			for _, pw := range []string{ascii, fullwidth} {
+				w := login(h, sprayAddr(b), "someone", pw)
+				if got := refusedBy(w, "login-spray"); got != tc.refused {
+					t.Fatalf("%q after %d failures of it and its variant: %d %q, want refused by login-spray %v", pw, b, w.Code, w.Header().Get("RateLimit"), tc.refused)
+				}
+			}
+		})
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store"
 	redisstore "github.com/gatecount/gatecount/store/redis"
 	"github.com/gatecount/gatecount/store/storetest"
@@ -304,9 +307,9 @@ func TestClusterSpreadCalls(t *testing.T) {
 // limiter, on two instances. Keys on the other masters keep their exact
 // answers (40 attempts on a budget of 30: 30 allowed, 10 refused), though
 // they share the limiter with keys on the stopped master; keys on the
-// stopped master are answered unavailable, never allowed or refused, as
-// the limiter's policy for a store down takes them. Once the master is
-// back, its keys count exactly again.
+// stopped master are answered unavailable, never allowed or refused, and
+// a limiter on the handle refuses them by its policy (Deny), and them
+// only. Once the master is back, its keys count exactly again.
 func TestClusterSpreadFailover(t *testing.T) {
 	u := failoverURL(t)
 	c := newClusterAt(t, u)
@@ -387,7 +390,20 @@ func TestClusterSpreadFailover(t *testing.T) {
 		exact("before the stop", m)
 	}
 	round++
+	// A limiter on the spread handle, whose policy for a store down is
+	// Deny: it refuses the keys of the stopped master, and those only.
+	l, err := limiter.New(hs[0], limiter.Options{Name: "failover", Budget: limiter.Budget{Limit: 1000, Window: time.Hour}, Unavailable: limiter.Deny})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
 	restart := stopNode(t, c, victim)
+	for _, m := range append(healthy, victim) {
+		d, err := l.Attempt(ctx, keysOn[m][len(keysOn[m])-1])
+		if down := m == victim; err != nil || d.Allowed == down || d.Unavailable != down {
+			t.Errorf("the limiter, on a key of %s (stopped: %v): %+v, %v; want allowed %v, unavailable %v", m, down, d, err, !down, down)
+		}
+	}
 	for ; round < 11; round++ {
 		var wg sync.WaitGroup
 		var va, vr int64
@@ -498,4 +514,37 @@ func TestClusterSpreadContract(t *testing.T) {
 		})
 	}
 	t.Logf("%d of %d cases passed on spread handles", passed, len(storetest.Cases))
+}
+
+// TestClusterMiddlewareSpreads: the middleware of one key per request
+// spreads its limiter's keys over every master of a Cluster. Before, they
+// all lived on one.
+func TestClusterMiddlewareSpreads(t *testing.T) {
+	c := newCluster(t)
+	s := open(t, c, redisstore.Options{Secret: newSecret()})
+	h := handle(t, s, randomName("per-caller"))
+	m, err := middleware.New(h, limiter.Budget{Limit: 10, Window: time.Hour}, middleware.Options{
+		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Caller"), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	app := m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	for i := range 200 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Caller", "caller-"+strconv.Itoa(i))
+		w := httptest.NewRecorder()
+		app.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			t.Fatalf("request %d: %d", i, w.Code)
+		}
+	}
+	masters := map[string]bool{}
+	for _, at := range liveIndexes(t, c, s.Backend().(*redisstore.Backend).Fingerprint()) {
+		masters[at] = true
+	}
+	if want := len(shards(t, c)); len(masters) != want {
+		t.Errorf("200 callers' keys live on %d masters, want all %d", len(masters), want)
+	}
 }

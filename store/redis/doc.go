@@ -25,7 +25,10 @@
 // No key is kept in clear: an entry lives under an HMAC-SHA-256 of its
 // prefix and key under the secret. After the secret changes, old entries
 // are neither read nor counted; Redis expires them. All keys of one handle
-// share a Cluster hash tag, so one limiter's traffic goes to one master.
+// share a Cluster hash tag, so one limiter's traffic goes to one master,
+// unless the handle is spread (store.Handle.Spread, as a limiter of one key
+// per request has): on a Cluster its keys then lie in 256 shards over
+// every master, and a call names keys of one shard.
 //
 // # Redis settings
 //
@@ -42,7 +45,8 @@
 //
 // Run a Cluster with cluster-require-full-coverage no: otherwise a master
 // that fails stops every slot, and every limiter with it. A Cluster with a
-// master down still opens, and its limiters on the other masters count.
+// master down still opens, and its limiters, and a spread limiter's keys,
+// on the other masters count.
 //
 // # Faults
 //

@@ -157,7 +157,8 @@ func (h *Handle) BreakerOpen() bool {
 // its own: a part down refuses only its keys. A call must then name keys of
 // one part, one key as a limiter of one key per attempt does; keys of
 // several parts are refused with [ErrInvalidKey]. Call it before the
-// handle's first call. It returns how many parts the keys spread over: 1 on
+// handle's first call: calls before it find keys where a handle that is not
+// spread keeps them. It returns how many parts the keys spread over: 1 on
 // other stores, where it changes nothing.
 func (h *Handle) Spread() int {
 	sp, ok := h.s.b.(Spreader)

@@ -220,7 +220,7 @@ func operate(ctx context.Context, cmd string, args []string, getenv func(string)
 		return 2
 	}
 	defer l.Close()
-	return report(cmd, keyCommand(ctx, l, q, stdout), stderr)
+	return report(cmd, keyCommand(ctx, l, h, q, stdout), stderr)
 }
 
 // report writes err, if any, and returns the exit status.
@@ -321,9 +321,18 @@ func writeStanding(w io.Writer, q request, s middleware.Standing) error {
 }
 
 // keyCommand shows or resets one key of the limiter l.
-func keyCommand(ctx context.Context, l *limiter.Limiter, q request, stdout io.Writer) error {
+//
+// On a Redis Cluster a limiter of one key per request keeps its keys spread
+// over the masters (store.Handle.Spread) and a guard does not, so the key
+// is looked for, and reset, in both places: first as a guard keeps it,
+// then, once h is spread, as a spread limiter does.
+func keyCommand(ctx context.Context, l *limiter.Limiter, h *store.Handle, q request, stdout io.Writer) error {
 	if q.cmd == "reset" {
-		if err := l.Reset(ctx, q.key); err != nil {
+		err := l.Reset(ctx, q.key)
+		if err == nil && h.Spread() > 1 {
+			err = l.Reset(ctx, q.key)
+		}
+		if err != nil {
 			return err
 		}
 		if q.json {
@@ -336,12 +345,15 @@ func keyCommand(ctx context.Context, l *limiter.Limiter, q request, stdout io.Wr
 		fmt.Fprintf(stdout, "reset key %q of %s; every instance sees it within about a second\n", q.key, q.limiter)
 		return nil
 	}
-	d, err := l.Peek(ctx, q.key)
-	switch {
-	case err != nil:
+	d, err := peekKey(ctx, l, q.key)
+	if err == nil && h.Spread() > 1 {
+		var spread limiter.Decision
+		if spread, err = peekKey(ctx, l, q.key); err == nil && spread.RemainingOf(0) < d.RemainingOf(0) {
+			d = spread
+		}
+	}
+	if err != nil {
 		return err
-	case d.Unavailable:
-		return d.Cause
 	}
 	count := limiter.MaxLimit - d.RemainingOf(0)
 	reset := d.ResetOf(0)
@@ -362,6 +374,15 @@ func keyCommand(ctx context.Context, l *limiter.Limiter, q request, stdout io.Wr
 	fmt.Fprintln(tw, "LIMITER\tKEY\tCOUNT\tRESETS")
 	fmt.Fprintf(tw, "%s\t%q\t%d\t%s\n", q.limiter, q.key, count, resets(reset))
 	return tw.Flush()
+}
+
+// peekKey is l's Peek of key, a store that cannot answer an error.
+func peekKey(ctx context.Context, l *limiter.Limiter, key string) (limiter.Decision, error) {
+	d, err := l.Peek(ctx, key)
+	if err == nil && d.Unavailable {
+		err = d.Cause
+	}
+	return d, err
 }
 
 // resets says when a window ends.

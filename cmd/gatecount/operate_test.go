@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,6 +27,7 @@ import (
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/postgres"
+	redisstore "github.com/gatecount/gatecount/store/redis"
 )
 
 func newSecret() string {
@@ -418,5 +420,72 @@ func TestOperateUnlockLeavesAddress(t *testing.T) {
 	}
 	if b := got.Budgets[3]; b.Budget != "login-ip" || b.Used != 3 {
 		t.Errorf("after unlock: %+v, want the address's 3 attempts on all accounts kept", b)
+	}
+}
+
+// TestOperateKeySpread: on a Redis Cluster, show and reset find a key of a
+// limiter of one key per request, whose keys are spread over the masters,
+// as they find a guard's, which are not.
+func TestOperateKeySpread(t *testing.T) {
+	u := os.Getenv("GATECOUNT_TEST_REDIS_CLUSTER_URL")
+	if u == "" {
+		u = "redis://127.0.0.1:7000/0"
+	}
+	secret := newSecret()
+	env := map[string]string{"GATECOUNT_SECRET": secret, "RATE_LIMIT_STORE_URL": u}
+	s, err := redisstore.OpenURL(t.Context(), u, redisstore.Options{Secret: []byte(secret), Store: store.Options{Logger: slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the Redis Cluster at %s: %v", u, err)
+		}
+		t.Skipf("the Redis Cluster at %s: %v", u, err)
+	}
+	defer s.Close()
+	h, err := s.Handle("per-caller:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := middleware.New(h, limiter.Budget{Limit: 10, Window: time.Hour}, middleware.Options{
+		Name: "per-caller",
+		Key:  func(r *http.Request) (string, error) { return r.Header.Get("X-Caller"), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Spread() <= 1 {
+		t.Fatalf("%s is not a Cluster: the limiter's keys are not spread", u)
+	}
+	app := m.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	// carol three times, and dave once: the store keeps an entry under the
+	// secret once carol's is reset, as the command's check of the secret
+	// wants of a store that holds other secrets' entries.
+	for _, caller := range []string{"carol", "carol", "carol", "dave"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Caller", caller)
+		app.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	m.Close() // the app's work is done: the command alone reads the store
+	cli := func(args ...string) int {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), args, envOf(env), &out, &errOut); code != 0 {
+			t.Fatalf("gatecount %q: exit %d: %s", args, code, errOut.String())
+		}
+		var got struct {
+			Count int `json:"count"`
+		}
+		if args[0] == "show" {
+			if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+				t.Fatalf("gatecount %q: %v: %s", args, err, out.String())
+			}
+		}
+		return got.Count
+	}
+	if n := cli("show", "-json", "-limiter", "per-caller", "-key", "carol"); n != 3 {
+		t.Errorf("show -key carol: count %d, want 3", n)
+	}
+	cli("reset", "-limiter", "per-caller", "-key", "carol")
+	if n := cli("show", "-json", "-limiter", "per-caller", "-key", "carol"); n != 0 {
+		t.Errorf("show -key carol after reset: count %d, want 0", n)
 	}
 }

@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -68,6 +69,25 @@ func TestSignInSecretOnSharedStore(t *testing.T) {
 			}
 			if !errors.Is(err, middleware.ErrNoSecret) || !strings.Contains(err.Error(), tc.fails) || !strings.Contains(err.Error(), "GATECOUNT_SECRET") {
 				t.Fatalf("%v, want an error matching ErrNoSecret naming its %s and GATECOUNT_SECRET", err, tc.fails)
+			}
+		})
+	}
+}
+
+// The real shared stores say they are shared: a guard on PostgreSQL or
+// Redis without a secret does not start, and with one does.
+func TestSignInSecretOnRealSharedStores(t *testing.T) {
+	for name, open := range exactStores() {
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			for i, secret := range [][]byte{nil, deviceSecret} {
+				g, err := middleware.SignIn(handle(t, s, fresh("secret")), middleware.SignInOptions{Name: fmt.Sprint("login", i), Logger: quiet, Device: middleware.DeviceOptions{Secret: secret}})
+				if err == nil {
+					g.Close()
+				}
+				if want := secret == nil && s.Shared(); errors.Is(err, middleware.ErrNoSecret) != want || (err != nil && !want) {
+					t.Fatalf("secret %v: %v, want ErrNoSecret %v", secret != nil, err, want)
+				}
 			}
 		})
 	}

@@ -427,7 +427,7 @@ func (g *SignInGuard) challengeDone(ctx context.Context, r *http.Request, d *lim
 		g.lockOut(ctx, a.accountIP, account, a.ip)
 	}
 	if charged(d) {
-		g.failedCap(ctx, account, d.Now, d.ResetOf(chalConsecutive), d.RemainingOf(chalConsecutive) == 0)
+		g.failedCap(ctx, account, d, chalConsecutive, d.RemainingOf(chalConsecutive) == 0)
 	}
 	if !counted(d) {
 		return

@@ -385,13 +385,16 @@ func (g *SignInGuard) keepCap(ctx context.Context, account string, now, reset ti
 	}
 }
 
-// failedCap keeps the cap's count of a real account after a counted
-// failure: one a success kept, whose entry ends at reset, after more than
-// the strangers' window. At the cap it is kept exactly, so that the cap
-// ends MaxWindow after the failure that reached it.
-func (g *SignInGuard) failedCap(ctx context.Context, account string, now, reset time.Time, capped bool) {
-	if reset.Sub(now) > g.rules.consecutive.Window {
-		g.keepCap(ctx, account, now, reset, capped)
+// failedCap keeps the cap's count of a real account after a failure d
+// counted in the store: one a success kept, whose entry (index i of d)
+// ends more than twice the strangers' window away. A name's entry never
+// does: the store's own lives one window, and one counted in process
+// memory while the store was full and written in later, two at most. At
+// the cap it is kept exactly, so that the cap ends MaxWindow after the
+// failure that reached it.
+func (g *SignInGuard) failedCap(ctx context.Context, account string, d *limiter.Decision, i int, capped bool) {
+	if !d.Local && d.ResetOf(i).Sub(d.Now) > 2*g.rules.consecutive.Window {
+		g.keepCap(ctx, account, d.Now, d.ResetOf(i), capped)
 	}
 }
 
@@ -959,7 +962,7 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 		}
 	case a.known:
 		if charged(&d) {
-			g.failedCap(ctx, account, d.Now, d.ResetOf(keyDeviceConsecutive), limiter.MaxLimit-d.RemainingOf(keyDeviceConsecutive) == g.rules.consecutive.Limit)
+			g.failedCap(ctx, account, &d, keyDeviceConsecutive, limiter.MaxLimit-d.RemainingOf(keyDeviceConsecutive) == g.rules.consecutive.Limit)
 		}
 		if counted(&d) && d.RemainingOf(keyDeviceCap) == 0 {
 			// The device's own cap: its next attempt counts as a stranger's.
@@ -983,7 +986,7 @@ func (g *SignInGuard) failed(ctx context.Context, r *http.Request, d *limiter.De
 	}
 	account := a.out.account
 	if charged(d) {
-		g.failedCap(ctx, account, d.Now, d.ResetOf(keyConsecutive), d.RemainingOf(keyConsecutive) == 0)
+		g.failedCap(ctx, account, d, keyConsecutive, d.RemainingOf(keyConsecutive) == 0)
 	}
 	if !counted(d) {
 		return

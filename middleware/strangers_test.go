@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -433,5 +434,61 @@ func TestCapKeptInShadow(t *testing.T) {
 	s, err := g.Show(context.Background(), "alice")
 	if err != nil || !s.Refused || s.Budgets[1].Used != limit {
 		t.Fatalf("Show after %d failures over five days in shadow: %+v, %v; want alice at the cap", limit, s, err)
+	}
+}
+
+// On a shared store that a flood fills, a made-up name's count toward the
+// cap is never kept a year. Those counted in process memory while the store
+// was full, and written in once it has room, live two windows at most.
+func TestMadeUpNamesSharedFullStore(t *testing.T) {
+	clk := clock.NewFake(t0)
+	o := store.Options{Logger: quiet}
+	b := memory.NewBackend(memory.Options{MaxEntries: 5000, Now: clk.Now, Store: o})
+	s := store.New(sharedBackend{b}, o)
+	t.Cleanup(func() { s.Close() })
+	h := handle(t, s, "signin:")
+	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+	g, err := middleware.SignIn(h, middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: deviceSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	guarded := g.Wrap(&passwords{})
+	var caps []string
+	fail := func(from, n int) {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8) // attempts at once, as a flood sends them
+		for i := from; i < from+n; i++ {
+			name := fmt.Sprintf("made-up%d", i)
+			caps = append(caps, keyfunc.JoinKeys("consecutive", name))
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				post(guarded, madeUpAddr(i), formCT, form(name, fmt.Sprintf("guess %d", i)))
+			})
+		}
+		wg.Wait()
+	}
+	const flood = 10_000
+	fail(0, flood)
+	for m := 1; m <= 120; m++ {
+		clk.Advance(time.Minute)
+		fail(flood+m, 1)
+		if m%10 != 0 {
+			continue
+		}
+		now := clk.Now()
+		for i := 0; i < len(caps); i += store.MaxKeys {
+			batch := caps[i:min(i+store.MaxKeys, len(caps))]
+			es, err := h.Read(context.Background(), batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j, e := range es {
+				if e.Live() && e.ExpiresAt.Sub(now) > 2*time.Hour {
+					t.Fatalf("%d min after the flood, %s lives %v more, want at most two windows", m, batch[j], e.ExpiresAt.Sub(now))
+				}
+			}
+		}
 	}
 }

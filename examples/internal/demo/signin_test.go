@@ -66,6 +66,7 @@ func FuzzOneReading(f *testing.F) {
 		AccountIPFailures: limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour},
 		AccountFailures:   limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour},
 		IPAttempts:        limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour},
+		NetworkAttempts:   limiter.Budget{Limit: limiter.MaxLimit, Window: time.Hour},
 		Device:            middleware.DeviceOptions{Off: true},
 	})
 	if err != nil {

@@ -72,20 +72,7 @@ func liveOf(t *testing.T, h *store.Handle, keys []string) []string {
 // hers: the answer names none. No entry of a made-up name lives past an
 // hour, while alice's count toward the cap is kept.
 func TestMadeUpNamesHoldNoRoom(t *testing.T) {
-	clk := clock.NewFake(t0)
-	o := store.Options{Logger: quiet}
-	b := memory.NewBackend(memory.Options{MaxEntries: 5000, Now: clk.Now, Store: o})
-	s := store.New(b, o)
-	t.Cleanup(func() { s.Close() })
-	h := handle(t, s, "signin:")
-	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
-	g, err := middleware.SignIn(h, middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: deviceSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	p := &passwords{}
-	guarded := g.Wrap(p)
+	clk, s, b, h, guarded := floodedGuard(t, false)
 	ctx := context.Background()
 	if w := post(guarded, "203.0.113.1", formCT, form("alice", "right")); w.Code != 200 {
 		t.Fatalf("alice signs in: %d", w.Code)
@@ -441,19 +428,7 @@ func TestCapKeptInShadow(t *testing.T) {
 // cap is never kept a year. Those counted in process memory while the store
 // was full, and written in once it has room, live two windows at most.
 func TestMadeUpNamesSharedFullStore(t *testing.T) {
-	clk := clock.NewFake(t0)
-	o := store.Options{Logger: quiet}
-	b := memory.NewBackend(memory.Options{MaxEntries: 5000, Now: clk.Now, Store: o})
-	s := store.New(sharedBackend{b}, o)
-	t.Cleanup(func() { s.Close() })
-	h := handle(t, s, "signin:")
-	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
-	g, err := middleware.SignIn(h, middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: deviceSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	guarded := g.Wrap(&passwords{})
+	clk, _, _, h, guarded := floodedGuard(t, true)
 	var caps []string
 	fail := func(from, n int) {
 		var wg sync.WaitGroup
@@ -491,4 +466,26 @@ func TestMadeUpNamesSharedFullStore(t *testing.T) {
 			}
 		}
 	}
+}
+
+// floodedGuard returns a sign-in guard with the defaults on a memory store
+// of 5,000 entries, shared or not, whose clock is clk.
+func floodedGuard(t *testing.T, shared bool) (*clock.Fake, *store.Store, *memory.Backend, *store.Handle, http.Handler) {
+	clk := clock.NewFake(t0)
+	o := store.Options{Logger: quiet}
+	b := memory.NewBackend(memory.Options{MaxEntries: 5000, Now: clk.Now, Store: o})
+	var backend store.Backend = b
+	if shared {
+		backend = sharedBackend{b}
+	}
+	s := store.New(backend, o)
+	t.Cleanup(func() { s.Close() })
+	h := handle(t, s, "signin:")
+	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+	g, err := middleware.SignIn(h, middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: deviceSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return clk, s, b, h, g.Wrap(&passwords{})
 }

@@ -20,7 +20,7 @@ func bound(r *runner) error {
 		return err
 	}
 	defer h.Store().Close()
-	held := r.keys("bound", max)
+	held := r.keys(h, "bound", max)
 	if err := boundHolds(r, h, held); err != nil {
 		return err
 	}
@@ -35,10 +35,10 @@ func boundHolds(r *runner, h *store.Handle, held []string) error {
 	if _, _, err := r.put(h, `0`, longTTL, held...); err != nil {
 		return r.failf("filling a store bound to %d entries: %v", max, err)
 	}
-	if err := full("a new key", r.key("bound-new-1")); err != nil {
+	if err := full("a new key", r.keyOn(h, "bound-new-1")); err != nil {
 		return err
 	}
-	if err := full("an Update of a held key and a new one", held[0], r.key("bound-new-2")); err != nil {
+	if err := full("an Update of a held key and a new one", held[0], r.keyOn(h, "bound-new-2")); err != nil {
 		return err
 	}
 	for i, k := range held {
@@ -67,10 +67,10 @@ func boundFreesRoom(r *runner, h *store.Handle, held []string) error {
 	if err := r.del(h, held[0]); err != nil {
 		return err
 	}
-	if err := r.update(h, []string{r.key("bound-after-delete")}, incr); err != nil {
+	if err := r.update(h, []string{r.keyOn(h, "bound-after-delete")}, incr); err != nil {
 		return r.failf("a new key after a delete freed room: %v", err)
 	}
-	if err := full("a new key after the freed room was taken", r.key("bound-new-3")); err != nil {
+	if err := full("a new key after the freed room was taken", r.keyOn(h, "bound-new-3")); err != nil {
 		return err
 	}
 	// An entry that expires frees room: once it has, the full store
@@ -78,20 +78,20 @@ func boundFreesRoom(r *runner, h *store.Handle, held []string) error {
 	if err := r.del(h, held[1]); err != nil {
 		return err
 	}
-	_, exp, err := r.put(h, `0`, shortTTL, r.key("bound-short"))
+	_, exp, err := r.put(h, `0`, shortTTL, r.keyOn(h, "bound-short"))
 	if err != nil {
 		return r.failf("adding a short-lived entry in the room a delete freed: %v", err)
 	}
 	if _, err := r.waitPast(h, exp); err != nil {
 		return err
 	}
-	if err := r.update(h, []string{r.key("bound-after-expiry")}, incr); err != nil {
+	if err := r.update(h, []string{r.keyOn(h, "bound-after-expiry")}, incr); err != nil {
 		return r.failf("a new key once an entry had expired in a full store: %v, want the expired entry removed to make room", err)
 	}
-	if err := full("a new key once the expired entry's room was taken", r.key("bound-new-4")); err != nil {
+	if err := full("a new key once the expired entry's room was taken", r.keyOn(h, "bound-new-4")); err != nil {
 		return err
 	}
-	es, err := r.mustRead(h, append(held[2:], r.key("bound-after-delete"), r.key("bound-after-expiry"))...)
+	es, err := r.mustRead(h, append(held[2:], r.keyOn(h, "bound-after-delete"), r.keyOn(h, "bound-after-expiry"))...)
 	if err != nil {
 		return err
 	}
@@ -155,11 +155,11 @@ func (r *runner) countEach(h *store.Handle, what string, keys ...string) error {
 	return nil
 }
 
-// keys returns n keys of the run, named label-0 on.
-func (r *runner) keys(label string, n int) []string {
+// keys returns n keys of the run on h, named label-0 on.
+func (r *runner) keys(h *store.Handle, label string, n int) []string {
 	ks := make([]string, n)
 	for i := range ks {
-		ks[i] = r.key(label + "-" + strconv.Itoa(i))
+		ks[i] = r.keyOn(h, label+"-"+strconv.Itoa(i))
 	}
 	return ks
 }
@@ -176,14 +176,14 @@ func boundCount(r *runner) error {
 		return err
 	}
 	defer h.Store().Close()
-	held := r.keys("bc-held", max)
+	held := r.keys(h, "bc-held", max)
 	if err := r.countEach(h, "filling a store bound to 8 entries", held...); err != nil {
 		return err
 	}
-	if err := r.full(h, max, "a new key's Count", true, r.key("bc-new")); err != nil {
+	if err := r.full(h, max, "a new key's Count", true, r.keyOn(h, "bc-new")); err != nil {
 		return err
 	}
-	if err := r.full(h, max, "a Count of a held key and a new one", true, held[0], r.key("bc-new-2")); err != nil {
+	if err := r.full(h, max, "a Count of a held key and a new one", true, held[0], r.keyOn(h, "bc-new-2")); err != nil {
 		return err
 	}
 	if err := r.countEach(h, "the held keys of a full store", held...); err != nil {
@@ -217,15 +217,15 @@ func boundHandles(r *runner) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := r.put(h, `1`, longTTL, r.keys("bh-a", max/2)...); err != nil {
+	if _, _, err := r.put(h, `1`, longTTL, r.keys(h, "bh-a", max/2)...); err != nil {
 		return err
 	}
-	if err := r.countEach(h2, "filling the second half of the store through another handle", r.keys("bh-b", max/2)...); err != nil {
+	if err := r.countEach(h2, "filling the second half of the store through another handle", r.keys(h2, "bh-b", max/2)...); err != nil {
 		return err
 	}
 	for _, hh := range []*store.Handle{h, h2} {
 		for _, count := range []bool{false, true} {
-			if err := r.full(hh, max, "a new key, with the store's two handles holding 4 entries each,", count, r.key("bh-new")); err != nil {
+			if err := r.full(hh, max, "a new key, with the store's two handles holding 4 entries each,", count, r.keyOn(h, "bh-new")); err != nil {
 				return err
 			}
 		}
@@ -253,18 +253,20 @@ func boundRewrite(r *runner) error {
 		return err
 	}
 	defer hc.Store().Close()
-	old := r.keys("br-old", max/2)
-	_, exp, err := r.put(hu, `1`, shortTTL, old...)
+	// Each store names its own keys: a spread handle's calls take keys of
+	// one of its parts (Pair.Key).
+	oldU, oldC := r.keys(hu, "br-old", max/2), r.keys(hc, "br-old", max/2)
+	_, exp, err := r.put(hu, `1`, shortTTL, oldU...)
 	if err != nil {
 		return err
 	}
-	caps := make([]store.Budget, len(old))
+	caps := make([]store.Budget, len(oldC))
 	for i := range caps {
 		caps[i] = store.Budget{Limit: 100, Window: shortTTL}
 	}
-	t, err := r.count(hc, old, caps, 1)
+	t, err := r.count(hc, oldC, caps, 1)
 	if err != nil || !t.Allowed {
-		return r.failf("Count of %d keys in an empty store: allowed %v, %v", len(old), t.Allowed, err)
+		return r.failf("Count of %d keys in an empty store: allowed %v, %v", len(oldC), t.Allowed, err)
 	}
 	if t.ExpiresAt[0].After(exp) {
 		exp = t.ExpiresAt[0]
@@ -272,23 +274,23 @@ func boundRewrite(r *runner) error {
 	if _, err := r.waitPast(hu, exp); err != nil {
 		return err
 	}
-	if _, _, err := r.put(hu, `2`, longTTL, old...); err != nil {
-		return r.failf("writing again %d keys whose entries had expired: %v", len(old), err)
+	if _, _, err := r.put(hu, `2`, longTTL, oldU...); err != nil {
+		return r.failf("writing again %d keys whose entries had expired: %v", len(oldU), err)
 	}
-	if err := r.countEach(hc, "counting again keys whose counters had expired", old...); err != nil {
+	if err := r.countEach(hc, "counting again keys whose counters had expired", oldC...); err != nil {
 		return err
 	}
-	for _, h := range []*store.Handle{hu, hc} {
-		if err := r.del(h, old...); err != nil {
-			return err
-		}
+	if err := r.del(hu, oldU...); err != nil {
+		return err
 	}
-	fresh := r.keys("br-new", max)
-	if _, _, err := r.put(hu, `1`, longTTL, fresh...); err != nil {
+	if err := r.del(hc, oldC...); err != nil {
+		return err
+	}
+	if _, _, err := r.put(hu, `1`, longTTL, r.keys(hu, "br-new", max)...); err != nil {
 		return r.failf("%d new keys in a store bound to %d, emptied after %d of its keys expired and were written again: %v; want room for them all (the count of live entries leaked on the rewrites)",
-			max, max, len(old), err)
+			max, max, len(oldU), err)
 	}
-	if err := r.countEach(hc, "new keys in a store bound to 8, emptied after 4 of its counters expired and were counted again (the count of live entries leaked on the rewrites?)", fresh...); err != nil {
+	if err := r.countEach(hc, "new keys in a store bound to 8, emptied after 4 of its counters expired and were counted again (the count of live entries leaked on the rewrites?)", r.keys(hc, "br-new", max)...); err != nil {
 		return err
 	}
 	return nil

@@ -131,11 +131,11 @@ func sizerCase(r *runner) error {
 	if m := h.Store().Stats().MaxEntries; m != max {
 		return r.failf("a store opened with a bound of %d entries told Stats().MaxEntries %d", max, m)
 	}
-	_, exp, err := r.put(h, `1`, shortTTL, r.keys("sizer-short", short)...)
+	_, exp, err := r.put(h, `1`, shortTTL, r.keys(h, "sizer-short", short)...)
 	if err != nil {
 		return err
 	}
-	if _, _, err := r.put(h, `1`, longTTL, r.keys("sizer-long", long)...); err != nil {
+	if _, _, err := r.put(h, `1`, longTTL, r.keys(h, "sizer-long", long)...); err != nil {
 		return err
 	}
 	before := sz.Entries()
@@ -148,7 +148,7 @@ func sizerCase(r *runner) error {
 	if _, err := h.Store().Sweep(r.ctx); err != nil {
 		return r.failf("Sweep: %v", err)
 	}
-	if _, _, err := r.put(h, `1`, longTTL, r.key("sizer-after")); err != nil {
+	if _, _, err := r.put(h, `1`, longTTL, r.keyOn(h, "sizer-after")); err != nil {
 		return err
 	}
 	after := sz.Entries()

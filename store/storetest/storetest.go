@@ -86,6 +86,12 @@ type Pair struct {
 	// one app would share it. The backing case closes it; when
 	// SameBacking is nil that case does not apply.
 	SameBacking func() (*store.Store, error)
+	// Key, when set, returns the key a case uses on h for name. Distinct
+	// names must give distinct keys. A spread handle's calls name keys of
+	// one part ([store.Handle.Spread]), so its tests return, for each
+	// name, a key of one part of h. When Key is nil, a case uses each name
+	// as its key.
+	Key func(h *store.Handle, name string) string
 }
 
 // Case is one clause of the contract.
@@ -169,8 +175,17 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// key returns a key of this run, unique to it.
-func (r *runner) key(label string) string { return "stc-" + r.id + "-" + label }
+// key returns a key of this run on First and Second, unique to it.
+func (r *runner) key(label string) string { return r.keyOn(r.p.First, label) }
+
+// keyOn returns a key of this run on h, unique to it: Pair.Key's, if set.
+func (r *runner) keyOn(h *store.Handle, label string) string {
+	name := "stc-" + r.id + "-" + label
+	if r.p.Key == nil {
+		return name
+	}
+	return r.p.Key(h, name)
+}
 
 // failf returns the case's violation.
 func (r *runner) failf(format string, a ...any) error {

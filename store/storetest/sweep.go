@@ -28,12 +28,12 @@ func sweep(r *runner) error {
 	for a := range attempts {
 		var shortKeys, longKeys [2][]string
 		for i := range short {
-			shortKeys[0] = append(shortKeys[0], r.key(fmt.Sprintf("sw%d-short-%d", a, i)))
-			shortKeys[1] = append(shortKeys[1], r.key(fmt.Sprintf("sw%d-oshort-%d", a, i)))
+			shortKeys[0] = append(shortKeys[0], r.keyOn(r.p.First, fmt.Sprintf("sw%d-short-%d", a, i)))
+			shortKeys[1] = append(shortKeys[1], r.keyOn(r.p.Other, fmt.Sprintf("sw%d-oshort-%d", a, i)))
 		}
 		for i := range long {
-			longKeys[0] = append(longKeys[0], r.key(fmt.Sprintf("sw%d-long-%d", a, i)))
-			longKeys[1] = append(longKeys[1], r.key(fmt.Sprintf("sw%d-olong-%d", a, i)))
+			longKeys[0] = append(longKeys[0], r.keyOn(r.p.First, fmt.Sprintf("sw%d-long-%d", a, i)))
+			longKeys[1] = append(longKeys[1], r.keyOn(r.p.Other, fmt.Sprintf("sw%d-olong-%d", a, i)))
 		}
 		var exp time.Time
 		for j, h := range []*store.Handle{r.p.First, r.p.Other} {
@@ -105,10 +105,10 @@ func sweepExact(r *runner) error {
 	}
 	var shortKeys, longKeys []string
 	for i := range short {
-		shortKeys = append(shortKeys, r.key(fmt.Sprintf("sx-short-%d", i)))
+		shortKeys = append(shortKeys, r.keyOn(h, fmt.Sprintf("sx-short-%d", i)))
 	}
 	for i := range long {
-		longKeys = append(longKeys, r.key(fmt.Sprintf("sx-long-%d", i)))
+		longKeys = append(longKeys, r.keyOn(h, fmt.Sprintf("sx-long-%d", i)))
 	}
 	var exp time.Time
 	for _, h := range []*store.Handle{h, h2} {
@@ -194,7 +194,7 @@ func (r *runner) useAndClose() error {
 	}
 	s := h.Store()
 	defer s.Close()
-	a, b := r.key("close-a"), r.key("close-b")
+	a, b := r.keyOn(h, "close-a"), r.keyOn(h, "close-b")
 	if _, _, err := r.put(h, `1`, longTTL, a, b); err != nil {
 		return err
 	}
@@ -204,7 +204,7 @@ func (r *runner) useAndClose() error {
 	if _, err := r.mustRead(h, a, b); err != nil {
 		return err
 	}
-	if _, err := r.count(h, []string{r.key("close-c")}, []store.Budget{{Limit: 5, Window: time.Minute}}, 1); err != nil {
+	if _, err := r.count(h, []string{r.keyOn(h, "close-c")}, []store.Budget{{Limit: 5, Window: time.Minute}}, 1); err != nil {
 		return r.failf("Count: %v", err)
 	}
 	if _, err := s.Sweep(r.ctx); err != nil {

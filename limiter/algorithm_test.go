@@ -90,7 +90,7 @@ func TestAttemptEachAlgorithms(t *testing.T) {
 	if d.Allowed || d.Limiting != 1 || d.RetryAfter != time.Hour {
 		t.Fatalf("account spent: %+v, want refused by key 1 for an hour", d)
 	}
-	if err := l.Refund(ctx, first.Only(1)); err != nil {
+	if err := l.Credit(ctx, first, []int{1}); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := l.AttemptEach(ctx, charges...); !d.Allowed || d.RemainingOf(0) != 7 {

@@ -463,29 +463,6 @@ func (d *Decision) RemainingOf(i int) int {
 	return int(d.remaining[i])
 }
 
-// Only returns the decision restricted to the keys at the given indexes, for
-// a Refund of some of them. Unknown indexes are ignored.
-func (d Decision) Only(indexes ...int) Decision {
-	o := d
-	o.n, o.inMemory = 0, 0
-	o.keys, o.expires, o.remaining = [MaxKeys]string{}, [MaxKeys]int64{}, [MaxKeys]int32{}
-	if d.budgets != nil {
-		o.budgets = new([MaxKeys]store.Budget)
-	}
-	for _, i := range indexes {
-		if i < 0 || i >= int(d.n) {
-			continue
-		}
-		if d.budgets != nil {
-			o.budgets[o.n] = d.budgets[i]
-		}
-		o.keys[o.n], o.expires[o.n], o.remaining[o.n] = d.keys[i], d.expires[i], d.remaining[i]
-		o.inMemory |= (d.inMemory >> i & 1) << o.n
-		o.n++
-	}
-	return o
-}
-
 // Attempt counts one attempt against each of keys, with the limiter's
 // budget, in one atomic store update, all or nothing. It returns an error
 // only for invalid keys, or when ctx ends before the store answers. A store

@@ -444,7 +444,7 @@ func TestRefundOnlySomeKeys(t *testing.T) {
 	if d.RemainingOf(0) != 2 || d.RemainingOf(1) != 2 || d.RemainingOf(5) != 0 {
 		t.Fatalf("remaining: %+v", d)
 	}
-	if err := l.Refund(ctx, d.Only(1)); err != nil {
+	if err := l.Credit(ctx, d, []int{1}); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ := l.Peek(ctx, "a"); p.Remaining != 2 {

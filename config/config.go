@@ -104,11 +104,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store/keyhash"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // Kind names a limit store.
@@ -388,12 +388,12 @@ func (r *reader) kind(dbURL, storeURL, redisURL string) Kind {
 		case strings.HasPrefix(dbURL, "sqlite:"), strings.HasPrefix(dbURL, "file:"):
 			return SQLite
 		}
-		r.fail("DATABASE_URL", storeurl.RedactURL(dbURL), "a postgres://, postgresql://, sqlite: or file: URL")
+		r.fail("DATABASE_URL", storekit.RedactURL(dbURL), "a postgres://, postgresql://, sqlite: or file: URL")
 		return ""
 	}
 	redis := func() Kind {
 		if !strings.HasPrefix(storeURL, "redis://") && !strings.HasPrefix(storeURL, "rediss://") {
-			r.fail(redisVar, storeurl.RedactURL(storeURL), "a redis:// or rediss:// URL")
+			r.fail(redisVar, storekit.RedactURL(storeURL), "a redis:// or rediss:// URL")
 		}
 		return Redis
 	}

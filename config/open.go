@@ -7,14 +7,14 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // ErrNoDriver is matched by the error Open returns for a store whose
 // package the program does not import (see the package doc).
-var ErrNoDriver = storeurl.ErrNoDriver
+var ErrNoDriver = storekit.ErrNoDriver
 
 // Opened is a store opened by Open, with what it was opened over.
 type Opened struct {
@@ -92,18 +92,18 @@ func openShared(ctx context.Context, c Config, o store.Options) (*Opened, error)
 			d.variable, url = "REDIS_URL", c.RedisURL
 		}
 	}
-	s, release, err := storeurl.OpenURL(ctx, url, storeurl.URLOptions{
+	s, release, err := storekit.OpenURL(ctx, url, storekit.URLOptions{
 		Secret:        c.Secret,
 		MaxEntries:    c.MaxEntries,
 		AllowEviction: c.RedisAllowEviction,
 		Store:         o,
 	})
 	switch {
-	case errors.Is(err, storeurl.ErrNoDriver):
+	case errors.Is(err, storekit.ErrNoDriver):
 		scheme, _, _ := strings.Cut(url, ":")
 		return nil, fmt.Errorf("config: %s names a %s store (scheme %q), and this program does not link its driver: add import _ %q: %w",
-			d.variable, c.Store, scheme, d.pkg, storeurl.ErrNoDriver)
-	case errors.Is(err, storeurl.ErrMayEvict):
+			d.variable, c.Store, scheme, d.pkg, storekit.ErrNoDriver)
+	case errors.Is(err, storekit.ErrMayEvict):
 		return nil, fmt.Errorf("config: %s: %w (RATE_LIMIT_REDIS_ALLOW_EVICTION=true accepts it)", d.variable, err)
 	case err != nil:
 		return nil, fmt.Errorf("config: %s: %w", d.variable, err)

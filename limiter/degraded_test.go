@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gatecount/gatecount/internal/storekit"
+	"github.com/gatecount/gatecount/store/storekit"
 	"strconv"
 	"sync"
 	"sync/atomic"

@@ -55,9 +55,9 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/gatecount/gatecount/internal/overload"
-	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
+	"github.com/gatecount/gatecount/store/storekit"
 	"github.com/gatecount/gatecount/store/value"
 )
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/gatecount/gatecount/internal/faultproxy"
 	"github.com/gatecount/gatecount/internal/servicetest"
-	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // instances starts n limiters named name on one store of kind, each
@@ -38,7 +38,7 @@ func instances(t *testing.T, kind string, n int, b limiter.Budget, maxEntries in
 	for i := range n {
 		var through string
 		ps[i], through = proxyTo(t, direct, kind)
-		s, release, err := storeurl.OpenURL(context.Background(), through, storeurl.URLOptions{Secret: secret, MaxEntries: maxEntries, Store: store.Options{
+		s, release, err := storekit.OpenURL(context.Background(), through, storekit.URLOptions{Secret: secret, MaxEntries: maxEntries, Store: store.Options{
 			Logger: quiet, Deadline: 500 * time.Millisecond, Announce: 100 * time.Millisecond,
 		}})
 		if err != nil {

@@ -11,10 +11,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

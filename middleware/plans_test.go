@@ -17,13 +17,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gatecount/gatecount/internal/servicetest"
-	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/postgres"
 	_ "github.com/gatecount/gatecount/store/redis"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 var (
@@ -168,7 +168,7 @@ func exactStores() map[string]func(t *testing.T) *store.Store {
 // count a test checks.
 func openShared(t *testing.T, u string, secret []byte) *store.Store {
 	t.Helper()
-	s, release, err := storeurl.OpenURL(context.Background(), u, storeurl.URLOptions{Secret: secret, Store: store.Options{Logger: quiet, Deadline: 30 * time.Second}})
+	s, release, err := storekit.OpenURL(context.Background(), u, storekit.URLOptions{Secret: secret, Store: store.Options{Logger: quiet, Deadline: 30 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

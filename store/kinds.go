@@ -3,7 +3,7 @@ package store
 // Log kinds: the stable "kind" attribute of the logs the guard writes.
 // Every kind of gatecount reads limit-AREA-EVENT; a store's area is
 // "store". The kinds the module's stores share are in package
-// internal/storekit, and each backend's in its kinds.go.
+// store/storekit, and each backend's in its kinds.go.
 const (
 	// kindDown is logged when a handle's breaker opens: its calls are
 	// answered unavailable at once until a probe succeeds.

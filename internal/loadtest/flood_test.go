@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // heapBound is the most the heap may grow by a flood: a generous memory

@@ -14,8 +14,8 @@ import (
 	"github.com/gatecount/gatecount/internal/lockorder"
 	"github.com/gatecount/gatecount/internal/loop"
 	"github.com/gatecount/gatecount/internal/option"
-	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/storekit"
 	"github.com/gatecount/gatecount/store/value"
 )
 

@@ -14,9 +14,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gatecount/gatecount/internal/clock"
-	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
+	"github.com/gatecount/gatecount/store/storekit"
 	"github.com/gatecount/gatecount/store/storetest"
 )
 

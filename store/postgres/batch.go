@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gatecount/gatecount/internal/storekit"
+	"github.com/gatecount/gatecount/store/storekit"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 

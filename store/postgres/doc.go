@@ -16,7 +16,7 @@
 //	signIn, err := s.Handle("login:")
 //
 // Importing the package also lets package config open the store from
-// DATABASE_URL=postgres://… (see storeurl.RegisterURL).
+// DATABASE_URL=postgres://… (see storekit.RegisterURL).
 //
 // # Schema
 //

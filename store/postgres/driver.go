@@ -10,17 +10,17 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // Importing the package registers the schemes postgres: and postgresql:
-// with storeurl.OpenURL, and so with package config's DATABASE_URL. A pool is
+// with storekit.OpenURL, and so with package config's DATABASE_URL. A pool is
 // opened on the URL, which must name a migrated database, and closed after
 // the store.
 func init() {
-	storeurl.RegisterURL("postgres", openURL)
-	storeurl.RegisterURL("postgresql", openURL)
+	storekit.RegisterURL("postgres", openURL)
+	storekit.RegisterURL("postgresql", openURL)
 }
 
 // DefaultPoolConns is the least number of connections of the pool opened
@@ -32,7 +32,7 @@ func init() {
 // max_connections of 100.
 const DefaultPoolConns = 16
 
-func openURL(ctx context.Context, url string, o storeurl.URLOptions) (*store.Store, func() error, error) {
+func openURL(ctx context.Context, url string, o storekit.URLOptions) (*store.Store, func() error, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: %w", err) // pgx hides the password

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // A database that cannot be reached is said once, with where it was tried
@@ -20,7 +20,7 @@ func TestOpenURLUnreachable(t *testing.T) {
 		{"postgresql://u@127.0.0.1:1/db?connect_timeout=5", `cannot connect to 127.0.0.1:1 as user "u", database "db": `},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, _, err := storeurl.OpenURL(ctx, tc.url, storeurl.URLOptions{Secret: testSecret})
+		_, _, err := storekit.OpenURL(ctx, tc.url, storekit.URLOptions{Secret: testSecret})
 		cancel()
 		var ce *ConnectError
 		if !errors.As(err, &ce) || !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), tc.want) {
@@ -37,7 +37,7 @@ func TestOpenURLUnreachable(t *testing.T) {
 // the store.
 func TestOpenURL(t *testing.T) {
 	newPool(t) // reachable and migrated, or skipped
-	s, release, err := storeurl.OpenURL(context.Background(), testURL(), storeurl.URLOptions{Secret: testSecret})
+	s, release, err := storekit.OpenURL(context.Background(), testURL(), storekit.URLOptions{Secret: testSecret})
 	if err != nil {
 		t.Fatal(err)
 	}

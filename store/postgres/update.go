@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/gatecount/gatecount/internal/lockorder"
-	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/internal/turns"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // Update implements [store.Backend] in one transaction of its own, on a

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
 	redisstore "github.com/gatecount/gatecount/store/redis"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // TestMemoryPerEntry measures what a live entry costs in Redis memory, on a

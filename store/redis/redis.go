@@ -14,10 +14,10 @@ import (
 
 	"github.com/gatecount/gatecount/internal/loop"
 	"github.com/gatecount/gatecount/internal/option"
-	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/internal/turns"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // Defaults of Options.

@@ -18,11 +18,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store"
 	redisstore "github.com/gatecount/gatecount/store/redis"
+	"github.com/gatecount/gatecount/store/storekit"
 	"github.com/gatecount/gatecount/store/storetest"
 )
 

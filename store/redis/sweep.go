@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gatecount/gatecount/internal/storekit"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // Sweep implements [store.Backend]. Redis removes expired entries by itself.

@@ -11,9 +11,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/gatecount/gatecount/internal/storekit"
-	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // ErrURL is matched by the error [OpenURL] returns for a URL it cannot use.
@@ -82,7 +81,7 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 		return nil, fmt.Errorf("%w: it does not parse as a URL", ErrURL)
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("%w: %s: want a redis:// or rediss:// URL", ErrURL, storeurl.RedactURL(u.String()))
+		return nil, fmt.Errorf("%w: %s: want a redis:// or rediss:// URL", ErrURL, storekit.RedactURL(u.String()))
 	}
 	q := u.Query()
 	if q.Has("addr") {
@@ -90,7 +89,7 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 	}
 	ro, err := goredis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrURL, storeurl.RedactURL(u.String()), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrURL, storekit.RedactURL(u.String()), err)
 	}
 	withDefaults(q, so, clientSettings{&ro.ContextTimeoutEnabled, &ro.MaxRetries, &ro.PoolSize,
 		&ro.DialTimeout, &ro.ReadTimeout, &ro.WriteTimeout, &ro.PoolTimeout})
@@ -105,7 +104,7 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 	}
 	c.Close()
 	if ro.DB != 0 {
-		return nil, fmt.Errorf("%w: %s: the server is a Redis Cluster node, and a Cluster has only database 0", ErrURL, storeurl.RedactURL(u.String()))
+		return nil, fmt.Errorf("%w: %s: the server is a Redis Cluster node, and a Cluster has only database 0", ErrURL, storekit.RedactURL(u.String()))
 	}
 	return clusterClient(u, q, so)
 }
@@ -113,16 +112,16 @@ func openClient(ctx context.Context, rawURL string, so store.Options) (goredis.U
 // clusterClient returns a cluster client for u, whose query is q.
 func clusterClient(u *url.URL, q url.Values, so store.Options) (goredis.UniversalClient, error) {
 	if p := strings.Trim(u.Path, "/"); p != "" && p != "0" {
-		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0", ErrURL, storeurl.RedactURL(u.String()))
+		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0", ErrURL, storekit.RedactURL(u.String()))
 	}
 	if q.Has("db") {
-		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0 (no db option)", ErrURL, storeurl.RedactURL(u.String()))
+		return nil, fmt.Errorf("%w: %s: a Redis Cluster has only database 0 (no db option)", ErrURL, storekit.RedactURL(u.String()))
 	}
 	cu := *u
 	cu.Path = ""
 	co, err := goredis.ParseClusterURL(cu.String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrURL, storeurl.RedactURL(u.String()), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrURL, storekit.RedactURL(u.String()), err)
 	}
 	withDefaults(q, so, clientSettings{&co.ContextTimeoutEnabled, &co.MaxRetries, &co.PoolSize,
 		&co.DialTimeout, &co.ReadTimeout, &co.WriteTimeout, &co.PoolTimeout})

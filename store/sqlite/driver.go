@@ -3,19 +3,19 @@ package sqlite
 import (
 	"context"
 
-	"github.com/gatecount/gatecount/internal/storeurl"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // Importing the package registers the schemes sqlite: and file: with
-// storeurl.OpenURL (and so with package config's DATABASE_URL): the file
+// storekit.OpenURL (and so with package config's DATABASE_URL): the file
 // ParseURL names is opened, created if need be, and migrated.
 func init() {
-	storeurl.RegisterURL("sqlite", openURL)
-	storeurl.RegisterURL("file", openURL)
+	storekit.RegisterURL("sqlite", openURL)
+	storekit.RegisterURL("file", openURL)
 }
 
-func openURL(ctx context.Context, url string, o storeurl.URLOptions) (*store.Store, func() error, error) {
+func openURL(ctx context.Context, url string, o storekit.URLOptions) (*store.Store, func() error, error) {
 	path, err := ParseURL(url)
 	if err != nil {
 		return nil, nil, err

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/gatecount/gatecount/internal/storeurl"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // ErrNotSQLiteURL is returned by [ParseURL] for a URL that does not name an
@@ -30,10 +30,10 @@ var ErrNotSQLiteURL = errors.New("sqlite: not an sqlite: or file: URL")
 func ParseURL(s string) (path string, err error) {
 	scheme, rest, ok := strings.Cut(s, ":")
 	if !ok || (!strings.EqualFold(scheme, "sqlite") && !strings.EqualFold(scheme, "file")) {
-		return "", fmt.Errorf("%w: %q", ErrNotSQLiteURL, storeurl.RedactURL(s))
+		return "", fmt.Errorf("%w: %q", ErrNotSQLiteURL, storekit.RedactURL(s))
 	}
 	if strings.ContainsAny(rest, "?#") {
-		return "", fmt.Errorf("sqlite: URL %q: query strings and fragments are not supported", storeurl.RedactURL(s))
+		return "", fmt.Errorf("sqlite: URL %q: query strings and fragments are not supported", storekit.RedactURL(s))
 	}
 	if strings.HasPrefix(rest, "//") {
 		host, p, _ := strings.Cut(rest[2:], "/")

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/storekit"
 	"github.com/gatecount/gatecount/store/storetest"
 	"github.com/gatecount/gatecount/store/value"
 )

@@ -1,4 +1,4 @@
-package storeurl
+package storekit
 
 import (
 	"context"

@@ -1,7 +1,4 @@
-// Package storeurl opens the module's stores by URL. Each store package
-// registers its schemes from an init function; package config opens the
-// URL of its environment through [OpenURL].
-package storeurl
+package storekit
 
 import (
 	"context"

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/gatecount/gatecount/internal/storekit"
 	"github.com/gatecount/gatecount/store"
+	"github.com/gatecount/gatecount/store/storekit"
 )
 
 // TestBuildGivesDefaults: Build hands the backend constructor the options

@@ -1,7 +1,9 @@
 // Package storekit is what the module's stores share beyond the store
-// contract: the constructor path, the bound on live entries, and the
-// answer to a wait that ran out of time. A store author outside the module
-// needs none of it.
+// contract: the constructor path, the bound on live entries, the answer to
+// a wait that ran out of time, and the registry of URL schemes. Each store
+// package registers its schemes from an init function; package config
+// opens the URL of its environment through [OpenURL]. A store author
+// outside the module needs none of it.
 package storekit
 
 import (

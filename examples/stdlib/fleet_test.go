@@ -20,6 +20,7 @@ import (
 	"github.com/gatecount/gatecount/examples/internal/demotest"
 	"github.com/gatecount/gatecount/internal/faultproxy"
 	"github.com/gatecount/gatecount/internal/loadtest"
+	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store/postgres"
@@ -224,6 +225,7 @@ func saturated(d map[string]int64) int64 {
 // on all servers together. And all through the flood, bob's correct
 // sign-ins, each from an address of its own, answer 200: never 503.
 func TestFreshKeyFloodOverload(t *testing.T) {
+	servicetest.Long(t)
 	type route struct {
 		name, path string
 		flood      func(i int) url.Values // the flood's request i
@@ -356,6 +358,7 @@ func TestFreshKeyFloodOverload(t *testing.T) {
 // too. Neither the flood nor bob is ever answered 503: a new key counted
 // alone is admitted or refused (429), never answered as a store outage.
 func TestFullStoreFleet(t *testing.T) {
+	servicetest.Long(t)
 	const (
 		maxEntries = 1000
 		flood      = 1100
@@ -467,6 +470,7 @@ func deviceOf(t *testing.T, s *demotest.Server, account, password string) *http.
 // the guard lets in wait for one of the driver's pooled connections: that
 // wait is overload too.
 func TestSaturationIsNotOutage(t *testing.T) {
+	servicetest.Long(t)
 	const (
 		budget  = 3
 		burst   = 300

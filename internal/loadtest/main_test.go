@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/gatecount/gatecount/internal/servicetest"
 )
 
 // long turns on the full-size fault runs, as GATECOUNT_LONG=1 does.
 var long = flag.Bool("long", false, "run the full-size fault runs (also GATECOUNT_LONG=1)")
 
-func isLong() bool { return *long || os.Getenv("GATECOUNT_LONG") == "1" }
+func isLong() bool { return *long || servicetest.IsLong() }
 
 // pick returns short or, for the full-size runs, full.
 func pick[T any](short, full T) T {

@@ -66,3 +66,18 @@ func Missing(t testing.TB, what string, err error) {
 	}
 	t.Skipf("%s is unreachable, skipped outside CI: %v", what, err)
 }
+
+// LongEnv is the variable that turns on the long tests: floods, soaks and
+// long fault runs. CI sets it in a phase of their own.
+const LongEnv = "GATECOUNT_LONG"
+
+// IsLong reports whether the long tests run: LongEnv is "1".
+func IsLong() bool { return os.Getenv(LongEnv) == "1" }
+
+// Long skips t unless the long tests run. Call it first in a long test.
+func Long(t testing.TB) {
+	t.Helper()
+	if !IsLong() {
+		t.Skip("a long test: set " + LongEnv + "=1 to run it")
+	}
+}

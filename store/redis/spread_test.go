@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
 	"github.com/gatecount/gatecount/store"
@@ -122,7 +122,7 @@ func randomAddr() string {
 func TestClusterSpreadEven(t *testing.T) {
 	const keys = 100_000
 	counted := 6000
-	if os.Getenv("GATECOUNT_LONG") == "1" {
+	if servicetest.IsLong() {
 		counted = keys
 	}
 	c := newCluster(t)

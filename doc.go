@@ -78,6 +78,7 @@
 // per-IP routes, a sign-in form, password resets and one-time codes.
 // examples/chi and examples/gorilla, modules of their own, build its core
 // limiters with FromEnv's Limits and mount them on their routers.
-// examples/outside is an app of its own module using the short forms. README.md walks through each, and
-// RELIABILITY.md lists every promise with the test that proves it.
+// examples/outside is an app of its own module using the short forms.
+// README.md and the guides in docs/ walk through each. RELIABILITY.md lists
+// every promise with the test that proves it.
 package gatecount

@@ -311,7 +311,7 @@ func NewVars(lookup func(string) (string, bool)) *Vars {
 // Budget returns the budget of def's window that the variable name sets.
 // Its value is the limit, a whole number from 1 to [limiter.MaxLimit],
 // optionally followed by the algorithm. It reads as 5, 5,sliding, 5,bucket
-// or 5,bucket:20 (see README's "How a budget counts"). A limit alone counts
+// or 5,bucket:20 (see docs/budgets.md, "How a budget counts"). A limit alone counts
 // by a fixed window, whatever def's algorithm. It returns def when the
 // variable is unset.
 func (v *Vars) Budget(name string, def limiter.Budget) limiter.Budget {

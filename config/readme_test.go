@@ -29,17 +29,17 @@ func readVars() []string {
 	return out
 }
 
-// README's environment table and this package's doc list every variable
-// Parse reads, and nothing it does not.
+// The environment table of docs/operators.md and this package's doc list
+// every variable Parse reads, and nothing it does not.
 func TestEveryVariableDocumented(t *testing.T) {
 	want := readVars()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/operators.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(readme), "\n## Environment variables\n")
 	if !ok {
-		t.Fatal("README has no section \"Environment variables\"")
+		t.Fatal("docs/operators.md has no section \"Environment variables\"")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	src, err := os.ReadFile("config.go")
@@ -52,7 +52,7 @@ func TestEveryVariableDocumented(t *testing.T) {
 		row   *regexp.Regexp
 		text  string
 	}{
-		{"README's environment table", regexp.MustCompile("(?m)^\\| `([A-Z0-9_]+)` \\|"), section},
+		{"docs/operators.md's environment table", regexp.MustCompile("(?m)^\\| `([A-Z0-9_]+)` \\|"), section},
 		{"the package doc", regexp.MustCompile(`(?m)^//\t([A-Z0-9_]+) `), doc},
 	} {
 		var got []string

@@ -10,9 +10,9 @@
 //	POST /password-reset/complete  a code sent and a new password, throttled as /verify: the account recovers
 //	POST /verify          the code a reset logged, throttled per address, address and IP, and IP
 //
-// It reads its settings from the environment (see the README), listens on
-// ADDR (default 127.0.0.1:8080) and shuts down gracefully on SIGINT or
-// SIGTERM.
+// It reads its settings from the environment (see docs/operators.md and
+// docs/production.md). It listens on ADDR (default 127.0.0.1:8080), and
+// shuts down gracefully on SIGINT or SIGTERM.
 package main
 
 import (

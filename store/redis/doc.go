@@ -36,7 +36,7 @@
 // New refuses a server that may evict ([ErrEvicting]), unless
 // Options.AllowEviction. A full Redis answers writes as a full store
 // (store.ErrFull), keys it holds included: size maxmemory for the bound (the
-// README gives the memory an entry takes). Redis 6.2 or later is needed,
+// docs/stores.md gives the memory an entry takes). Redis 6.2 or later is needed,
 // with Lua scripting. The logs of kinds [KindEvicting], [KindEvicted],
 // [KindEvictionUnchecked], [KindOOM] and [KindNotPersistent] say when a server's
 // settings put counts at risk.

@@ -30,8 +30,8 @@
 // # Every limiter a route needs
 //
 // A [Limits] builds each kind in one call ([Limits.PerIP],
-// [Limits.PerCaller], [Limits.By], [Limits.SignIn], [Limits.Verify],
-// [Limits.Send]), each on a store handle of its own.
+// [Limits.PerCaller], [Limits.By], [Limits.SignIn], [Limits.Send]), each
+// on a store handle of its own.
 // Each kind has one policy for when the store cannot answer. An option
 // (Unavailable, or a [RouteOption]) may set another.
 //
@@ -40,7 +40,7 @@
 //	per caller      Limits.PerCaller          Local       real work stays limited; an outage stops no caller
 //	by any key      Limits.By                 Deny        nothing is known of the route: fail closed
 //	sign-in         Limits.SignIn             Local       guessing stays limited per instance; users sign in
-//	one-time code   Limits.Verify             Local       as sign-in
+//	one-time code   Limits.SignIn, Code       Local       as sign-in
 //	send            Limits.Send               Local       sending mail or codes stays limited per instance
 //
 // Allow lets requests through uncounted while the store is down, Local
@@ -54,7 +54,7 @@
 //   - middleware: the full form of each kind, with every option. New limits
 //     a route by one key. SignIn guards a sign-in form: failures per
 //     account and address, per account, attempts per address, and known
-//     devices. Verify guards a one-time code. Send guards a route that sends
+//     devices; with Code, a one-time code. Send guards a route that sends
 //     mail or codes, per destination and address, silently by default.
 //   - limiter: budgets counted on a store, for code that is not HTTP.
 //   - keyfunc: what a request is counted by: client address behind trusted

@@ -172,9 +172,10 @@ func ExampleCountedBy() {
 	// 4: 429
 }
 
-// Verify guards a route that checks a one-time code, with budgets of its
-// own: 5 failures per account and address per 15 minutes by default.
-func ExampleLimits_Verify() {
+// SignIn with Code guards a route that checks a one-time code, with
+// budgets of its own: 5 failures per account and address per 15 minutes by
+// default.
+func ExampleLimits_SignIn_code() {
 	s := memory.New(memory.Options{})
 	defer s.Close()
 	limits := gatecount.New(s, gatecount.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -190,7 +191,7 @@ func ExampleLimits_Verify() {
 		}
 		middleware.ReportSuccess(r)
 	})
-	verify := limits.Verify(middleware.VerifyOptions{Field: "email", Failed: wrongCode})(check)
+	verify := limits.SignIn(middleware.SignInOptions{Code: true, Field: "email", Failed: wrongCode})(check)
 	if err := limits.Err(); err != nil {
 		log.Fatal(err)
 	}

@@ -305,11 +305,12 @@ func reaching(mw func(http.Handler) http.Handler) (http.Handler, *atomic.Int64) 
 	})), &n
 }
 
-// Limits.Verify guards a one-time code on a handle of its own (verify:):
-// five wrong codes for an account from one address spend its budget there,
-// and the right one is then refused too.
-func TestVerify(t *testing.T) {
-	l := fromEnv(t, map[string]string{})
+// Limits.SignIn with Code guards a one-time code on a handle of its own
+// (verify:): five wrong codes for an account from one address spend its
+// budget there, and the right one is then refused too. The sign-in
+// budgets of the environment are the password's, not the code's.
+func TestSignInCode(t *testing.T) {
+	l := fromEnv(t, map[string]string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES": "8"})
 	check := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.PostFormValue("code") == "123456" {
 			middleware.ReportSuccess(r)
@@ -318,7 +319,7 @@ func TestVerify(t *testing.T) {
 		middleware.ReportFailure(r)
 		w.WriteHeader(http.StatusUnauthorized)
 	})
-	h := l.Verify(middleware.VerifyOptions{})(check)
+	h := l.SignIn(middleware.SignInOptions{Code: true})(check)
 	if err := l.Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -195,13 +195,19 @@ func (l *Limits) failed(err error) func(http.Handler) http.Handler {
 }
 
 // SignIn returns the middleware of a sign-in guard ([middleware.SignIn]), on
-// a handle with prefix o.Name + ":" ("login:" when o.Name is empty).
-// Budgets o leaves zero are Options.SignIn's: the cap, the delay threshold,
-// and the password count's budget and field too. The password count's Off
-// in either turns the count off. A nil device secret is Options.Secret. The
-// client address, shadow and networks are as for PerIP, and a nil Logger or
+// a handle with prefix o.Name + ":" ("login:" when o.Name is empty, or
+// "verify:" for one-time codes, o.Code). Budgets o leaves zero are
+// Options.SignIn's, but under o.Code: the cap, the delay threshold, and the
+// password count's budget and field too. The password count's Off in either
+// turns the count off. A nil device secret is Options.Secret. The client
+// address, shadow and networks are as for PerIP, and a nil Logger or
 // Observer is l's. A guard it cannot build is reported as New describes.
 func (l *Limits) SignIn(o middleware.SignInOptions) func(http.Handler) http.Handler {
+	if o.Code {
+		o.Name = cmp.Or(o.Name, "verify")
+		l.shared(o.Name, &o.IP, &o.Logger, &o.Observer, &o.Shadow, &o.Networks)
+		return l.addGuard(o.Name, func(h *store.Handle) (guard, error) { return middleware.SignIn(h, o) })
+	}
 	o.Name = cmp.Or(o.Name, "login")
 	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, l.o.SignIn.AccountIPFailures)
 	o.AccountFailures = cmp.Or(o.AccountFailures, l.o.SignIn.AccountFailures)
@@ -217,17 +223,6 @@ func (l *Limits) SignIn(o middleware.SignInOptions) func(http.Handler) http.Hand
 	}
 	l.shared(o.Name, &o.IP, &o.Logger, &o.Observer, &o.Shadow, &o.Networks)
 	return l.addGuard(o.Name, func(h *store.Handle) (guard, error) { return middleware.SignIn(h, o) })
-}
-
-// Verify returns the middleware of a one-time code's guard
-// ([middleware.Verify]), on a handle with prefix o.Name + ":" ("verify:"
-// when o.Name is empty). The client address, shadow and networks are as
-// for PerIP, and a nil Logger or Observer is l's. A guard it cannot build
-// is reported as New describes.
-func (l *Limits) Verify(o middleware.VerifyOptions) func(http.Handler) http.Handler {
-	o.Name = cmp.Or(o.Name, "verify")
-	l.shared(o.Name, &o.IP, &o.Logger, &o.Observer, &o.Shadow, &o.Networks)
-	return l.addGuard(o.Name, func(h *store.Handle) (guard, error) { return middleware.Verify(h, o) })
 }
 
 // Send returns the middleware of a send guard ([middleware.Send]), such as
@@ -260,7 +255,7 @@ func (l *Limits) shared(name string, ip *keyfunc.IPOptions, log **slog.Logger, o
 	}
 }
 
-// guard is what SignIn, Verify and Send build.
+// guard is what SignIn and Send build.
 type guard interface {
 	Wrap(http.Handler) http.Handler
 	Close() error

@@ -34,7 +34,7 @@ func TestSignInSecretOnSharedStore(t *testing.T) {
 		name   string
 		shared bool
 		o      middleware.SignInOptions
-		verify bool // Verify's guard, of VerifyOptions{}
+		verify bool // a code guard, of SignInOptions{Code: true}
 		fails  string
 	}{
 		{"shared, no secret", true, middleware.SignInOptions{}, false, "device cookies"},
@@ -43,15 +43,15 @@ func TestSignInSecretOnSharedStore(t *testing.T) {
 		{"shared, a secret", true, middleware.SignInOptions{Device: middleware.DeviceOptions{Secret: deviceSecret}}, false, ""},
 		{"shared, puzzles without a secret", true, middleware.SignInOptions{Device: middleware.DeviceOptions{Secret: deviceSecret}, Challenge: pow(nil)}, false, "puzzles"},
 		{"shared, puzzles with a secret", true, middleware.SignInOptions{Device: middleware.DeviceOptions{Secret: deviceSecret}, Challenge: pow(powSecret)}, false, ""},
-		{"shared, Verify", true, middleware.SignInOptions{}, true, ""},
+		{"shared, code", true, middleware.SignInOptions{}, true, ""},
 		{"memory, no secret", false, middleware.SignInOptions{Challenge: pow(nil)}, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := handle(t, storeOf(t, tc.shared), "login:")
 			var err error
 			if tc.verify {
-				var g *middleware.VerifyGuard
-				if g, err = middleware.Verify(h, middleware.VerifyOptions{Logger: quiet}); err == nil {
+				var g *middleware.SignInGuard
+				if g, err = middleware.SignIn(h, middleware.SignInOptions{Code: true, Logger: quiet}); err == nil {
 					g.Close()
 				}
 			} else {

@@ -227,7 +227,7 @@ type Remaining int
 
 const (
 	// RemainingUnset, the zero value, is the kind's choice: shown by [New],
-	// hidden by the guards of an account ([SignIn], [Verify]).
+	// hidden by the guards of an account ([SignIn]).
 	RemainingUnset Remaining = iota
 	// RemainingShown sends the requests left.
 	RemainingShown

@@ -10,9 +10,8 @@
 //   - [SignIn] guards a sign-in form: failures per account and address, per
 //     account, attempts per address, and known devices. The handler reads
 //     the account with Account and tells the outcome with ReportSuccess or
-//     ReportFailure. Default name "login".
-//   - [Verify] guards a handler that checks a one-time code. Default name
-//     "verify".
+//     ReportFailure. Default name "login". With SignInOptions.Code it
+//     guards a handler that checks a one-time code. Default name "verify".
 //   - [Send] guards a route that sends mail or codes, per destination and per
 //     address; a throttled request gets the same answer as an accepted one
 //     unless SendOptions.Reveal. Default name "send".

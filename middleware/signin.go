@@ -31,6 +31,13 @@ var (
 	DefaultNetworkAttempts = limiter.Budget{Limit: 1000, Window: time.Hour}
 )
 
+// The account's budgets of a guard of one-time codes (SignInOptions.Code):
+// tighter than a password's, since a code has fewer values.
+var (
+	codeAccountIPFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
+	codeAccountFailures   = limiter.Budget{Limit: 10, Window: time.Hour}
+)
+
 // wideNetworkTimes is how many times NetworkAttempts' limit an IPv6 /32
 // gets. A /32 is a provider's: a mobile carrier's subscribers, the free
 // tunnels of one broker, each with a /48 or a /64 of their own. So it is
@@ -123,9 +130,17 @@ type Backoff struct {
 
 // SignInOptions configure [SignIn]. The zero value gives the defaults.
 type SignInOptions struct {
+	// Code makes the guard one of a handler that checks a one-time code:
+	// an emailed or SMS code, a TOTP, a recovery code. It has no device
+	// cookies, password count, delay, back-off or challenge: Device,
+	// Spray, Delay, Backoff, Challenge and ChallengeBudget are ignored. A
+	// right code clears the account's failures from all clients, not only
+	// its own. Its account budgets are tighter by default, and its name
+	// "verify".
+	Code bool
 	// Name prefixes the names of the three budgets in logs and RateLimit
 	// fields: NAME-account-ip, NAME-account and NAME-ip; "" means
-	// "login".
+	// "login", or "verify" under Code.
 	Name string
 	// AccountIPFailures bounds the failures of one account from one client
 	// IP; zero means [DefaultAccountIPFailures] (5 per 15 minutes).
@@ -133,7 +148,7 @@ type SignInOptions struct {
 	// AccountFailures bounds the failures of one account from all clients,
 	// looser. A distributed guesser is so stopped, while a real user on
 	// their own network is rarely locked out by strangers. Zero means
-	// [DefaultAccountFailures] (20 per hour).
+	// [DefaultAccountFailures] (20 per hour), or 10 per hour under Code.
 	AccountFailures limiter.Budget
 	// IPAttempts bounds the attempts, failed or not, of one client IP on
 	// all accounts: credential stuffing and password spraying; zero means
@@ -173,8 +188,12 @@ type SignInOptions struct {
 	// OnEvent, when set, is told of each Event of the guard's accounts, on
 	// the request's goroutine: it must not block for long.
 	OnEvent func(Event)
-	// Field is the form or JSON body field holding the account name; ""
-	// means "username".
+	// Account reads the account checked, from the session of a second
+	// step, say; nil means the body field Field. With Account set, no
+	// password is counted (see Spray).
+	Account keyfunc.Func
+	// Field is the form or JSON body field holding the account name, when
+	// Account is nil; "" means "username".
 	Field string
 	// Spray counts failures per password across accounts and addresses
 	// (NAME-spray); the zero value turns it on (see [SprayOptions]).
@@ -260,6 +279,9 @@ type SignInOptions struct {
 //	("challenge", ACCOUNT)            challenged attempts: NAME-challenge
 //	("puzzle", ID)                    an answered challenge, until it expires
 //
+// A guard of one-time codes (Code) has only the keys account, account-ip,
+// ip, network and consecutive.
+//
 // NET and WIDE are the networks of [keyfunc.NetworksOf], such as
 // "192.0.2.0/24" or "2001:db8:1::/48" and "2001:db8::/32".
 // H is a password's bucket, 4 hexadecimal digits of 16 bits (see
@@ -289,7 +311,7 @@ type SignInGuard struct {
 }
 
 // accountRules are what sets a guard of an account's failures apart:
-// SignIn's, or Verify's for one-time codes.
+// a password's, or one-time codes' (SignInOptions.Code).
 type accountRules struct {
 	// consecutive bounds the account's failures since its last success.
 	// Its window is strangersWindow: a count a success never kept (see
@@ -496,21 +518,33 @@ var sprayOwn = []int{keyAccountIP, keySprayIP}
 // refusal name the refusing budget whose window ends last, so that
 // Retry-After is never early. A refusal no budget made, the store and
 // memory having no room to count it, names none.
+//
+// Under Code the guard checks one-time codes, on a handle apart from the
+// password's guard: NIST counts failures per authenticator. It is the guard
+// above without device cookies, password count, back-off or delays, and a
+// right code clears the account's failures from every address.
 func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
-	o.Name = cmp.Or(o.Name, "login")
-	consecutive, err := consecutiveBudget(o.Name, o.ConsecutiveFailures)
-	if err != nil {
+	rules := accountRules{delay: !o.Code, clearAccount: o.Code, account: o.Account}
+	if o.Code {
+		o.Name = cmp.Or(o.Name, "verify")
+		o.AccountIPFailures = cmp.Or(o.AccountIPFailures, codeAccountIPFailures)
+		o.AccountFailures = cmp.Or(o.AccountFailures, codeAccountFailures)
+		o.Device, o.Spray, o.Delay, o.Backoff = DeviceOptions{Off: true}, SprayOptions{Off: true}, Delay{}, Backoff{}
+		o.Challenge, o.ChallengeBudget = nil, limiter.Budget{}
+	} else {
+		o.Name = cmp.Or(o.Name, "login")
+		o.Spray.Field = cmp.Or(o.Spray.Field, DefaultPasswordField) // refused in the query string, the count on or off
+	}
+	var err error
+	if rules.consecutive, err = consecutiveBudget(o.Name, o.ConsecutiveFailures); err != nil {
 		return nil, err
 	}
-	o.ConsecutiveFailures = consecutive.Limit
-	o.Spray.Field = cmp.Or(o.Spray.Field, DefaultPasswordField) // refused in the query string, the count on or off
-	return newSignIn(h, o, accountRules{consecutive: consecutive, delay: true})
+	o.ConsecutiveFailures = rules.consecutive.Limit
+	return newSignIn(h, o, rules)
 }
 
-// newSignIn returns a guard of an account's failures under rules: SignIn's,
-// or Verify's.
+// newSignIn returns a guard of an account's failures under rules.
 func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGuard, error) {
-	o.Name = cmp.Or(o.Name, "login")
 	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, DefaultAccountIPFailures)
 	o.AccountFailures = cmp.Or(o.AccountFailures, DefaultAccountFailures)
 	o.IPAttempts = cmp.Or(o.IPAttempts, DefaultIPAttempts)

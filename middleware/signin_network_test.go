@@ -54,7 +54,7 @@ func TestSignInNetworkDefaults(t *testing.T) {
 
 // Each network budget binds, in one store update with the rest, on every
 // store; exempt networks skip them as they skip the address budget, and
-// Verify counts them as SignIn does.
+// A code guard counts them as a password's does.
 func TestSignInNetworkBudgets(t *testing.T) {
 	network := limiter.Budget{Limit: 4, Window: time.Hour}
 	exempt, _ := keyfunc.ParseNetworks("2001:db8:1::/48")
@@ -71,7 +71,7 @@ func TestSignInNetworkBudgets(t *testing.T) {
 		{"/24", false, false, func(i int) string { return fmt.Sprintf("192.0.2.%d", i+1) }, 4, "login-network"},
 		{"6to4 of one /24", false, false, func(i int) string { return fmt.Sprintf("2002:c000:02%02x::1", i+1) }, 4, "login-network"},
 		{"exempt /48", false, true, func(i int) string { return fmt.Sprintf("2001:db8:1:%x::1", i) }, 20, ""},
-		{"Verify, /48 of fresh /64s", true, false, func(i int) string { return fmt.Sprintf("2001:db8:1:%x::1", i) }, 4, "verify-network"},
+		{"code, /48 of fresh /64s", true, false, func(i int) string { return fmt.Sprintf("2001:db8:1:%x::1", i) }, 4, "verify-network"},
 	} {
 		for name, open := range exactStores() {
 			t.Run(tc.name+"/"+name, func(t *testing.T) {
@@ -82,7 +82,7 @@ func TestSignInNetworkBudgets(t *testing.T) {
 				}
 				var try func(ip string, i int) *httptest.ResponseRecorder
 				if tc.verify {
-					_, _, vh := verifyOn(t, h, middleware.VerifyOptions{NetworkAttempts: network, Networks: nets})
+					_, _, vh := verifyOn(t, h, middleware.SignInOptions{NetworkAttempts: network, Networks: nets})
 					try = func(ip string, i int) *httptest.ResponseRecorder {
 						return tryCode(vh, ip, fmt.Sprintf("made-up-%d", i), "000000")
 					}

@@ -229,7 +229,7 @@ func TestSprayKnownDeviceSignsIn(t *testing.T) {
 }
 
 // A request without a password is not counted per password, Off and
-// Verify count none, Field and Budget apply, and bad options are refused.
+// a code guard count none, Field and Budget apply, and bad options are refused.
 func TestSprayOptions(t *testing.T) {
 	c := newChecker(nil)
 	h := sprayGuard(t, memStore(t, nil), middleware.SignInOptions{}, c)
@@ -255,7 +255,7 @@ func TestSprayOptions(t *testing.T) {
 		}
 	}
 	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
-	v, err := middleware.Verify(handle(t, memStore(t, nil), "verify:"), middleware.VerifyOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}})
+	v, err := middleware.SignIn(handle(t, memStore(t, nil), "verify:"), middleware.SignInOptions{Code: true, Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestSprayOptions(t *testing.T) {
 	h = v.Wrap(c)
 	for i := range 30 {
 		if w := login(h, sprayAddr(i), fmt.Sprintf("user%d", i), "same"); w.Code != 401 {
-			t.Fatalf("Verify, attempt %d with one password field: %d; it counts codes, not passwords", i, w.Code)
+			t.Fatalf("code guard, attempt %d with one password field: %d; it counts codes, not passwords", i, w.Code)
 		}
 	}
 	s := memStore(t, nil)

@@ -137,7 +137,7 @@ func TestMadeUpNamesHoldNoRoom(t *testing.T) {
 
 // One failure of a made-up name holds no entry past the guard's longest
 // windowed budget: the cap's count of a name that never signed in expires
-// with the rest, on SignIn and Verify alike, and with SignIn's back-off and challenges.
+// with the rest, on passwords and codes alike, and with SignIn's back-off and challenges.
 func TestMadeUpNameEntriesExpire(t *testing.T) {
 	pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: powSecret})
 	if err != nil {
@@ -164,7 +164,7 @@ func TestMadeUpNameEntriesExpire(t *testing.T) {
 			return wrap(t, g, err)
 		}, 2 * time.Hour},
 		{"verify", func(t *testing.T, h *store.Handle) http.Handler {
-			g, err := middleware.Verify(h, middleware.VerifyOptions{Logger: quiet, AccountFailures: limiter.Budget{Limit: 10, Window: 90 * time.Minute}})
+			g, err := middleware.SignIn(h, middleware.SignInOptions{Code: true, Logger: quiet, AccountFailures: limiter.Budget{Limit: 10, Window: 90 * time.Minute}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -236,8 +236,8 @@ func TestUnlockLeavesAddressBudget(t *testing.T) {
 			}{
 				{"Recovered", func(t *testing.T, s *store.Store) guard { return signInGuard(t, s, true) }},
 				{"Unlock", func(t *testing.T, s *store.Store) guard { return signInGuard(t, s, false) }},
-				{"VerifyGuard.Unlock", func(t *testing.T, s *store.Store) guard {
-					g, _, h := verifyOn(t, handle(t, s, fresh("verify")), middleware.VerifyOptions{IPAttempts: ipBudget})
+				{"SignInGuard.Unlock, code", func(t *testing.T, s *store.Store) guard {
+					g, _, h := verifyOn(t, handle(t, s, fresh("verify")), middleware.SignInOptions{IPAttempts: ipBudget})
 					return guard{func(a string) error { return g.Unlock(ctx, a, own) }, func(a string) int { return tryCode(h, own.String(), a, "000000").Code }}
 				}},
 			} {

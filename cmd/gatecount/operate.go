@@ -97,7 +97,7 @@ func parseRequest(cmd string, args []string, stderr io.Writer) (request, error) 
 	if cmd != "reset" {
 		fs.StringVar(&q.account, "account", "", "the account, as users type it at sign-in")
 		fs.Var(addrs{&q.ips}, "ip", "a client address whose budgets to "+cmd+" with the account's (repeatable)")
-		fs.StringVar(&norm, "normalize", "", "how the guard normalises accounts: username (as SignIn and Verify by default), email or phone")
+		fs.StringVar(&norm, "normalize", "", "how the guard normalises accounts: username (as SignIn by default), email or phone")
 	}
 	fs.StringVar(&q.limiter, "limiter", "", "the limiter's name: with -account, a sign-in guard (default "+defaultSignIn+"); with -key, any limiter")
 	if cmd != "unlock" {

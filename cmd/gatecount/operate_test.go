@@ -306,13 +306,13 @@ func TestOperateNamedGuard(t *testing.T) {
 	}
 }
 
-// TestOperateVerifyNormalize: a code guard keyed by e-mail address, as the
+// TestOperateCodeNormalize: a code guard keyed by e-mail address, as the
 // example servers' verify, is unlocked by `gatecount unlock -limiter verify
 // -normalize email`, which keys the address as the guard does: the right
 // code is then accepted. Without -normalize, an address that user-name and
 // e-mail normalisation key apart is refused as ambiguous, never reported
 // unlocked while nothing is.
-func TestOperateVerifyNormalize(t *testing.T) {
+func TestOperateCodeNormalize(t *testing.T) {
 	for _, kind := range []string{"postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			env := map[string]string{"GATECOUNT_SECRET": newSecret()}
@@ -339,7 +339,7 @@ func TestOperateVerifyNormalize(t *testing.T) {
 				t.Fatal(err)
 			}
 			proxies, _ := keyfunc.ParseTrustedProxies("192.0.2.0/24")
-			g, err := middleware.Verify(h, middleware.VerifyOptions{Field: "email", Normalize: keyfunc.NormalizeEmail,
+			g, err := middleware.SignIn(h, middleware.SignInOptions{Code: true, Field: "email", Normalize: keyfunc.NormalizeEmail,
 				IP: keyfunc.IPOptions{TrustedProxies: proxies}, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)

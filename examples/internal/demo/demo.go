@@ -73,7 +73,7 @@ type App struct {
 	Health  *middleware.Middleware  // GET /health and /ready, per IP
 	Login   *middleware.SignInGuard // POST /login
 	Reset   *middleware.SendGuard   // POST /password-reset
-	Verify  *middleware.VerifyGuard // POST /verify
+	Verify  *middleware.SignInGuard // POST /verify
 	Log     *slog.Logger
 
 	tokens map[string]string // token → caller
@@ -197,8 +197,8 @@ func (a *App) limiters() error {
 	}
 	// Named verify, the default: the codes' budgets, apart from the
 	// password's, with their defaults.
-	a.Verify, err = middleware.Verify(h[4], middleware.VerifyOptions{
-		Field: "email", Normalize: keyfunc.NormalizeEmail, IP: ip, Logger: a.Log, Observer: a.Metrics,
+	a.Verify, err = middleware.SignIn(h[4], middleware.SignInOptions{
+		Code: true, Field: "email", Normalize: keyfunc.NormalizeEmail, IP: ip, Logger: a.Log, Observer: a.Metrics,
 		Failed: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { codeFailed(w) }),
 		Shadow: shadow("verify"), Networks: nets,
 	})

@@ -14,11 +14,11 @@ import (
 	"github.com/gatecount/gatecount/store/memory"
 )
 
-// Verify guards the second step of a sign-in: the account comes from the
-// session the password step opened, the code from the body. Five wrong
+// SignIn under Code guards the second step of a sign-in: the account comes
+// from the session the password step opened, the code from the body. Five wrong
 // codes from one address spend its budget: even the right code is then
 // refused, and never checked, until Unlock.
-func ExampleVerify() {
+func ExampleSignIn_code() {
 	// pendingUser is your session lookup: the account whose password step
 	// passed, waiting for its code.
 	pendingUser := func(r *http.Request) (string, error) {
@@ -48,7 +48,7 @@ func ExampleVerify() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	guard, err := middleware.Verify(h, middleware.VerifyOptions{Account: pendingUser, Failed: wrongCode})
+	guard, err := middleware.SignIn(h, middleware.SignInOptions{Code: true, Account: pendingUser, Failed: wrongCode})
 	if err != nil {
 		log.Fatal(err)
 	}

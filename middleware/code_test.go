@@ -47,11 +47,12 @@ var trustLoopback = func() keyfunc.IPOptions {
 	return keyfunc.IPOptions{TrustedProxies: proxies}
 }()
 
-func verifyOn(t testing.TB, h *store.Handle, o middleware.VerifyOptions) (*middleware.VerifyGuard, *codes, http.Handler) {
+func verifyOn(t testing.TB, h *store.Handle, o middleware.SignInOptions) (*middleware.SignInGuard, *codes, http.Handler) {
 	t.Helper()
 	o.Logger = quiet
 	o.IP = trustLoopback
-	g, err := middleware.Verify(h, o)
+	o.Code = true
+	g, err := middleware.SignIn(h, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,17 +79,17 @@ func addr(i int) string { return fmt.Sprintf("10.%d.%d.1", i/256, i%256) }
 // 200 concurrent wrong codes for one account reach the check exactly the
 // budget that binds, on every store: the account's from one address, the
 // account's from all, the consecutive cap.
-func TestVerifyConcurrentWrongCodesExact(t *testing.T) {
+func TestCodeConcurrentWrongCodesExact(t *testing.T) {
 	loose := limiter.Budget{Limit: 1000, Window: time.Hour}
 	cases := []struct {
 		name   string
-		o      middleware.VerifyOptions
+		o      middleware.SignInOptions
 		spread bool
 		want   int64
 	}{
-		{"one address", middleware.VerifyOptions{}, false, 5},
-		{"200 addresses", middleware.VerifyOptions{}, true, 10},
-		{"200 addresses, consecutive cap", middleware.VerifyOptions{AccountIPFailures: loose, AccountFailures: loose, IPAttempts: loose, ConsecutiveFailures: 37}, true, 37},
+		{"one address", middleware.SignInOptions{}, false, 5},
+		{"200 addresses", middleware.SignInOptions{}, true, 10},
+		{"200 addresses, consecutive cap", middleware.SignInOptions{AccountIPFailures: loose, AccountFailures: loose, IPAttempts: loose, ConsecutiveFailures: 37}, true, 37},
 	}
 	for name, open := range exactStores() {
 		t.Run(name, func(t *testing.T) {
@@ -122,7 +123,7 @@ func TestVerifyConcurrentWrongCodesExact(t *testing.T) {
 // Code failures never spend the password's budgets, nor password failures
 // the code's: each guard counts in its own handle, as NIST counts per
 // authenticator.
-func TestVerifyApartFromSignIn(t *testing.T) {
+func TestCodeApartFromSignIn(t *testing.T) {
 	for name, open := range exactStores() {
 		t.Run(name, func(t *testing.T) {
 			s := open(t)
@@ -134,7 +135,7 @@ func TestVerifyApartFromSignIn(t *testing.T) {
 			t.Cleanup(func() { in.Close() })
 			p := &passwords{}
 			loginH := in.Wrap(p)
-			code, _, codeH := verifyOn(t, handle(t, s, fresh("verify")), middleware.VerifyOptions{})
+			code, _, codeH := verifyOn(t, handle(t, s, fresh("verify")), middleware.SignInOptions{})
 			x := netip.MustParseAddr("192.0.2.1")
 			unused := func(name string, st middleware.Standing) {
 				t.Helper()
@@ -190,7 +191,7 @@ func TestVerifyApartFromSignIn(t *testing.T) {
 	}
 }
 
-func TestVerifyConsecutiveFailuresOption(t *testing.T) {
+func TestCodeConsecutiveFailuresOption(t *testing.T) {
 	for _, tc := range []struct {
 		n    int
 		ok   bool
@@ -204,10 +205,10 @@ func TestVerifyConsecutiveFailuresOption(t *testing.T) {
 		{-1, false, 0},
 	} {
 		t.Run(fmt.Sprint(tc.n), func(t *testing.T) {
-			g, err := middleware.Verify(handle(t, memStore(t, nil), "verify:"), middleware.VerifyOptions{ConsecutiveFailures: tc.n, Logger: quiet})
+			g, err := middleware.SignIn(handle(t, memStore(t, nil), "verify:"), middleware.SignInOptions{Code: true, ConsecutiveFailures: tc.n, Logger: quiet})
 			if !tc.ok {
 				if !errors.Is(err, limiter.ErrInvalidBudget) || !strings.Contains(err.Error(), "NIST") {
-					t.Fatalf("Verify(ConsecutiveFailures: %d): %v, want an error matching limiter.ErrInvalidBudget naming NIST's limit", tc.n, err)
+					t.Fatalf("SignIn(Code, ConsecutiveFailures: %d): %v, want an error matching limiter.ErrInvalidBudget naming NIST's limit", tc.n, err)
 				}
 				return
 			}
@@ -228,9 +229,9 @@ func TestVerifyConsecutiveFailuresOption(t *testing.T) {
 
 // The consecutive cap counts failures from every address whatever the
 // windows; a success from any client clears it, and so does Unlock.
-func TestVerifyConsecutiveCap(t *testing.T) {
+func TestCodeConsecutiveCap(t *testing.T) {
 	loose := limiter.Budget{Limit: 1000, Window: time.Hour}
-	g, c, h := verifyOn(t, handle(t, memStore(t, nil), "verify:"), middleware.VerifyOptions{
+	g, c, h := verifyOn(t, handle(t, memStore(t, nil), "verify:"), middleware.SignInOptions{
 		AccountIPFailures: loose, AccountFailures: loose, ConsecutiveFailures: 3,
 	})
 	steps := []struct {
@@ -274,9 +275,9 @@ func TestVerifyConsecutiveCap(t *testing.T) {
 }
 
 // A right code clears the account's failures from all clients, not only
-// its own attempt's: SignIn refunds one, Verify clears them.
-func TestVerifySuccessClearsAccount(t *testing.T) {
-	_, c, h := verifyOn(t, handle(t, memStore(t, nil), "verify:"), middleware.VerifyOptions{})
+// its own attempt's: SignIn refunds one, a code guard clears them.
+func TestCodeSuccessClearsAccount(t *testing.T) {
+	_, c, h := verifyOn(t, handle(t, memStore(t, nil), "verify:"), middleware.SignInOptions{})
 	for i := range 9 {
 		if code := tryCode(h, addr(i), "alice", "000000").Code; code != 401 {
 			t.Fatalf("wrong code %d: %d, want 401", i+1, code)
@@ -301,9 +302,9 @@ func TestVerifySuccessClearsAccount(t *testing.T) {
 
 // A known and an unknown account get byte-identical answers at every step,
 // the refusals of every budget included.
-func TestVerifyKnownUnknownSame(t *testing.T) {
+func TestCodeKnownUnknownSame(t *testing.T) {
 	clk := clock.NewFake(t0)
-	_, _, h := verifyOn(t, handle(t, memStore(t, clk), "verify:"), middleware.VerifyOptions{
+	_, _, h := verifyOn(t, handle(t, memStore(t, clk), "verify:"), middleware.SignInOptions{
 		AccountIPFailures:   limiter.Budget{Limit: 3, Window: 15 * time.Minute},
 		AccountFailures:     limiter.Budget{Limit: 20, Window: time.Hour},
 		ConsecutiveFailures: 8,
@@ -328,14 +329,14 @@ func TestVerifyKnownUnknownSame(t *testing.T) {
 
 // Account reads the account from the request's session rather than the
 // body; a request without one is answered by Failed and never checked.
-func TestVerifyAccountFunc(t *testing.T) {
+func TestCodeAccountFunc(t *testing.T) {
 	session := func(r *http.Request) (string, error) {
 		if v := r.Header.Get("X-Session-User"); v != "" {
 			return v, nil
 		}
 		return "", keyfunc.ErrNoKey
 	}
-	_, c, h := verifyOn(t, handle(t, memStore(t, nil), "verify:"), middleware.VerifyOptions{Account: session})
+	_, c, h := verifyOn(t, handle(t, memStore(t, nil), "verify:"), middleware.SignInOptions{Account: session})
 	post := func(user, code string) int {
 		r := httptest.NewRequest("POST", "/verify", strings.NewReader(url.Values{"username": {"bob"}, "code": {code}}.Encode()))
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -356,11 +357,11 @@ func TestVerifyAccountFunc(t *testing.T) {
 	}
 }
 
-// Verify emits the sign-in guard's events for codes: the account's budget
+// A code guard emits the sign-in guard's events for codes: the account's budget
 // spent once per window, the cap once, an unlock; never a delay.
-func TestVerifyEvents(t *testing.T) {
+func TestCodeEvents(t *testing.T) {
 	var ev events
-	g, _, h := verifyOn(t, handle(t, memStore(t, nil), "verify:"), middleware.VerifyOptions{
+	g, _, h := verifyOn(t, handle(t, memStore(t, nil), "verify:"), middleware.SignInOptions{
 		AccountIPFailures: limiter.Budget{Limit: 1000, Window: time.Hour},
 		AccountFailures:   limiter.Budget{Limit: 4, Window: time.Hour},
 		OnEvent:           ev.on,
@@ -380,7 +381,7 @@ func TestVerifyEvents(t *testing.T) {
 	}
 
 	ev = events{}
-	_, _, h = verifyOn(t, handle(t, memStore(t, nil), "verify:"), middleware.VerifyOptions{
+	_, _, h = verifyOn(t, handle(t, memStore(t, nil), "verify:"), middleware.SignInOptions{
 		AccountIPFailures:   limiter.Budget{Limit: 1000, Window: time.Hour},
 		AccountFailures:     limiter.Budget{Limit: 1000, Window: time.Hour},
 		ConsecutiveFailures: 30,
@@ -393,6 +394,6 @@ func TestVerifyEvents(t *testing.T) {
 		t.Fatalf("cap events %+v, want one at verify-consecutive's 30", got)
 	}
 	if got := ev.of(middleware.EventDelayed); len(got) != 0 {
-		t.Fatalf("delay events %+v, want none: Verify has no delay ladder", got)
+		t.Fatalf("delay events %+v, want none: a code guard has no delay ladder", got)
 	}
 }

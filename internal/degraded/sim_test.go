@@ -260,11 +260,13 @@ func (w *world) step() {
 		if s.life == nil {
 			return
 		}
-		key := "k" + strconv.Itoa(w.rng.IntN(4))
+		key := "k" + strconv.Itoa(w.rng.IntN(3))
 		if w.rng.IntN(4) == 0 {
 			key = "fresh" + strconv.Itoa(w.rng.IntN(1000))
 		}
-		w.attempt(s, key)
+		for range 1 + w.rng.IntN(w.budget.Limit/2+2) { // a burst
+			w.attempt(s, key)
+		}
 	case r < 64:
 		s.cut = !s.cut
 		w.logf("slot %d: cut %v", s.i, s.cut)

@@ -32,10 +32,10 @@ import (
 // alone; then the schedule runs for less than a window, so that each key
 // counts in one window.
 const (
-	simWindow = time.Minute
-	simFresh  = 5 * time.Second
+	simWindow = 30 * time.Second
+	simFresh  = 4 * time.Second
 	simLife   = simWindow + simFresh
-	simBeat   = time.Second
+	simBeat   = 2 * time.Second
 	simSkew   = 20 * time.Minute // the documented limit of clock skew
 )
 

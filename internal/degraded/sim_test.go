@@ -49,6 +49,7 @@ var (
 // world is one schedule's fleet, store and faults.
 type world struct {
 	t      testing.TB
+	node   func(*world, *life) node
 	rng    *rand.Rand
 	clk    *clock.Fake
 	mem    *memory.Backend
@@ -81,8 +82,7 @@ type slot struct {
 type life struct {
 	id         int
 	s          *slot
-	fleet      *Fleet
-	path       *Path
+	n          node
 	next       time.Time // its next beat, on the store's clock
 	bornCut    bool      // started while its store was out of reach, and has not reached it since
 	outAlone   int       // admitted alone while bornCut
@@ -138,10 +138,10 @@ func (w *world) logf(format string, args ...any) {
 
 var simStart = time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 
-func newWorld(t testing.TB, seed uint64) *world {
+func newWorld(t testing.TB, seed uint64, node func(*world, *life) node) *world {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	w := &world{
-		t: t, rng: rng, clk: clock.NewFake(simStart),
+		t: t, rng: rng, clk: clock.NewFake(simStart), node: node,
 		budget:   store.Budget{Limit: []int{1, 2, 3, 5, 5, 20}[rng.IntN(6)], Window: simWindow},
 		everCut:  map[int]bool{},
 		keys:     map[string]*keyFacts{},
@@ -184,14 +184,7 @@ func (w *world) out(s *slot) bool { return s.cut || s.black >= 0 || w.cutAll }
 func (w *world) start(s *slot) {
 	w.lives++
 	l := &life{id: w.lives, s: s, next: w.clk.Now(), bornCut: w.out(s)}
-	local := clock.Offset{Base: w.clk, Shift: s.skew}
-	l.fleet = NewFleet(FleetOptions{ID: "life" + strconv.Itoa(l.id), Now: local.Now, Fresh: simFresh, Life: simLife})
-	l.path = New(Options{Fleet: l.fleet, Alone: true, MaxKeys: 64, Now: local.Now, Wait: func(ctx context.Context) error {
-		if l.waits++; l.waits%4 == 0 { // the request's deadline passed
-			return context.DeadlineExceeded
-		}
-		return nil
-	}})
+	l.n = w.node(w, l)
 	s.life = l
 	w.all = append(w.all, l)
 	w.logf("slot %d: life %d starts (store out of reach: %v)", s.i, l.id, l.bornCut)
@@ -202,15 +195,63 @@ func (w *world) conn(s *slot, prefix string) conn { return conn{w: w, s: s, pref
 
 func (w *world) beat(l *life) {
 	l.next = w.clk.Now().Add(simBeat)
-	if err := l.fleet.Beat(context.Background(), w.conn(l.s, "fleet")); err != nil {
+	if !l.n.beat() {
 		return
 	}
 	w.registry[l] = true
 	l.bornCut = false
 	l.registered = len(w.registry)
-	if _, err := l.path.Flush(context.Background(), w.conn(l.s, "keys")); err != nil {
-		w.logf("slot %d: life %d beat, flush failed: %v", l.s.i, l.id, err)
+}
+
+// node is an instance's life as the simulation drives it.
+type node interface {
+	// attempt counts one attempt on key.
+	attempt(key string, b store.Budget) (o Outcome, allowed bool, err error)
+	// beat writes the life into the registry, and reports whether it did.
+	beat() bool
+	// stop ends the life cleanly, and reports whether it left the registry.
+	stop() bool
+}
+
+// pathNode is a life of this package's Path and Fleet.
+type pathNode struct {
+	w     *world
+	l     *life
+	fleet *Fleet
+	path  *Path
+}
+
+func newPathNode(w *world, l *life) node {
+	local := clock.Offset{Base: w.clk, Shift: l.s.skew}
+	n := &pathNode{w: w, l: l}
+	n.fleet = NewFleet(FleetOptions{ID: "life" + strconv.Itoa(l.id), Now: local.Now, Fresh: simFresh, Life: simLife})
+	n.path = New(Options{Fleet: n.fleet, Alone: true, MaxKeys: 64, Now: local.Now, Wait: func(ctx context.Context) error {
+		if l.waits++; l.waits%4 == 0 { // the request's deadline passed
+			return context.DeadlineExceeded
+		}
+		return nil
+	}})
+	return n
+}
+
+func (n *pathNode) attempt(key string, b store.Budget) (Outcome, bool, error) {
+	var t store.Tally
+	o, _, err := n.path.Attempt(context.Background(), n.w.conn(n.l.s, "keys"), []string{key}, []store.Budget{b}, 1, &t)
+	return o, t.Allowed, err
+}
+
+func (n *pathNode) beat() bool {
+	if err := n.fleet.Beat(context.Background(), n.w.conn(n.l.s, "fleet")); err != nil {
+		return false
 	}
+	n.path.Flush(context.Background(), n.w.conn(n.l.s, "keys"))
+	return true
+}
+
+func (n *pathNode) stop() bool {
+	ctx := context.Background()
+	clear, _ := n.path.Flush(ctx, n.w.conn(n.l.s, "keys"))
+	return clear && n.fleet.Leave(ctx, n.w.conn(n.l.s, "fleet")) == nil
 }
 
 // attempt sends one attempt on key through slot s.
@@ -221,19 +262,18 @@ func (w *world) attempt(s *slot, key string) {
 		f = &keyFacts{}
 		w.keys[key] = f
 	}
-	var t store.Tally
-	o, cause, err := l.path.Attempt(context.Background(), w.conn(s, "keys"), []string{key}, []store.Budget{w.budget}, 1, &t)
-	w.logf("slot %d: life %d attempts %s: outcome %d allowed %v count %d (%v, %v)", s.i, l.id, key, o, t.Allowed, t.Counts[0], cause, err)
+	o, allowed, err := l.n.attempt(key, w.budget)
+	w.logf("slot %d: life %d attempts %s: outcome %d allowed %v (%v)", s.i, l.id, key, o, allowed, err)
 	switch {
 	case err != nil && !errors.Is(err, context.DeadlineExceeded):
 		w.t.Fatalf("attempt: %v", err)
 	case err != nil:
-	case o == Counted && t.Allowed:
+	case o == Counted && allowed:
 		f.admitted++
 		l.bornCut = false
 	case o == Counted:
 		f.refused = true
-	case o == Alone && t.Allowed:
+	case o == Alone && allowed:
 		f.admitted++
 		f.alone++
 		l.alone++
@@ -290,19 +330,20 @@ func (w *world) step() {
 		w.cutAll = false
 		w.logf("store healed")
 	case r < 81:
-		if s.life != nil {
-			w.logf("slot %d: life %d crashes", s.i, s.life.id)
+		if l := s.life; l != nil {
+			w.logf("slot %d: life %d crashes", s.i, l.id)
+			if c, ok := l.n.(interface{ crash() }); ok {
+				c.crash()
+			}
 			s.life = nil
 		}
 	case r < 84:
 		if l := s.life; l != nil {
-			ctx, c := context.Background(), w.conn(s, "fleet")
-			done, _ := l.path.Flush(ctx, w.conn(s, "keys"))
-			left := done && l.fleet.Leave(ctx, c) == nil
+			left := l.n.stop()
 			if left {
 				delete(w.registry, l)
 			}
-			w.logf("slot %d: life %d stops (owes nothing: %v, left: %v)", s.i, l.id, done, left)
+			w.logf("slot %d: life %d stops (left: %v)", s.i, l.id, left)
 			s.life = nil
 		}
 	default:
@@ -402,7 +443,7 @@ func TestSim(t *testing.T) {
 	first, n := simRuns(t)
 	var rows [4]int // schedules with a key counted alone: healthy, one cut, several; and with a lost write-back
 	for seed := first; seed < first+n; seed++ {
-		w := newWorld(t, seed)
+		w := newWorld(t, seed, newPathNode)
 		end := w.clk.Now().Add(simWindow - time.Second)
 		for steps := 40 + w.rng.IntN(160); steps > 0 && w.clk.Now().Before(end); steps-- {
 			w.step()

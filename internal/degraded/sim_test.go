@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,6 +51,8 @@ var (
 type world struct {
 	t      testing.TB
 	node   func(*world, *life) node
+	sleep  func(time.Duration) // the virtual time of a step, slept by a node on the process clock
+	mu     sync.Mutex          // the faults, for a node with goroutines of its own
 	rng    *rand.Rand
 	clk    *clock.Fake
 	mem    *memory.Backend
@@ -138,10 +141,10 @@ func (w *world) logf(format string, args ...any) {
 
 var simStart = time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 
-func newWorld(t testing.TB, seed uint64, node func(*world, *life) node) *world {
+func newWorld(t testing.TB, seed uint64, node func(*world, *life) node, sleep func(time.Duration)) *world {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	w := &world{
-		t: t, rng: rng, clk: clock.NewFake(simStart), node: node,
+		t: t, rng: rng, clk: clock.NewFake(simStart), node: node, sleep: sleep,
 		budget:   store.Budget{Limit: []int{1, 2, 3, 5, 5, 20}[rng.IntN(6)], Window: simWindow},
 		everCut:  map[int]bool{},
 		keys:     map[string]*keyFacts{},
@@ -160,16 +163,17 @@ func newWorld(t testing.TB, seed uint64, node func(*world, *life) node) *world {
 	}
 	w.logf("budget %d, %d instances, max entries %d", w.budget.Limit, len(w.slots), maxEntries)
 	for range (simLife + simFresh) / simFresh { // the fleet runs together, the store healthy
-		w.clk.Advance(simFresh)
+		w.advance(simFresh)
 		for _, s := range w.slots {
 			w.beat(s.life)
 		}
 	}
 	w.logf("the schedule begins")
 	if maxEntries > 0 {
-		for i := range maxEntries {
+		for i := range maxEntries { // some expire within the schedule, making room
+			ttl := time.Second + time.Duration(rng.Int64N(int64(2*simWindow)))
 			w.mem.Update(context.Background(), "strangers", []string{strconv.Itoa(i)}, func(now time.Time, es []store.Entry) error {
-				es[0].Value, es[0].ExpiresAt = []byte("1"), now.Add(time.Hour)
+				es[0].Value, es[0].ExpiresAt = []byte("1"), now.Add(ttl)
 				return nil
 			})
 		}
@@ -286,16 +290,29 @@ func (w *world) attempt(s *slot, key string) {
 	}
 }
 
+// advance moves the virtual clock by d.
+func (w *world) advance(d time.Duration) {
+	w.clk.Advance(d)
+	if w.sleep != nil {
+		w.sleep(d)
+	}
+}
+
 // step draws and runs the next event.
 func (w *world) step() {
-	w.clk.Advance(time.Duration(w.rng.Int64N(int64(600 * time.Millisecond))))
+	w.advance(time.Duration(w.rng.Int64N(int64(600 * time.Millisecond))))
 	for _, s := range w.slots {
 		if l := s.life; l != nil && !w.clk.Now().Before(l.next) {
 			w.beat(l)
 		}
 	}
 	s := w.slots[w.rng.IntN(len(w.slots))]
-	switch r := w.rng.IntN(100); {
+	r := w.rng.IntN(100)
+	if r >= 60 && r < 77 {
+		w.mu.Lock() // a fault changes
+		defer w.mu.Unlock()
+	}
+	switch {
 	case r < 60:
 		if s.life == nil {
 			return
@@ -443,7 +460,7 @@ func TestSim(t *testing.T) {
 	first, n := simRuns(t)
 	var rows [4]int // schedules with a key counted alone: healthy, one cut, several; and with a lost write-back
 	for seed := first; seed < first+n; seed++ {
-		w := newWorld(t, seed, newPathNode)
+		w := newWorld(t, seed, newPathNode, nil)
 		end := w.clk.Now().Add(simWindow - time.Second)
 		for steps := 40 + w.rng.IntN(160); steps > 0 && w.clk.Now().Before(end); steps-- {
 			w.step()

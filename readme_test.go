@@ -184,6 +184,7 @@ var wellKnown = map[string]string{
 	"limiter":    "github.com/gatecount/gatecount/limiter",
 	"metrics":    "github.com/gatecount/gatecount/metrics",
 	"middleware": "github.com/gatecount/gatecount/middleware",
+	"challenge":  "github.com/gatecount/gatecount/middleware/challenge",
 	"store":      "github.com/gatecount/gatecount/store",
 	"memory":     "github.com/gatecount/gatecount/store/memory",
 	"postgres":   "github.com/gatecount/gatecount/store/postgres",

@@ -107,6 +107,7 @@ import (
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/middleware/challenge"
 	"github.com/gatecount/gatecount/store/keyhash"
 	"github.com/gatecount/gatecount/store/storekit"
 )
@@ -172,10 +173,10 @@ type SignInBudgets struct {
 	// hour, or off; RATE_LIMIT_LOGIN_SPRAY_FIELD).
 	Spray middleware.SprayOptions
 	// Challenge answers a refusal by an account's windowed budget with a
-	// challenge: a [middleware.ProofOfWork] under GATECOUNT_SECRET when
+	// challenge: a [challenge.ProofOfWork] under GATECOUNT_SECRET when
 	// RATE_LIMIT_LOGIN_CHALLENGE is pow, of RATE_LIMIT_LOGIN_CHALLENGE_BITS;
 	// nil when off.
-	Challenge middleware.Challenge
+	Challenge challenge.Provider
 	// ChallengeAttempts bounds an account's challenged attempts
 	// (RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS), per hour.
 	ChallengeAttempts limiter.Budget

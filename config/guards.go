@@ -8,6 +8,7 @@ import (
 
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/middleware/challenge"
 )
 
 // SignInBudgets reads the sign-in guard's budgets (RATE_LIMIT_LOGIN_*),
@@ -37,20 +38,20 @@ func (r *reader) signIn(secret []byte) SignInBudgets {
 
 // challenge reads a guard's challenge: off (or unset) or pow, a proof of
 // work of the variable bits' base difficulty, keyed by secret.
-func (r *reader) challenge(name, bits string, secret []byte) middleware.Challenge {
-	n := r.count(bits, middleware.MaxProofOfWorkBits)
+func (r *reader) challenge(name, bits string, secret []byte) challenge.Provider {
+	n := r.count(bits, challenge.MaxBits)
 	switch v := r.str(name); v {
 	case "", "off":
 		return nil
-	case middleware.ProofOfWorkScheme:
-		p, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: secret, Bits: n})
+	case challenge.ProofOfWorkScheme:
+		p, err := challenge.NewProofOfWork(challenge.ProofOfWorkOptions{Secret: secret, Bits: n})
 		if err != nil {
 			r.fail(bits, r.str(bits), err.Error())
 			return nil
 		}
 		return p
 	default:
-		r.fail(name, v, "off, or pow: a proof of work (middleware.ProofOfWork)")
+		r.fail(name, v, "off, or pow: a proof of work (challenge.ProofOfWork)")
 		return nil
 	}
 }

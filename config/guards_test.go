@@ -9,6 +9,7 @@ import (
 
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/middleware/challenge"
 )
 
 // Vars reads the guards' budgets as Parse does, for a tool that reads
@@ -95,7 +96,7 @@ func TestSignInChallengeParse(t *testing.T) {
 	}{
 		{nil, 0, ""},
 		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE", "off"}, 0, ""},
-		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE", "pow"}, middleware.DefaultProofOfWorkBits, ""},
+		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE", "pow"}, 17, ""}, // the proof of work's default
 		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE", "pow", "RATE_LIMIT_LOGIN_CHALLENGE_BITS", "8", "GATECOUNT_SECRET", secret}, 8, ""},
 		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE", "captcha"}, 0, "RATE_LIMIT_LOGIN_CHALLENGE"},
 		{[]string{"RATE_LIMIT_LOGIN_CHALLENGE", "pow", "RATE_LIMIT_LOGIN_CHALLENGE_BITS", "41"}, 0, "RATE_LIMIT_LOGIN_CHALLENGE_BITS"},
@@ -110,7 +111,7 @@ func TestSignInChallengeParse(t *testing.T) {
 		if tc.bad != "" {
 			continue
 		}
-		p, _ := c.SignIn.Challenge.(*middleware.ProofOfWork)
+		p, _ := c.SignIn.Challenge.(*challenge.ProofOfWork)
 		if (tc.bits == 0) != (c.SignIn.Challenge == nil) || (tc.bits != 0 && (p == nil || p.Bits(0) != tc.bits)) {
 			t.Errorf("%q: challenge %v, want a proof of work of %d bits", tc.env, c.SignIn.Challenge, tc.bits)
 		}

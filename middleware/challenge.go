@@ -12,81 +12,18 @@ import (
 
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/middleware/challenge"
 )
 
 // DefaultChallengeBudget bounds the challenged attempts of one account:
 // those let past its windowed budget by an answered challenge.
 var DefaultChallengeBudget = limiter.Budget{Limit: 10, Window: time.Hour}
 
-// The wire names of a challenge.
-const (
-	// ChallengeHeader carries the challenge of a challenged refusal, as a
-	// structured-field dictionary: scheme="pow", token="…", bits=17.
-	ChallengeHeader = "Gatecount-Challenge"
-	// AnswerHeader carries a client's answer to a challenge.
-	AnswerHeader = "Gatecount-Challenge-Answer"
-	// AnswerField is the body field that carries the answer when
-	// [AnswerHeader] is absent: a form's hidden input, a JSON member.
-	AnswerField = "gatecount-challenge-answer"
-	// MaxAnswerBytes bounds an answer in [AnswerHeader]; one in the body is
-	// bounded as the account field is (SignInOptions.Body).
-	MaxAnswerBytes = 4096
-	// MaxChallengeID bounds [Solved].ID.
-	MaxChallengeID = 128
-)
-
-// Challenge is a test a client passes to get one more attempt when the
-// account's windowed budget, not the client's own, refuses it: a CAPTCHA
-// of the app's provider, or [ProofOfWork]. Its methods must be safe for
-// concurrent use, and must not tell whether the account exists.
-type Challenge interface {
-	// Issue returns a new challenge for a client of c.
-	Issue(ctx context.Context, c ChallengeFor) (Issued, error)
-	// Verify checks answer, as the client sent it, for c, without recording
-	// it. The guard records its ID in the same store update that counts the
-	// attempt, so that an answer is taken once on every instance. An answer
-	// it refuses is an error.
-	Verify(ctx context.Context, answer string, c ChallengeFor) (Solved, error)
-}
-
-// ChallengeFor is whom a challenge is issued to, or answered by.
-type ChallengeFor struct {
-	// Account is the account, normalised as the guard counts it.
-	Account string
-	// Addr is the client address's key ([keyfunc.IPKeyer.Key]).
-	Addr string
-	// Failures is how many challenged attempts on the account failed in
-	// the window of its challenge budget, for a difficulty that grows. In
-	// Verify it is the count when the answer comes, not when the challenge
-	// was issued.
-	Failures int
-}
-
-// Issued is a challenge as the client gets it.
-type Issued struct {
-	// Scheme names the kind: [ProofOfWorkScheme], or the app's own.
-	Scheme string
-	// Token is the challenge, for the client's solver or widget: 1 to
-	// 1024 bytes of printable ASCII but '"' and '\'.
-	Token string
-	// Bits is the difficulty of a proof of work; zero otherwise.
-	Bits int
-}
-
-// Solved is what Verify learns of a valid answer.
-type Solved struct {
-	// ID names the challenge answered, unique among all challenges: 1 to
-	// [MaxChallengeID] bytes. The guard refuses it again until Expires.
-	ID string
-	// Expires is when the challenge stops being answerable.
-	Expires time.Time
-}
-
 // challenger is a guard's challenge and what answering with it takes.
 type challenger struct {
-	c      Challenge
+	c      challenge.Provider
 	budget limiter.Budget
-	answer keyfunc.Func // reads AnswerField from the body
+	answer keyfunc.Func // reads challenge.AnswerField from the body
 	// fields name the budgets of a challenged attempt: NAME-account-ip,
 	// NAME-challenge, NAME-consecutive, NAME-spray (with Spray on), NAME-ip
 	// and the networks'. entries maps its keys to them, and sprayEntries
@@ -160,7 +97,7 @@ func newChallenger(o *SignInOptions, consecutive limiter.Budget, spray bool) (*c
 	fIP := len(names) - 3
 	return &challenger{
 		c: o.Challenge, budget: o.ChallengeBudget,
-		answer:  keyfunc.BodyField(AnswerField, o.Body),
+		answer:  keyfunc.BodyField(challenge.AnswerField, o.Body),
 		fields:  newFields(names, budgets, o.Remaining.hidden(true), o.LegacyHeaders),
 		entries: [chalIP + addrKeys]int{chalAccountIP: 0, chalChallenge: 1, chalConsecutive: 2, chalPuzzle: 1, chalIP: fIP, chalIP + 1: fIP + 1, chalIP + 2: fIP + 2},
 		sprayEntries: [chalSprayIP + addrKeys]int{chalAccountIP: 0, chalChallenge: 1, chalConsecutive: 2, chalPuzzle: 1, chalSpray: 3, chalMarker: 3,
@@ -169,11 +106,11 @@ func newChallenger(o *SignInOptions, consecutive limiter.Budget, spray bool) (*c
 	}, nil
 }
 
-// readAnswer returns r's answer to a challenge: AnswerHeader, else
-// AnswerField of the body; "" when there is none, or it cannot be read.
+// readAnswer returns r's answer to a challenge: challenge.AnswerHeader,
+// else challenge.AnswerField of the body; "" when there is none, or it cannot be read.
 func (c *challenger) readAnswer(r *http.Request) string {
-	if v := r.Header.Values(AnswerHeader); len(v) > 0 {
-		if len(v) > 1 || len(v[0]) > MaxAnswerBytes {
+	if v := r.Header.Values(challenge.AnswerHeader); len(v) > 0 {
+		if len(v) > 1 || len(v[0]) > challenge.MaxAnswerBytes {
 			return "\x00" // refused as malformed: never taken for no answer
 		}
 		return v[0]
@@ -205,11 +142,11 @@ func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, 
 		return false
 	}
 	account := a.out.account
-	who := ChallengeFor{Account: account, Addr: a.ip}
+	who := challenge.For{Account: account, Addr: a.ip}
 	who.Failures, _ = c.recall(account)
 	s, err := c.c.Verify(r.Context(), answer, who)
-	if err == nil && (s.ID == "" || len(s.ID) > MaxChallengeID) {
-		err = fmt.Errorf("middleware: challenge answer with an ID of %d bytes, want 1 to %d", len(s.ID), MaxChallengeID)
+	if err == nil && (s.ID == "" || len(s.ID) > challenge.MaxID) {
+		err = fmt.Errorf("middleware: challenge answer with an ID of %d bytes, want 1 to %d", len(s.ID), challenge.MaxID)
 	}
 	if err != nil {
 		return g.answerRefused(w, r, a.ip, exempt, err)
@@ -241,10 +178,10 @@ func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, 
 	}
 	if !d.Allowed && !d.Shadow && (!d.Unavailable || d.Local) && d.RemainingOf(chalPuzzle) == 0 &&
 		d.RemainingOf(chalAccountIP) > 0 && roomFrom(&d, addr) {
-		return g.answerRefused(w, r, a.ip, exempt, fmt.Errorf("%w: answered before", ErrChallengeAnswer))
+		return g.answerRefused(w, r, a.ip, exempt, fmt.Errorf("%w: answered before", challenge.ErrAnswer))
 	}
 	if counted(&d) {
-		pow, ok := c.c.(*ProofOfWork) // a provider's answer may be verified once only
+		pow, ok := c.c.(*challenge.ProofOfWork) // a provider's answer may be verified once only
 		if f := c.budget.Limit - d.RemainingOf(chalChallenge) - 1; ok && f > who.Failures {
 			// Challenged attempts counted since this instance last
 			// asked: the answer must meet their difficulty too.
@@ -323,7 +260,7 @@ func (g *SignInGuard) issue(w http.ResponseWriter, r *http.Request, d *limiter.D
 		g.serve(w, d, p)
 		return
 	}
-	is, err := c.c.Issue(ctx, ChallengeFor{Account: a.out.account, Addr: a.ip, Failures: failures})
+	is, err := c.c.Issue(ctx, challenge.For{Account: a.out.account, Addr: a.ip, Failures: failures})
 	if err == nil {
 		err = checkIssued(is)
 	}
@@ -359,8 +296,8 @@ func (c *challenger) remember(account string, failures int) {
 }
 
 // checkIssued refuses a challenge the wire format cannot carry.
-func checkIssued(is Issued) error {
-	ok := isToken(is.Scheme) && len(is.Token) > 0 && len(is.Token) <= 1024 && is.Bits >= 0 && is.Bits <= MaxProofOfWorkBits
+func checkIssued(is challenge.Issued) error {
+	ok := isToken(is.Scheme) && len(is.Token) > 0 && len(is.Token) <= 1024 && is.Bits >= 0 && is.Bits <= challenge.MaxBits
 	for i := 0; ok && i < len(is.Token); i++ {
 		ok = is.Token[i] >= ' ' && is.Token[i] < 0x7f && is.Token[i] != '"' && is.Token[i] != '\\'
 	}
@@ -370,11 +307,11 @@ func checkIssued(is Issued) error {
 	return nil
 }
 
-// writeChallenge answers 429 with challenge is: in ChallengeHeader, and in
+// writeChallenge answers 429 with challenge is: in challenge.Header, and in
 // an RFC 9457 problem document's "challenge" member. Its fields are
 // printable ASCII without quotes or backslashes (checkIssued), so they are
 // written as they are.
-func writeChallenge(w http.ResponseWriter, is Issued) {
+func writeChallenge(w http.ResponseWriter, is challenge.Issued) {
 	var b strings.Builder
 	b.WriteString(`scheme="`)
 	b.WriteString(is.Scheme)
@@ -383,7 +320,7 @@ func writeChallenge(w http.ResponseWriter, is Issued) {
 	b.WriteString(`", bits=`)
 	b.WriteString(strconv.Itoa(is.Bits))
 	h := w.Header()
-	h.Set(ChallengeHeader, b.String())
+	h.Set(challenge.Header, b.String())
 	body := `{"type":"about:blank","title":"Too Many Requests","status":429,` +
 		`"detail":"Answer the challenge and try again, or retry after the time in the Retry-After header.",` +
 		`"challenge":{"scheme":"` + is.Scheme + `","token":"` + is.Token + `","bits":` + strconv.Itoa(is.Bits) + "}}\n"

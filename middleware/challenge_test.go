@@ -23,6 +23,7 @@ import (
 	"github.com/gatecount/gatecount/internal/servicetest"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/middleware/challenge"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -32,7 +33,7 @@ var powSecret = []byte("a proof-of-work secret of 32 bytes or more")
 // account budget is 3 an hour, her challenged attempts 4.
 func challengeOptions(t testing.TB, ev *events) middleware.SignInOptions {
 	t.Helper()
-	pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: powSecret, Bits: 4, MaxBits: 12})
+	pow, err := challenge.NewProofOfWork(challenge.ProofOfWorkOptions{Secret: powSecret, Bits: 4, MaxBits: 12})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,10 +63,10 @@ func challengeOf(t *testing.T, w *httptest.ResponseRecorder) (puzzle, bool) {
 		Status    int     `json:"status"`
 		Challenge *puzzle `json:"challenge"`
 	}
-	h := w.Header().Get(middleware.ChallengeHeader)
+	h := w.Header().Get(challenge.Header)
 	if w.Code != 429 || json.Unmarshal(w.Body.Bytes(), &body) != nil || body.Challenge == nil {
 		if h != "" {
-			t.Fatalf("%d with %s %q but no challenge in its body %q", w.Code, middleware.ChallengeHeader, h, w.Body)
+			t.Fatalf("%d with %s %q but no challenge in its body %q", w.Code, challenge.Header, h, w.Body)
 		}
 		return puzzle{}, false
 	}
@@ -82,7 +83,7 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 // hashes it took.
 func solve(t *testing.T, p puzzle) (string, int) {
 	t.Helper()
-	a, n, err := middleware.SolveProofOfWork(context.Background(), p.Token, p.Bits)
+	a, n, err := challenge.Solve(context.Background(), p.Token, p.Bits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func solve(t *testing.T, p puzzle) (string, int) {
 func answer(h http.Handler, ip, user, password, a string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest("POST", "/login", strings.NewReader(form(user, password)))
 	r.Header.Set("Content-Type", formCT)
-	r.Header.Set(middleware.AnswerHeader, a)
+	r.Header.Set(challenge.AnswerHeader, a)
 	r.RemoteAddr = "127.0.0.1:4000"
 	r.Header.Set("X-Forwarded-For", ip)
 	w := httptest.NewRecorder()
@@ -286,7 +287,7 @@ func TestSignInChallengeAnswerInForm(t *testing.T) {
 	}
 	a, _ := solve(t, c)
 	body := func(answer string) string {
-		return url.Values{"username": {"alice"}, "password": {"right"}, middleware.AnswerField: {answer}}.Encode()
+		return url.Values{"username": {"alice"}, "password": {"right"}, challenge.AnswerField: {answer}}.Encode()
 	}
 	for i, forged := range []string{"nonsense", a[:len(a)-1] + "x", unsolved(c)} {
 		if _, ok := challengeOf(t, post(h, "203.0.113.7", formCT, body(forged))); !ok {
@@ -305,7 +306,7 @@ func TestSignInChallengeAnswerInForm(t *testing.T) {
 		t.Fatal("no challenge from another address")
 	}
 	a, _ = solve(t, c)
-	js, _ := json.Marshal(map[string]string{"username": "alice", "password": "right", middleware.AnswerField: a})
+	js, _ := json.Marshal(map[string]string{"username": "alice", "password": "right", challenge.AnswerField: a})
 	if w := post(h, "203.0.113.8", "application/json", string(js)); w.Code != 200 {
 		t.Fatalf("alice with her answer in JSON: %d %s", w.Code, w.Body)
 	}
@@ -329,8 +330,8 @@ func TestSignInChallengeKnownUnknownAlike(t *testing.T) {
 		keep := func(w *httptest.ResponseRecorder) *httptest.ResponseRecorder {
 			hd := w.Header().Clone()
 			hd.Del("Date")
-			if v := hd.Get(middleware.ChallengeHeader); v != "" {
-				hd.Set(middleware.ChallengeHeader, tokenRE.ReplaceAllString(v, "T"))
+			if v := hd.Get(challenge.Header); v != "" {
+				hd.Set(challenge.Header, tokenRE.ReplaceAllString(v, "T"))
 			}
 			out = append(out, step{w.Code, hd, tokenRE.ReplaceAllString(w.Body.String(), "T")})
 			return w
@@ -375,26 +376,26 @@ func equalHeaders(a, b http.Header) bool {
 
 // captcha is an app's own provider: its answer is "ok:" and an ID.
 type captcha struct {
-	issued middleware.Issued
+	issued challenge.Issued
 	err    error
 }
 
-func (c captcha) Issue(context.Context, middleware.ChallengeFor) (middleware.Issued, error) {
+func (c captcha) Issue(context.Context, challenge.For) (challenge.Issued, error) {
 	return c.issued, c.err
 }
 
-func (c captcha) Verify(_ context.Context, answer string, _ middleware.ChallengeFor) (middleware.Solved, error) {
+func (c captcha) Verify(_ context.Context, answer string, _ challenge.For) (challenge.Solved, error) {
 	id, ok := strings.CutPrefix(answer, "ok:")
 	if !ok {
-		return middleware.Solved{}, errors.New("wrong answer")
+		return challenge.Solved{}, errors.New("wrong answer")
 	}
-	return middleware.Solved{ID: id, Expires: time.Now().Add(time.Minute)}, nil
+	return challenge.Solved{ID: id, Expires: time.Now().Add(time.Minute)}, nil
 }
 
 // An app's own provider: what it issues is sent as it is, unless the
 // wire cannot carry it; its IDs are taken once and must be short.
 func TestSignInChallengeProvider(t *testing.T) {
-	widget := middleware.Issued{Scheme: "captcha", Token: "site-key-123"}
+	widget := challenge.Issued{Scheme: "captcha", Token: "site-key-123"}
 	for _, tc := range []struct {
 		name      string
 		c         captcha
@@ -405,11 +406,11 @@ func TestSignInChallengeProvider(t *testing.T) {
 		{"issued and answered", captcha{issued: widget}, "ok:abc", true, 200},
 		{"answered twice", captcha{issued: widget}, "ok:abc", true, 429},
 		{"wrong answer", captcha{issued: widget}, "no", true, 429},
-		{"ID too long", captcha{issued: widget}, "ok:" + strings.Repeat("x", middleware.MaxChallengeID+1), true, 429},
+		{"ID too long", captcha{issued: widget}, "ok:" + strings.Repeat("x", challenge.MaxID+1), true, 429},
 		{"empty ID", captcha{issued: widget}, "ok:", true, 429},
 		{"issue failed", captcha{err: errors.New("provider down")}, "ok:def", false, 200},
-		{"token with a quote", captcha{issued: middleware.Issued{Scheme: "captcha", Token: `a"b`}}, "ok:ghi", false, 200},
-		{"scheme not a token", captcha{issued: middleware.Issued{Scheme: "a b", Token: "t"}}, "ok:jkl", false, 200},
+		{"token with a quote", captcha{issued: challenge.Issued{Scheme: "captcha", Token: `a"b`}}, "ok:ghi", false, 200},
+		{"scheme not a token", captcha{issued: challenge.Issued{Scheme: "a b", Token: "t"}}, "ok:jkl", false, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ev events
@@ -420,11 +421,11 @@ func TestSignInChallengeProvider(t *testing.T) {
 				post(h, guessAddr(i), formCT, form("alice", "wrong"))
 			}
 			w := post(h, "203.0.113.7", formCT, form("alice", "right"))
-			if w.Code != 429 || (w.Header().Get(middleware.ChallengeHeader) != "") != tc.challenge {
+			if w.Code != 429 || (w.Header().Get(challenge.Header) != "") != tc.challenge {
 				t.Fatalf("refusal: %d %q, want 429 with a challenge: %v", w.Code, w.Header(), tc.challenge)
 			}
-			if tc.challenge && w.Header().Get(middleware.ChallengeHeader) != `scheme="captcha", token="site-key-123", bits=0` {
-				t.Fatalf("challenge %q", w.Header().Get(middleware.ChallengeHeader))
+			if tc.challenge && w.Header().Get(challenge.Header) != `scheme="captcha", token="site-key-123", bits=0` {
+				t.Fatalf("challenge %q", w.Header().Get(challenge.Header))
 			}
 			if tc.name == "answered twice" {
 				answer(h, "203.0.113.7", "alice", "right", tc.answer)
@@ -441,7 +442,7 @@ func TestSignInChallengeProvider(t *testing.T) {
 // and a password refused everywhere is refused behind an answer too.
 func TestSignInChallengeCountsPassword(t *testing.T) {
 	const sprayed = "Summer2026!"
-	pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: powSecret, Bits: 4})
+	pow, err := challenge.NewProofOfWork(challenge.ProofOfWorkOptions{Secret: powSecret, Bits: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,11 +504,11 @@ func TestSignInChallengeCountsPassword(t *testing.T) {
 // every challenge, reaches the cap no sooner with Challenge on than off,
 // with the default budgets and delays.
 func TestSignInChallengeCapNoSooner(t *testing.T) {
-	pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: powSecret, Bits: 4})
+	pow, err := challenge.NewProofOfWork(challenge.ProofOfWorkOptions{Secret: powSecret, Bits: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	toCap := func(c middleware.Challenge) (time.Duration, int) {
+	toCap := func(c challenge.Provider) (time.Duration, int) {
 		clk := clock.NewFake(t0)
 		_, p, h := signIn(t, clk, middleware.SignInOptions{Device: middleware.DeviceOptions{Secret: deviceSecret}, Challenge: c})
 		if w := post(h, "203.0.113.1", formCT, form("alice", "right")); w.Code != 200 { // an account that signs in keeps its count

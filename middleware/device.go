@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/middleware/internal/derive"
 )
 
 // Defaults of [DeviceOptions].
@@ -136,7 +137,7 @@ func newDevices(o DeviceOptions) (*devices, error) {
 	if o.Failures == (limiter.Budget{}) {
 		o.Failures = DefaultDeviceFailures
 	}
-	key, err := deriveKey(o.Secret, deviceKeyLabel)
+	key, err := derive.Key(o.Secret, deviceKeyLabel)
 	if err != nil {
 		return nil, fmt.Errorf("middleware: device %w", err)
 	}

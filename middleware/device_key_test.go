@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/middleware/challenge"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/memory"
 )
@@ -22,8 +23,8 @@ func (sharedBackend) Shared() bool { return true }
 // would sign what other instances refuse, and count one password apart on
 // each. On a store of one process, a random key of the process serves.
 func TestSignInSecretOnSharedStore(t *testing.T) {
-	pow := func(secret []byte) middleware.Challenge {
-		p, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: secret})
+	pow := func(secret []byte) challenge.Provider {
+		p, err := challenge.NewProofOfWork(challenge.ProofOfWorkOptions{Secret: secret})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/middleware/challenge"
 	"github.com/gatecount/gatecount/store"
 )
 
@@ -177,11 +178,11 @@ type SignInOptions struct {
 	// (NAME-delay); the zero value gives the defaults.
 	Delay Delay
 	// Challenge, when set, answers an attempt that the account's windowed
-	// budget refuses with a challenge (see Challenge): a client that
+	// budget refuses with a challenge (see package challenge): a client that
 	// answers it gets one more attempt, still subject to the delay ladder.
 	// Nil refuses, as before. The guard writes a challenged refusal
 	// itself, never OnLimit.
-	Challenge Challenge
+	Challenge challenge.Provider
 	// ChallengeBudget bounds an account's challenged attempts
 	// (NAME-challenge); zero means [DefaultChallengeBudget] (10 per hour).
 	ChallengeBudget limiter.Budget
@@ -381,8 +382,8 @@ func strangersWindow(o *SignInOptions, rules accountRules, spray bool, delayMax 
 	}
 	if o.Challenge != nil {
 		w = max(w, o.ChallengeBudget.Span())
-		if p, ok := o.Challenge.(*ProofOfWork); ok {
-			w = max(w, p.o.Lifetime+time.Minute) // an answered puzzle's key
+		if p, ok := o.Challenge.(*challenge.ProofOfWork); ok {
+			w = max(w, p.Lifetime()+time.Minute) // an answered puzzle's key
 		}
 	}
 	return min(w, limiter.MaxWindow)
@@ -670,14 +671,14 @@ func secretShared(h *store.Handle, o *SignInOptions, rules accountRules) error {
 		return nil
 	}
 	var what string
-	p, pow := o.Challenge.(*ProofOfWork)
+	p, pow := o.Challenge.(*challenge.ProofOfWork)
 	switch {
 	case o.Device.Secret == nil && !o.Device.Off:
 		what = "device cookies (DeviceOptions.Secret)"
 	case o.Device.Secret == nil && !o.Spray.Off && rules.account == nil:
 		what = "password count (DeviceOptions.Secret)"
-	case pow && !p.shared():
-		what = "puzzles (ProofOfWorkOptions.Secret)"
+	case pow && !p.Shared():
+		what = "puzzles (challenge.ProofOfWorkOptions.Secret)"
 	default:
 		return nil
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/middleware/internal/derive"
 )
 
 // DefaultPasswordSpray is the budget of distinct accounts one password may
@@ -82,7 +83,7 @@ func newSprayer(o SprayOptions, account string, secret []byte) (*sprayer, error)
 	if err := o.Budget.Validate(); err != nil {
 		return nil, fmt.Errorf("middleware: password spray budget: %w", err)
 	}
-	key, err := deriveKey(secret, sprayKeyLabel)
+	key, err := derive.Key(secret, sprayKeyLabel)
 	if err != nil {
 		return nil, fmt.Errorf("middleware: password spray: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/middleware/challenge"
 	"github.com/gatecount/gatecount/store"
 	"github.com/gatecount/gatecount/store/keyhash"
 	"github.com/gatecount/gatecount/store/memory"
@@ -139,7 +140,7 @@ func TestMadeUpNamesHoldNoRoom(t *testing.T) {
 // windowed budget: the cap's count of a name that never signed in expires
 // with the rest, on passwords and codes alike, and with SignIn's back-off and challenges.
 func TestMadeUpNameEntriesExpire(t *testing.T) {
-	pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{Secret: powSecret})
+	pow, err := challenge.NewProofOfWork(challenge.ProofOfWorkOptions{Secret: powSecret})
 	if err != nil {
 		t.Fatal(err)
 	}

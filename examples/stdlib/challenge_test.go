@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/gatecount/gatecount/examples/internal/demotest"
-	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/middleware/challenge"
 )
 
 // challengeBits is the base difficulty of the fleet's puzzles, low so
@@ -29,7 +29,7 @@ func challengeOf(res *http.Response, body string) (token string, bits int, ok bo
 		}
 	}
 	if res.StatusCode != http.StatusTooManyRequests || json.Unmarshal([]byte(body), &p) != nil || p.Challenge == nil ||
-		p.Challenge.Scheme != middleware.ProofOfWorkScheme || res.Header.Get(middleware.ChallengeHeader) == "" {
+		p.Challenge.Scheme != challenge.ProofOfWorkScheme || res.Header.Get(challenge.Header) == "" {
 		return "", 0, false
 	}
 	return p.Challenge.Token, p.Challenge.Bits, true
@@ -82,12 +82,12 @@ func TestChallengeFleet(t *testing.T) {
 	login := func(s *demotest.Server, ip, user, password, answer string) (*http.Response, string) {
 		v := url.Values{"username": {user}, "password": {password}}
 		if answer != "" {
-			v.Set(middleware.AnswerField, answer)
+			v.Set(challenge.AnswerField, answer)
 		}
 		return demotest.PostBody(t, s.URL+"/login", ip, "application/x-www-form-urlencoded", v.Encode())
 	}
 	solve := func(token string, bits int) (string, int) {
-		a, n, err := middleware.SolveProofOfWork(context.Background(), token, bits)
+		a, n, err := challenge.Solve(context.Background(), token, bits)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +209,7 @@ func TestChallengeSignInPage(t *testing.T) {
 		return res, string(b)
 	}
 	res, page := get("/login")
-	if res.StatusCode != 200 || !strings.Contains(page, `src="/login/pow.js"`) || !strings.Contains(page, middleware.AnswerField) {
+	if res.StatusCode != 200 || !strings.Contains(page, `src="/login/pow.js"`) || !strings.Contains(page, challenge.AnswerField) {
 		t.Fatalf("GET /login: %d %s", res.StatusCode, page)
 	}
 	res, script := get("/login/pow.js")

@@ -3,7 +3,7 @@ package demo
 import (
 	"net/http"
 
-	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/middleware/challenge"
 )
 
 // signInPage is the demo's sign-in form. It posts with fetch; when the
@@ -22,7 +22,7 @@ const signInPage = `<!doctype html>
 <form id="signin" method="post" action="/login">
 <label>Username <input name="username" autocomplete="username" required></label>
 <label>Password <input name="password" type="password" autocomplete="current-password" required></label>
-<input type="hidden" name="` + middleware.AnswerField + `">
+<input type="hidden" name="` + challenge.AnswerField + `">
 <button>Sign in</button>
 <p id="status" role="status"></p>
 </form>
@@ -30,7 +30,7 @@ const signInPage = `<!doctype html>
 document.getElementById("signin").addEventListener("submit", async function (e) {
   e.preventDefault();
   const form = e.target, status = document.getElementById("status");
-  form.elements["` + middleware.AnswerField + `"].value = "";
+  form.elements["` + challenge.AnswerField + `"].value = "";
   for (let tries = 0; tries < 2; tries++) {
     const res = await fetch(form.action, {method: "POST", body: new URLSearchParams(new FormData(form))});
     if (res.status !== 429) {
@@ -45,7 +45,7 @@ document.getElementById("signin").addEventListener("submit", async function (e) 
     }
     status.textContent = "Checking this browser…";
     await new Promise(r => setTimeout(r, 0)); // let the status show
-    form.elements["` + middleware.AnswerField + `"].value = gatecountSolve(c.token, c.bits).answer;
+    form.elements["` + challenge.AnswerField + `"].value = gatecountSolve(c.token, c.bits).answer;
   }
   status.textContent = "Too many attempts: try again later.";
 });
@@ -67,7 +67,7 @@ func (a *App) SignInPageHandler() http.Handler {
 // /login/pow.js) when RATE_LIMIT_LOGIN_CHALLENGE is pow, and 404
 // otherwise.
 func (a *App) ChallengeScriptHandler() http.Handler {
-	if p, ok := a.Config.SignIn.Challenge.(*middleware.ProofOfWork); ok {
+	if p, ok := a.Config.SignIn.Challenge.(*challenge.ProofOfWork); ok {
 		return p.Script()
 	}
 	return http.NotFoundHandler()

@@ -1,4 +1,4 @@
-package middleware
+package challenge
 
 import (
 	"context"
@@ -28,12 +28,12 @@ func TestProofOfWorkVerify(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	p := newTestPoW(t, ProofOfWorkOptions{Secret: powSecret, Bits: 6, MaxBits: 9})
 	p.now = func() time.Time { return now }
-	alice := ChallengeFor{Account: "alice", Addr: "192.0.2.1"}
+	alice := For{Account: "alice", Addr: "192.0.2.1"}
 	is, err := p.Issue(ctx, alice)
 	if err != nil || is.Scheme != ProofOfWorkScheme || is.Bits != 6 || len(is.Token) != puzzleToken {
 		t.Fatalf("Issue = %+v, %v; want a pow token of %d bytes and 6 bits", is, err, puzzleToken)
 	}
-	answer, _, err := SolveProofOfWork(ctx, is.Token, is.Bits)
+	answer, _, err := Solve(ctx, is.Token, is.Bits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,20 +47,20 @@ func TestProofOfWorkVerify(t *testing.T) {
 	}
 	other := newTestPoW(t, ProofOfWorkOptions{Secret: []byte("another secret of at least 32 bytes!!"), Bits: 6})
 	forged, _ := other.Issue(ctx, alice)
-	forgedAnswer, _, _ := SolveProofOfWork(ctx, forged.Token, forged.Bits)
+	forgedAnswer, _, _ := Solve(ctx, forged.Token, forged.Bits)
 	for _, tc := range []struct {
 		name   string
 		answer string
-		c      ChallengeFor
+		c      For
 		at     time.Time
 		ok     bool
 	}{
 		{"valid", answer, alice, now, true},
-		{"valid until its last second", answer, alice, now.Add(DefaultPuzzleLifetime - time.Second), true},
-		{"expired", answer, alice, now.Add(DefaultPuzzleLifetime), false},
-		{"another account", answer, ChallengeFor{Account: "alicf", Addr: "192.0.2.1"}, now, false},
-		{"another address", answer, ChallengeFor{Account: "alice", Addr: "192.0.2.2"}, now, false},
-		{"account and address shifted", answer, ChallengeFor{Account: "alice1", Addr: "92.0.2.1"}, now, false},
+		{"valid until its last second", answer, alice, now.Add(defaultLifetime - time.Second), true},
+		{"expired", answer, alice, now.Add(defaultLifetime), false},
+		{"another account", answer, For{Account: "alicf", Addr: "192.0.2.1"}, now, false},
+		{"another address", answer, For{Account: "alice", Addr: "192.0.2.2"}, now, false},
+		{"account and address shifted", answer, For{Account: "alice1", Addr: "92.0.2.1"}, now, false},
 		{"too few zero bits", short, alice, now, false},
 		{"another key", forgedAnswer, alice, now, false},
 		{"no counter", is.Token, alice, now, false},
@@ -77,11 +77,11 @@ func TestProofOfWorkVerify(t *testing.T) {
 			p.now = func() time.Time { return tc.at }
 			defer func() { p.now = func() time.Time { return now } }()
 			s, err := p.Verify(ctx, tc.answer, tc.c)
-			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrChallengeAnswer)) {
-				t.Fatalf("Verify = %+v, %v; want ok %v (or ErrChallengeAnswer)", s, err, tc.ok)
+			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrAnswer)) {
+				t.Fatalf("Verify = %+v, %v; want ok %v (or ErrAnswer)", s, err, tc.ok)
 			}
-			if tc.ok && (len(s.ID) != 2*puzzleNonce || !s.Expires.Equal(now.Add(DefaultPuzzleLifetime))) {
-				t.Fatalf("Verify = %+v, want an ID of %d hex digits expiring at %v", s, 2*puzzleNonce, now.Add(DefaultPuzzleLifetime))
+			if tc.ok && (len(s.ID) != 2*puzzleNonce || !s.Expires.Equal(now.Add(defaultLifetime))) {
+				t.Fatalf("Verify = %+v, want an ID of %d hex digits expiring at %v", s, 2*puzzleNonce, now.Add(defaultLifetime))
 			}
 		})
 	}
@@ -95,7 +95,7 @@ func TestProofOfWorkBits(t *testing.T) {
 		if got := p.Bits(failures); got != want {
 			t.Errorf("Bits(%d) = %d, want %d", failures, got, want)
 		}
-		is, _ := p.Issue(context.Background(), ChallengeFor{Account: "a", Addr: "b", Failures: failures})
+		is, _ := p.Issue(context.Background(), For{Account: "a", Addr: "b", Failures: failures})
 		if is.Bits != want {
 			t.Errorf("Issue with %d failures: %d bits, want %d", failures, is.Bits, want)
 		}
@@ -106,8 +106,8 @@ func TestNewProofOfWorkInvalid(t *testing.T) {
 	for _, o := range []ProofOfWorkOptions{
 		{Bits: -1},
 		{Bits: 10, MaxBits: 9},
-		{Bits: 10, MaxBits: MaxProofOfWorkBits + 1},
-		{Bits: MaxProofOfWorkBits + 1},
+		{Bits: 10, MaxBits: MaxBits + 1},
+		{Bits: MaxBits + 1},
 		{Lifetime: time.Hour + time.Second},
 		{Lifetime: 1500 * time.Millisecond},
 		{Secret: []byte("short")},
@@ -131,7 +131,7 @@ func TestProofOfWorkScriptMatchesSolver(t *testing.T) {
 		t.Fatalf("Content-Type %q", ct)
 	}
 	p := newTestPoW(t, ProofOfWorkOptions{Bits: 10})
-	is, _ := p.Issue(context.Background(), ChallengeFor{Account: "alice", Addr: "192.0.2.1"})
+	is, _ := p.Issue(context.Background(), For{Account: "alice", Addr: "192.0.2.1"})
 	type run struct {
 		Token string `json:"token"`
 		Bits  int    `json:"bits"`
@@ -152,12 +152,12 @@ func TestProofOfWorkScriptMatchesSolver(t *testing.T) {
 		t.Fatalf("node printed %q: %v", out, err)
 	}
 	for i, r := range runs {
-		answer, hashes, err := SolveProofOfWork(context.Background(), r.Token, r.Bits)
+		answer, hashes, err := Solve(context.Background(), r.Token, r.Bits)
 		if err != nil || got[i].Answer != answer || got[i].Hashes != hashes {
 			t.Errorf("puzzle %q of %d bits: script %+v, Go %q in %d hashes (%v)", r.Token, r.Bits, got[i], answer, hashes, err)
 		}
 	}
-	if _, err := p.Verify(context.Background(), got[len(got)-1].Answer, ChallengeFor{Account: "alice", Addr: "192.0.2.1"}); err != nil {
+	if _, err := p.Verify(context.Background(), got[len(got)-1].Answer, For{Account: "alice", Addr: "192.0.2.1"}); err != nil {
 		t.Errorf("the script's answer to an issued puzzle: %v", err)
 	}
 }
@@ -166,9 +166,9 @@ func TestProofOfWorkScriptMatchesSolver(t *testing.T) {
 // accepts only answers whose hash has the puzzle's zero bits.
 func FuzzVerifyAnswer(f *testing.F) {
 	p := newTestPoW(f, ProofOfWorkOptions{Secret: powSecret, Bits: 1, MaxBits: 1})
-	c := ChallengeFor{Account: "alice", Addr: "192.0.2.1"}
+	c := For{Account: "alice", Addr: "192.0.2.1"}
 	is, _ := p.Issue(context.Background(), c)
-	answer, _, _ := SolveProofOfWork(context.Background(), is.Token, is.Bits)
+	answer, _, _ := Solve(context.Background(), is.Token, is.Bits)
 	f.Add(answer)
 	f.Add(is.Token + ".0")
 	f.Add("")
@@ -177,8 +177,8 @@ func FuzzVerifyAnswer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, a string) {
 		s, err := p.Verify(context.Background(), a, c)
 		if err != nil {
-			if !errors.Is(err, ErrChallengeAnswer) {
-				t.Fatalf("error %v does not match ErrChallengeAnswer", err)
+			if !errors.Is(err, ErrAnswer) {
+				t.Fatalf("error %v does not match ErrAnswer", err)
 			}
 			return
 		}

@@ -1,4 +1,4 @@
-package middleware_test
+package challenge_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
+	"github.com/gatecount/gatecount/middleware/challenge"
 	"github.com/gatecount/gatecount/store/memory"
 )
 
@@ -37,7 +38,7 @@ func ExampleProofOfWork() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pow, err := middleware.NewProofOfWork(middleware.ProofOfWorkOptions{
+	pow, err := challenge.NewProofOfWork(challenge.ProofOfWorkOptions{
 		Secret: secret, // GATECOUNT_SECRET
 		Bits:   8,      // 17, the default, takes a phone about a second
 	})
@@ -62,7 +63,7 @@ func ExampleProofOfWork() {
 		r := httptest.NewRequest("POST", "/login", strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		if answer != "" {
-			r.Header.Set(middleware.AnswerHeader, answer)
+			r.Header.Set(challenge.AnswerHeader, answer)
 		}
 		r.RemoteAddr = ip + ":4000"
 		w := httptest.NewRecorder()
@@ -82,14 +83,14 @@ func ExampleProofOfWork() {
 	json.Unmarshal(w.Body.Bytes(), &problem)
 	fmt.Println(w.Code, problem.Challenge.Scheme, problem.Challenge.Bits)
 
-	answer, _, err := middleware.SolveProofOfWork(context.Background(), problem.Challenge.Token, problem.Challenge.Bits)
+	answer, _, err := challenge.Solve(context.Background(), problem.Challenge.Token, problem.Challenge.Bits)
 	if err != nil {
 		panic(err)
 	}
 	w = attempt("203.0.113.7", "correct-horse", answer)
 	fmt.Print(w.Code, " ", w.Body)
 	w = attempt("203.0.113.7", "correct-horse", answer) // an answer is taken once
-	fmt.Println(w.Code, w.Header().Get(middleware.ChallengeHeader) != "")
+	fmt.Println(w.Code, w.Header().Get(challenge.Header) != "")
 	// Output:
 	// 429 pow 8
 	// 200 signed in

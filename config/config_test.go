@@ -162,8 +162,8 @@ func TestTwoStores(t *testing.T) {
 // The guards' budgets are read from the names README documents, with
 // middleware's defaults and windows.
 func TestGuardBudgets(t *testing.T) {
-	defSignIn := SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts}
-	defSend := SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}
+	defSignIn := SignInBudgets{signInDefaults.AccountIPFailures, signInDefaults.AccountFailures, signInDefaults.IPAttempts, middleware.MaxConsecutiveFailures, signInDefaults.Delay.After, defSpray, nil, signInDefaults.ChallengeBudget, signInDefaults.NetworkAttempts}
+	defSend := SendBudgets{sendDefaults.PerDestination, sendDefaults.PerIP}
 	for _, tc := range []struct {
 		env    []string
 		signIn SignInBudgets
@@ -172,13 +172,13 @@ func TestGuardBudgets(t *testing.T) {
 	}{
 		{nil, defSignIn, defSend, ""},
 		{[]string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", "3"},
-			SignInBudgets{limiter.Budget{Limit: 3, Window: 15 * time.Minute}, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts}, defSend, ""},
+			SignInBudgets{limiter.Budget{Limit: 3, Window: 15 * time.Minute}, signInDefaults.AccountFailures, signInDefaults.IPAttempts, middleware.MaxConsecutiveFailures, signInDefaults.Delay.After, defSpray, nil, signInDefaults.ChallengeBudget, signInDefaults.NetworkAttempts}, defSend, ""},
 		{[]string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "50", "RATE_LIMIT_LOGIN_IP_ATTEMPTS", " 1000 "},
-			SignInBudgets{middleware.DefaultAccountIPFailures, limiter.Budget{Limit: 50, Window: time.Hour}, limiter.Budget{Limit: 1000, Window: time.Hour}, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts}, defSend, ""},
+			SignInBudgets{signInDefaults.AccountIPFailures, limiter.Budget{Limit: 50, Window: time.Hour}, limiter.Budget{Limit: 1000, Window: time.Hour}, middleware.MaxConsecutiveFailures, signInDefaults.Delay.After, defSpray, nil, signInDefaults.ChallengeBudget, signInDefaults.NetworkAttempts}, defSend, ""},
 		{[]string{"RATE_LIMIT_RESET_PER_DESTINATION", "1", "RATE_LIMIT_RESET_PER_IP", "7"},
 			defSignIn, SendBudgets{limiter.Budget{Limit: 1, Window: time.Hour}, limiter.Budget{Limit: 7, Window: time.Hour}}, ""},
 		{[]string{"RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES", "10", "RATE_LIMIT_LOGIN_DELAY_AFTER", "100"},
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, 10, 100, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts}, defSend, ""},
+			SignInBudgets{signInDefaults.AccountIPFailures, signInDefaults.AccountFailures, signInDefaults.IPAttempts, 10, 100, defSpray, nil, signInDefaults.ChallengeBudget, signInDefaults.NetworkAttempts}, defSend, ""},
 		{[]string{"RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES", "101"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES"},
 		{[]string{"RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES", "0"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES"},
 		{[]string{"RATE_LIMIT_LOGIN_DELAY_AFTER", "101"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_DELAY_AFTER"},
@@ -188,7 +188,7 @@ func TestGuardBudgets(t *testing.T) {
 		{[]string{"RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS", "5000,sliding"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS"},
 		{[]string{"RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS", "off"}, defSignIn, defSend, "RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS"},
 		{[]string{"RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS", "300"},
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, limiter.Budget{Limit: 300, Window: time.Hour}}, defSend, ""},
+			SignInBudgets{signInDefaults.AccountIPFailures, signInDefaults.AccountFailures, signInDefaults.IPAttempts, middleware.MaxConsecutiveFailures, signInDefaults.Delay.After, defSpray, nil, signInDefaults.ChallengeBudget, limiter.Budget{Limit: 300, Window: time.Hour}}, defSend, ""},
 		{[]string{"RATE_LIMIT_RESET_PER_DESTINATION", "1e3"}, defSignIn, defSend, "RATE_LIMIT_RESET_PER_DESTINATION"},
 		{[]string{"RATE_LIMIT_RESET_PER_IP", "99999999999999999999"}, defSignIn, defSend, "RATE_LIMIT_RESET_PER_IP"},
 	} {
@@ -219,14 +219,14 @@ func TestGuardOptions(t *testing.T) {
 		what      string
 		got, want any
 	}{
-		{"sign-in account-IP failures", si.AccountIPFailures, middleware.DefaultAccountIPFailures},
+		{"sign-in account-IP failures", si.AccountIPFailures, signInDefaults.AccountIPFailures},
 		{"sign-in account failures", si.AccountFailures, limiter.Budget{Limit: 50, Window: time.Hour}},
-		{"sign-in IP attempts", si.IPAttempts, middleware.DefaultIPAttempts},
+		{"sign-in IP attempts", si.IPAttempts, signInDefaults.IPAttempts},
 		{"sign-in network attempts", si.NetworkAttempts, limiter.Budget{Limit: 40, Window: time.Hour}},
 		{"sign-in device secret", string(si.Device.Secret), secret},
 		{"sign-in proxies", fmt.Sprint(si.IP.TrustedProxies), "[10.0.0.0/8]"},
 		{"sign-in header", si.IP.Header.String(), "Forwarded"},
-		{"send per destination", so.PerDestination, middleware.DefaultPerDestination},
+		{"send per destination", so.PerDestination, sendDefaults.PerDestination},
 		{"send per IP", so.PerIP, limiter.Budget{Limit: 7, Window: time.Hour}},
 		{"send proxies", fmt.Sprint(so.IP.TrustedProxies), "[10.0.0.0/8]"},
 	} {

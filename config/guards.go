@@ -23,16 +23,17 @@ func (v *Vars) SignInBudgets() SignInBudgets { return v.r.signIn(nil) }
 func (v *Vars) SendBudgets() SendBudgets { return v.r.send() }
 
 func (r *reader) signIn(secret []byte) SignInBudgets {
+	d := middleware.SignInOptions{}.WithDefaults()
 	return SignInBudgets{
-		AccountIPFailures:   r.budget("RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", middleware.DefaultAccountIPFailures),
-		AccountFailures:     r.budget("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", middleware.DefaultAccountFailures),
-		IPAttempts:          r.budget("RATE_LIMIT_LOGIN_IP_ATTEMPTS", middleware.DefaultIPAttempts),
+		AccountIPFailures:   r.budget("RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", d.AccountIPFailures),
+		AccountFailures:     r.budget("RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", d.AccountFailures),
+		IPAttempts:          r.budget("RATE_LIMIT_LOGIN_IP_ATTEMPTS", d.IPAttempts),
 		ConsecutiveFailures: r.consecutive("RATE_LIMIT_LOGIN_CONSECUTIVE_FAILURES"),
-		DelayAfter:          cmp.Or(r.count("RATE_LIMIT_LOGIN_DELAY_AFTER", middleware.MaxConsecutiveFailures), middleware.DefaultDelayAfter),
+		DelayAfter:          cmp.Or(r.count("RATE_LIMIT_LOGIN_DELAY_AFTER", middleware.MaxConsecutiveFailures), d.Delay.After),
 		Spray:               r.spray(),
 		Challenge:           r.challenge("RATE_LIMIT_LOGIN_CHALLENGE", "RATE_LIMIT_LOGIN_CHALLENGE_BITS", secret),
-		ChallengeAttempts:   r.budget("RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS", middleware.DefaultChallengeBudget),
-		NetworkAttempts:     r.budget("RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS", middleware.DefaultNetworkAttempts),
+		ChallengeAttempts:   r.budget("RATE_LIMIT_LOGIN_CHALLENGE_ATTEMPTS", d.ChallengeBudget),
+		NetworkAttempts:     r.budget("RATE_LIMIT_LOGIN_NETWORK_ATTEMPTS", d.NetworkAttempts),
 	}
 }
 
@@ -61,7 +62,7 @@ func (r *reader) challenge(name, bits string, secret []byte) challenge.Provider 
 // RATE_LIMIT_LOGIN_SPRAY_FIELD, the body field of the password.
 func (r *reader) spray() middleware.SprayOptions {
 	const name = "RATE_LIMIT_LOGIN_SPRAY"
-	o := middleware.SprayOptions{Field: middleware.DefaultPasswordField, Budget: middleware.DefaultPasswordSpray}
+	o := middleware.SignInOptions{}.WithDefaults().Spray
 	switch v := r.str(name); {
 	case strings.EqualFold(v, "off"):
 		o.Off = true
@@ -96,8 +97,9 @@ func (r *reader) consecutive(name string) int {
 }
 
 func (r *reader) send() SendBudgets {
+	d := middleware.SendOptions{}.WithDefaults()
 	return SendBudgets{
-		PerDestination: r.budget("RATE_LIMIT_RESET_PER_DESTINATION", middleware.DefaultPerDestination),
-		PerIP:          r.budget("RATE_LIMIT_RESET_PER_IP", middleware.DefaultSendPerIP),
+		PerDestination: r.budget("RATE_LIMIT_RESET_PER_DESTINATION", d.PerDestination),
+		PerIP:          r.budget("RATE_LIMIT_RESET_PER_IP", d.PerIP),
 	}
 }

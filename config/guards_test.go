@@ -12,6 +12,12 @@ import (
 	"github.com/gatecount/gatecount/middleware/challenge"
 )
 
+// The guards' defaults, as their options' WithDefaults give them.
+var (
+	signInDefaults = middleware.SignInOptions{}.WithDefaults()
+	sendDefaults   = middleware.SendOptions{}.WithDefaults()
+)
+
 // Vars reads the guards' budgets as Parse does, for a tool that reads
 // no other setting.
 func TestVarsGuardBudgets(t *testing.T) {
@@ -24,15 +30,15 @@ func TestVarsGuardBudgets(t *testing.T) {
 		bad    string // the variable at fault
 	}{
 		{"unset", nil,
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts},
-			SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}, ""},
+			SignInBudgets{signInDefaults.AccountIPFailures, signInDefaults.AccountFailures, signInDefaults.IPAttempts, middleware.MaxConsecutiveFailures, signInDefaults.Delay.After, defSpray, nil, signInDefaults.ChallengeBudget, signInDefaults.NetworkAttempts},
+			SendBudgets{sendDefaults.PerDestination, sendDefaults.PerIP}, ""},
 		{"set", []string{"RATE_LIMIT_LOGIN_ACCOUNT_IP_FAILURES", "3", "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "9", "RATE_LIMIT_LOGIN_IP_ATTEMPTS", "50",
 			"RATE_LIMIT_RESET_PER_DESTINATION", "2", "RATE_LIMIT_RESET_PER_IP", "7"},
-			SignInBudgets{per(3, 15*time.Minute), per(9, time.Hour), per(50, time.Hour), middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts},
+			SignInBudgets{per(3, 15*time.Minute), per(9, time.Hour), per(50, time.Hour), middleware.MaxConsecutiveFailures, signInDefaults.Delay.After, defSpray, nil, signInDefaults.ChallengeBudget, signInDefaults.NetworkAttempts},
 			SendBudgets{per(2, time.Hour), per(7, time.Hour)}, ""},
 		{"bad", []string{"RATE_LIMIT_LOGIN_ACCOUNT_FAILURES", "many"},
-			SignInBudgets{middleware.DefaultAccountIPFailures, middleware.DefaultAccountFailures, middleware.DefaultIPAttempts, middleware.MaxConsecutiveFailures, middleware.DefaultDelayAfter, defSpray, nil, middleware.DefaultChallengeBudget, middleware.DefaultNetworkAttempts},
-			SendBudgets{middleware.DefaultPerDestination, middleware.DefaultSendPerIP}, "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES"},
+			SignInBudgets{signInDefaults.AccountIPFailures, signInDefaults.AccountFailures, signInDefaults.IPAttempts, middleware.MaxConsecutiveFailures, signInDefaults.Delay.After, defSpray, nil, signInDefaults.ChallengeBudget, signInDefaults.NetworkAttempts},
+			SendBudgets{sendDefaults.PerDestination, sendDefaults.PerIP}, "RATE_LIMIT_LOGIN_ACCOUNT_FAILURES"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := NewVars(env(tc.env...))
@@ -48,7 +54,7 @@ func TestVarsGuardBudgets(t *testing.T) {
 	}
 }
 
-var defSpray = middleware.SprayOptions{Field: middleware.DefaultPasswordField, Budget: middleware.DefaultPasswordSpray}
+var defSpray = middleware.SprayOptions{Field: signInDefaults.Spray.Field, Budget: signInDefaults.Spray.Budget}
 
 // The count of failures per password is read with its field, or turned
 // off; a bad value is named.
@@ -61,7 +67,7 @@ func TestVarsSpray(t *testing.T) {
 		{nil, defSpray, false},
 		{[]string{"RATE_LIMIT_LOGIN_SPRAY", "50", "RATE_LIMIT_LOGIN_SPRAY_FIELD", "pw"},
 			middleware.SprayOptions{Field: "pw", Budget: limiter.Budget{Limit: 50, Window: time.Hour}}, false},
-		{[]string{"RATE_LIMIT_LOGIN_SPRAY", "Off"}, middleware.SprayOptions{Off: true, Field: "password", Budget: middleware.DefaultPasswordSpray}, false},
+		{[]string{"RATE_LIMIT_LOGIN_SPRAY", "Off"}, middleware.SprayOptions{Off: true, Field: "password", Budget: signInDefaults.Spray.Budget}, false},
 		{[]string{"RATE_LIMIT_LOGIN_SPRAY", "0"}, defSpray, true},
 		{[]string{"RATE_LIMIT_LOGIN_SPRAY", "20/1h"}, defSpray, true},
 	} {
@@ -115,7 +121,7 @@ func TestSignInChallengeParse(t *testing.T) {
 		if (tc.bits == 0) != (c.SignIn.Challenge == nil) || (tc.bits != 0 && (p == nil || p.Bits(0) != tc.bits)) {
 			t.Errorf("%q: challenge %v, want a proof of work of %d bits", tc.env, c.SignIn.Challenge, tc.bits)
 		}
-		if o := c.SignInOptions(); o.Challenge != c.SignIn.Challenge || o.ChallengeBudget != middleware.DefaultChallengeBudget {
+		if o := c.SignInOptions(); o.Challenge != c.SignIn.Challenge || o.ChallengeBudget != signInDefaults.ChallengeBudget {
 			t.Errorf("%q: SignInOptions %+v do not carry the challenge", tc.env, o)
 		}
 	}

@@ -15,9 +15,9 @@ import (
 	"github.com/gatecount/gatecount/middleware/challenge"
 )
 
-// DefaultChallengeBudget bounds the challenged attempts of one account:
+// defaultChallengeBudget bounds the challenged attempts of one account:
 // those let past its windowed budget by an answered challenge.
-var DefaultChallengeBudget = limiter.Budget{Limit: 10, Window: time.Hour}
+var defaultChallengeBudget = limiter.Budget{Limit: 10, Window: time.Hour}
 
 // challenger is a guard's challenge and what answering with it takes.
 type challenger struct {
@@ -80,9 +80,6 @@ var (
 func newChallenger(o *SignInOptions, consecutive limiter.Budget, spray bool) (*challenger, error) {
 	if o.Challenge == nil {
 		return nil, nil
-	}
-	if o.ChallengeBudget == (limiter.Budget{}) {
-		o.ChallengeBudget = DefaultChallengeBudget
 	}
 	if err := o.ChallengeBudget.Validate(); err != nil {
 		return nil, fmt.Errorf("middleware %q: %s-challenge: %w", o.Name, o.Name, err)

@@ -446,7 +446,7 @@ func TestSignInChallengeCountsPassword(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := middleware.DefaultPasswordSpray.Limit
+	b := signInDefaults.Spray.Budget.Limit
 	for name, open := range exactStores() {
 		t.Run(name, func(t *testing.T) {
 			c := newChecker(map[string]string{"alice": sprayed, "carol": "carols-own"})

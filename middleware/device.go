@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -32,17 +33,26 @@ const (
 	// carrying none, whatever their order, so fewer planted cookies never
 	// hide a valid one, and a request costs at most this many MACs.
 	MaxDeviceCookies = 32
-	// DefaultDeviceLifetime is how long a device token stays valid after
-	// the sign-in that issued it.
-	DefaultDeviceLifetime = 30 * 24 * time.Hour
 	// MaxDeviceLifetime bounds DeviceOptions.Lifetime: a recovery revokes
 	// the tokens issued before it for [limiter.MaxWindow], and browsers keep
 	// no cookie longer than 400 days.
 	MaxDeviceLifetime = limiter.MaxWindow
 )
 
-// DefaultDeviceFailures is the failures budget of one known device.
-var DefaultDeviceFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
+// Defaults of [DeviceOptions]: how long a device token stays valid after
+// the sign-in that issued it, and the failures budget of one known device.
+var (
+	defaultDeviceLifetime = 30 * 24 * time.Hour
+	defaultDeviceFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
+)
+
+// withDefaults returns o with its lifetime and failures budget set to their
+// defaults when zero.
+func (o DeviceOptions) withDefaults() DeviceOptions {
+	o.Lifetime = cmp.Or(o.Lifetime, defaultDeviceLifetime)
+	o.Failures = cmp.Or(o.Failures, defaultDeviceFailures)
+	return o
+}
 
 // DeviceOptions configure the device cookies of [SignIn], after OWASP's
 // "device cookies" against slow brute force. After a successful sign-in the
@@ -63,11 +73,11 @@ type DeviceOptions struct {
 	// browsers drop such cookies otherwise, so construction refuses them.
 	Cookie string
 	// Lifetime is how long a token is valid after the sign-in that issued
-	// it (each successful sign-in issues a new one); zero means
-	// [DefaultDeviceLifetime], at most [MaxDeviceLifetime].
+	// it (each successful sign-in issues a new one); zero means 30 days, at
+	// most [MaxDeviceLifetime].
 	Lifetime time.Duration
 	// Failures bounds the failed attempts of one device on its account;
-	// zero means [DefaultDeviceFailures] (5 per 15 minutes).
+	// zero means 5 per 15 minutes.
 	Failures limiter.Budget
 	// Secret signs the tokens: at least keyhash.MinSecretLen bytes, the
 	// same on every instance of the app (GATECOUNT_SECRET). The signing key
@@ -128,14 +138,9 @@ func newDevices(o DeviceOptions) (*devices, error) {
 	if err := checkCookiePrefix(o); err != nil {
 		return nil, err
 	}
-	if o.Lifetime == 0 {
-		o.Lifetime = DefaultDeviceLifetime
-	}
+	o = o.withDefaults()
 	if o.Lifetime < time.Minute || o.Lifetime > MaxDeviceLifetime {
 		return nil, fmt.Errorf("middleware: device lifetime %v must be from 1m to %v", o.Lifetime, MaxDeviceLifetime)
-	}
-	if o.Failures == (limiter.Budget{}) {
-		o.Failures = DefaultDeviceFailures
 	}
 	key, err := derive.Key(o.Secret, deviceKeyLabel)
 	if err != nil {

@@ -170,7 +170,7 @@ func TestDeviceCookie(t *testing.T) {
 		c := cs[0]
 		name := map[bool]string{false: DefaultDeviceCookie, true: PlainDeviceCookie}[insecure]
 		if c.Name != name || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Secure == insecure || c.Domain != "" ||
-			c.Path != "/" || c.MaxAge != int(DefaultDeviceLifetime/time.Second) || !c.Expires.Equal(now.Add(DefaultDeviceLifetime)) {
+			c.Path != "/" || c.MaxAge != int(defaultDeviceLifetime/time.Second) || !c.Expires.Equal(now.Add(defaultDeviceLifetime)) {
 			t.Errorf("insecure %v: cookie %q", insecure, h["Set-Cookie"])
 		}
 		if strings.Contains(h.Get("Set-Cookie"), "alice") {
@@ -342,7 +342,7 @@ func TestDeviceOptionsValidated(t *testing.T) {
 		}
 	}
 	v, err := newDevices(DeviceOptions{Cookie: "device", Lifetime: time.Hour, Path: "/login"})
-	if err != nil || v.o.Cookie != "device" || v.o.Lifetime != time.Hour || v.o.Path != "/login" || v.o.Failures != DefaultDeviceFailures {
+	if err != nil || v.o.Cookie != "device" || v.o.Lifetime != time.Hour || v.o.Path != "/login" || v.o.Failures != defaultDeviceFailures {
 		t.Errorf("newDevices = %+v, %v", v, err)
 	}
 }

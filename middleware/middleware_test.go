@@ -30,6 +30,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var quiet = slog.New(slog.DiscardHandler)
 
+// signInDefaults are the sign-in guard's defaults, as WithDefaults gives them.
+var signInDefaults = middleware.SignInOptions{}.WithDefaults()
+
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func handle(t testing.TB, s *store.Store, prefix string) *store.Handle {

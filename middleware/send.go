@@ -12,10 +12,10 @@ import (
 	"github.com/gatecount/gatecount/store"
 )
 
-// Default budgets of [SendGuard].
+// Default budgets of [SendGuard] ([SendOptions.WithDefaults] returns them).
 var (
-	DefaultPerDestination = limiter.Budget{Limit: 3, Window: time.Hour}
-	DefaultSendPerIP      = limiter.Budget{Limit: 20, Window: time.Hour}
+	defaultPerDestination = limiter.Budget{Limit: 3, Window: time.Hour}
+	defaultSendPerIP      = limiter.Budget{Limit: 20, Window: time.Hour}
 )
 
 // DefaultAcceptedBody is the body of the default Accepted answer.
@@ -27,10 +27,9 @@ type SendOptions struct {
 	// means "send".
 	Name string
 	// PerDestination bounds the requests per destination (an address, a
-	// phone number); zero means [DefaultPerDestination] (3 per hour).
+	// phone number); zero means 3 per hour.
 	PerDestination limiter.Budget
-	// PerIP bounds the requests per client IP; zero means [DefaultSendPerIP]
-	// (20 per hour).
+	// PerIP bounds the requests per client IP; zero means 20 per hour.
 	PerIP limiter.Budget
 	// Field is the form or JSON body field holding the destination; ""
 	// means "email".
@@ -82,6 +81,16 @@ type SendGuard struct {
 	names []string // of the budgets, for logs
 }
 
+// WithDefaults returns o with its name, budgets and field set to their
+// defaults when zero. Send starts with it.
+func (o SendOptions) WithDefaults() SendOptions {
+	o.Name = cmp.Or(o.Name, "send")
+	o.PerDestination = cmp.Or(o.PerDestination, defaultPerDestination)
+	o.PerIP = cmp.Or(o.PerIP, defaultSendPerIP)
+	o.Field = cmp.Or(o.Field, "email")
+	return o
+}
+
 // Send returns a guard counting in h (which it claims) every request
 // against its destination's budget and its client IP's, in one atomic store
 // update, before the handler runs. A request over either budget never
@@ -90,10 +99,7 @@ type SendGuard struct {
 // handler reads the destination the guard counted with Account. The body
 // may be a form, multipart/form-data or JSON (see [keyfunc.BodyField]).
 func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
-	o.Name = cmp.Or(o.Name, "send")
-	o.PerDestination = cmp.Or(o.PerDestination, DefaultPerDestination)
-	o.PerIP = cmp.Or(o.PerIP, DefaultSendPerIP)
-	o.Field = cmp.Or(o.Field, "email")
+	o = o.WithDefaults()
 	if o.Normalize == nil {
 		o.Normalize = keyfunc.NormalizeEmail
 	}

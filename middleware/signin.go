@@ -18,26 +18,24 @@ import (
 )
 
 // Default budgets of [SignIn], after OWASP's guidance on authentication and
-// credential stuffing.
+// credential stuffing ([SignInOptions.WithDefaults] returns them).
 var (
-	DefaultAccountIPFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
-	DefaultAccountFailures   = limiter.Budget{Limit: 20, Window: time.Hour}
-	DefaultIPAttempts        = limiter.Budget{Limit: 100, Window: time.Hour}
-	// DefaultNetworkAttempts bounds the attempts of one IPv4 /24 or IPv6
+	defaultAccountIPFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
+	defaultAccountFailures   = limiter.Budget{Limit: 20, Window: time.Hour}
+	defaultIPAttempts        = limiter.Budget{Limit: 100, Window: time.Hour}
+	// defaultNetworkAttempts bounds the attempts of one IPv4 /24 or IPv6
 	// /48: ten addresses' worth. A campus or an office signs in from a few
 	// addresses behind its NAT, each within its own budget. A spray that
 	// turns off a password's bucket everywhere (65,536 buckets of
-	// DefaultPasswordSpray failures, some 1.3 M an hour) so needs over a
+	// defaultPasswordSpray failures, some 1.3 M an hour) so needs over a
 	// thousand such networks, not one /48.
-	DefaultNetworkAttempts = limiter.Budget{Limit: 1000, Window: time.Hour}
+	defaultNetworkAttempts = limiter.Budget{Limit: 1000, Window: time.Hour}
 )
 
-// The account's budgets of a guard of one-time codes (SignInOptions.Code):
-// tighter than a password's, since a code has fewer values.
-var (
-	codeAccountIPFailures = limiter.Budget{Limit: 5, Window: 15 * time.Minute}
-	codeAccountFailures   = limiter.Budget{Limit: 10, Window: time.Hour}
-)
+// codeAccountFailures is the account's budget of a guard of one-time codes
+// (SignInOptions.Code): tighter than a password's, since a code has fewer
+// values. Its budget per account and address is a password's.
+var codeAccountFailures = limiter.Budget{Limit: 10, Window: time.Hour}
 
 // wideNetworkTimes is how many times NetworkAttempts' limit an IPv6 /32
 // gets. A /32 is a provider's: a mobile carrier's subscribers, the free
@@ -52,8 +50,8 @@ func wideNetwork(b limiter.Budget) limiter.Budget {
 	return limiter.Budget{Limit: min(b.Limit*wideNetworkTimes, limiter.MaxLimit), Window: b.Window}
 }
 
-// DefaultBackoffHistory is how long Backoff remembers lock-outs by default.
-const DefaultBackoffHistory = 24 * time.Hour
+// defaultBackoffHistory is how long Backoff remembers lock-outs by default.
+const defaultBackoffHistory = 24 * time.Hour
 
 // MaxConsecutiveFailures is the most consecutive failed attempts NIST SP
 // 800-63B allows on one account; the cap's default and its bound.
@@ -62,9 +60,9 @@ const MaxConsecutiveFailures = 100
 // Defaults of Delay, after NIST SP 800-63B's example: 30 seconds, doubling
 // to an hour.
 const (
-	DefaultDelayAfter = 20
-	DefaultDelayFirst = 30 * time.Second
-	DefaultDelayMax   = time.Hour
+	defaultDelayAfter = 20
+	defaultDelayFirst = 30 * time.Second
+	defaultDelayMax   = time.Hour
 )
 
 // ErrAboveNIST is matched by the error of a cap on consecutive failures
@@ -93,12 +91,20 @@ func consecutiveBudget(name string, n int) (limiter.Budget, error) {
 // sleeps.
 type Delay struct {
 	// After is how many consecutive failures pass undelayed; zero means
-	// [DefaultDelayAfter] (20). At or above the cap, no attempt is delayed.
+	// 20. At or above the cap, no attempt is delayed.
 	After int
-	// First is the first delay; zero means [DefaultDelayFirst] (30s).
+	// First is the first delay; zero means 30s.
 	First time.Duration
-	// Max caps a delay; zero means [DefaultDelayMax] (1h).
+	// Max caps a delay; zero means 1h.
 	Max time.Duration
+}
+
+// withDefaults returns d with each zero field set to its default.
+func (d Delay) withDefaults() Delay {
+	d.After = cmp.Or(d.After, defaultDelayAfter)
+	d.First = cmp.Or(d.First, defaultDelayFirst)
+	d.Max = cmp.Or(d.Max, defaultDelayMax)
+	return d
 }
 
 // wait returns how long the k-th consecutive attempt waits after the one
@@ -124,8 +130,7 @@ func (d Delay) wait(k int) time.Duration {
 type Backoff struct {
 	// Max caps a lock-out; zero turns Backoff off.
 	Max time.Duration
-	// History is how long lock-outs are remembered; zero means
-	// [DefaultBackoffHistory].
+	// History is how long lock-outs are remembered; zero means 24 hours.
 	History time.Duration
 }
 
@@ -144,22 +149,22 @@ type SignInOptions struct {
 	// "login", or "verify" under Code.
 	Name string
 	// AccountIPFailures bounds the failures of one account from one client
-	// IP; zero means [DefaultAccountIPFailures] (5 per 15 minutes).
+	// IP; zero means 5 per 15 minutes.
 	AccountIPFailures limiter.Budget
 	// AccountFailures bounds the failures of one account from all clients,
 	// looser. A distributed guesser is so stopped, while a real user on
-	// their own network is rarely locked out by strangers. Zero means
-	// [DefaultAccountFailures] (20 per hour), or 10 per hour under Code.
+	// their own network is rarely locked out by strangers. Zero means 20
+	// per hour, or 10 per hour under Code.
 	AccountFailures limiter.Budget
 	// IPAttempts bounds the attempts, failed or not, of one client IP on
 	// all accounts: credential stuffing and password spraying; zero means
-	// [DefaultIPAttempts] (100 per hour).
+	// 100 per hour.
 	IPAttempts limiter.Budget
 	// NetworkAttempts bounds the attempts, failed or not, of the networks
 	// a client gets cheaply: an IPv4 /24, an IPv6 /48 (NAME-network). An
 	// IPv6 /32 gets 16 times its limit (NAME-network-wide). So a client
 	// with many addresses pays for them (see [keyfunc.NetworksOf]). Zero
-	// means [DefaultNetworkAttempts] (1,000 per hour; a /32 16,000).
+	// means 1,000 per hour (a /32 16,000): ten addresses' worth.
 	NetworkAttempts limiter.Budget
 	// Backoff lengthens repeated lock-outs; the zero value is off.
 	Backoff Backoff
@@ -184,7 +189,7 @@ type SignInOptions struct {
 	// itself, never OnLimit.
 	Challenge challenge.Provider
 	// ChallengeBudget bounds an account's challenged attempts
-	// (NAME-challenge); zero means [DefaultChallengeBudget] (10 per hour).
+	// (NAME-challenge); zero means 10 per hour.
 	ChallengeBudget limiter.Budget
 	// OnEvent, when set, is told of each Event of the guard's accounts, on
 	// the request's goroutine: it must not block for long.
@@ -525,48 +530,62 @@ var sprayOwn = []int{keyAccountIP, keySprayIP}
 // above without device cookies, password count, back-off or delays, and a
 // right code clears the account's failures from every address.
 func SignIn(h *store.Handle, o SignInOptions) (*SignInGuard, error) {
+	o = o.WithDefaults()
 	rules := accountRules{delay: !o.Code, clearAccount: o.Code, account: o.Account}
 	if o.Code {
-		o.Name = cmp.Or(o.Name, "verify")
-		o.AccountIPFailures = cmp.Or(o.AccountIPFailures, codeAccountIPFailures)
-		o.AccountFailures = cmp.Or(o.AccountFailures, codeAccountFailures)
-		o.Device, o.Spray, o.Delay, o.Backoff = DeviceOptions{Off: true}, SprayOptions{Off: true}, Delay{}, Backoff{}
+		o.Device, o.Spray, o.Delay, o.Backoff = DeviceOptions{Off: true}, SprayOptions{Off: true}, Delay{}.withDefaults(), Backoff{}
 		o.Challenge, o.ChallengeBudget = nil, limiter.Budget{}
-	} else {
-		o.Name = cmp.Or(o.Name, "login")
-		o.Spray.Field = cmp.Or(o.Spray.Field, DefaultPasswordField) // refused in the query string, the count on or off
 	}
 	var err error
 	if rules.consecutive, err = consecutiveBudget(o.Name, o.ConsecutiveFailures); err != nil {
 		return nil, err
 	}
-	o.ConsecutiveFailures = rules.consecutive.Limit
 	return newSignIn(h, o, rules)
+}
+
+// WithDefaults returns o with each zero field that has a default set to
+// it: the name, the budgets, the cap, the account field, and but under
+// Code the delay, the back-off's history (when it is on), the password
+// count's field and budget, the device's failures and lifetime, and the
+// challenge budget. SignIn starts with it. Functions, handlers and secrets
+// are left as they are.
+func (o SignInOptions) WithDefaults() SignInOptions {
+	if o.Code {
+		o.Name = cmp.Or(o.Name, "verify")
+		o.AccountFailures = cmp.Or(o.AccountFailures, codeAccountFailures)
+	} else {
+		o.Name = cmp.Or(o.Name, "login")
+		o.AccountFailures = cmp.Or(o.AccountFailures, defaultAccountFailures)
+		o.Delay = o.Delay.withDefaults()
+		if o.Backoff.Max != 0 {
+			o.Backoff.History = cmp.Or(o.Backoff.History, defaultBackoffHistory)
+		}
+		o.Spray = o.Spray.withDefaults() // its field refused in the query string, the count on or off
+		o.Device = o.Device.withDefaults()
+		o.ChallengeBudget = cmp.Or(o.ChallengeBudget, defaultChallengeBudget)
+	}
+	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, defaultAccountIPFailures)
+	o.IPAttempts = cmp.Or(o.IPAttempts, defaultIPAttempts)
+	o.NetworkAttempts = cmp.Or(o.NetworkAttempts, defaultNetworkAttempts)
+	o.ConsecutiveFailures = cmp.Or(o.ConsecutiveFailures, MaxConsecutiveFailures)
+	o.Field = cmp.Or(o.Field, "username")
+	return o
 }
 
 // newSignIn returns a guard of an account's failures under rules.
 func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGuard, error) {
-	o.AccountIPFailures = cmp.Or(o.AccountIPFailures, DefaultAccountIPFailures)
-	o.AccountFailures = cmp.Or(o.AccountFailures, DefaultAccountFailures)
-	o.IPAttempts = cmp.Or(o.IPAttempts, DefaultIPAttempts)
-	o.NetworkAttempts = cmp.Or(o.NetworkAttempts, DefaultNetworkAttempts)
-	o.Field = cmp.Or(o.Field, "username")
 	if o.Normalize == nil {
 		o.Normalize = keyfunc.NormalizeUsername
 	}
 	if o.Success == nil {
 		o.Success = defaultSuccess
 	}
-	o.Delay.After = cmp.Or(o.Delay.After, DefaultDelayAfter)
-	o.Delay.First = cmp.Or(o.Delay.First, DefaultDelayFirst)
-	o.Delay.Max = cmp.Or(o.Delay.Max, DefaultDelayMax)
 	if o.Delay.After < 0 || o.Delay.First < limiter.MinWindow || o.Delay.Max < o.Delay.First || o.Delay.Max > limiter.MaxWindow ||
 		o.Delay.First%time.Millisecond != 0 || o.Delay.Max%time.Millisecond != 0 {
 		return nil, fmt.Errorf("middleware %q: Delay after %d, first %v, max %v: %w: want after ≥ 0, and whole milliseconds from %v ≤ first ≤ max ≤ %v",
 			o.Name, o.Delay.After, o.Delay.First, o.Delay.Max, limiter.ErrInvalidBudget, limiter.MinWindow, limiter.MaxWindow)
 	}
 	if o.Backoff.Max != 0 {
-		o.Backoff.History = cmp.Or(o.Backoff.History, DefaultBackoffHistory)
 		if o.Backoff.Max < o.AccountIPFailures.Window || o.Backoff.Max > limiter.MaxWindow || o.Backoff.History < time.Minute || o.Backoff.History > limiter.MaxWindow {
 			return nil, fmt.Errorf("middleware %q: Backoff max %v must be from the account-IP window %v to %v, and history %v from 1m to %v",
 				o.Name, o.Backoff.Max, o.AccountIPFailures.Window, limiter.MaxWindow, o.Backoff.History, limiter.MaxWindow)

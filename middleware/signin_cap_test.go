@@ -217,7 +217,7 @@ func TestSignInDelayLadder(t *testing.T) {
 func TestSignInEventsOfAFlood(t *testing.T) {
 	clk := clock.NewFake(t0)
 	o := outOfTheWay
-	o.AccountFailures = middleware.DefaultAccountFailures // 20 per hour
+	o.AccountFailures = signInDefaults.AccountFailures // 20 per hour
 	o.Delay.After = 100                                   // no delays
 	var ev events
 	o.OnEvent = ev.on

@@ -19,12 +19,9 @@ import (
 	"github.com/gatecount/gatecount/middleware/internal/derive"
 )
 
-// DefaultPasswordSpray is the budget of distinct accounts one password may
+// defaultPasswordSpray is the budget of distinct accounts one password may
 // fail against, from all clients, before it is refused for everyone.
-var DefaultPasswordSpray = limiter.Budget{Limit: 20, Window: time.Hour}
-
-// DefaultPasswordField is the body field [SignIn] reads the password from.
-const DefaultPasswordField = "password"
+var defaultPasswordSpray = limiter.Budget{Limit: 20, Window: time.Hour}
 
 // PasswordBuckets is how many spray counters all passwords share. A
 // password is counted under a key of 16 bits, which every one of 65,536
@@ -38,8 +35,8 @@ const PasswordBuckets = 1 << 16
 type SprayOptions struct {
 	// Off turns the count off.
 	Off bool
-	// Field is the body field holding the password; "" means
-	// [DefaultPasswordField]. It is read with the account, in the same
+	// Field is the body field holding the password; "" means "password".
+	// It is read with the account, in the same
 	// reading of the body. A request without it, or with it empty, is not
 	// counted per password; one with it given twice is unreadable (see
 	// SignInOptions.Failed). One with it in the query string, in any
@@ -47,7 +44,7 @@ type SprayOptions struct {
 	// off: a password in a URL leaks into logs, proxies and histories.
 	Field string
 	// Budget bounds the distinct accounts a password may fail against in
-	// its window; zero means [DefaultPasswordSpray] (20 per hour).
+	// its window; zero means 20 per hour.
 	Budget limiter.Budget
 	// Normalize turns a password into the form the count reads, so that
 	// variants the app's check takes alike count as one. Nil means
@@ -55,6 +52,14 @@ type SprayOptions struct {
 	// letters counts as in ASCII. An app that checks passwords as sent may
 	// give the identity; one with its own normalisation gives that.
 	Normalize func(string) string
+}
+
+// withDefaults returns o with its field and budget set to their defaults
+// when zero.
+func (o SprayOptions) withDefaults() SprayOptions {
+	o.Field = cmp.Or(o.Field, "password")
+	o.Budget = cmp.Or(o.Budget, defaultPasswordSpray)
+	return o
 }
 
 // sprayKeyLabel separates the password key derived from a secret from
@@ -72,8 +77,7 @@ type sprayer struct {
 // never one an attacker could compute, so that no offline twin of a
 // password shares its bucket by design.
 func newSprayer(o SprayOptions, account string, secret []byte) (*sprayer, error) {
-	o.Field = cmp.Or(o.Field, DefaultPasswordField)
-	o.Budget = cmp.Or(o.Budget, DefaultPasswordSpray)
+	o = o.withDefaults()
 	if o.Normalize == nil {
 		o.Normalize = norm.NFKC.String
 	}

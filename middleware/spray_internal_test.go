@@ -199,10 +199,10 @@ func TestSprayNoPublicKey(t *testing.T) {
 		wrap.ServeHTTP(w, r)
 		return w.Code
 	}
-	for i := range DefaultPasswordSpray.Limit {
+	for i := range defaultPasswordSpray.Limit {
 		try(fmt.Sprintf("made-up-%d", i), twin, fmt.Sprintf("198.51.%d.1", i))
 	}
 	if c := try("alice", right, "203.0.113.1"); c != 200 {
-		t.Fatalf("alice after %d failures of %q, a twin of her password under a public key: %d, want 200", DefaultPasswordSpray.Limit, twin, c)
+		t.Fatalf("alice after %d failures of %q, a twin of her password under a public key: %d, want 200", defaultPasswordSpray.Limit, twin, c)
 	}
 }

@@ -112,7 +112,7 @@ func TestSprayedPasswordRefused(t *testing.T) {
 	if middleware.SprayBucket(deviceSecret, sprayed) == middleware.SprayBucket(deviceSecret, other) {
 		t.Fatal("the test's two passwords share a bucket")
 	}
-	b := middleware.DefaultPasswordSpray.Limit
+	b := signInDefaults.Spray.Budget.Limit
 	for name, open := range exactStores() {
 		t.Run(name, func(t *testing.T) {
 			known := map[string]string{}
@@ -144,7 +144,7 @@ func TestSprayedPasswordRefused(t *testing.T) {
 				t.Fatalf("the sprayed password reached the check %d times, want the budget, %d", n, b)
 			}
 			// The body of every other refusal: an address's budget spent.
-			for i := range middleware.DefaultIPAttempts.Limit {
+			for i := range signInDefaults.IPAttempts.Limit {
 				login(h, "192.0.2.99", "someone", fmt.Sprintf("p%d", i))
 			}
 			if w := login(h, "192.0.2.99", "someone", "else"); w.Code != 429 || !bytes.Equal(w.Body.Bytes(), refusal) {
@@ -170,7 +170,7 @@ func TestSprayedPasswordRefused(t *testing.T) {
 // password; a right password counts never.
 func TestSprayOwnerRetypingCountsOnce(t *testing.T) {
 	const old = "my-old-password"
-	b := middleware.DefaultPasswordSpray.Limit
+	b := signInDefaults.Spray.Budget.Limit
 	for name, open := range exactStores() {
 		t.Run(name, func(t *testing.T) {
 			c := newChecker(map[string]string{"alice": "right"})
@@ -317,7 +317,7 @@ func TestSprayFleetExact(t *testing.T) {
 				wg.Go(func() { login(hs[i%2], sprayAddr(i), fmt.Sprintf("user%d", i), "Summer2026!") })
 			}
 			wg.Wait()
-			if n, want := c.count("Summer2026!"), middleware.DefaultPasswordSpray.Limit; n != want {
+			if n, want := c.count("Summer2026!"), signInDefaults.Spray.Budget.Limit; n != want {
 				t.Fatalf("%d of 200 concurrent attempts on two instances reached the check, want exactly %d", n, want)
 			}
 		})
@@ -330,7 +330,7 @@ func TestSprayFleetExact(t *testing.T) {
 // count passwords as sent instead.
 func TestSprayNormalizedVariants(t *testing.T) {
 	const ascii, fullwidth = "Summer2026!", "Ｓｕｍｍｅｒ２０２６！"
-	b := middleware.DefaultPasswordSpray.Limit
+	b := signInDefaults.Spray.Budget.Limit
 	for _, tc := range []struct {
 		name      string
 		normalize func(string) string

@@ -218,7 +218,7 @@ func TestSignInEventsOfAFlood(t *testing.T) {
 	clk := clock.NewFake(t0)
 	o := outOfTheWay
 	o.AccountFailures = signInDefaults.AccountFailures // 20 per hour
-	o.Delay.After = 100                                   // no delays
+	o.Delay.After = 100                                // no delays
 	var ev events
 	o.OnEvent = ev.on
 	_, p, h := signIn(t, clk, o)

@@ -47,20 +47,34 @@ var (
 	errDeadline = &store.UnavailableError{Reason: store.ReasonDeadline}
 )
 
+// The kinds of schedule: any fault; the store always within reach (busy,
+// full, crashes); one instance cut off; the whole fleet cut off.
+const (
+	modeAny = iota
+	modeHealthy
+	modeOne
+	modeAll
+)
+
 // world is one schedule's fleet, store and faults.
 type world struct {
-	t      testing.TB
-	node   func(*world, *life) node
-	sleep  func(time.Duration) // the virtual time of a step, slept by a node on the process clock
-	mu     sync.Mutex          // the faults, for a node with goroutines of its own
-	rng    *rand.Rand
-	clk    *clock.Fake
-	mem    *memory.Backend
-	budget store.Budget
-	slots  []*slot
-	lives  int
-	all    []*life
-	log    []string
+	t       testing.TB
+	node    func(*world, *life) node
+	mode    int
+	verbose bool                // the events are logged: a schedule replayed
+	epoch   int                 // windows passed by a long run of the fleet
+	broken  []string            // rows broken in the windows passed
+	end     time.Time           // the schedule ends before its keys' windows do
+	sleep   func(time.Duration) // the virtual time of a step, slept by a node on the process clock
+	mu      sync.Mutex          // the faults, for a node with goroutines of its own
+	rng     *rand.Rand
+	clk     *clock.Fake
+	mem     *memory.Backend
+	budget  store.Budget
+	slots   []*slot
+	lives   int
+	all     []*life
+	log     []string
 	// faults
 	cutAll bool
 	// facts for the checks
@@ -90,6 +104,7 @@ type life struct {
 	bornCut    bool      // started while its store was out of reach, and has not reached it since
 	outAlone   int       // admitted alone while bornCut
 	registered int       // lives in the registry at its last successful beat
+	beatAt     time.Time // that beat
 	alone      int
 	waits      int
 }
@@ -136,20 +151,24 @@ func (c conn) CountInto(ctx context.Context, keys []string, caps []store.Budget,
 }
 
 func (w *world) logf(format string, args ...any) {
+	if !w.verbose {
+		return
+	}
 	w.log = append(w.log, fmt.Sprintf("%8s ", w.clk.Now().Sub(simStart).Truncate(time.Millisecond))+fmt.Sprintf(format, args...))
 }
 
 var simStart = time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 
-func newWorld(t testing.TB, seed uint64, node func(*world, *life) node, sleep func(time.Duration)) *world {
+func newWorld(t testing.TB, seed uint64, node func(*world, *life) node, sleep func(time.Duration), verbose bool) *world {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	w := &world{
-		t: t, rng: rng, clk: clock.NewFake(simStart), node: node, sleep: sleep,
+		t: t, rng: rng, clk: clock.NewFake(simStart), node: node, sleep: sleep, verbose: verbose,
 		budget:   store.Budget{Limit: []int{1, 2, 3, 5, 5, 20}[rng.IntN(6)], Window: simWindow},
 		everCut:  map[int]bool{},
 		keys:     map[string]*keyFacts{},
 		registry: map[*life]bool{},
 	}
+	w.mode = rng.IntN(4)
 	maxEntries := 0
 	if rng.IntN(5) == 0 {
 		maxEntries = 2 + rng.IntN(6) // a full store: strangers' keys fill it
@@ -161,7 +180,7 @@ func newWorld(t testing.TB, seed uint64, node func(*world, *life) node, sleep fu
 		w.slots = append(w.slots, s)
 		w.start(s)
 	}
-	w.logf("budget %d, %d instances, max entries %d", w.budget.Limit, len(w.slots), maxEntries)
+	w.logf("budget %d, %d instances, max entries %d, schedule kind %d", w.budget.Limit, len(w.slots), maxEntries, w.mode)
 	for range (simLife + simFresh) / simFresh { // the fleet runs together, the store healthy
 		w.advance(simFresh)
 		for _, s := range w.slots {
@@ -201,6 +220,13 @@ func (w *world) beat(l *life) {
 	l.next = w.clk.Now().Add(simBeat)
 	if !l.n.beat() {
 		return
+	}
+	now := w.clk.Now()
+	l.beatAt = now
+	for o := range w.registry { // the registry drops lives unheard for its Life
+		if !o.beatAt.Add(simLife).After(now) {
+			delete(w.registry, o)
+		}
 	}
 	w.registry[l] = true
 	l.bornCut = false
@@ -308,6 +334,17 @@ func (w *world) step() {
 	}
 	s := w.slots[w.rng.IntN(len(w.slots))]
 	r := w.rng.IntN(100)
+	switch {
+	case w.mode == modeHealthy && r >= 60 && r < 69:
+		r = 70 // busy instead: the store stays within reach
+	case w.mode == modeOne && r >= 60 && r < 69:
+		s = w.slots[0] // the one instance cut off
+		if r >= 64 && r < 67 {
+			r = 60
+		}
+	case w.mode == modeAll && r >= 60 && r < 64:
+		r = 64 // the whole fleet cut off, flapping
+	}
 	if r >= 60 && r < 77 {
 		w.mu.Lock() // a fault changes
 		defer w.mu.Unlock()
@@ -321,6 +358,7 @@ func (w *world) step() {
 		if w.rng.IntN(4) == 0 {
 			key = "fresh" + strconv.Itoa(w.rng.IntN(1000))
 		}
+		key += "@" + strconv.Itoa(w.epoch)
 		for range 1 + w.rng.IntN(w.budget.Limit/2+2) { // a burst
 			w.attempt(s, key)
 		}
@@ -363,6 +401,23 @@ func (w *world) step() {
 			w.logf("slot %d: life %d stops (left: %v)", s.i, l.id, left)
 			s.life = nil
 		}
+	case r < 86 && w.epoch == 0:
+		// The fleet runs on past every window, the faults as they are:
+		// lives cut off are dropped from the registry, and keys count
+		// in new windows (new names, so that each keeps one window).
+		w.logf("the fleet runs on for %v", simLife+simFresh)
+		for range (simLife + simFresh) / simBeat {
+			w.advance(simBeat)
+			for _, s := range w.slots {
+				if s.life != nil {
+					w.beat(s.life)
+				}
+			}
+		}
+		w.epoch++
+		w.end = w.clk.Now().Add(simWindow - time.Second)
+		w.broken = append(w.broken, w.check()...) // the windows that ended
+		w.keys, w.everCut, w.outage = map[string]*keyFacts{}, map[int]bool{}, false
 	default:
 		if s.life == nil {
 			w.start(s)
@@ -460,14 +515,14 @@ func TestSim(t *testing.T) {
 	first, n := simRuns(t)
 	var rows [4]int // schedules with a key counted alone: healthy, one cut, several; and with a lost write-back
 	for seed := first; seed < first+n; seed++ {
-		w := newWorld(t, seed, newPathNode, nil)
-		end := w.clk.Now().Add(simWindow - time.Second)
-		for steps := 40 + w.rng.IntN(160); steps > 0 && w.clk.Now().Before(end); steps-- {
+		w := newWorld(t, seed, newPathNode, nil, n == 1)
+		w.end = w.clk.Now().Add(simWindow - time.Second)
+		for steps := 40 + w.rng.IntN(160); steps > 0 && w.clk.Now().Before(w.end); steps-- {
 			w.step()
 		}
 		// lives that started while their store was out of reach admitted
 		// nothing alone
-		broken := w.check()
+		broken := append(w.broken, w.check()...)
 		w.tally(&rows)
 		w.mem.Close()
 		if n == 1 {

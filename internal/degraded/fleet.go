@@ -42,10 +42,14 @@ type FleetOptions struct {
 }
 
 // member is a life as the registry keeps it: when it joined and when it
-// last beat, in Unix milliseconds on the store's clock.
+// last beat, in Unix milliseconds on the store's clock. While it holds
+// keys a full store had no room for, Hold is when it began to, and N the
+// members it counted then.
 type member struct {
 	Joined int64 `json:"j"`
 	Beat   int64 `json:"b"`
+	Hold   int64 `json:"h,omitempty"`
+	N      int   `json:"n,omitempty"`
 }
 
 // Fleet is one life's place in the registry: when it joined, and the
@@ -59,6 +63,13 @@ type Fleet struct {
 	beatAt  time.Time // the same on this process's clock
 	members int       // members read then
 	left    bool
+	// holding: the life wants to hold keys a full store has no room for.
+	// held is its registry entry's Hold and N, ready once every other
+	// member has beaten since; holders are the N of the other holders.
+	holding bool
+	held    member
+	ready   bool
+	holders []int
 }
 
 // NewFleet returns a life that has not beaten yet: it counts nothing alone.
@@ -90,6 +101,12 @@ func (f *Fleet) Beat(ctx context.Context, u Updater) error {
 	}
 	var n int
 	var beat int64
+	var held member
+	var ready bool
+	var holders []int
+	f.mu.Lock()
+	holding := f.holding
+	f.mu.Unlock()
 	began := f.o.Now()
 	err := u.Update(ctx, []string{RegistryKey}, func(now time.Time, es []store.Entry) error {
 		m, nowMs := f.read(es[0], now)
@@ -98,11 +115,27 @@ func (f *Fleet) Beat(ctx context.Context, u Updater) error {
 			me = member{Joined: nowMs}
 		}
 		me.Beat = nowMs
+		if !holding {
+			me.Hold, me.N = 0, 0
+		} else if me.Hold == 0 {
+			me.Hold, me.N = nowMs, len(m)+1-b2i(in)
+		}
 		m[f.o.ID] = me
 		if write(&es[0], m, now.Add(f.o.Life)) != nil {
 			return errFull
 		}
-		joined, beat, n = me.Joined, nowMs, len(m)
+		joined, beat, n, held, ready, holders = me.Joined, nowMs, len(m), me, me.Hold != 0, nil
+		for id, o := range m {
+			if id == f.o.ID {
+				continue
+			}
+			if o.Beat <= me.Hold {
+				ready = false // it may not have read that this life holds keys
+			}
+			if o.Hold != 0 {
+				holders = append(holders, max(o.N, 1))
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -112,8 +145,75 @@ func (f *Fleet) Beat(ctx context.Context, u Updater) error {
 	defer f.mu.Unlock()
 	if !f.left {
 		f.joined, f.beat, f.beatAt, f.members = joined, beat, began, n
+		f.held, f.ready, f.holders = held, ready && f.holding, holders
 	}
 	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Hold records whether this life wants to hold keys a full store has no
+// room for. Its next beat says so in the registry; once every other member
+// has beaten since, it may (see HoldShare).
+func (f *Fleet) Hold(h bool) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holding = h
+	if !h {
+		f.ready = false
+	}
+}
+
+// HoldShare returns how many of a key's limit this life may admit of a key
+// a full store has no room for: limit divided by the members it counted
+// when it began to hold keys, or since, whichever are more. It is 0 until
+// every other member has read that it holds keys, and unless its last beat
+// was within Fresh.
+func (f *Fleet) HoldShare(limit int64) int64 {
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.ready || f.o.Now().Sub(f.beatAt) >= f.o.Fresh {
+		return 0
+	}
+	return limit / int64(max(f.held.N, f.members))
+}
+
+// Room returns how much of a key's limit to count as spent when a count
+// makes the key's entry: what the other lives that hold keys a full store
+// had no room for may have admitted of it.
+func (f *Fleet) Room(limit int64) int64 {
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var r int64
+	for _, n := range f.holders {
+		r += limit / int64(n)
+	}
+	return min(r, limit)
+}
+
+// Holders reports whether other lives hold keys a full store had no room
+// for, as this life last read.
+func (f *Fleet) Holders() bool {
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.holders) > 0
 }
 
 // Leave takes this life out of the registry. The caller leaves only once

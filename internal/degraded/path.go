@@ -59,6 +59,7 @@ type record struct {
 	alone   int64
 	pending int64
 	budget  store.Budget
+	held    bool // counted as a key a full store had no room for
 }
 
 // seen is what the store last said of a key: its count, until end.
@@ -97,7 +98,16 @@ func New(o Options) *Path {
 func (p *Path) Attempt(ctx context.Context, c Counter, keys []string, caps []store.Budget, n int64, t *store.Tally) (o Outcome, cause, err error) {
 	for {
 		cause = p.send(ctx, c, keys)
-		if cause == nil {
+		switch {
+		case cause != nil:
+		case p.o.Fleet.Holders():
+			cause = c.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
+				if err := p.make(now, es, caps); err != nil {
+					return err
+				}
+				return store.ApplyCount(now, es, caps, n, t)
+			})
+		default:
 			cause = c.CountInto(ctx, keys, caps, n, t)
 		}
 		if cause == nil {
@@ -112,6 +122,9 @@ func (p *Path) Attempt(ctx context.Context, c Counter, keys []string, caps []sto
 				return 0, cause, err
 			}
 		case store.ReasonFull:
+			if p.o.Alone && len(keys) == 1 {
+				return p.count(keys, caps, n, true, t), cause, nil
+			}
 			*t = store.Tally{Limiting: -1}
 			return NoRoom, cause, nil
 		default:
@@ -119,9 +132,26 @@ func (p *Path) Attempt(ctx context.Context, c Counter, keys []string, caps []sto
 				*t = store.Tally{Limiting: -1}
 				return Down, cause, nil
 			}
-			return p.count(keys, caps, n, t), cause, nil
+			return p.count(keys, caps, n, false, t), cause, nil
 		}
 	}
+}
+
+// make counts as spent, in each entry of es a count would make, what other
+// lives holding keys a full store had no room for may have admitted of it.
+func (p *Path) make(now time.Time, es []store.Entry, caps []store.Budget) error {
+	for i := range es {
+		if es[i].Live() {
+			continue
+		}
+		if r := p.o.Fleet.Room(caps[i].Capacity()); r > 0 {
+			var t store.Tally
+			if err := store.ApplyCount(now, es[i:i+1], caps[i:i+1], r, &t); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // storeNow is the store's time as this life last saw it, carried forward
@@ -148,10 +178,14 @@ func (p *Path) saw(keys []string, t *store.Tally) {
 
 // count decides the attempt alone: each key admits n more while what this
 // life admitted alone in the key's window stays within its share, and
-// what the store last showed plus that within the budget.
-func (p *Path) count(keys []string, caps []store.Budget, n int64, t *store.Tally) Outcome {
+// what the store last showed plus that within the budget. A key a full
+// store has no room for (held) counts within the share of a holder.
+func (p *Path) count(keys []string, caps []store.Budget, n int64, held bool, t *store.Tally) Outcome {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if held {
+		p.o.Fleet.Hold(true)
+	}
 	now := p.storeNow()
 	*t = store.Tally{Now: time.UnixMilli(now), Limiting: -1}
 	adding := 0
@@ -178,6 +212,9 @@ func (p *Path) count(keys []string, caps []store.Budget, n int64, t *store.Tally
 			end = now + caps[i].Window.Milliseconds()
 		}
 		share := p.o.Fleet.Share(caps[i].Capacity(), caps[i].Window)
+		if held || r != nil && r.held {
+			share = p.o.Fleet.HoldShare(caps[i].Capacity())
+		}
 		t.Counts[i], t.ExpiresAt[i] = s.count+alone, time.UnixMilli(end)
 		if t.Limiting < 0 && (alone+n > share || s.count+alone+n > caps[i].Capacity()) {
 			t.Limiting = i
@@ -196,7 +233,7 @@ func (p *Path) count(keys []string, caps []store.Budget, n int64, t *store.Tally
 	for i, k := range keys {
 		r := p.alone[k]
 		if r == nil {
-			r = &record{end: t.ExpiresAt[i].UnixMilli(), budget: caps[i]}
+			r = &record{end: t.ExpiresAt[i].UnixMilli(), budget: caps[i], held: held}
 			p.alone[k] = r
 		}
 		r.alone += n
@@ -246,12 +283,20 @@ func (p *Path) Flush(ctx context.Context, c Updater) (clear bool, err error) {
 			owed = append(owed, k)
 		}
 	}
-	clear = len(p.alone) == 0
 	p.mu.Unlock()
 	for _, k := range owed {
 		if e := p.writeBack(ctx, c, k); e != nil && err == nil {
 			err = e
 		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear, holding := len(p.alone) == 0, false
+	for _, r := range p.alone {
+		holding = holding || r.held && r.pending > 0
+	}
+	if !holding {
+		p.o.Fleet.Hold(false)
 	}
 	return clear && err == nil, err
 }
@@ -274,6 +319,9 @@ func (p *Path) writeBack(ctx context.Context, c Updater, key string) error {
 	p.mu.Unlock()
 	err := c.Update(ctx, []string{key}, func(now time.Time, es []store.Entry) error {
 		caps := []store.Budget{b}
+		if err := p.make(now, es, caps); err != nil {
+			return err
+		}
 		var t store.Tally
 		if err := store.ApplyCount(now, es, caps, min(owed, b.Capacity()), &t); err != nil || t.Allowed {
 			return err

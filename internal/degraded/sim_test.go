@@ -164,7 +164,7 @@ func newWorld(t testing.TB, seed uint64, node func(*world, *life) node, sleep fu
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	w := &world{
 		t: t, rng: rng, clk: clock.NewFake(simStart), node: node, sleep: sleep, verbose: verbose,
-		budget:   store.Budget{Limit: []int{1, 2, 3, 5, 5, 20}[rng.IntN(6)], Window: simWindow},
+		budget:   store.Budget{Limit: []int{1, 2, 3, 5, 20, 40}[rng.IntN(6)], Window: simWindow},
 		everCut:  map[int]bool{},
 		keys:     map[string]*keyFacts{},
 		registry: map[*life]bool{},

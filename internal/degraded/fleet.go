@@ -129,8 +129,8 @@ func (f *Fleet) Beat(ctx context.Context, u Updater) error {
 			if id == f.o.ID {
 				continue
 			}
-			if o.Beat <= me.Hold {
-				ready = false // it may not have read that this life holds keys
+			if o.Beat <= me.Hold && o.Beat+f.o.Fresh.Milliseconds() > nowMs {
+				ready = false // it may not have read that this life holds keys, and may count
 			}
 			if o.Hold != 0 {
 				holders = append(holders, max(o.N, 1))
@@ -205,15 +205,20 @@ func (f *Fleet) Room(limit int64) int64 {
 	return min(r, limit)
 }
 
-// Holders reports whether other lives hold keys a full store had no room
-// for, as this life last read.
-func (f *Fleet) Holders() bool {
+// Making reports how a count may make entries: at once (plain), or
+// counting the holders' shares as spent (see Room); and false for none, when
+// this life has not beaten within Fresh, so that it may not know of every
+// holder.
+func (f *Fleet) Making() (plain, ok bool) {
 	if f == nil {
-		return false
+		return true, true
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.holders) > 0
+	if f.beat == 0 || f.o.Now().Sub(f.beatAt) >= f.o.Fresh {
+		return false, false
+	}
+	return len(f.holders) == 0, true
 }
 
 // Leave takes this life out of the registry. The caller leaves only once

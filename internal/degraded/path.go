@@ -7,6 +7,7 @@ package degraded
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -98,17 +99,15 @@ func New(o Options) *Path {
 func (p *Path) Attempt(ctx context.Context, c Counter, keys []string, caps []store.Budget, n int64, t *store.Tally) (o Outcome, cause, err error) {
 	for {
 		cause = p.send(ctx, c, keys)
-		switch {
-		case cause != nil:
-		case p.o.Fleet.Holders():
+		if plain, _ := p.o.Fleet.Making(); cause == nil && plain {
+			cause = c.CountInto(ctx, keys, caps, n, t)
+		} else if cause == nil {
 			cause = c.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
 				if err := p.make(now, es, caps); err != nil {
 					return err
 				}
 				return store.ApplyCount(now, es, caps, n, t)
 			})
-		default:
-			cause = c.CountInto(ctx, keys, caps, n, t)
 		}
 		if cause == nil {
 			p.saw(keys, t)
@@ -116,6 +115,12 @@ func (p *Path) Attempt(ctx context.Context, c Counter, keys []string, caps []sto
 		}
 		switch store.ReasonOf(cause) {
 		case 0:
+			if errors.Is(cause, errStale) {
+				if err := p.o.Wait(ctx); err != nil {
+					return 0, cause, err
+				}
+				continue
+			}
 			return 0, nil, cause
 		case store.ReasonOverloaded, store.ReasonDeadline:
 			if err := p.o.Wait(ctx); err != nil {
@@ -137,12 +142,21 @@ func (p *Path) Attempt(ctx context.Context, c Counter, keys []string, caps []sto
 	}
 }
 
+// errStale is the error of a count that would make an entry, by a life that
+// has not beaten within Fresh. It waits, as for a busy store.
+var errStale = errors.New("degraded: no beat within Fresh to make an entry by")
+
 // make counts as spent, in each entry of es a count would make, what other
 // lives holding keys a full store had no room for may have admitted of it.
+// A life that may not know of every holder makes none: the store is then
+// full to it.
 func (p *Path) make(now time.Time, es []store.Entry, caps []store.Budget) error {
 	for i := range es {
 		if es[i].Live() {
 			continue
+		}
+		if _, ok := p.o.Fleet.Making(); !ok {
+			return errStale
 		}
 		if r := p.o.Fleet.Room(caps[i].Capacity()); r > 0 {
 			var t store.Tally

@@ -150,6 +150,14 @@ func (f *Fleet) Beat(ctx context.Context, u Updater) error {
 	return nil
 }
 
+// fresh is FleetOptions.Fresh, or 0 for no fleet.
+func (f *Fleet) fresh() time.Duration {
+	if f == nil {
+		return 0
+	}
+	return f.o.Fresh
+}
+
 func b2i(b bool) int {
 	if b {
 		return 1

@@ -73,9 +73,10 @@ type seen struct {
 type Path struct {
 	o Options
 
-	mu    sync.Mutex
-	alone map[string]*record
-	seen  map[string]seen
+	mu     sync.Mutex
+	alone  map[string]*record
+	seen   map[string]seen
+	fullAt time.Time // when the store last had no room for a key, on this process's clock
 }
 
 // New returns a Path.
@@ -198,6 +199,7 @@ func (p *Path) count(keys []string, caps []store.Budget, n int64, held bool, t *
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if held {
+		p.fullAt = p.o.Now()
 		p.o.Fleet.Hold(true)
 	}
 	now := p.storeNow()
@@ -309,7 +311,7 @@ func (p *Path) Flush(ctx context.Context, c Updater) (clear bool, err error) {
 	for _, r := range p.alone {
 		holding = holding || r.held && r.pending > 0
 	}
-	if !holding {
+	if !holding && p.o.Now().Sub(p.fullAt) >= p.o.Fleet.fresh() {
 		p.o.Fleet.Hold(false)
 	}
 	return clear && err == nil, err

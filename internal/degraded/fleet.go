@@ -182,9 +182,10 @@ func (f *Fleet) Hold(h bool) {
 
 // HoldShare returns how many of a key's limit this life may admit of a key
 // a full store has no room for: limit divided by the members it counted
-// when it began to hold keys, or since, whichever are more. It is 0 until
-// every other member has read that it holds keys, and unless its last beat
-// was within Fresh.
+// when it began to hold keys, or since, whichever are more, and no more
+// than the other holders leave (see Room). It is 0 until every other
+// member has read that it holds keys, and unless its last beat was within
+// Fresh.
 func (f *Fleet) HoldShare(limit int64) int64 {
 	if f == nil {
 		return 0
@@ -194,7 +195,7 @@ func (f *Fleet) HoldShare(limit int64) int64 {
 	if !f.ready || f.o.Now().Sub(f.beatAt) >= f.o.Fresh {
 		return 0
 	}
-	return limit / int64(max(f.held.N, f.members))
+	return max(min(limit/int64(max(f.held.N, f.members)), limit-f.room(limit)), 0)
 }
 
 // Room returns how much of a key's limit to count as spent when a count
@@ -206,6 +207,10 @@ func (f *Fleet) Room(limit int64) int64 {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.room(limit)
+}
+
+func (f *Fleet) room(limit int64) int64 {
 	var r int64
 	for _, n := range f.holders {
 		r += limit / int64(n)

@@ -79,7 +79,7 @@ func ExampleInMemory() {
 // PerIP limits each client address, behind the proxies Options.IP trusts.
 // While the store cannot answer, requests go through uncounted.
 func ExampleLimits_PerIP() {
-	proxies, err := keyfunc.ParseTrustedProxies("10.0.0.0/8")
+	proxies, err := keyfunc.ParseNetworks("10.0.0.0/8")
 	if err != nil {
 		log.Fatal(err)
 	}

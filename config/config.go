@@ -260,7 +260,7 @@ func Parse(lookup func(string) (string, bool)) (Config, error) {
 		MaxQueued:      r.count("RATE_LIMIT_STORE_MAX_QUEUED", 1_000_000),
 	}
 	if s := r.str("TRUSTED_PROXIES"); s != "" {
-		p, err := keyfunc.ParseTrustedProxies(s)
+		p, err := keyfunc.ParseNetworks(s)
 		if err != nil {
 			r.fail("TRUSTED_PROXIES", s, "a comma-separated list of CIDRs such as 10.0.0.0/8,2001:db8::/32 ("+err.Error()+")")
 		}

@@ -72,6 +72,6 @@ func ExampleParse_errors() {
 	fmt.Println(err)
 	// Output:
 	// RATE_LIMIT_MAX_ENTRIES="lots": want a whole number from 1 to 100000000
-	// TRUSTED_PROXIES="10.0.0.0/8,banana": want a comma-separated list of CIDRs such as 10.0.0.0/8,2001:db8::/32 (keyfunc: invalid option: trusted proxy element 2 "banana": ParseAddr("banana"): unable to parse IP)
+	// TRUSTED_PROXIES="10.0.0.0/8,banana": want a comma-separated list of CIDRs such as 10.0.0.0/8,2001:db8::/32 (keyfunc: invalid option: network element 2 "banana": ParseAddr("banana"): unable to parse IP)
 	// DATABASE_URL="mysql://app:xxxxx@db/app?password=xxxxx": want a postgres://, postgresql://, sqlite: or file: URL
 }

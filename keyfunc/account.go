@@ -1,9 +1,7 @@
 package keyfunc
 
 import (
-	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -15,27 +13,27 @@ import (
 
 // Bounds on account names, in bytes.
 const (
-	// MaxAccountInput is the longest account value, in bytes as sent,
+	// maxAccountInput is the longest account value, in bytes as sent,
 	// surrounding white space included. It is the longest input a Normalize
 	// function processes, and the default bound of a body field value
-	// ([DefaultMaxValueBytes]). One number for both, so that a value the
+	// (DefaultMaxValueBytes). One number for both, so that a value the
 	// body reader refuses as too long is never one a handler's own
 	// normalisation would accept, or the other way round.
-	MaxAccountInput = 256
-	// MaxUsername is the longest normalised user name.
-	MaxUsername = 256
-	// MaxEmail is the longest normalised e-mail address (RFC 5321's path
+	maxAccountInput = 256
+	// maxUsername is the longest normalised user name.
+	maxUsername = 256
+	// maxEmail is the longest normalised e-mail address (RFC 5321's path
 	// limit less the angle brackets).
-	MaxEmail = 254
-	// MaxEmailLocal is the longest local part of a normalised address.
-	MaxEmailLocal = 64
+	maxEmail = 254
+	// maxEmailLocal is the longest local part of a normalised address.
+	maxEmailLocal = 64
 )
 
-// Digit bounds of [NormalizePhone], from E.164 (at most 15 digits) and the
+// Digit bounds of NormalizePhone, from E.164 (at most 15 digits) and the
 // shortest national numbers in use.
 const (
-	MinPhoneDigits = 7
-	MaxPhoneDigits = 15
+	minPhoneDigits = 7
+	maxPhoneDigits = 15
 )
 
 func invalidAccount(kind, why string) error {
@@ -44,8 +42,8 @@ func invalidAccount(kind, why string) error {
 
 // trimAccount checks the input bound and trims surrounding white space.
 func trimAccount(kind, s string) (string, error) {
-	if len(s) > MaxAccountInput {
-		return "", invalidAccount(kind, fmt.Sprintf("longer than %d bytes", MaxAccountInput))
+	if len(s) > maxAccountInput {
+		return "", invalidAccount(kind, fmt.Sprintf("longer than %d bytes", maxAccountInput))
 	}
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -61,7 +59,7 @@ func trimAccount(kind, s string) (string, error) {
 // white space is trimmed, then the RFC 8265 UsernameCaseMapped profile is
 // applied. The profile maps widths, lower-cases, applies NFC, and rejects
 // spaces, control and other disallowed characters. So " Alice" and "ＡＬＩＣＥ"
-// both give "alice". The result is at most [MaxUsername] bytes, and
+// both give "alice". The result is at most 256 bytes, and
 // normalising it again gives it back unchanged. Rejected names give an
 // error matching [ErrInvalidAccount].
 func NormalizeUsername(s string) (string, error) {
@@ -77,8 +75,8 @@ func NormalizeUsername(s string) (string, error) {
 	if out == "" {
 		return "", invalidAccount(kind, "empty")
 	}
-	if len(out) > MaxUsername {
-		return "", invalidAccount(kind, fmt.Sprintf("longer than %d bytes", MaxUsername))
+	if len(out) > maxUsername {
+		return "", invalidAccount(kind, fmt.Sprintf("longer than %d bytes", maxUsername))
 	}
 	return out, nil
 }
@@ -105,9 +103,9 @@ func foldNFKC(s string) (string, bool) {
 //     part included. Mail systems treat local parts case-insensitively in
 //     practice, and for a limiter merging spellings is the safe direction;
 //  3. require exactly one '@', a non-empty local part of at most
-//     [MaxEmailLocal] bytes, and a domain of non-empty dot-separated labels;
+//     64 bytes, and a domain of non-empty dot-separated labels;
 //     reject white space and control characters anywhere;
-//  4. require at most [MaxEmail] bytes in all.
+//  4. require at most 254 bytes in all.
 //
 // So "Alice@Example.COM " and "alice@example.com" give the same key.
 // NormalizeEmail is not an address validator and does not rewrite what
@@ -138,12 +136,12 @@ func NormalizeEmail(s string) (string, error) {
 		return "", invalidAccount(kind, "more than one '@'")
 	case local == "":
 		return "", invalidAccount(kind, "empty local part")
-	case len(local) > MaxEmailLocal:
-		return "", invalidAccount(kind, fmt.Sprintf("local part longer than %d bytes", MaxEmailLocal))
+	case len(local) > maxEmailLocal:
+		return "", invalidAccount(kind, fmt.Sprintf("local part longer than %d bytes", maxEmailLocal))
 	case domain == "":
 		return "", invalidAccount(kind, "empty domain")
-	case len(s) > MaxEmail:
-		return "", invalidAccount(kind, fmt.Sprintf("longer than %d bytes", MaxEmail))
+	case len(s) > maxEmail:
+		return "", invalidAccount(kind, fmt.Sprintf("longer than %d bytes", maxEmail))
 	}
 	for label := range strings.SplitSeq(domain, ".") {
 		if label == "" {
@@ -156,7 +154,7 @@ func NormalizeEmail(s string) (string, error) {
 // NormalizePhone returns the canonical form of a telephone number. It trims
 // it and applies NFKC, which turns full-width digits into ASCII. Then
 // spaces, tabs, '-', '.', '(' and ')' are removed. What is left must be an
-// optional leading '+' followed by [MinPhoneDigits] to [MaxPhoneDigits]
+// optional leading '+' followed by 7 to 15
 // ASCII digits. The '+' is kept, so "+1 (415) 555-0100" gives
 // "+14155550100". A number without it is keyed as written: NormalizePhone
 // knows no country rules, and does not turn national numbers into E.164.
@@ -169,14 +167,14 @@ func NormalizePhone(s string) (string, error) {
 		return "", err
 	}
 	s = norm.NFKC.String(s)
-	b := make([]byte, 0, MaxPhoneDigits+1)
+	b := make([]byte, 0, maxPhoneDigits+1)
 	digits := 0
 	for _, r := range s {
 		switch {
 		case '0' <= r && r <= '9':
 			digits++
-			if digits > MaxPhoneDigits {
-				return "", invalidAccount(kind, fmt.Sprintf("more than %d digits", MaxPhoneDigits))
+			if digits > maxPhoneDigits {
+				return "", invalidAccount(kind, fmt.Sprintf("more than %d digits", maxPhoneDigits))
 			}
 			b = append(b, byte(r))
 		case r == '+':
@@ -189,39 +187,8 @@ func NormalizePhone(s string) (string, error) {
 			return "", invalidAccount(kind, fmt.Sprintf("character %q not allowed", r))
 		}
 	}
-	if digits < MinPhoneDigits {
-		return "", invalidAccount(kind, fmt.Sprintf("fewer than %d digits", MinPhoneDigits))
+	if digits < minPhoneDigits {
+		return "", invalidAccount(kind, fmt.Sprintf("fewer than %d digits", minPhoneDigits))
 	}
 	return string(b), nil
-}
-
-// Account returns a Func keyed by the account name in the body field field
-// (read as by [BodyField], with opts), normalised by normalize, typically
-// [NormalizeUsername], [NormalizeEmail] or [NormalizePhone]. Use it to limit
-// sign-in and password-reset attempts per account whatever the spelling.
-// Errors from normalize are wrapped to match [ErrInvalidAccount] and
-// [ErrNoKey]. A nil normalize gives a Func that always fails with
-// [ErrInvalidOption].
-func Account(field string, normalize func(string) (string, error), opts BodyOptions) Func {
-	if normalize == nil {
-		return misconfigured("Account needs a normalize function")
-	}
-	get := BodyField(field, opts)
-	return func(r *http.Request) (string, error) {
-		v, err := get(r)
-		if err != nil {
-			return "", err
-		}
-		k, err := normalize(v)
-		switch {
-		case err == nil && k == "":
-			err = errors.New("normalised to empty string")
-		case err == nil:
-			return k, nil
-		}
-		if errors.Is(err, ErrInvalidAccount) {
-			return "", fmt.Errorf("keyfunc: account field %q: %w", field, err)
-		}
-		return "", fmt.Errorf("keyfunc: account field %q: %w: %w", field, ErrInvalidAccount, err)
-	}
 }

@@ -20,12 +20,12 @@ const (
 	// small the memory spent on a request that is about to be rejected.
 	DefaultMaxBodyBytes = 64 << 10
 	// DefaultMaxValueBytes bounds the length of an extracted field value,
-	// as sent: the one bound on an account value, [MaxAccountInput], which
-	// the Normalize functions apply too.
-	DefaultMaxValueBytes = MaxAccountInput
+	// as sent: 256, the one bound on an account value, which the Normalize
+	// functions apply too.
+	DefaultMaxValueBytes = maxAccountInput
 )
 
-// BodyOptions configures the Funcs that read a body field.
+// BodyOptions bound what [BodyFields] reads.
 type BodyOptions struct {
 	// MaxBytes is the most bytes read from the body; zero or negative means
 	// [DefaultMaxBodyBytes]. The whole body must fit: a field is never taken
@@ -111,118 +111,48 @@ func isJSONType(mt string) bool {
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
-// The body forms a Func may accept.
+// The body forms BodyFields reads.
 type bodyForms uint8
 
 const (
 	formBody bodyForms = 1 << iota
 	multipartBody
 	jsonBody
-	anyBody = formBody | multipartBody | jsonBody
 )
 
-// FormField returns a Func keyed by the field name of an
-// application/x-www-form-urlencoded body, with url.ParseQuery's separators
-// and escapes. The name is matched in any letter case. A handler matching
-// it in another case than r.PostFormValue does can then never see a field
-// the Func did not: "user=a&USER=b" is ambiguous and refused. Like
-// net/http, it reads the body only for POST, PUT and PATCH. The body is
-// restored for the handler, byte for byte, and closing it closes the
-// original body. opts bounds what is read; see [BodyOptions].
+// BodyFields returns the values of the fields names in r's body, read once:
+// the one reader of a body field. One reading gives the guard's account
+// field and the handler's other fields alike. The body is restored for the
+// handler, byte for byte, and closing it closes the original body. A field
+// that is absent gives "". Names match in any letter case.
 //
-// Errors match [ErrNoKey] and, where one applies, [ErrUnsupportedMediaType]
-// (another Content-Type or method) or [ErrBodyTooLarge]. They may match
-// [ErrMalformedBody] (bad escapes, ';' separators, or the field given more
-// than once, in any letter case), or [ErrValueTooLong]. A missing or empty
-// field gives plain ErrNoKey.
-func FormField(name string, opts BodyOptions) Func {
-	return fieldFunc(name, opts, formBody)
-}
-
-// JSONField returns a Func keyed by the string field name of the top-level
-// JSON object in the body, for Content-Type application/json or any type
-// with a +json suffix. Keys are matched as encoding/json matches struct
-// fields, case-insensitively, so {"user":"a","USER":"b"} is ambiguous and
-// rejected. The whole object must be well-formed, with nothing after it,
-// and fit in the read bound. The body is restored for the handler, byte for
-// byte, and closing it closes the original body. opts bounds what is read;
-// see [BodyOptions].
+// It reads application/x-www-form-urlencoded (with url.ParseQuery's
+// separators and escapes) and multipart/form-data (what a browser's FormData
+// sends) from their form fields, for POST, PUT and PATCH as net/http does.
+// File parts are never read. It reads the string members of the top-level
+// JSON object of application/json, or any type with a +json suffix, in any
+// method; the whole object must be well-formed, with nothing after it. The
+// whole body must fit in opts.MaxBytes in every form.
 //
-// Errors match [ErrNoKey] and, where one applies, [ErrUnsupportedMediaType],
-// [ErrBodyTooLarge], [ErrMalformedBody] (bad JSON, not an object, a
-// duplicate field, or a value that is not a string), or [ErrValueTooLong]. A
-// missing or empty field gives plain ErrNoKey.
-func JSONField(name string, opts BodyOptions) Func {
-	return fieldFunc(name, opts, jsonBody)
-}
-
-// BodyField returns a Func keyed by the field name of the body. It parses
-// JSON media types as [JSONField] does, and
-// application/x-www-form-urlencoded as [FormField] does. It reads
-// multipart/form-data (what a browser's FormData sends) from its form
-// fields. File parts are never read. A file part under the field's name, or
-// the field given more than once in any letter case, is malformed. The
-// whole body must fit in opts.MaxBytes in every form. Other media types
-// fail with [ErrUnsupportedMediaType].
-func BodyField(name string, opts BodyOptions) Func {
-	return fieldFunc(name, opts, anyBody)
-}
-
-func fieldFunc(name string, opts BodyOptions, forms bodyForms) Func {
-	return func(r *http.Request) (string, error) {
-		vs, err := readFields(r, opts, forms, []string{name}, nil)
-		if err == nil {
-			vs[0], err = checkValue(vs[0], opts)
-		}
-		if err != nil {
-			return "", fmt.Errorf("keyfunc: body field %q: %w", name, err)
-		}
-		return vs[0], nil
-	}
-}
-
-// BodyFields returns the values of the fields names in r's body, read once
-// with the rules of [BodyField]. One reading of the body gives the guard's
-// account field and the handler's other fields alike. A field that is
-// absent gives "". It fails with an error matching [ErrNoKey] when the body
-// cannot be read. The error also matches [ErrUnsupportedMediaType],
-// [ErrBodyTooLarge] or [ErrMalformedBody], which includes any of names
-// given more than once, in any letter case. It matches [ErrValueTooLong]
-// for a value of names over opts.MaxValueBytes. The body is restored for
-// the handler.
+// It fails with an error matching [ErrNoKey] when the body cannot be read.
+// The error also matches [ErrUnsupportedMediaType] (another Content-Type or
+// method), [ErrBodyTooLarge] or [ErrMalformedBody]. Malformed includes bad
+// escapes, ';' separators, bad JSON, a value that is not a string, a file
+// part under one of names, or one of names given more than once, in any
+// letter case. It matches [ErrValueTooLong] for a value of names over
+// opts.MaxValueBytes. A handler that reads a field in another case than the
+// guard did can so never see a value the guard did not count.
 func BodyFields(r *http.Request, opts BodyOptions, names ...string) ([]string, error) {
-	vs, err := readFields(r, opts, anyBody, names, nil)
+	vs, err := readFields(r, opts, names)
 	if err != nil {
 		return nil, fmt.Errorf("keyfunc: body fields: %w", err)
 	}
 	return vs, nil
 }
 
-// BodyFieldAndSecret returns a reader of two fields of r's body in one
-// reading: name, as [BodyField] reads it, and secret, such as a password.
-// The secret is read with the same rules: given more than once in any
-// letter case, it is malformed too. Its value is bounded only by
-// opts.MaxBytes; absent or empty, it is "". Errors never hold its value.
-// The body is restored for the handler.
-func BodyFieldAndSecret(name, secret string, opts BodyOptions) func(r *http.Request) (value, secretValue string, err error) {
-	names := []string{name, secret}
-	maxes := []int{opts.maxValue(), int(opts.maxBytes())}
-	return func(r *http.Request) (string, string, error) {
-		vs, err := readFields(r, opts, anyBody, names, maxes)
-		if err == nil {
-			vs[0], err = checkValue(vs[0], opts)
-		}
-		if err != nil {
-			return "", "", fmt.Errorf("keyfunc: body field %q: %w", name, err)
-		}
-		return vs[0], vs[1], nil
-	}
-}
-
-// readFields reads the values of names from r's body, in one of forms.
-// maxes[i] bounds the value of names[i]; nil means opts.MaxValueBytes for
-// each.
-func readFields(r *http.Request, opts BodyOptions, forms bodyForms, names []string, maxes []int) ([]string, error) {
+// readFields reads the values of names from r's body, each bounded by
+// opts.MaxValueBytes.
+func readFields(r *http.Request, opts BodyOptions, names []string) ([]string, error) {
 	mt, params, err := mediaType(r)
 	if err != nil {
 		return nil, err
@@ -236,7 +166,7 @@ func readFields(r *http.Request, opts BodyOptions, forms bodyForms, names []stri
 	case isJSONType(mt):
 		form = jsonBody
 	}
-	if form&forms == 0 {
+	if form == 0 {
 		return nil, fmt.Errorf("Content-Type %s: %w", clip(mt, 64), ErrUnsupportedMediaType)
 	}
 	if form != jsonBody {
@@ -254,13 +184,7 @@ func readFields(r *http.Request, opts BodyOptions, forms bodyForms, names []stri
 	if err != nil {
 		return nil, err
 	}
-	if maxes == nil {
-		maxes = make([]int, len(names))
-		for i := range maxes {
-			maxes[i] = opts.maxValue()
-		}
-	}
-	f := fields{names: names, vals: make([]string, len(names)), found: make([]bool, len(names)), max: maxes}
+	f := fields{names: names, vals: make([]string, len(names)), found: make([]bool, len(names)), max: opts.maxValue()}
 	switch form {
 	case formBody:
 		err = f.form(body)
@@ -280,7 +204,7 @@ type fields struct {
 	names []string
 	vals  []string
 	found []bool
-	max   []int // of each value
+	max   int // of a value
 }
 
 // index returns the index of key among names, matched case-insensitively,
@@ -299,8 +223,8 @@ func (f *fields) set(i int, v string) error {
 	if f.found[i] {
 		return fmt.Errorf("%w: field %q given more than once", ErrMalformedBody, clip(f.names[i], 64))
 	}
-	if len(v) > f.max[i] {
-		return fmt.Errorf("field %q value of %d bytes over %d: %w", clip(f.names[i], 64), len(v), f.max[i], ErrValueTooLong)
+	if len(v) > f.max {
+		return fmt.Errorf("field %q value of %d bytes over %d: %w", clip(f.names[i], 64), len(v), f.max, ErrValueTooLong)
 	}
 	f.vals[i], f.found[i] = v, true
 	return nil
@@ -361,7 +285,7 @@ func (f *fields) multipart(body []byte, boundary string) error {
 		if p.FileName() != "" {
 			return fmt.Errorf("%w: file part under field %q", ErrMalformedBody, clip(f.names[i], 64))
 		}
-		v, err := io.ReadAll(io.LimitReader(p, int64(f.max[i])+1))
+		v, err := io.ReadAll(io.LimitReader(p, int64(f.max)+1))
 		if err != nil {
 			return fmt.Errorf("%w: multipart: %v", ErrMalformedBody, err)
 		}
@@ -438,15 +362,4 @@ func skipValue(dec *json.Decoder) error {
 			return nil
 		}
 	}
-}
-
-// checkValue rejects empty and overlong field values.
-func checkValue(v string, opts BodyOptions) (string, error) {
-	if v == "" {
-		return "", fmt.Errorf("field empty or absent: %w", ErrNoKey)
-	}
-	if max := opts.maxValue(); len(v) > max {
-		return "", fmt.Errorf("field value of %d bytes over %d: %w", len(v), max, ErrValueTooLong)
-	}
-	return v, nil
 }

@@ -15,13 +15,6 @@ func WithCallerID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, callerIDKey{}, id)
 }
 
-// CallerIDFrom returns the caller ID stored in ctx by [WithCallerID]. It
-// reports false when there is none or it is empty.
-func CallerIDFrom(ctx context.Context) (string, bool) {
-	id, _ := ctx.Value(callerIDKey{}).(string)
-	return id, id != ""
-}
-
 // CallerID is a Func keyed by the caller ID in the request context (see
 // [WithCallerID]). When the context holds no caller ID, or an empty one, it
 // returns an error matching [ErrNoCallerID] and [ErrNoKey].
@@ -31,8 +24,8 @@ func CallerIDFrom(ctx context.Context) (string, bool) {
 // let any request that slips past authentication, or reaches the limiter
 // before it, go unlimited.
 func CallerID(r *http.Request) (string, error) {
-	id, ok := CallerIDFrom(r.Context())
-	if !ok {
+	id, _ := r.Context().Value(callerIDKey{}).(string)
+	if id == "" {
 		return "", ErrNoCallerID
 	}
 	return id, nil

@@ -13,8 +13,8 @@ import (
 )
 
 func ExampleNewIP() {
-	// In production: keyfunc.ParseTrustedProxies(os.Getenv("TRUSTED_PROXIES")).
-	proxies, err := keyfunc.ParseTrustedProxies("10.0.0.0/8, 2001:db8:ffff::/48")
+	// In production: keyfunc.ParseNetworks(os.Getenv("TRUSTED_PROXIES")).
+	proxies, err := keyfunc.ParseNetworks("10.0.0.0/8, 2001:db8:ffff::/48")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -42,10 +42,21 @@ func ExampleNewIP() {
 	// 2001:db8:abcd:12::/64 <nil>
 }
 
-func ExampleAccount() {
-	email := keyfunc.Account("email", keyfunc.NormalizeEmail, keyfunc.BodyOptions{})
-	// Limit sign-in attempts per (account, client address) pair.
-	key := keyfunc.Join(email, keyfunc.IP)
+// A key function over BodyFields: the account in the body, normalised, and
+// the client address, to limit attempts per (account, address) pair.
+func ExampleBodyFields() {
+	email := func(r *http.Request) (string, error) {
+		vs, err := keyfunc.BodyFields(r, keyfunc.BodyOptions{}, "email")
+		if err != nil {
+			return "", err
+		}
+		return keyfunc.NormalizeEmail(vs[0])
+	}
+	ip, err := keyfunc.NewIP(keyfunc.IPOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	key := keyfunc.Join(email, ip.Key)
 
 	r := httptest.NewRequest(http.MethodPost, "/signin", strings.NewReader("email=Alice%40Example.COM+&password=hunter2"))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")

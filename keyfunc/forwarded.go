@@ -5,24 +5,24 @@ import (
 	"strings"
 )
 
-// hopList keeps the last MaxForwardedHops hops of a forwarding header, in
+// hopList keeps the last maxForwardedHops hops of a forwarding header, in
 // a ring, without allocating.
 type hopList struct {
-	buf [MaxForwardedHops]string
+	buf [maxForwardedHops]string
 	n   int // hops added in total
 }
 
 func (h *hopList) add(s string) {
-	h.buf[h.n%MaxForwardedHops] = s
+	h.buf[h.n%maxForwardedHops] = s
 	h.n++
 }
 
 // len returns the number of hops kept.
-func (h *hopList) len() int { return min(h.n, MaxForwardedHops) }
+func (h *hopList) len() int { return min(h.n, maxForwardedHops) }
 
 // fromRight returns the i-th kept hop counting from the right, from 0.
 func (h *hopList) fromRight(i int) string {
-	return h.buf[(h.n-1-i)%MaxForwardedHops]
+	return h.buf[(h.n-1-i)%maxForwardedHops]
 }
 
 // isOWS reports whether c is optional white space (RFC 9110).

@@ -7,15 +7,15 @@ import (
 	"strings"
 )
 
-// MaxHeaderValue is the longest header value, in bytes after trimming white
+// maxHeaderValue is the longest header value, in bytes after trimming white
 // space, that [Header] accepts as a key.
-const MaxHeaderValue = 256
+const maxHeaderValue = 256
 
 // Header returns a Func keyed by the value of the request header name, with
 // surrounding white space trimmed. It fails with an error matching
 // [ErrNoKey] when the header is absent, empty, or present on more than one
 // line (which value counts would be ambiguous). It fails with
-// [ErrValueTooLong] when the value exceeds [MaxHeaderValue] bytes.
+// [ErrValueTooLong] when the value exceeds 256 bytes.
 //
 // The client chooses header values freely. A header key so only limits
 // anything when the value is checked elsewhere (an API key that the
@@ -40,8 +40,8 @@ func Header(name string) Func {
 		if v == "" {
 			return "", fmt.Errorf("keyfunc: header %s empty: %w", canon, ErrNoKey)
 		}
-		if len(v) > MaxHeaderValue {
-			return "", fmt.Errorf("keyfunc: header %s has %d bytes, over %d: %w", canon, len(v), MaxHeaderValue, ErrValueTooLong)
+		if len(v) > maxHeaderValue {
+			return "", fmt.Errorf("keyfunc: header %s has %d bytes, over %d: %w", canon, len(v), maxHeaderValue, ErrValueTooLong)
 		}
 		return v, nil
 	}

@@ -7,22 +7,22 @@ import (
 	"strings"
 )
 
-// DefaultIPv6Prefix is the IPv6 prefix length used when
-// [IPOptions.IPv6Prefix] is zero.
+// defaultIPv6Prefix is the IPv6 prefix length used when
+// IPOptions.IPv6Prefix is zero.
 //
 // An IPv6 subscriber is commonly assigned at least a /64 (often a /56 or a
 // /48), and may pick any address inside it. Keying by full address would let
 // one client rotate through 2^64 keys, so addresses are grouped by /64. Use
 // 56 where ISPs hand out /56s and the cost of grouping neighbours is
 // acceptable; use 128 only when clients cannot choose their own addresses.
-const DefaultIPv6Prefix = 64
+const defaultIPv6Prefix = 64
 
 // Bounds on forwarding headers. A header whose lines add up to more than
-// MaxForwardedBytes (counting a comma between lines) is treated as malformed.
-// At most MaxForwardedHops hops, counted from the right, are examined.
+// maxForwardedBytes (counting a comma between lines) is treated as malformed.
+// At most maxForwardedHops hops, counted from the right, are examined.
 const (
-	MaxForwardedBytes = 8 << 10
-	MaxForwardedHops  = 64
+	maxForwardedBytes = 8 << 10
+	maxForwardedHops  = 64
 )
 
 // HeaderMode selects the one forwarding header an [IPKeyer] reads when the
@@ -66,17 +66,18 @@ func ParseHeaderMode(s string) (HeaderMode, error) {
 }
 
 // IPOptions configures [NewIP]. The zero value keys by the immediate peer
-// with IPv6 grouped by [DefaultIPv6Prefix], ignoring forwarding headers.
+// with IPv6 grouped by /64, ignoring forwarding headers.
 type IPOptions struct {
 	// TrustedProxies lists the networks of proxies whose forwarding headers
 	// are believed. Forwarding headers are read only when the immediate peer
 	// (Request.RemoteAddr) is inside one of them. Host bits are ignored, and
 	// IPv4-mapped IPv6 prefixes are converted to IPv4. See
-	// [ParseTrustedProxies].
+	// [ParseNetworks].
 	TrustedProxies []netip.Prefix
 
 	// IPv6Prefix is the prefix length, 32 to 128, by which IPv6 client
-	// addresses are grouped into one key. Zero means [DefaultIPv6Prefix].
+	// addresses are grouped into one key. Zero means 64: a subscriber is
+	// commonly assigned at least a /64, and may pick any address in it.
 	// Addresses that carry an IPv4 address are keyed by it instead; see
 	// [IPKeyer.AddrKey].
 	IPv6Prefix int
@@ -101,7 +102,7 @@ type IPKeyer struct {
 func NewIP(opts IPOptions) (*IPKeyer, error) {
 	bits := opts.IPv6Prefix
 	if bits == 0 {
-		bits = DefaultIPv6Prefix
+		bits = defaultIPv6Prefix
 	}
 	if bits < 32 || bits > 128 {
 		return nil, fmt.Errorf("%w: IPv6Prefix %d not in 32..128", ErrInvalidOption, opts.IPv6Prefix)
@@ -135,19 +136,14 @@ func canonicalPrefix(p netip.Prefix) (netip.Prefix, bool) {
 	return p.Masked(), true
 }
 
-// ParseTrustedProxies parses a comma-separated list of CIDR prefixes, such as
-// the value of a TRUSTED_PROXIES environment variable:
+// ParseNetworks parses a comma-separated list of CIDR prefixes, such as the
+// value of a TRUSTED_PROXIES environment variable:
 // "10.0.0.0/8, 192.0.2.7, 2001:db8::/32". A bare address stands for a /32
 // (IPv4) or /128 (IPv6). White space around elements is ignored, and so are
 // empty elements; an empty or blank string gives an empty list. Any other
 // malformed element yields an error matching [ErrInvalidOption] that names
 // the element and its position.
-func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
-	return parseNetworks(s, "trusted proxy")
-}
-
-// parseNetworks is ParseNetworks, naming each element what.
-func parseNetworks(s, what string) ([]netip.Prefix, error) {
+func ParseNetworks(s string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for i, elem := range strings.Split(s, ",") {
 		elem = strings.TrimSpace(elem)
@@ -169,26 +165,13 @@ func parseNetworks(s, what string) ([]netip.Prefix, error) {
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s element %d %q: %v", ErrInvalidOption, what, i+1, elem, err)
+			return nil, fmt.Errorf("%w: network element %d %q: %v", ErrInvalidOption, i+1, elem, err)
 		}
 		c, _ := canonicalPrefix(p)
 		out = append(out, c)
 	}
 	return out, nil
 }
-
-var defaultIPKeyer IPKeyer
-
-// IP is a Func keyed by the immediate peer address (Request.RemoteAddr),
-// ignoring forwarding headers, with IPv6 grouped by [DefaultIPv6Prefix]. It
-// is the right choice for a server that faces clients directly; behind a
-// proxy use [NewIP] with TrustedProxies.
-func IP(r *http.Request) (string, error) {
-	return defaultIPKeyer.Key(r)
-}
-
-// Func returns k.Key as a Func.
-func (k *IPKeyer) Func() Func { return k.Key }
 
 // Key returns the key of the client address found by [IPKeyer.ClientAddr],
 // rendered by [IPKeyer.AddrKey]. It fails, with an error matching
@@ -270,7 +253,7 @@ func parseQuad(s string) (netip.Addr, string, bool) {
 //
 // ClientAddr fails with an error matching [ErrNoKey] when RemoteAddr cannot
 // be parsed. It fails with [ErrBadForwarding] when a trusted peer's header
-// is oversized (see [MaxForwardedBytes]), does not follow its grammar, or
+// is oversized (over 8 KiB), does not follow its grammar, or
 // lists no hop. It also does when the walk stops at a hop that is not an IP
 // address ("unknown", an obfuscated identifier, garbage). The client is
 // then unknown: it is never taken to be the proxy, whose own key every such
@@ -367,7 +350,7 @@ func zeros(b []byte) bool {
 
 func (k *IPKeyer) bits() int {
 	if k.v6bits == 0 {
-		return DefaultIPv6Prefix
+		return defaultIPv6Prefix
 	}
 	return k.v6bits
 }
@@ -400,8 +383,8 @@ func (k *IPKeyer) walk(h http.Header, peer netip.Addr) (netip.Addr, error) {
 	for _, l := range lines {
 		total += len(l)
 	}
-	if total > MaxForwardedBytes {
-		return bad(fmt.Sprintf("%d bytes, over %d", total, MaxForwardedBytes))
+	if total > maxForwardedBytes {
+		return bad(fmt.Sprintf("%d bytes, over %d", total, maxForwardedBytes))
 	}
 	var hops hopList
 	for _, l := range lines {

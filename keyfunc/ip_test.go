@@ -21,9 +21,9 @@ func mustKeyer(t testing.TB, opts IPOptions) *IPKeyer {
 
 func mustPrefixes(t testing.TB, s string) []netip.Prefix {
 	t.Helper()
-	ps, err := ParseTrustedProxies(s)
+	ps, err := ParseNetworks(s)
 	if err != nil {
-		t.Fatalf("ParseTrustedProxies(%q): %v", s, err)
+		t.Fatalf("ParseNetworks(%q): %v", s, err)
 	}
 	return ps
 }
@@ -130,7 +130,7 @@ func TestIPKey(t *testing.T) {
 		{name: "oversized over several lines refused", trusted: trusted, remote: "10.1.1.1:1",
 			headers: []string{"X-Forwarded-For: " + strings.Repeat("1", 4096), "X-Forwarded-For: " + strings.Repeat("2", 4096)}, want: bad},
 		{name: "header at the bound read", trusted: trusted, remote: "10.1.1.1:1",
-			headers: []string{"X-Forwarded-For: " + strings.Repeat(" ", MaxForwardedBytes-len("198.51.100.1")) + "198.51.100.1"}, want: "198.51.100.1"},
+			headers: []string{"X-Forwarded-For: " + strings.Repeat(" ", maxForwardedBytes-len("198.51.100.1")) + "198.51.100.1"}, want: "198.51.100.1"},
 		{name: "too many trusted hops stops at 64th", trusted: trusted, remote: "10.1.1.1:1",
 			headers: []string{"X-Forwarded-For: 198.51.100.1, " + strings.Repeat("10.0.0.1, ", 70) + "10.0.0.2"}, want: "10.0.0.1"},
 		{name: "many hops but client within 64", trusted: trusted, remote: "10.1.1.1:1",
@@ -365,13 +365,13 @@ func TestIPBadRemoteAddr(t *testing.T) {
 		if !errors.Is(err, ErrNoKey) {
 			t.Errorf("Key(RemoteAddr %q) = %q, %v; want ErrNoKey", remote, got, err)
 		}
-		if got, err := IP(r); !errors.Is(err, ErrNoKey) {
+		if got, err := peer(r); !errors.Is(err, ErrNoKey) {
 			t.Errorf("IP(RemoteAddr %q) = %q, %v; want ErrNoKey", remote, got, err)
 		}
 	}
 }
 
-func TestParseTrustedProxies(t *testing.T) {
+func TestParseNetworks(t *testing.T) {
 	tests := []struct {
 		in      string
 		want    []string
@@ -390,15 +390,15 @@ func TestParseTrustedProxies(t *testing.T) {
 		{in: "10.0.0.0/8,,300.0.0.1", wantErr: `element 3 "300.0.0.1"`},
 	}
 	for _, tt := range tests {
-		got, err := ParseTrustedProxies(tt.in)
+		got, err := ParseNetworks(tt.in)
 		if tt.wantErr != "" {
 			if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("ParseTrustedProxies(%q) error = %v; want ErrInvalidOption naming %s", tt.in, err, tt.wantErr)
+				t.Errorf("ParseNetworks(%q) error = %v; want ErrInvalidOption naming %s", tt.in, err, tt.wantErr)
 			}
 			continue
 		}
 		if err != nil {
-			t.Errorf("ParseTrustedProxies(%q): %v", tt.in, err)
+			t.Errorf("ParseNetworks(%q): %v", tt.in, err)
 			continue
 		}
 		var gs []string
@@ -406,7 +406,7 @@ func TestParseTrustedProxies(t *testing.T) {
 			gs = append(gs, p.String())
 		}
 		if strings.Join(gs, " ") != strings.Join(tt.want, " ") {
-			t.Errorf("ParseTrustedProxies(%q) = %v, want %v", tt.in, gs, tt.want)
+			t.Errorf("ParseNetworks(%q) = %v, want %v", tt.in, gs, tt.want)
 		}
 	}
 }
@@ -440,7 +440,7 @@ func TestNewIPOptions(t *testing.T) {
 
 func TestIPKeyerZeroValue(t *testing.T) {
 	var k IPKeyer
-	got, err := k.Func()(request("[2001:db8:1:2::1]:1"))
+	got, err := k.Key(request("[2001:db8:1:2::1]:1"))
 	if err != nil || got != "2001:db8:1:2::/64" {
 		t.Errorf("zero IPKeyer Key = %q, %v", got, err)
 	}
@@ -456,7 +456,7 @@ func TestIPKeyAllocs(t *testing.T) {
 		want   float64
 	}{{"203.0.113.9:5678", 0}, {"203.0.113.9", 0}, {"[::ffff:203.0.113.9]:80", 1}, {"[2001:db8::1]:80", 1}} {
 		r := request(c.remote)
-		if n := testing.AllocsPerRun(100, func() { _, _ = IP(r) }); n > c.want {
+		if n := testing.AllocsPerRun(100, func() { _, _ = peer(r) }); n > c.want {
 			t.Errorf("IP of %q allocates %v times per call, want at most %v", c.remote, n, c.want)
 		}
 	}
@@ -471,7 +471,7 @@ func TestIPKeyFromRemoteText(t *testing.T) {
 		"1.2.3.4":          "1.2.3.4",
 		"[::ffff:1.2.3.4]": "1.2.3.4",
 	} {
-		got, err := IP(request(remote))
+		got, err := peer(request(remote))
 		if err != nil || got != want {
 			t.Errorf("IP(%q) = %q, %v; want %q", remote, got, err, want)
 		}
@@ -521,14 +521,14 @@ func BenchmarkIP(b *testing.B) {
 		r := request("203.0.113.9:5678")
 		b.ReportAllocs()
 		for b.Loop() {
-			_, _ = IP(r)
+			_, _ = peer(r)
 		}
 	})
 	b.Run("ipv6-direct", func(b *testing.B) {
 		r := request("[2001:db8:1:2::1]:5678")
 		b.ReportAllocs()
 		for b.Loop() {
-			_, _ = IP(r)
+			_, _ = peer(r)
 		}
 	})
 	k := mustKeyer(b, IPOptions{TrustedProxies: mustPrefixes(b, trusted)})

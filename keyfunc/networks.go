@@ -30,13 +30,6 @@ func inAny(ps []netip.Prefix, a netip.Addr) bool {
 	return false
 }
 
-// ParseNetworks parses a comma-separated list of CIDR prefixes, as
-// [ParseTrustedProxies] does: "10.0.0.0/8, 192.0.2.7, 2001:db8::/32". An error
-// matches [ErrInvalidOption] and names the element and its position.
-func ParseNetworks(s string) ([]netip.Prefix, error) {
-	return parseNetworks(s, "network")
-}
-
 // CoversEvery returns the address families, "IPv4" and "IPv6", of which ps
 // together hold every address: 0.0.0.0/0, say, or 0.0.0.0/1 with
 // 128.0.0.0/1.

@@ -94,7 +94,7 @@ func newChallenger(o *SignInOptions, consecutive limiter.Budget, spray bool) (*c
 	fIP := len(names) - 3
 	return &challenger{
 		c: o.Challenge, budget: o.ChallengeBudget,
-		answer:  keyfunc.BodyField(challenge.AnswerField, o.Body),
+		answer:  bodyField(challenge.AnswerField, o.Body),
 		fields:  newFields(names, budgets, o.Remaining.hidden(true), o.LegacyHeaders),
 		entries: [chalIP + addrKeys]int{chalAccountIP: 0, chalChallenge: 1, chalConsecutive: 2, chalPuzzle: 1, chalIP: fIP, chalIP + 1: fIP + 1, chalIP + 2: fIP + 2},
 		sprayEntries: [chalSprayIP + addrKeys]int{chalAccountIP: 0, chalChallenge: 1, chalConsecutive: 2, chalPuzzle: 1, chalSpray: 3, chalMarker: 3,

@@ -43,7 +43,7 @@ func (c *codes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 var trustLoopback = func() keyfunc.IPOptions {
-	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+	proxies, _ := keyfunc.ParseNetworks("127.0.0.1/32")
 	return keyfunc.IPOptions{TrustedProxies: proxies}
 }()
 

@@ -28,7 +28,7 @@ func Example() {
 	}
 	execute := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "done") })
 	health := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
-	proxies, err := keyfunc.ParseTrustedProxies("10.0.0.0/8") // your load balancers
+	proxies, err := keyfunc.ParseNetworks("10.0.0.0/8") // your load balancers
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func ExampleNew_address() {
 	s := memory.New(memory.Options{})
 	defer s.Close()
 	h, _ := s.Handle("health:")
-	proxies, _ := keyfunc.ParseTrustedProxies("10.0.0.0/8")
+	proxies, _ := keyfunc.ParseNetworks("10.0.0.0/8")
 	m, _ := middleware.New(h, limiter.Budget{Limit: 300, Window: time.Minute}, middleware.Options{
 		Name: "health",
 		IP:   keyfunc.IPOptions{TrustedProxies: proxies},
@@ -129,7 +129,7 @@ func ExampleNew_address() {
 }
 
 func ExampleSignIn() {
-	proxies, err := keyfunc.ParseTrustedProxies("10.0.0.0/8") // your load balancers
+	proxies, err := keyfunc.ParseNetworks("10.0.0.0/8") // your load balancers
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func ExampleOptions_budgetFor() {
 		Name: "execute",
 		Key:  keyfunc.CallerID,
 		BudgetFor: func(r *http.Request) (limiter.Budget, error) {
-			id, _ := keyfunc.CallerIDFrom(r.Context())
+			id, _ := keyfunc.CallerID(r)
 			if b, ok := plans[id]; ok {
 				return b, nil
 			}

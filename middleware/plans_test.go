@@ -34,7 +34,7 @@ var (
 // planOf is a BudgetFor by the caller's plan: callers named paid-… are on
 // the paid plan, others on the free one.
 func planOf(r *http.Request) (limiter.Budget, error) {
-	id, _ := keyfunc.CallerIDFrom(r.Context())
+	id, _ := keyfunc.CallerID(r)
 	if strings.HasPrefix(id, "paid-") {
 		return paidPlan, nil
 	}
@@ -225,7 +225,7 @@ func TestPlansAndCostExact(t *testing.T) {
 			defer batch.Close()
 			free, paid, batched := &counting{}, &counting{}, &counting{}
 			byPlan := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if id, _ := keyfunc.CallerIDFrom(r.Context()); id == "paid-1" {
+				if id, _ := keyfunc.CallerID(r); id == "paid-1" {
 					paid.ServeHTTP(w, r)
 				} else {
 					free.ServeHTTP(w, r)

@@ -97,7 +97,7 @@ func (o SendOptions) WithDefaults() SendOptions {
 // reaches the handler, so nothing is sent for it. It logs one line of kind
 // [KindLimited] naming the budget, never the client or the destination. The
 // handler reads the destination the guard counted with Account. The body
-// may be a form, multipart/form-data or JSON (see [keyfunc.BodyField]).
+// may be a form, multipart/form-data or JSON (see [keyfunc.BodyFields]).
 func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 	o = o.WithDefaults()
 	if o.Normalize == nil {
@@ -126,7 +126,7 @@ func Send(h *store.Handle, o SendOptions) (*SendGuard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SendGuard{guard: g, o: o, dest: keyfunc.BodyField(o.Field, o.Body), names: names}, nil
+	return &SendGuard{guard: g, o: o, dest: bodyField(o.Field, o.Body), names: names}, nil
 }
 
 // Wrap returns next guarded by g.

@@ -210,7 +210,7 @@ type SignInOptions struct {
 	Normalize func(string) (string, error)
 	// Body bounds how much of the body is read to find Field, and how long
 	// its value may be. The body may be a form, multipart/form-data or JSON
-	// (see [keyfunc.BodyField]).
+	// (see [keyfunc.BodyFields]).
 	Body keyfunc.BodyOptions
 	// Failed answers an attempt whose account the guard cannot read. That
 	// is a duplicate field (in any letter case), or a value over the bound
@@ -652,9 +652,9 @@ func newSignIn(h *store.Handle, o SignInOptions, rules accountRules) (*SignInGua
 	case rules.account != nil:
 		read = readAccount(rules.account)
 	case spray != nil:
-		read = keyfunc.BodyFieldAndSecret(o.Field, o.Spray.Field, o.Body)
+		read = bodyFields(o.Field, o.Spray.Field, o.Body)
 	default:
-		read = readAccount(keyfunc.BodyField(o.Field, o.Body))
+		read = bodyFields(o.Field, "", o.Body)
 	}
 	delayName := o.Name + "-delay"
 	if !isToken(delayName) {

@@ -47,7 +47,7 @@ func signIn(t testing.TB, clk *clock.Fake, o middleware.SignInOptions) (*middlew
 	s := memStore(t, clk)
 	o.Logger = quiet
 	if o.IP.TrustedProxies == nil {
-		proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+		proxies, _ := keyfunc.ParseNetworks("127.0.0.1/32")
 		o.IP.TrustedProxies = proxies
 	}
 	g, err := middleware.SignIn(handle(t, s, "signin:"), o)
@@ -338,7 +338,7 @@ func TestSignInCreditNeverHoldsTheAnswer(t *testing.T) {
 	release := func() { opened.Do(func() { close(b.open) }) }
 	t.Cleanup(release) // registered after wg.Wait: runs before it
 	hold := handle(t, s, "hold:")
-	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+	proxies, _ := keyfunc.ParseNetworks("127.0.0.1/32")
 	g, err := middleware.SignIn(handle(t, s, "signin:"), middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: deviceSecret}})
 	if err != nil {
 		t.Fatal(err)

@@ -83,7 +83,7 @@ func sprayGuard(t *testing.T, s *store.Store, o middleware.SignInOptions, c *che
 	t.Helper()
 	o.Logger = quiet
 	o.Device.Secret = deviceSecret
-	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+	proxies, _ := keyfunc.ParseNetworks("127.0.0.1/32")
 	o.IP.TrustedProxies = proxies
 	g, err := middleware.SignIn(handle(t, s, fresh("spray")), o)
 	if err != nil {
@@ -254,7 +254,7 @@ func TestSprayOptions(t *testing.T) {
 			t.Fatalf("field pw, attempt %d: %d, want %d", i, w.Code, want)
 		}
 	}
-	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+	proxies, _ := keyfunc.ParseNetworks("127.0.0.1/32")
 	v, err := middleware.SignIn(handle(t, memStore(t, nil), "verify:"), middleware.SignInOptions{Code: true, Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}})
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +304,7 @@ func TestSprayFleetExact(t *testing.T) {
 			var hs [2]http.Handler
 			for i := range hs {
 				s := openShared(t, u, storeSecret)
-				proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+				proxies, _ := keyfunc.ParseNetworks("127.0.0.1/32")
 				g, err := middleware.SignIn(handle(t, s, prefix), middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: tc.secret}})
 				if err != nil {
 					t.Fatal(err)

@@ -267,7 +267,7 @@ func TestMadeUpNamesTTLRedis(t *testing.T) {
 	secret := make([]byte, 32)
 	rand.Read(secret)
 	s := openShared(t, u, secret)
-	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+	proxies, _ := keyfunc.ParseNetworks("127.0.0.1/32")
 	g, err := middleware.SignIn(handle(t, s, fresh("names")), middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: deviceSecret}})
 	if err != nil {
 		t.Fatal(err)
@@ -367,7 +367,7 @@ func TestCapKeptEveryStore(t *testing.T) {
 	for name, open := range stores {
 		t.Run(name, func(t *testing.T) {
 			s := open(t)
-			proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+			proxies, _ := keyfunc.ParseNetworks("127.0.0.1/32")
 			g, err := middleware.SignIn(handle(t, s, fresh("kept")), middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: deviceSecret}})
 			if err != nil {
 				t.Fatal(err)
@@ -482,7 +482,7 @@ func floodedGuard(t *testing.T, shared bool) (*clock.Fake, *store.Store, *memory
 	s := store.New(backend, o)
 	t.Cleanup(func() { s.Close() })
 	h := handle(t, s, "signin:")
-	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+	proxies, _ := keyfunc.ParseNetworks("127.0.0.1/32")
 	g, err := middleware.SignIn(h, middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: deviceSecret}})
 	if err != nil {
 		t.Fatal(err)

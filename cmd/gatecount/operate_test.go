@@ -108,7 +108,7 @@ func app(t *testing.T, env map[string]string, name string) (fail func(account, i
 		t.Fatal(err)
 	}
 	b := config.NewVars(lookup).SignInBudgets()
-	proxies, _ := keyfunc.ParseTrustedProxies("192.0.2.0/24")
+	proxies, _ := keyfunc.ParseNetworks("192.0.2.0/24")
 	g, err := middleware.SignIn(h, middleware.SignInOptions{
 		Name:              name,
 		AccountIPFailures: b.AccountIPFailures, AccountFailures: b.AccountFailures, IPAttempts: b.IPAttempts,
@@ -338,7 +338,7 @@ func TestOperateCodeNormalize(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			proxies, _ := keyfunc.ParseTrustedProxies("192.0.2.0/24")
+			proxies, _ := keyfunc.ParseNetworks("192.0.2.0/24")
 			g, err := middleware.SignIn(h, middleware.SignInOptions{Code: true, Field: "email", Normalize: keyfunc.NormalizeEmail,
 				IP: keyfunc.IPOptions{TrustedProxies: proxies}, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {

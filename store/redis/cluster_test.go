@@ -238,7 +238,7 @@ func TestClusterOpenURL(t *testing.T) {
 // guesses from 100 addresses exactly 20 (the per-account budget).
 func TestClusterSignIn(t *testing.T) {
 	secret := newSecret()
-	proxies, err := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+	proxies, err := keyfunc.ParseNetworks("127.0.0.1/32")
 	if err != nil {
 		t.Fatal(err)
 	}

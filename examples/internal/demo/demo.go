@@ -269,7 +269,7 @@ func (a *App) Authenticate(next http.Handler) http.Handler {
 // executions and answers the count.
 func (a *App) ExecuteHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		caller, _ := keyfunc.CallerIDFrom(r.Context())
+		caller, _ := keyfunc.CallerID(r)
 		a.mu.Lock()
 		a.executions[caller]++
 		n := a.executions[caller]

@@ -52,7 +52,7 @@ func (a *App) Authenticate(next http.Handler) http.Handler {
 
 // Execute stands for a route's real work.
 func (a *App) Execute(w http.ResponseWriter, r *http.Request) {
-	caller, _ := keyfunc.CallerIDFrom(r.Context())
+	caller, _ := keyfunc.CallerID(r)
 	fmt.Fprintf(w, "done for %s\n", caller)
 }
 

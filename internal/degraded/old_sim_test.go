@@ -85,19 +85,19 @@ func newOldNode(w *world, l *life) node {
 	return &oldNode{w: w, b: b, st: st, l: lim}
 }
 
-func (n *oldNode) attempt(key string, _ store.Budget) (Outcome, bool, error) {
+func (n *oldNode) attempt(_ store.Budget, keys ...string) (Outcome, bool, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	d, err := n.l.Attempt(ctx, key)
+	d, err := n.l.Attempt(ctx, keys...)
 	switch {
 	case err != nil:
-		return 0, false, context.DeadlineExceeded
+		return 0, false, -1, context.DeadlineExceeded
 	case d.Local:
-		return Alone, d.Allowed, nil
+		return Alone, d.Allowed, d.Limiting, nil
 	case d.Unavailable:
-		return Down, d.Allowed, nil
+		return Down, d.Allowed, d.Limiting, nil
 	}
-	return Counted, d.Allowed, nil
+	return Counted, d.Allowed, d.Limiting, nil
 }
 
 // beat reports whether the life can reach the store: its fleet announces

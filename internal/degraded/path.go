@@ -6,6 +6,7 @@
 package degraded
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -114,6 +115,12 @@ func (p *Path) Attempt(ctx context.Context, c Counter, keys []string, caps []sto
 			p.saw(keys, t)
 			return Counted, nil, nil
 		}
+		if store.ReasonOf(cause) == store.ReasonFull && p.o.Alone && len(keys) > 1 {
+			var o Outcome
+			if o, cause = p.split(ctx, c, keys, caps, n, t); cause == nil {
+				return o, store.ErrFull, nil
+			}
+		}
 		switch store.ReasonOf(cause) {
 		case 0:
 			if errors.Is(cause, errStale) {
@@ -146,6 +153,72 @@ func (p *Path) Attempt(ctx context.Context, c Counter, keys []string, caps []sto
 // errStale is the error of a count that would make an entry, by a life that
 // has not beaten within Fresh. It waits, as for a busy store.
 var errStale = errors.New("degraded: no beat within Fresh to make an entry by")
+
+// errProbe ends the Update that tells which keys a full store holds.
+var errProbe = errors.New("degraded: probe")
+
+// split decides an attempt a full store has no room for on some of its
+// keys: the keys it holds are counted there, the others held alone, all or
+// nothing. An error is the store's.
+func (p *Path) split(ctx context.Context, c Counter, keys []string, caps []store.Budget, n int64, t *store.Tally) (Outcome, error) {
+	var live [store.MaxCountKeys]bool
+	err := c.Update(ctx, keys, func(_ time.Time, es []store.Entry) error {
+		for i := range es {
+			live[i] = es[i].Live()
+		}
+		return errProbe
+	})
+	if !errors.Is(err, errProbe) {
+		return 0, cmp.Or(err, store.ErrFull)
+	}
+	var part [2][]int // the indexes of the keys it holds, and of the others
+	var pk [2][]string
+	var pc [2][]store.Budget
+	for i := range keys {
+		j := b2i(!live[i])
+		part[j], pk[j], pc[j] = append(part[j], i), append(pk[j], keys[i]), append(pc[j], caps[i])
+	}
+	if len(part[0]) == 0 {
+		return p.count(keys, caps, n, true, t), nil
+	}
+	if len(part[1]) == 0 {
+		return 0, store.ErrFull // it has room now: asked again
+	}
+	var pt [2]store.Tally
+	o := p.count(pk[1], pc[1], n, true, &pt[1])
+	if o == Alone && pt[1].Allowed {
+		o = Counted
+		if err := c.CountInto(ctx, pk[0], pc[0], n, &pt[0]); err != nil || !pt[0].Allowed {
+			p.giveBack(pk[1], n)
+			if err != nil {
+				return 0, err
+			}
+		} else {
+			o = Alone
+		}
+	}
+	*t = store.Tally{Now: pt[1].Now, Limiting: -1, Allowed: o == Alone && pt[1].Allowed}
+	for j := range part {
+		for at, i := range part[j] {
+			t.Counts[i], t.ExpiresAt[i] = pt[j].Counts[at], pt[j].ExpiresAt[at]
+			if pt[j].Limiting == at && t.Limiting < 0 {
+				t.Limiting = i
+			}
+		}
+	}
+	return o, nil
+}
+
+// giveBack takes back n counted alone on keys.
+func (p *Path) giveBack(keys []string, n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range keys {
+		if r := p.alone[k]; r != nil {
+			r.alone, r.pending = r.alone-n, max(r.pending-n, 0) // what was sent stays sent
+		}
+	}
+}
 
 // make counts as spent, in each entry of es a count would make, what other
 // lives holding keys a full store had no room for may have admitted of it.

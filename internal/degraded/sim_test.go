@@ -239,7 +239,9 @@ func (w *world) beat(l *life) {
 // node is an instance's life as the simulation drives it.
 type node interface {
 	// attempt counts one attempt on key.
-	attempt(key string, b store.Budget) (o Outcome, allowed bool, err error)
+	// attempt counts one attempt on keys; limiting is the index of the key
+	// that refused it, or -1.
+	attempt(b store.Budget, keys ...string) (o Outcome, allowed bool, limiting int, err error)
 	// beat writes the life into the registry, and reports whether it did.
 	beat() bool
 	// stop ends the life cleanly, and reports whether it left the registry.
@@ -267,10 +269,11 @@ func newPathNode(w *world, l *life) node {
 	return n
 }
 
-func (n *pathNode) attempt(key string, b store.Budget) (Outcome, bool, error) {
+func (n *pathNode) attempt(b store.Budget, keys ...string) (Outcome, bool, int, error) {
 	var t store.Tally
-	o, _, err := n.path.Attempt(context.Background(), n.w.conn(n.l.s, "keys"), []string{key}, []store.Budget{b}, 1, &t)
-	return o, t.Allowed, err
+	caps := []store.Budget{b, b}[:len(keys)]
+	o, _, err := n.path.Attempt(context.Background(), n.w.conn(n.l.s, "keys"), keys, caps, 1, &t)
+	return o, t.Allowed, t.Limiting, err
 }
 
 func (n *pathNode) beat() bool {
@@ -287,34 +290,39 @@ func (n *pathNode) stop() bool {
 	return clear && n.fleet.Leave(ctx, n.w.conn(n.l.s, "fleet")) == nil
 }
 
-// attempt sends one attempt on key through slot s.
-func (w *world) attempt(s *slot, key string) {
+// attempt sends one attempt on keys through slot s.
+func (w *world) attempt(s *slot, keys ...string) {
 	l := s.life
-	f := w.keys[key]
-	if f == nil {
-		f = &keyFacts{}
-		w.keys[key] = f
-	}
-	o, allowed, err := l.n.attempt(key, w.budget)
-	w.logf("slot %d: life %d attempts %s: outcome %d allowed %v (%v)", s.i, l.id, key, o, allowed, err)
-	switch {
-	case err != nil && !errors.Is(err, context.DeadlineExceeded):
+	o, allowed, limiting, err := l.n.attempt(w.budget, keys...)
+	w.logf("slot %d: life %d attempts %v: outcome %d allowed %v limiting %d (%v)", s.i, l.id, keys, o, allowed, limiting, err)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		w.t.Fatalf("attempt: %v", err)
-	case err != nil:
-	case o == Counted && allowed:
-		f.admitted++
-		l.bornCut = false
-	case o == Counted:
-		f.refused = true
-	case o == Alone && allowed:
-		f.admitted++
-		f.alone++
-		l.alone++
-		if l.bornCut {
-			l.outAlone++
+	}
+	for i, key := range keys {
+		f := w.keys[key]
+		if f == nil {
+			f = &keyFacts{}
+			w.keys[key] = f
 		}
-		if f.minRegistry == 0 || l.registered < f.minRegistry {
-			f.minRegistry = l.registered
+		switch {
+		case err != nil:
+		case o == Counted && allowed:
+			f.admitted++
+			l.bornCut = false
+		case o == Counted && limiting == i:
+			f.refused = true
+		case o == Alone && allowed:
+			f.admitted++
+			f.alone++
+			if i == 0 {
+				l.alone++
+				if l.bornCut {
+					l.outAlone++
+				}
+			}
+			if f.minRegistry == 0 || l.registered < f.minRegistry {
+				f.minRegistry = l.registered
+			}
 		}
 	}
 }
@@ -361,12 +369,16 @@ func (w *world) step() {
 		if w.rng.IntN(4) == 0 {
 			key = "fresh" + strconv.Itoa(w.rng.IntN(1000))
 		}
-		key += "@" + strconv.Itoa(w.epoch)
-		if w.full && w.epoch == 0 && w.rng.IntN(4) == 0 {
-			key = "held@0"
+		keys := []string{key + "@" + strconv.Itoa(w.epoch)}
+		switch r := w.rng.IntN(4); {
+		case !w.full || w.epoch > 0:
+		case r == 0:
+			keys[0] = "held@0"
+		case r == 1:
+			keys = append(keys, "held@0") // a key it holds and, likely, one it has no room for
 		}
 		for range 1 + w.rng.IntN(w.budget.Limit/2+2) { // a burst
-			w.attempt(s, key)
+			w.attempt(s, keys...)
 		}
 	case r < 64:
 		s.cut = !s.cut

@@ -139,7 +139,10 @@ func (c conn) fault() error {
 }
 
 func (c conn) Update(ctx context.Context, keys []string, apply store.ApplyFunc) error {
-	if err := c.fault(); err != nil {
+	c.w.mu.Lock()
+	err := c.fault()
+	c.w.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	return c.w.mem.Update(ctx, c.prefix, keys, apply)

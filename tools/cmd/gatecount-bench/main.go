@@ -1,8 +1,7 @@
 // Command gatecount-bench runs the project's benchmarks and load runs, in one
-// go, and writes BENCHMARKS.md from what they print. Run it from the tools
-// module:
+// go, and writes a report of what they print. BENCHMARKS.md quotes today's
+// figures from such a report. Run it from the tools module:
 //
-//	cd tools && go run ./cmd/gatecount-bench   # writes the repository's BENCHMARKS.md
 //	cd tools && go run ./cmd/gatecount-bench -count 6 -o /tmp/b.md
 //
 // It runs `go test -run '^$' -bench . -benchmem -count N` in each package
@@ -49,7 +48,7 @@ var packages = []struct{ dir, what string }{
 var stores = []string{"memory", "sqlite", "postgres", "redis"}
 
 func main() {
-	out := flag.String("o", "", "the file to write (default the repository's BENCHMARKS.md)")
+	out := flag.String("o", "", "the file to write (default standard output)")
 	count := flag.Int("count", 3, "runs of each benchmark, for benchstat")
 	loadDuration := flag.Duration("load-duration", 10*time.Second, "how long each load run drives the servers")
 	skipLoad := flag.Bool("skip-load", false, "leave out the load runs")
@@ -68,9 +67,6 @@ func run(ctx context.Context, out string, count int, loadDuration time.Duration,
 	if err != nil {
 		return err
 	}
-	if out == "" {
-		out = filepath.Join(root, "BENCHMARKS.md")
-	}
 	var doc bytes.Buffer
 	tmp, err := os.MkdirTemp("", "gatecount-bench")
 	if err != nil {
@@ -78,7 +74,7 @@ func run(ctx context.Context, out string, count int, loadDuration time.Duration,
 	}
 	defer os.RemoveAll(tmp)
 
-	fmt.Fprintf(&doc, "# Benchmarks\n\nMade by `cd tools && go run ./cmd/gatecount-bench` on %s: %s, %s, %d cores, load average at start %s.\n",
+	fmt.Fprintf(&doc, "# Benchmark report\n\nMade by `cd tools && go run ./cmd/gatecount-bench` on %s: %s, %s, %d cores, load average at start %s.\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), cpuModel(), runtime.NumCPU(), loadAverage())
 	fmt.Fprintf(&doc, "Each benchmark ran %d times; the tables are benchstat's summaries (median ± spread over the runs; benchstat wants 6 runs for a confidence interval, `-count 6` gives them). Figures from one machine at one moment: compare rows of one run, not runs of different days.\n", count)
 	doc.WriteString(`
@@ -120,6 +116,10 @@ tables of the stores come from each benchmark's own latency sample.
 			}
 			fmt.Fprintf(&doc, "\n### %s\n\n```\n%s```\n", s, text)
 		}
+	}
+	if out == "" {
+		_, err := os.Stdout.Write(doc.Bytes())
+		return err
 	}
 	return os.WriteFile(out, doc.Bytes(), 0o644)
 }

@@ -183,7 +183,7 @@ func checkPasswordSpray(t *testing.T, s *Server) {
 	}
 	// The server has no secret, so buckets are fixed: Winter2026? shares
 	// none with the other checks' passwords (Autumn2026? shares leaked56's,
-	// and would be refused at its 20th account: the cost README tells).
+	// and would be refused at its 20th account: the cost docs/signin.md tells).
 	before = s.App.PasswordChecks()
 	for i := range budget {
 		if res, _ := login(t, s, fmt.Sprintf("10.9.%d.1", i), fmt.Sprintf("other%d", i), "Winter2026?"); res.StatusCode != 401 {

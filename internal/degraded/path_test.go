@@ -105,3 +105,70 @@ func TestPathConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// A life that counted alone in a window still running stays in the
+// registry when it stops cleanly, though it owes nothing: the others'
+// shares do not grow within the window, so that the lives that count alone
+// in it admit at most the budget together.
+func TestStopKeepsShares(t *testing.T) {
+	clk := clock.NewFake(simStart)
+	mem := memory.NewBackend(memory.Options{Shards: 1, Now: clk.Now, Store: store.Options{Logger: slog.New(slog.DiscardHandler)}})
+	defer mem.Close()
+	w := &world{mem: mem, clk: clk}
+	b := store.Budget{Limit: 6, Window: simWindow}
+	var slots [3]*slot
+	var fleets [3]*Fleet
+	var paths [3]*Path
+	for i := range slots {
+		slots[i] = &slot{i: i, black: -1}
+		fleets[i] = NewFleet(FleetOptions{ID: strconv.Itoa(i), Now: clk.Now, Fresh: simFresh, Life: simLife})
+		paths[i] = New(Options{Fleet: fleets[i], Alone: true, Now: clk.Now})
+	}
+	ctx := context.Background()
+	beat := func(lives ...int) {
+		for _, i := range lives {
+			if err := fleets[i].Beat(ctx, w.conn(slots[i], "fleet")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	beat(0, 1, 2)
+	for range (simLife + simFresh) / simFresh {
+		clk.Advance(simFresh)
+		beat(0, 1, 2)
+	}
+	admit := func(i int) int {
+		n := 0
+		for range 10 {
+			var tl store.Tally
+			if _, _, err := paths[i].Attempt(ctx, w.conn(slots[i], "keys"), []string{"alice"}, []store.Budget{b}, 1, &tl); err != nil {
+				t.Fatal(err)
+			}
+			if tl.Allowed {
+				n++
+			}
+		}
+		return n
+	}
+	if n := admit(2); n != 6 { // the store's budget spent through life 2
+		t.Fatalf("through the store: %d admitted, want 6", n)
+	}
+	w.cutAll = true
+	first := admit(0) + admit(1)
+	w.cutAll = false
+	clear, err := paths[0].Flush(ctx, w.conn(slots[0], "keys")) // life 0 stops, leaving if clear
+	if err != nil {
+		t.Fatal(err)
+	}
+	if clear {
+		if err := fleets[0].Leave(ctx, w.conn(slots[0], "fleet")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat(1, 2) // the others read the registry
+	clk.Advance(simBeat)
+	w.cutAll = true
+	if again := admit(1); first != 4 || again != 0 {
+		t.Fatalf("lives 0 and 1 admitted %d alone, then life 1 %d more, life 0 stopped: want 4, then 0 (their shares of 2 each)", first, again)
+	}
+}

@@ -1,5 +1,5 @@
 // gatecount proof of work: finds the answer to a puzzle of the sign-in
-// guard, as middleware.SolveProofOfWork does. gatecountSolve(token, bits)
+// guard, as challenge.Solve does. gatecountSolve(token, bits)
 // tries the counters 0, 1, 2, ... and returns {answer, hashes}: the first
 // answer token + "." + counter whose SHA-256 starts with bits zero bits.
 (function (root) {

@@ -16,8 +16,8 @@ const (
 	DefaultLife  = 70 * time.Minute
 )
 
-// RegistryKey is the key of the registry, in a prefix of its own.
-const RegistryKey = "members"
+// registryKey is the key of the registry, in a prefix of its own.
+const registryKey = "members"
 
 // Updater is what the fleet and the write-back need of a store: an Update
 // under a handle's prefix. [store.Handle] is one.
@@ -108,7 +108,7 @@ func (f *Fleet) Beat(ctx context.Context, u Updater) error {
 	holding := f.holding
 	f.mu.Unlock()
 	began := f.o.Now()
-	err := u.Update(ctx, []string{RegistryKey}, func(now time.Time, es []store.Entry) error {
+	err := u.Update(ctx, []string{registryKey}, func(now time.Time, es []store.Entry) error {
 		m, nowMs := f.read(es[0], now)
 		me, in := m[f.o.ID]
 		if !in || joined == 0 || me.Joined != joined {
@@ -165,10 +165,10 @@ func b2i(b bool) int {
 	return 0
 }
 
-// Hold records whether this life wants to hold keys a full store has no
+// hold records whether this life wants to hold keys a full store has no
 // room for. Its next beat says so in the registry; once every other member
-// has beaten since, it may (see HoldShare).
-func (f *Fleet) Hold(h bool) {
+// has beaten since, it may (see holdShare).
+func (f *Fleet) hold(h bool) {
 	if f == nil {
 		return
 	}
@@ -180,13 +180,13 @@ func (f *Fleet) Hold(h bool) {
 	}
 }
 
-// HoldShare returns how many of a key's limit this life may admit of a key
+// holdShare returns how many of a key's limit this life may admit of a key
 // a full store has no room for: limit divided by the members it counted
 // when it began to hold keys, or since, whichever are more, and no more
-// than the other holders leave (see Room). It is 0 until every other
+// than the other holders leave (see room). It is 0 until every other
 // member has read that it holds keys, and unless its last beat was within
 // Fresh.
-func (f *Fleet) HoldShare(limit int64) int64 {
+func (f *Fleet) holdShare(limit int64) int64 {
 	if f == nil {
 		return 0
 	}
@@ -195,22 +195,22 @@ func (f *Fleet) HoldShare(limit int64) int64 {
 	if !f.ready || f.o.Now().Sub(f.beatAt) >= f.o.Fresh {
 		return 0
 	}
-	return max(min(limit/int64(max(f.held.N, f.members)), limit-f.room(limit)), 0)
+	return max(min(limit/int64(max(f.held.N, f.members)), limit-f.roomLocked(limit)), 0)
 }
 
-// Room returns how much of a key's limit to count as spent when a count
+// room returns how much of a key's limit to count as spent when a count
 // makes the key's entry: what the other lives that hold keys a full store
 // had no room for may have admitted of it.
-func (f *Fleet) Room(limit int64) int64 {
+func (f *Fleet) room(limit int64) int64 {
 	if f == nil {
 		return 0
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.room(limit)
+	return f.roomLocked(limit)
 }
 
-func (f *Fleet) room(limit int64) int64 {
+func (f *Fleet) roomLocked(limit int64) int64 {
 	var r int64
 	for _, n := range f.holders {
 		r += limit / int64(n)
@@ -218,11 +218,11 @@ func (f *Fleet) room(limit int64) int64 {
 	return min(r, limit)
 }
 
-// Making reports how a count may make entries: at once (plain), or
-// counting the holders' shares as spent (see Room); and false for none, when
+// making reports how a count may make entries: at once (plain), or
+// counting the holders' shares as spent (see room); and false for none, when
 // this life has not beaten within Fresh, so that it may not know of every
 // holder.
-func (f *Fleet) Making() (plain, ok bool) {
+func (f *Fleet) making() (plain, ok bool) {
 	if f == nil {
 		return true, true
 	}
@@ -241,19 +241,19 @@ func (f *Fleet) Leave(ctx context.Context, u Updater) error {
 	f.mu.Lock()
 	f.left, f.members = true, 0
 	f.mu.Unlock()
-	return u.Update(ctx, []string{RegistryKey}, func(now time.Time, es []store.Entry) error {
+	return u.Update(ctx, []string{registryKey}, func(now time.Time, es []store.Entry) error {
 		m, _ := f.read(es[0], now)
 		delete(m, f.o.ID)
 		return write(&es[0], m, now.Add(f.o.Life))
 	})
 }
 
-// Share returns how many of a key's limit, of a window of w, this life may
+// share returns how many of a key's limit, of a window of w, this life may
 // admit alone in one window: limit divided by the members it read at its
 // last beat, rounded down. It is 0 unless that beat was within Fresh, and
 // the life joined at least w plus Fresh ago; so for a window longer than
 // Life less Fresh.
-func (f *Fleet) Share(limit int64, w time.Duration) int64 {
+func (f *Fleet) share(limit int64, w time.Duration) int64 {
 	if f == nil {
 		return 0
 	}
@@ -267,9 +267,9 @@ func (f *Fleet) Share(limit int64, w time.Duration) int64 {
 	return limit / int64(f.members)
 }
 
-// Now returns the store's time as this life last saw it, carried forward
+// storeNow returns the store's time as this life last saw it, carried forward
 // by this process's clock; false before its first beat.
-func (f *Fleet) Now() (time.Time, bool) {
+func (f *Fleet) storeNow() (time.Time, bool) {
 	if f == nil {
 		return time.Time{}, false
 	}

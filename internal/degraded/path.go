@@ -101,7 +101,7 @@ func New(o Options) *Path {
 func (p *Path) Attempt(ctx context.Context, c Counter, keys []string, caps []store.Budget, n int64, t *store.Tally) (o Outcome, cause, err error) {
 	for {
 		cause = p.send(ctx, c, keys)
-		if plain, _ := p.o.Fleet.Making(); cause == nil && plain {
+		if plain, _ := p.o.Fleet.making(); cause == nil && plain {
 			cause = c.CountInto(ctx, keys, caps, n, t)
 		} else if cause == nil {
 			cause = c.Update(ctx, keys, func(now time.Time, es []store.Entry) error {
@@ -229,10 +229,10 @@ func (p *Path) make(now time.Time, es []store.Entry, caps []store.Budget) error 
 		if es[i].Live() {
 			continue
 		}
-		if _, ok := p.o.Fleet.Making(); !ok {
+		if _, ok := p.o.Fleet.making(); !ok {
 			return errStale
 		}
-		if r := p.o.Fleet.Room(caps[i].Capacity()); r > 0 {
+		if r := p.o.Fleet.room(caps[i].Capacity()); r > 0 {
 			var t store.Tally
 			if err := store.ApplyCount(now, es[i:i+1], caps[i:i+1], r, &t); err != nil {
 				return err
@@ -246,7 +246,7 @@ func (p *Path) make(now time.Time, es []store.Entry, caps []store.Budget) error 
 // by this process's clock, in Unix milliseconds; this process's time
 // before it has seen the store's.
 func (p *Path) storeNow() int64 {
-	if t, ok := p.o.Fleet.Now(); ok {
+	if t, ok := p.o.Fleet.storeNow(); ok {
 		return t.UnixMilli()
 	}
 	return p.o.Now().UnixMilli()
@@ -273,7 +273,7 @@ func (p *Path) count(keys []string, caps []store.Budget, n int64, held bool, t *
 	defer p.mu.Unlock()
 	if held {
 		p.fullAt = p.o.Now()
-		p.o.Fleet.Hold(true)
+		p.o.Fleet.hold(true)
 	}
 	now := p.storeNow()
 	*t = store.Tally{Now: time.UnixMilli(now), Limiting: -1}
@@ -300,9 +300,9 @@ func (p *Path) count(keys []string, caps []store.Budget, n int64, held bool, t *
 		if end == 0 {
 			end = now + caps[i].Window.Milliseconds()
 		}
-		share := p.o.Fleet.Share(caps[i].Capacity(), caps[i].Window)
+		share := p.o.Fleet.share(caps[i].Capacity(), caps[i].Window)
 		if held || r != nil && r.held {
-			share = p.o.Fleet.HoldShare(caps[i].Capacity())
+			share = p.o.Fleet.holdShare(caps[i].Capacity())
 		}
 		t.Counts[i], t.ExpiresAt[i] = s.count+alone, time.UnixMilli(end)
 		if t.Limiting < 0 && (alone+n > share || s.count+alone+n > caps[i].Capacity()) {
@@ -385,7 +385,7 @@ func (p *Path) Flush(ctx context.Context, c Updater) (clear bool, err error) {
 		holding = holding || r.held && r.pending > 0
 	}
 	if !holding && p.o.Now().Sub(p.fullAt) >= p.o.Fleet.fresh() {
-		p.o.Fleet.Hold(false)
+		p.o.Fleet.hold(false)
 	}
 	return clear && err == nil, err
 }

@@ -470,13 +470,14 @@ func sentences(doc string) []string {
 	return out
 }
 
-// TestDocsNameEverything: every environment variable, log kind, command
-// and flag the code reads or writes is named in README.md, docs/*.md or
-// CONTRIBUTING.md (which names the test variables).
+// TestDocsNameEverything: every environment variable, log kind, route,
+// command and flag the code reads or writes is named in README.md,
+// docs/*.md or CONTRIBUTING.md (which names the test variables).
 //
 // It reads the Go files that are not tests: string literals naming a
-// RATE_LIMIT_ or GATECOUNT_ variable or a limit- log kind; the flags that
-// cmd/ and tools/cmd/ define; and the subcommands of cmd/gatecount.
+// RATE_LIMIT_ or GATECOUNT_ variable, a limit- log kind or a route pattern
+// ("POST /login"); the flags that cmd/ and tools/cmd/ define; and the
+// subcommands of cmd/gatecount.
 func TestDocsNameEverything(t *testing.T) {
 	var docs strings.Builder
 	for _, file := range append(docFiles(t), "CONTRIBUTING.md") {
@@ -487,7 +488,7 @@ func TestDocsNameEverything(t *testing.T) {
 		docs.Write(b)
 	}
 	text := docs.String()
-	variable := regexp.MustCompile(`^(RATE_LIMIT|GATECOUNT)_[A-Z0-9_]+$|^limit-[a-z]+-[a-z-]+$`)
+	variable := regexp.MustCompile(`^(RATE_LIMIT|GATECOUNT)_[A-Z0-9_]+$|^limit-[a-z]+-[a-z-]+$|^(GET|POST|PUT|PATCH|DELETE) /[a-z/.-]*$`)
 	flagFuncs := []string{"String", "StringVar", "Bool", "BoolVar", "Int", "IntVar", "Duration", "DurationVar", "Var", "Float64", "Float64Var"}
 	want := map[string]string{} // name → where it was found
 	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {

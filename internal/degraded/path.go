@@ -1,8 +1,9 @@
 // Package degraded decides the attempts of a limiter whose store cannot
-// answer. Its rules are in DESIGN.md: with the store answering, every
-// attempt is counted there; a busy store is waited for; a full store
-// refuses the keys it has no room for; a store out of reach lets a settled
-// life admit alone within its share, written back once the store answers.
+// answer. Its rules are in DESIGN.md. With the store answering, every
+// attempt is counted there, and a busy store is waited for. A key a full
+// store has no room for is held within a share. A store out of reach lets
+// a life old enough admit alone within its share, written back once the
+// store answers.
 package degraded
 
 import (

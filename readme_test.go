@@ -72,9 +72,13 @@ func goBlocks(file, doc string) []goBlock {
 // of the packages it names: the package names of wellKnown are imported
 // for it. In a fragment, a variable or an import left unused is no error.
 //
-// A block is compiled in the module of this repository that requires what
-// it imports: the root module, or metrics/prometheus, metrics/otel,
-// examples/chi or examples/gorilla.
+// A block that imports what only another module of this repository
+// requires (metrics/prometheus, metrics/otel, examples/chi,
+// examples/gorilla) is not compiled here, which would build that module's
+// dependencies in every run of go test ./... of this one. It must instead
+// be the start of the body of an Example function of that module, in a
+// file that imports what the block imports; that module's own tests
+// compile and run it.
 func TestDocGoBlocks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the export data of every package the documents import")
@@ -110,6 +114,12 @@ func TestDocGoBlocks(t *testing.T) {
 			continue
 		}
 		mod := moduleOf(f)
+		if mod != "." {
+			if err := startsExample(mod, b.text); err != nil {
+				t.Errorf("%s:%d: %v", b.file, b.line, err)
+			}
+			continue
+		}
 		byModule[mod] = append(byModule[mod], checked{b, fset, f, frag})
 	}
 	mods := mapsKeys(byModule)
@@ -159,6 +169,65 @@ func mapsKeys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// startsExample returns an error unless block is the start of the body of
+// an Example function in the Go files of directory dir, in a file that
+// imports every package the block imports.
+func startsExample(dir, block string) error {
+	imports, rest := splitImports(strings.Split(block, "\n"))
+	for len(rest) > 0 && strings.TrimSpace(rest[len(rest)-1]) == "" {
+		rest = rest[:len(rest)-1]
+	}
+	found := false
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || found || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		text, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, text, 0)
+		if err != nil {
+			return err
+		}
+		paths := map[string]bool{}
+		for _, spec := range f.Imports {
+			p, _ := strconv.Unquote(spec.Path.Value)
+			paths[p] = true
+		}
+		for _, spec := range imports {
+			fields := strings.Fields(spec.line)
+			if p, _ := strconv.Unquote(fields[len(fields)-1]); !paths[p] {
+				return nil
+			}
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || !strings.HasPrefix(fn.Name.Name, "Example") || fn.Body == nil {
+				continue
+			}
+			start := fset.Position(fn.Body.Lbrace).Offset + 1
+			end := fset.Position(fn.Body.Rbrace).Offset
+			body := strings.Split(strings.TrimPrefix(string(text[start:end]), "\n"), "\n")
+			for i, l := range body {
+				body[i] = strings.TrimRight(strings.TrimPrefix(l, "\t"), " \t")
+			}
+			if len(body) >= len(rest) && slices.Equal(body[:len(rest)], rest) {
+				found = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("the Go block needs module %s, and is not the start of an Example's body there (in a file with its imports)", dir)
+	}
+	return nil
 }
 
 // wellKnown maps the package names a fragment may use without importing

@@ -676,61 +676,6 @@ func (s *slow) Update(ctx context.Context, p string, k []string, a store.ApplyFu
 	return s.counting.Update(ctx, p, k, a)
 }
 
-// A burst that overloads a shared store, on one key, admits exactly the
-// budget: the attempts refused a place in the queue wait for the store
-// rather than count alone, where they would race other instances.
-func TestOverloadedBurstExact(t *testing.T) {
-	for _, budget := range []int{1, 5, 30} {
-		o := store.Options{Logger: quiet, MaxInFlight: 2, MaxQueued: 10, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
-		b := &slow{counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}}
-		s := store.New(b, o)
-		h, _ := s.Handle("c:")
-		l, err := limiter.New(h, limiter.Options{Name: "burst", Budget: limiter.Budget{Limit: budget, Window: time.Minute}, Unavailable: limiter.Local, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		announced(t, s)
-		var admitted, degraded atomic.Int64
-		var wg sync.WaitGroup
-		for range 300 {
-			wg.Go(func() {
-				d, err := l.Attempt(context.Background(), "k")
-				if err != nil {
-					t.Error(err)
-				}
-				if d.Allowed {
-					admitted.Add(1)
-				}
-				if d.Local || d.Unavailable {
-					degraded.Add(1)
-				}
-			})
-		}
-		queued := 0 // the most calls seen waiting at once
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		for waiting := true; waiting; {
-			select {
-			case <-done:
-				waiting = false
-			case <-time.After(time.Millisecond):
-				queued = max(queued, s.Stats().Queued)
-			}
-		}
-		if n := admitted.Load(); n != int64(budget) {
-			t.Errorf("budget %d: 300 concurrent attempts on one key admitted %d, want the budget", budget, n)
-		}
-		if n := degraded.Load(); n != 0 {
-			t.Errorf("budget %d: %d attempts decided without the store, want every one counted there", budget, n)
-		}
-		if queued <= o.MaxQueued {
-			t.Errorf("budget %d: at most %d calls waited at once, want more than the queue's %d: the test tests nothing", budget, queued, o.MaxQueued)
-		}
-		l.Close()
-		s.Close()
-	}
-}
-
 // Attempts admitted alone go to the store with the next attempt on their
 // key, in its update: the store's count then holds them all, before the
 // outbox's next round.

@@ -11,7 +11,8 @@ const (
 	// policy counts in process memory.
 	KindLocal = "limit-count-local-fallback"
 	// KindDenied is logged when the store cannot answer and the attempt is
-	// refused: under [Deny], or when process memory cannot count it either.
+	// refused: under [Deny], when process memory cannot count it either,
+	// or when its wait for a busy store finds the queue full.
 	KindDenied = "limit-count-store-unavailable"
 	// KindStoreFull is logged when a full store makes a limiter count the
 	// keys it has no room for in process memory.

@@ -627,6 +627,8 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 	switch {
 	case reason == store.ReasonFull:
 		return l.countHeld(ctx, keys, caps, n, cause, d)
+	case overload.IsPatient(ctx) && errors.Is(cause, overload.ErrQueueFull):
+		l.refuseBusy(keys, caps, cause, d)
 	case l.policy == Deny:
 		l.refuse(cause, caps, d)
 	case l.policy == Allow && down(cause):
@@ -685,6 +687,27 @@ func (l *Limiter) degraded(ctx context.Context, keys []string, caps []store.Budg
 func down(cause error) bool {
 	r := store.ReasonOf(cause)
 	return r == store.ReasonDown || r == store.ReasonClosed
+}
+
+// busyRetry is the Retry-After of an attempt refused by refuseBusy.
+const busyRetry = time.Second
+
+// refuseBusy decides an attempt that would wait for the store but found its
+// handle's queue full (cause). Nothing counted it, so nothing admits it:
+// counted alone, it would race the attempts the store counts. As one that
+// nothing has room for (refuseNoRoom), it is refused as counted alone (a
+// middleware answers 429, never 503), to be tried again in a second.
+func (l *Limiter) refuseBusy(keys []string, caps []store.Budget, cause error, d *Decision) {
+	l.warn.Do(func() {
+		l.log.Warn("store busy: attempt refused, its queue full", "kind", KindDenied, "err", cause)
+	})
+	now := time.Now()
+	t := store.Tally{Now: now, Limiting: 0}
+	for i := range caps {
+		t.ExpiresAt[i] = now.Add(busyRetry)
+	}
+	decide(&t, keys, caps, true, d)
+	d.Unavailable, d.Cause = true, cause
 }
 
 // refuse decides an attempt refused because the store could not answer.

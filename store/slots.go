@@ -9,9 +9,8 @@ import (
 
 // defaultMaxQueued is the default of Options.MaxQueued: the calls of one
 // handle that may wait for a slot at once. It is large: a waiting call
-// costs about 200 bytes beside the request's own goroutine. A call that
-// waits is counted by the store, exactly; one refused a place in the queue
-// has to be counted without it.
+// costs about 200 bytes beside the request's own goroutine. It bounds every
+// call, patient or not: past it a call is answered overloaded at once.
 const defaultMaxQueued = 16384
 
 var (
@@ -65,7 +64,7 @@ func (sl *slots) acquire(ctx context.Context, l *lane, maxQueued int) (waited bo
 		sl.mu.Unlock()
 		return false, nil
 	}
-	if l.queued >= maxQueued && !overload.IsPatient(ctx) || overload.IsNoWait(ctx) {
+	if l.queued >= maxQueued || overload.IsNoWait(ctx) {
 		sl.mu.Unlock()
 		return true, errQueueFull
 	}

@@ -157,37 +157,68 @@ func TestQueueFull(t *testing.T) {
 	wg.Wait()
 }
 
-// A call under Patient waits past a full queue, and is answered by the
-// backend once a slot frees: a call with no other way to be counted.
-func TestPatientWaitsPastFullQueue(t *testing.T) {
+// MaxQueued bounds every call: one under Patient finds no place in a full
+// queue either, and is answered overloaded at once, never queued.
+func TestPatientBoundedByQueue(t *testing.T) {
 	const max, queued = 1, 2
-	st := newStuck(max + queued + 1)
+	st := newStuck(max + queued)
 	f := &fake{update: st.ignoringCtx}
 	s, h := open(t, f, Options{MaxInFlight: max, MaxQueued: queued, Deadline: time.Minute})
 	var wg sync.WaitGroup
 	fill(t, &wg, h, st, max)
 	for range queued {
 		wg.Go(func() {
-			if err := h.Update(context.Background(), []string{"k"}, nop); err != nil {
-				t.Errorf("queued call: %v", err)
+			if err := h.Update(overload.Patient(context.Background()), []string{"k"}, nop); err != nil {
+				t.Errorf("queued patient call: %v", err)
 			}
 		})
 	}
 	waitFor(t, "the queue full", func() bool { return s.Queued() == queued })
-	if err := h.Update(t.Context(), []string{"k"}, nop); !errors.Is(err, overload.ErrQueueFull) {
-		t.Fatalf("call past a full queue: %v, want %v", err, overload.ErrQueueFull)
+	for _, ctx := range []context.Context{t.Context(), overload.Patient(t.Context())} {
+		err := h.Update(ctx, []string{"k"}, nop)
+		if ReasonOf(err) != ReasonOverloaded || !errors.Is(err, overload.ErrQueueFull) {
+			t.Errorf("call past a full queue (patient %v): %v, want overloaded (%v)", overload.IsPatient(ctx), err, overload.ErrQueueFull)
+		}
 	}
-	patient := make(chan error, 1)
-	go func() { patient <- h.Update(overload.Patient(context.Background()), []string{"k"}, nop) }()
-	waitFor(t, "the patient call queued", func() bool { return s.Queued() == queued+1 })
+	if n := s.Queued(); n != queued {
+		t.Errorf("%d calls queued, want the bound of %d", n, queued)
+	}
 	if !overload.IsPatient(overload.Patient(t.Context())) || overload.IsPatient(t.Context()) {
 		t.Error("IsPatient does not tell a Patient context")
 	}
 	st.free()
-	if err := <-patient; err != nil {
-		t.Errorf("patient call: %v, want it answered by the backend", err)
-	}
 	wg.Wait()
+	if n := f.calls.Load(); n != max+queued {
+		t.Errorf("backend called %d times, want %d: the refused calls never reach it", n, max+queued)
+	}
+}
+
+// A patient call whose context ends while it waits leaves the queue at
+// once with the context's error, and never reaches the backend: a request
+// whose client is gone waits for nobody.
+func TestPatientStopsWithContext(t *testing.T) {
+	const max = 1
+	st := newStuck(max)
+	f := &fake{update: st.ignoringCtx}
+	s, h := open(t, f, Options{MaxInFlight: max, Deadline: time.Minute})
+	var wg sync.WaitGroup
+	fill(t, &wg, h, st, max)
+	ctx, cancel := context.WithCancel(overload.Patient(context.Background()))
+	waited := make(chan error, 1)
+	go func() { waited <- h.Update(ctx, []string{"k"}, nop) }()
+	waitFor(t, "the patient call queued", func() bool { return s.Queued() == 1 })
+	cancel()
+	if err := <-waited; !errors.Is(err, context.Canceled) {
+		t.Errorf("patient call whose context ended: %v, want %v", err, context.Canceled)
+	}
+	if n := s.Queued(); n != 0 {
+		t.Errorf("%d calls queued once the waiting call's context ended, want 0", n)
+	}
+	st.free()
+	wg.Wait()
+	if n := f.calls.Load(); n != max {
+		t.Errorf("backend called %d times, want %d: the call that left never reaches it", n, max)
+	}
 }
 
 // A call under NoWait runs when a slot is free, and is answered overloaded

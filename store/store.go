@@ -43,8 +43,8 @@ type Options struct {
 	// turn, and within a handle first come first served. A call is answered
 	// unavailable ([ReasonOverloaded]) only when its handle's queue is full
 	// or its deadline passes while it waits. Each waiting call costs about
-	// 200 bytes. A call the limiter has no other way to count waits even
-	// when the queue is full, as long as its context lasts.
+	// 200 bytes. The bound holds for every call, one that waits as long as
+	// its context lasts too.
 	MaxQueued int
 	// Breaker configures the breaker; the zero value gives its defaults.
 	Breaker BreakerOptions
@@ -268,8 +268,9 @@ func (s *Store) admit(br *breaker) error {
 // and breaker br (l's own, or that of the part of a spread handle). It
 // runs on the caller's goroutine for an inline backend (no deadline) or a
 // prompt one (under a deadline context). Otherwise it runs on a goroutine
-// of its own. A call waits for a slot up to the deadline (a patient call, one the
-// limiter has no other way to count, as long as ctx lasts). Then it has the whole deadline in the backend: one
+// of its own. A call waits for a slot up to the deadline (a patient call as
+// long as ctx lasts), with a place in its handle's queue. Then it has the
+// whole deadline in the backend: one
 // that reached the backend with its time nearly spent would waste the work
 // done for it.
 func (s *Store) call(ctx context.Context, l *lane, br *breaker, f func(ctx context.Context) error) error {

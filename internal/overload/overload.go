@@ -1,6 +1,6 @@
 // Package overload holds what the guard of package store and the module's
 // stores share about overload: the causes of an overloaded answer, and the
-// patient context of a call that must wait its turn.
+// patient context of a call that waits its turn as long as its request.
 package overload
 
 import (
@@ -20,10 +20,12 @@ var (
 
 type patientKey struct{}
 
-// Patient returns a context under which a call waits for a slot even when
-// its handle's queue is full (see store.Options.MaxQueued). It waits for as
-// long as ctx lasts. It is for a call that has no other way to be counted.
-// In the backend it still has no more than its deadline.
+// Patient returns a context under which a call waits for a slot as long as
+// ctx lasts, rather than the store's deadline. It is for a call whose only
+// exact answer is the store's: it waits within its request's own deadline.
+// It still needs a place in its handle's queue (see
+// store.Options.MaxQueued), and in the backend has no more than the
+// store's deadline.
 func Patient(ctx context.Context) context.Context {
 	return context.WithValue(ctx, patientKey{}, true)
 }

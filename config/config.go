@@ -14,6 +14,7 @@
 //	RATE_LIMIT_SINGLE_INSTANCE          false  true: the app runs one instance
 //	RATE_LIMIT_MAX_ENTRIES              the store's default (memory 100,000; others 1,000,000)
 //	RATE_LIMIT_STORE_MAX_QUEUED         16,384  calls of one limiter that may wait for the store
+//	RATE_LIMIT_STORE_MAX_IN_FLIGHT      64  store calls running in the backend at once
 //	TRUSTED_PROXIES                     unset  comma-separated CIDRs whose forwarding headers are believed
 //	TRUSTED_PROXY_HEADER                X-Forwarded-For  the one header they set: X-Forwarded-For or Forwarded
 //	GATECOUNT_SECRET                    unset  required by the shared stores; at least 32 bytes
@@ -134,7 +135,11 @@ type Config struct {
 	// MaxQueued is RATE_LIMIT_STORE_MAX_QUEUED, the calls of one limiter
 	// that may wait for the store at once (store.Options.MaxQueued); 0:
 	// the default.
-	MaxQueued      int
+	MaxQueued int
+	// MaxInFlight is RATE_LIMIT_STORE_MAX_IN_FLIGHT, the store calls
+	// running in the backend at once (store.Options.MaxInFlight); 0: the
+	// default.
+	MaxInFlight    int
 	TrustedProxies []netip.Prefix
 	Secret         []byte // GATECOUNT_SECRET
 
@@ -258,6 +263,7 @@ func Parse(lookup func(string) (string, bool)) (Config, error) {
 		SingleInstance: r.boolean("RATE_LIMIT_SINGLE_INSTANCE"),
 		MaxEntries:     r.count("RATE_LIMIT_MAX_ENTRIES", 100_000_000),
 		MaxQueued:      r.count("RATE_LIMIT_STORE_MAX_QUEUED", 1_000_000),
+		MaxInFlight:    r.count("RATE_LIMIT_STORE_MAX_IN_FLIGHT", 100_000),
 	}
 	if s := r.str("TRUSTED_PROXIES"); s != "" {
 		p, err := keyfunc.ParseNetworks(s)

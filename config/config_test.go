@@ -262,6 +262,7 @@ func TestBadValues(t *testing.T) {
 		{[]string{"RATE_LIMIT_MAX_ENTRIES", "1e6"}, "RATE_LIMIT_MAX_ENTRIES"},
 		{[]string{"RATE_LIMIT_STORE_MAX_QUEUED", "0"}, "RATE_LIMIT_STORE_MAX_QUEUED"},
 		{[]string{"RATE_LIMIT_STORE_MAX_QUEUED", "many"}, "RATE_LIMIT_STORE_MAX_QUEUED"},
+		{[]string{"RATE_LIMIT_STORE_MAX_IN_FLIGHT", "0"}, "RATE_LIMIT_STORE_MAX_IN_FLIGHT"},
 		{[]string{"RATE_LIMIT_STORE", "dynamo"}, "RATE_LIMIT_STORE"},
 		{[]string{"RATE_LIMIT_STORE", "database"}, "RATE_LIMIT_STORE"},
 		{[]string{"RATE_LIMIT_STORE", "redis"}, "RATE_LIMIT_STORE"},
@@ -412,18 +413,18 @@ func TestRedisEviction(t *testing.T) {
 }
 
 // RATE_LIMIT_STORE_MAX_QUEUED bounds the calls of one limiter waiting for
-// the store.
+// the store, and RATE_LIMIT_STORE_MAX_IN_FLIGHT those running in it.
 func TestMaxQueued(t *testing.T) {
-	c, err := Parse(env("RATE_LIMIT_STORE_MAX_QUEUED", "100"))
-	if err != nil || c.MaxQueued != 100 {
-		t.Fatalf("Parse: %+v, %v; want MaxQueued 100", c, err)
+	c, err := Parse(env("RATE_LIMIT_STORE_MAX_QUEUED", "100", "RATE_LIMIT_STORE_MAX_IN_FLIGHT", "3"))
+	if err != nil || c.MaxQueued != 100 || c.MaxInFlight != 3 {
+		t.Fatalf("Parse: %+v, %v; want MaxQueued 100, MaxInFlight 3", c, err)
 	}
 	o, err := Open(context.Background(), c, store.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	if st := o.Store.Stats(); st.MaxQueued != 100 {
-		t.Fatalf("the store's bound on waiting calls: %d, want 100", st.MaxQueued)
+	if st := o.Store.Stats(); st.MaxQueued != 100 || st.MaxInFlight != 3 {
+		t.Fatalf("the store's bounds on waiting and running calls: %d and %d, want 100 and 3", st.MaxQueued, st.MaxInFlight)
 	}
 }

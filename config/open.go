@@ -60,6 +60,9 @@ func Open(ctx context.Context, c Config, o store.Options) (*Opened, error) {
 	if c.MaxQueued > 0 {
 		o.MaxQueued = c.MaxQueued
 	}
+	if c.MaxInFlight > 0 {
+		o.MaxInFlight = c.MaxInFlight
+	}
 	warnTrustsEveryone(c, log)
 	warnEveryone(c, log)
 	var opened *Opened

@@ -184,7 +184,9 @@ func (g *SignInGuard) answered(w http.ResponseWriter, r *http.Request, p *pass, 
 			// asked: the answer must meet their difficulty too.
 			who.Failures = f
 			if _, err := pow.Verify(r.Context(), answer, who); err != nil {
-				if err := g.l.Refund(context.WithoutCancel(r.Context()), d); err != nil {
+				ctx, cancel := settling(r)
+				defer cancel()
+				if err := g.l.Refund(ctx, d); err != nil {
 					g.log.Warn("attempt with a stale answer not refunded", "kind", KindRefundFailed, "err", err)
 				}
 				return g.answerRefused(w, r, a.ip, exempt, err)
@@ -241,7 +243,8 @@ func challengeable(d *limiter.Decision, a *signInAttempt) bool {
 // stands.
 func (g *SignInGuard) issue(w http.ResponseWriter, r *http.Request, d *limiter.Decision, p *pass, a *signInAttempt) {
 	c := g.challenge
-	ctx := context.WithoutCancel(r.Context())
+	ctx, cancel := settling(r)
+	defer cancel()
 	failures, ok := c.recall(a.out.account)
 	if !ok {
 		// Unless the store tells, the base difficulty: the challenge

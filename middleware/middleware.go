@@ -263,11 +263,11 @@ func (m *Middleware) count(w http.ResponseWriter, r *http.Request, next http.Han
 		m.noKey(w, r, err)
 		return
 	}
+	// Counted within the request's context: a client that hangs up, or a
+	// deadline that passes, ends a wait for a busy store (see ended).
 	ctx := r.Context()
 	p := pass{r: r, next: next}
 	if m.o.CountFailures {
-		// A client that hangs up after sending is still counted.
-		ctx = context.WithoutCancel(ctx)
 		p.run = m
 	}
 	var d limiter.Decision
@@ -278,8 +278,7 @@ func (m *Middleware) count(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if err != nil {
 		switch {
-		case r.Context().Err() != nil:
-			// the client is gone
+		case ended(w, r):
 		case errors.Is(err, errInvalidCharge):
 			m.invalidCharge(w, err)
 		default:
@@ -337,7 +336,9 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	if !success {
 		return
 	}
-	if err := m.l.Refund(context.WithoutCancel(r.Context()), d); err != nil {
+	ctx, cancel := settling(r)
+	defer cancel()
+	if err := m.l.Refund(ctx, d); err != nil {
 		m.log.Warn("refund of a successful request failed", "kind", KindRefundFailed, "err", err)
 	}
 }

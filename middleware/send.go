@@ -160,7 +160,7 @@ func (g *SendGuard) count(w http.ResponseWriter, r *http.Request, next http.Hand
 		g.warn.Do(func() { g.log.Info("request not sent: no readable destination", "kind", KindNoKey, "err", err) })
 		if !g.o.Reveal {
 			if !skip && !exempt {
-				g.l.Attempt(context.WithoutCancel(r.Context()), keyfunc.JoinKeys("ip", ip))
+				g.l.Attempt(r.Context(), keyfunc.JoinKeys("ip", ip))
 			}
 			g.o.Accepted.ServeHTTP(w, r)
 			return

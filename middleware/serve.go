@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -145,17 +146,70 @@ func (g *guard) screen(w http.ResponseWriter, r *http.Request) (exempt, ok bool)
 	return g.nets.Exempted(a), true
 }
 
-// attempt counts one attempt against every charge, even if the client hangs
-// up right after sending. It answers 400 and reports false when the attempt
-// could not be counted.
+// attempt counts one attempt against every charge, within r's context: a
+// wait for a busy store ends when the client hangs up or the request's
+// deadline passes, and the attempt is then not counted (see ended). It
+// answers 400 and reports false when the attempt could not be counted for
+// another reason.
 func (g *guard) attempt(w http.ResponseWriter, r *http.Request, charges ...limiter.Charge) (limiter.Decision, bool) {
-	d, err := g.l.AttemptEach(context.WithoutCancel(r.Context()), charges...)
+	d, err := g.l.AttemptEach(r.Context(), charges...)
 	if err != nil {
+		if ended(w, r) {
+			return d, false
+		}
 		g.log.Error("attempt not counted", "kind", KindCountFailed, "err", err)
 		writeProblem(w, http.StatusBadRequest, problem400)
 		return d, false
 	}
 	return d, true
+}
+
+// ended answers a request whose context ended before its attempt was
+// counted, and reports whether it had. A client that hung up gets nothing.
+// A request whose deadline passed while it waited for a busy store is
+// refused as the store's full queue refuses (429, Retry-After 1 s): nothing
+// counted it, so nothing admits it.
+func ended(w http.ResponseWriter, r *http.Request) bool {
+	switch err := r.Context().Err(); {
+	case err == nil:
+		return false
+	case errors.Is(err, context.DeadlineExceeded):
+		w.Header()["Retry-After"] = retryBusy
+		writeProblem(w, http.StatusTooManyRequests, problem429Room)
+	}
+	return true
+}
+
+// retryBusy is the Retry-After of a request refused by a busy store.
+var retryBusy = []string{"1"}
+
+// gone reports whether r's client hung up: its context was cancelled, not
+// ended by its deadline.
+func gone(r *http.Request) bool { return errors.Is(r.Context().Err(), context.Canceled) }
+
+// settleWithin bounds what follows a request's check (credits, refunds,
+// lock-outs, events): at most this long, whether the client waits or not.
+// A credit the store cannot take by then is kept by the limiter, and tried
+// again until it lands.
+const settleWithin = 5 * time.Second
+
+// settling returns the context of what follows r's check, or of a refund:
+// a client that hangs up does not end it, and settleWithin does.
+func settling(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), settleWithin)
+}
+
+// giveBack refunds what d counted of a request that will not run: its
+// client hung up before the check.
+func (g *guard) giveBack(r *http.Request, d *limiter.Decision) {
+	if !d.Allowed || (d.Unavailable && !d.Local) {
+		return // nothing counted
+	}
+	ctx, cancel := settling(r)
+	defer cancel()
+	if err := g.l.Refund(ctx, *d); err != nil {
+		g.log.Warn("attempt of a client gone before its check not refunded", "kind", KindRefundFailed, "err", err)
+	}
 }
 
 // A pass is how serve answers one counted request.
@@ -189,8 +243,15 @@ type runner interface {
 // fields, then runs the handler or, over budget, a refusal that never
 // reaches it. In shadow it adds no fields and refuses nothing: a would-be
 // refusal runs the handler alone, with no refund to follow, since nothing
-// was counted.
+// was counted. A request whose client hung up before the check runs
+// nothing, and what it counted is given back.
 func (g *guard) serve(w http.ResponseWriter, d *limiter.Decision, p *pass) {
+	if gone(p.r) && (d.Allowed || d.Shadow) {
+		// The client hung up before the check: nothing runs for
+		// nobody, and what the attempt counted is given back.
+		g.giveBack(p.r, d)
+		return
+	}
 	if d.Shadow && !d.Allowed {
 		p.next.ServeHTTP(w, p.r) // a would-be refusal, in shadow: as if no limiter were there
 		return

@@ -466,7 +466,9 @@ func (g *SignInGuard) demoted(r *http.Request, d *limiter.Decision, dev device) 
 		return false
 	}
 	if counted(d) {
-		if err := g.l.Refund(context.WithoutCancel(r.Context()), *d); err != nil {
+		ctx, cancel := settling(r)
+		defer cancel()
+		if err := g.l.Refund(ctx, *d); err != nil {
 			g.log.Warn("revoked device's attempt not given back", "kind", KindRefundFailed, "err", err)
 		}
 	}
@@ -907,9 +909,10 @@ func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.D
 		return true
 	}
 	wait += hold
-	ctx := context.WithoutCancel(r.Context())
-	dd, err := g.l.AttemptEach(ctx, limiter.Charge{Key: keyfunc.JoinKeys("delay", a.out.account), Budget: limiter.Budget{Limit: 1, Window: wait}})
+	dd, err := g.l.AttemptEach(r.Context(), limiter.Charge{Key: keyfunc.JoinKeys("delay", a.out.account), Budget: limiter.Budget{Limit: 1, Window: wait}})
 	switch {
+	case err != nil && r.Context().Err() != nil:
+		return true // answered by the client's absence or the deadline, in serve
 	case err != nil:
 		g.log.Error("delay not counted", "kind", KindCountFailed, "err", err)
 		return true // the attempt itself was counted
@@ -919,6 +922,8 @@ func (g *SignInGuard) delay(w http.ResponseWriter, r *http.Request, d *limiter.D
 		}
 		return true
 	}
+	ctx, cancel := settling(r)
+	defer cancel()
 	if err := g.l.Refund(ctx, *d); err != nil {
 		g.log.Warn("delayed attempt not refunded", "kind", KindRefundFailed, "err", err)
 	}
@@ -976,11 +981,15 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 			}
 		}
 	}
+	// What follows the check is written whether the client waits or not,
+	// within settleWithin.
+	ctx, cancel := settling(r)
+	defer cancel()
 	if a.sprayed && limiter.MaxLimit-d.RemainingOf(a.sprayKey()+1) > 1 {
 		// The pair was counted before: one owner retyping a password
 		// counts once.
 		a.repeat = true
-		if err := g.l.Credit(context.WithoutCancel(r.Context()), d, []int{a.sprayKey()}); err != nil {
+		if err := g.l.Credit(ctx, d, []int{a.sprayKey()}); err != nil {
 			g.log.Warn("repeated password not given back", "kind", KindRefundFailed, "err", err)
 		}
 	}
@@ -988,7 +997,6 @@ func (a *signInAttempt) run(w http.ResponseWriter, r *http.Request, next http.Ha
 	if rw.status == 0 {
 		rw.final(http.StatusOK) // nothing written: net/http answers 200 with the header as it stands
 	}
-	ctx := context.WithoutCancel(r.Context())
 	account := a.out.account
 	switch {
 	case success(rw.status) && a.known:

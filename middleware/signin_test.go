@@ -283,8 +283,30 @@ func TestSignInHugeBodyReadOnlyToBound(t *testing.T) {
 	}
 }
 
-func TestSignInClientGoneStillCounted(t *testing.T) {
-	_, p, h := signIn(t, nil, middleware.SignInOptions{})
+// A guess whose client hung up before its check is never checked, and
+// spends nothing; one whose client hangs up during the check is counted.
+// Of 5 abandoned guesses none reaches the password check, then 5 guesses
+// whose client hangs up as the check runs all do, and the next guess is
+// refused: the budget of 5 is spent by the checked ones alone.
+func TestSignInClientGoneNeverChecked(t *testing.T) {
+	g, _, _ := signIn(t, nil, middleware.SignInOptions{})
+	p := &passwords{}
+	var hangUp context.CancelFunc // the client of the request being checked
+	h := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hangUp() // gone as the check runs: it goes on, and counts
+		p.ServeHTTP(w, r)
+	}))
+	guess := func(password string) *httptest.ResponseRecorder {
+		form := url.Values{"username": {"alice"}, "password": {password}}.Encode()
+		ctx, cancel := context.WithCancel(context.Background())
+		hangUp = cancel
+		r := httptest.NewRequestWithContext(ctx, "POST", "/login", strings.NewReader(form))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.RemoteAddr = "192.0.2.9:1"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
 	for range 5 {
 		form := url.Values{"username": {"alice"}, "password": {"wrong"}}.Encode()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -294,14 +316,16 @@ func TestSignInClientGoneStillCounted(t *testing.T) {
 		r.RemoteAddr = "192.0.2.9:1"
 		h.ServeHTTP(httptest.NewRecorder(), r)
 	}
-	w := httptest.NewRecorder()
-	form := url.Values{"username": {"alice"}, "password": {"right"}}.Encode()
-	r := httptest.NewRequest("POST", "/login", strings.NewReader(form))
-	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	r.RemoteAddr = "192.0.2.9:1"
-	h.ServeHTTP(w, r)
-	if w.Code != 429 || p.checks.Load() != 5 {
-		t.Fatalf("after 5 abandoned guesses: %d, %d checks", w.Code, p.checks.Load())
+	if n := p.checks.Load(); n != 0 {
+		t.Fatalf("%d of 5 guesses whose client was gone reached the password check, want 0", n)
+	}
+	for i := range 5 {
+		if w := guess("wrong"); w.Code != http.StatusUnauthorized {
+			t.Fatalf("guess %d whose client hangs up during the check: %d, want 401 (checked)", i+1, w.Code)
+		}
+	}
+	if w := guess("right"); w.Code != http.StatusTooManyRequests || p.checks.Load() != 5 {
+		t.Fatalf("after 5 checked guesses: %d, %d checks; want 429 and 5", w.Code, p.checks.Load())
 	}
 }
 

@@ -377,18 +377,27 @@ func sharedMetrics() *metrics.Expvar {
 	return metricsVar
 }
 
-// Serve serves h on addr until ctx ends, then shuts down gracefully. ready,
-// if not nil, is told the address once the server listens.
+// Time bounds of the server: each request's deadline comes before the
+// write timeout, so that a request waiting for a busy store ends with an
+// answer (429, Retry-After 1 s) rather than a cut connection.
+const (
+	RequestTimeout = 10 * time.Second
+	WriteTimeout   = 15 * time.Second
+)
+
+// Serve serves h on addr until ctx ends, then shuts down gracefully. Each
+// request has RequestTimeout to be answered. ready, if not nil, is told the
+// address once the server listens.
 func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, ready func(addr string)) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           withDeadline(h, RequestTimeout),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      15 * time.Second,
+		WriteTimeout:      WriteTimeout,
 		IdleTimeout:       60 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -410,4 +419,13 @@ func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, r
 	<-errc
 	log.Info("shut down", "kind", KindStopped)
 	return err
+}
+
+// withDeadline gives each request of h a deadline d after it began.
+func withDeadline(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
 }

@@ -52,7 +52,9 @@ func TestBusyStoreAnswers(t *testing.T) {
 		h.ServeHTTP(w, r)
 		return w
 	}
-	wg.Go(func() { hold.Update(context.Background(), []string{"k"}, func(time.Time, []store.Entry) error { return nil }) })
+	wg.Go(func() {
+		hold.Update(context.Background(), []string{"k"}, func(time.Time, []store.Entry) error { return nil })
+	})
 	<-b.entered // the store's one slot is held
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

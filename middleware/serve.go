@@ -152,6 +152,9 @@ func (g *guard) screen(w http.ResponseWriter, r *http.Request) (exempt, ok bool)
 // answers 400 and reports false when the attempt could not be counted for
 // another reason.
 func (g *guard) attempt(w http.ResponseWriter, r *http.Request, charges ...limiter.Charge) (limiter.Decision, bool) {
+	if gone(r) { // nobody to count for: not even a store call
+		return limiter.Decision{}, false
+	}
 	d, err := g.l.AttemptEach(r.Context(), charges...)
 	if err != nil {
 		if ended(w, r) {

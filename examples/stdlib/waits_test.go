@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gatecount/gatecount/examples/internal/demotest"
+	"github.com/gatecount/gatecount/internal/loadtest"
+)
+
+// The tests of this file are floods whose clients do not wait: a request
+// waits for a busy store only as long as its client and its deadline do.
+// They are long, and run with GATECOUNT_LONG=1.
+
+// long skips t unless GATECOUNT_LONG=1.
+func long(t *testing.T) {
+	t.Helper()
+	if os.Getenv("GATECOUNT_LONG") != "1" {
+		t.Skip("a long flood: set GATECOUNT_LONG=1")
+	}
+}
+
+// memoryInUse returns the memory the process holds: its resident set, as
+// an operator sees it.
+func memoryInUse() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil { // not Linux: what the Go runtime holds of the system
+		s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64() - s[1].Value.Uint64()
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// peaks samples the process and a server's store every 50 ms until stop is
+// closed: the most memory in use, goroutines and calls queued for the
+// store.
+type peaks struct {
+	memory            uint64
+	goroutines, queue int
+	done              chan struct{}
+}
+
+func watch(s *demotest.Server, stop <-chan struct{}) *peaks {
+	p := &peaks{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			p.memory = max(p.memory, memoryInUse())
+			p.goroutines = max(p.goroutines, runtime.NumGoroutine())
+			p.queue = max(p.queue, s.App.Store.Store.Stats().Queued)
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return p
+}
+
+// idleMemory returns memoryInUse once the process has settled, after a
+// collection.
+func idleMemory() uint64 {
+	runtime.GC()
+	runtime.GC()
+	return memoryInUse()
+}
+
+// dropFlood writes POST /login with a fresh account, password and IPv6
+// /64 (as freshNet) to addr from sockets connections at once, rate
+// requests a second in all, for d, each connection closed as soon as its
+// request is written: clients that never wait for an answer. It returns
+// how many requests it wrote.
+func dropFlood(addr string, sockets, rate int, d time.Duration) int64 {
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	every := time.Duration(sockets) * time.Second / time.Duration(rate) // each socket's pace
+	for c := range sockets {
+		wg.Go(func() {
+			next := time.Now().Add(time.Duration(c) * every / time.Duration(sockets))
+			for i := c; time.Now().Before(end); i += sockets {
+				if wait := time.Until(next); wait > 0 {
+					time.Sleep(wait)
+				}
+				next = next.Add(every)
+				conn, err := net.Dial("tcp", addr)
+				if err != nil {
+					continue
+				}
+				body := url.Values{"username": {"d" + strconv.Itoa(i)}, "password": {"x" + strconv.Itoa(i)}}.Encode()
+				fmt.Fprintf(conn, "POST /login HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: %s\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n%s",
+					freshNet(i), len(body), body)
+				conn.Close() // gone before any answer
+				sent.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return sent.Load()
+}
+
+// A flood of requests written and dropped at once waits for nobody. One
+// server on PostgreSQL; 100 sockets write 2,500 POST /login a second for
+// 15 s, each with a fresh account, password and /64, and close at once;
+// meanwhile bob signs in with his right password from addresses of his
+// own. The memory the process holds (its resident set) stays within
+// twice an idle server's, the store's queue within
+// RATE_LIMIT_STORE_MAX_QUEUED, and every one of bob's sign-ins answers
+// 200: his budget is never spent by attempts nobody waits for.
+func TestDroppedRequestsFlood(t *testing.T) {
+	long(t)
+	const (
+		sockets = 100
+		rate    = 2500
+		floodIn = 15 * time.Second
+	)
+	servers, urls := startFleet(t, 1, storeEnv(t, "postgres", "TRUSTED_PROXIES=127.0.0.1/32"))
+	s := servers[0]
+	// warm: bob signs in once, the pools open
+	run(t, loadtest.LoadConfig{Targets: urls, Callers: loadtest.NewCallers(1), Clients: 2, Requests: 4, Duration: time.Minute,
+		Request: formFrom("/login", freshV4("10.20.%d.%d"), bobSignsIn)})
+	idle := idleMemory()
+	checks := s.App.PasswordChecks()
+	before := counters(s)
+	stop := make(chan struct{})
+	p := watch(s, stop)
+	var sent int64
+	var wg sync.WaitGroup
+	wg.Go(func() { sent = dropFlood(strings.TrimPrefix(urls[0], "http://"), sockets, rate, floodIn) })
+	bob := run(t, loadtest.LoadConfig{
+		Targets: urls, Callers: loadtest.NewCallers(1), Clients: 1, Duration: floodIn, Requests: 100000, Timeout: time.Minute,
+		Request: formFrom("/login", freshV4("10.21.%d.%d"), bobSignsIn),
+	})
+	wg.Wait()
+	close(stop)
+	<-p.done
+	st := s.App.Store.Store.Stats()
+	flooded := s.App.PasswordChecks() - checks - bob.Status[http.StatusOK]
+	_, figures := since(before, counters(s))
+	t.Logf("%d requests written and dropped from %d sockets over %v; %d of them reached the password check; meanwhile %s",
+		sent, sockets, floodIn, flooded, figures)
+	t.Logf("memory held (resident set): idle %.1f MB, at most %.1f MB during the flood (%.2f×); at most %d goroutines; at most %d calls queued for the store (bound %d), %d once it ended",
+		mb(idle), mb(p.memory), float64(p.memory)/float64(idle), p.goroutines, p.queue, st.MaxQueued, st.Queued)
+	t.Logf("bob's sign-ins during the flood: %d answered %v, errors %v", bob.Requests, bob.Status, bob.Errors)
+	if sent < rate*int64(floodIn/time.Second)/2 {
+		t.Errorf("only %d requests written in %v, want at least half of %d a second: the scenario tests little", sent, floodIn, rate)
+	}
+	if p.memory > 2*idle {
+		t.Errorf("memory in use reached %.1f MB during the flood, want at most twice the idle %.1f MB", mb(p.memory), mb(idle))
+	}
+	if p.queue > st.MaxQueued {
+		t.Errorf("%d calls queued for the store, want at most RATE_LIMIT_STORE_MAX_QUEUED (%d)", p.queue, st.MaxQueued)
+	}
+	if o := others(bob, http.StatusOK); len(o) > 0 || bob.Requests == 0 {
+		t.Errorf("bob's sign-ins during the flood: %d answered %v, want every one 200 (other statuses %v; 0 is no answer; errors %v)", bob.Requests, bob.Status, o, bob.Errors)
+	}
+}
+
+// mb is n bytes in megabytes.
+func mb(n uint64) float64 { return float64(n) / (1 << 20) }
+
+// A slow store is waited for within each request's deadline, and only while
+// its client waits. One server on PostgreSQL behind a link that holds
+// every chunk of bytes 200 ms each way; 500 connections flood POST /login
+// (then POST /password-reset) with fresh keys for 10 s, and hang up when it
+// ends; meanwhile bob signs in with his right password from addresses of
+// his own. Every one of bob's sign-ins answers 200, within the request's
+// deadline (the server answers 429 past it), and 5 s after the flood no
+// call is left waiting for the store.
+func TestSlowStoreFlood(t *testing.T) {
+	long(t)
+	const (
+		clients = 500
+		floodIn = 10 * time.Second
+		slow    = 200 * time.Millisecond
+		// after is how long after the flood the store's queue must be empty
+		after = 5 * time.Second
+	)
+	for _, route := range []struct {
+		path string
+		form func(i int) url.Values
+	}{
+		{"/login", func(i int) url.Values {
+			return url.Values{"username": {"u" + strconv.Itoa(i)}, "password": {"x" + strconv.Itoa(i)}}
+		}},
+		{"/password-reset", func(i int) url.Values { return url.Values{"email": {"u" + strconv.Itoa(i) + "@example.com"}} }},
+	} {
+		t.Run(strings.TrimPrefix(route.path, "/"), func(t *testing.T) {
+			env := storeEnv(t, "postgres", "TRUSTED_PROXIES=127.0.0.1/32")
+			proxy, through := proxied(t, env["DATABASE_URL"])
+			// the pool holds as many connections as the guard lets calls
+			// in: each call holds one a round trip of 400 ms
+			env["DATABASE_URL"] = through + "&pool_max_conns=64"
+			if !strings.Contains(through, "?") {
+				env["DATABASE_URL"] = through + "?pool_max_conns=64"
+			}
+			servers, urls := startFleet(t, 1, env)
+			s := servers[0]
+			proxy.Delay(slow)
+			before := counters(s)
+			stop := make(chan struct{})
+			p := watch(s, stop)
+			ctx, hangUp := context.WithTimeout(context.Background(), floodIn)
+			defer hangUp()
+			var flood *loadtest.Result
+			var err error
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				// the clients hang up when the flood ends, whatever they wait for
+				flood, err = loadtest.Run(ctx, loadtest.LoadConfig{
+					Targets: urls, Callers: loadtest.NewCallers(1), Clients: clients, Duration: floodIn, Requests: 1 << 20, Timeout: time.Minute,
+					Request: formFrom(route.path, freshNet, route.form),
+				})
+			})
+			bob := run(t, loadtest.LoadConfig{
+				Targets: urls, Callers: loadtest.NewCallers(1), Clients: 1, Duration: floodIn, Requests: 100000, Timeout: time.Minute,
+				Request: formFrom("/login", freshV4("10.22.%d.%d"), bobSignsIn),
+			})
+			wg.Wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(after)
+			st := s.App.Store.Store.Stats()
+			close(stop)
+			<-p.done
+			_, figures := since(before, counters(s))
+			t.Logf("flood of %s from %d connections over a link slowed %v each way: %d answered %v; meanwhile %s",
+				route.path, clients, slow, flood.Requests, flood.Status, figures)
+			t.Logf("at most %d calls queued for the store, %d goroutines; %v after the flood %d queued, %d in flight",
+				p.queue, p.goroutines, after, st.Queued, st.InFlight)
+			t.Logf("bob's sign-ins during the flood: %d answered %v, errors %v", bob.Requests, bob.Status, bob.Errors)
+			if d, _ := since(before, counters(s)); saturated(d) == 0 {
+				t.Errorf("no store call waited during the flood: the scenario tests nothing")
+			}
+			if st.Queued != 0 {
+				t.Errorf("%d calls still queued for the store %v after the flood, want 0", st.Queued, after)
+			}
+			if o := others(bob, http.StatusOK); len(o) > 0 || bob.Requests == 0 {
+				t.Errorf("bob's sign-ins during the flood: %d answered %v, want every one 200 (other statuses %v; 0 is no answer; errors %v)", bob.Requests, bob.Status, o, bob.Errors)
+			}
+		})
+	}
+}

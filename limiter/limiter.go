@@ -41,6 +41,13 @@
 // store recovers. Whatever the choice, an overloaded or full store never
 // lets an attempt through uncounted. A full store still counts the keys it
 // holds.
+//
+// A busy store is waited for. Under Local or Allow on a shared store, an
+// attempt waits for its turn as long as its context lasts: its request's
+// deadline, or its client. An attempt whose context ends first returns the
+// context's error, counted nowhere. The wait needs a place in the store's
+// bounded queue (store.Options.MaxQueued): one that finds it full is
+// refused as counted alone, to be tried again in a second.
 package limiter
 
 import (

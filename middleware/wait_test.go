@@ -34,7 +34,7 @@ func TestBusyStoreAnswers(t *testing.T) {
 	release := func() { opened.Do(func() { close(b.open) }) }
 	t.Cleanup(release) // registered after wg.Wait: runs before it
 	hold := handle(t, s, "hold:")
-	proxies, _ := keyfunc.ParseTrustedProxies("127.0.0.1/32")
+	proxies, _ := keyfunc.ParseNetworks("127.0.0.1/32")
 	const budget = 3
 	m, err := middleware.New(handle(t, s, "api:"), limiter.Budget{Limit: budget, Window: time.Minute},
 		middleware.Options{Name: "api", Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}})

@@ -39,6 +39,10 @@ type FleetOptions struct {
 	// 0 means DefaultLife. Keys whose window is longer than Life less
 	// Fresh are never counted alone.
 	Life time.Duration
+	// MaxMembers bounds the registry; 0 means as many as fit in one
+	// entry (about 80). A life it has no room for reads it all the same:
+	// it counts through the store, never alone.
+	MaxMembers int
 }
 
 // member is a life as the registry keeps it: when it joined and when it
@@ -91,7 +95,8 @@ var errFull = errors.New("degraded: registry full")
 
 // Beat writes this life into the registry and reads the other members.
 // Members unheard for Life are dropped. A life missing from the registry
-// (never in it, or dropped) joins anew.
+// (never in it, or dropped) joins anew. A registry with no room for it is
+// read all the same, and Beat returns an error: the life is no member.
 func (f *Fleet) Beat(ctx context.Context, u Updater) error {
 	f.mu.Lock()
 	joined, left := f.joined, f.left
@@ -121,10 +126,16 @@ func (f *Fleet) Beat(ctx context.Context, u Updater) error {
 			me.Hold, me.N = nowMs, len(m)+1-b2i(in)
 		}
 		m[f.o.ID] = me
-		if write(&es[0], m, now.Add(f.o.Life)) != nil {
-			return errFull
+		beat, holders = nowMs, nil
+		var err error
+		if f.o.MaxMembers > 0 && len(m) > f.o.MaxMembers || write(&es[0], m, now.Add(f.o.Life)) != nil {
+			delete(m, f.o.ID)
+			me, err = member{}, errFull
 		}
-		joined, beat, n, held, ready, holders = me.Joined, nowMs, len(m), me, me.Hold != 0, nil
+		joined, n, held, ready = me.Joined, len(m), me, me.Hold != 0
+		if err != nil {
+			n = 0 // no member: no share
+		}
 		for id, o := range m {
 			if id == f.o.ID {
 				continue
@@ -136,9 +147,9 @@ func (f *Fleet) Beat(ctx context.Context, u Updater) error {
 				holders = append(holders, max(o.N, 1))
 			}
 		}
-		return nil
+		return err
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errFull) {
 		return err
 	}
 	f.mu.Lock()
@@ -147,7 +158,7 @@ func (f *Fleet) Beat(ctx context.Context, u Updater) error {
 		f.joined, f.beat, f.beatAt, f.members = joined, beat, began, n
 		f.held, f.ready, f.holders = held, ready && f.holding, holders
 	}
-	return nil
+	return err
 }
 
 // fresh is FleetOptions.Fresh, or 0 for no fleet.

@@ -58,24 +58,25 @@ const (
 
 // world is one schedule's fleet, store and faults.
 type world struct {
-	t       testing.TB
-	node    func(*world, *life) node
-	mode    int
-	full    bool                // the store is full when the schedule begins
-	verbose bool                // the events are logged: a schedule replayed
-	epoch   int                 // windows passed by a long run of the fleet
-	broken  []string            // rows broken in the windows passed
-	end     time.Time           // the schedule ends before its keys' windows do
-	sleep   func(time.Duration) // the virtual time of a step, slept by a node on the process clock
-	mu      sync.Mutex          // the faults, for a node with goroutines of its own
-	rng     *rand.Rand
-	clk     *clock.Fake
-	mem     *memory.Backend
-	budget  store.Budget
-	slots   []*slot
-	lives   int
-	all     []*life
-	log     []string
+	t          testing.TB
+	node       func(*world, *life) node
+	mode       int
+	full       bool                // the store is full when the schedule begins
+	maxMembers int                 // bounds the registry: crashed lives fill it
+	verbose    bool                // the events are logged: a schedule replayed
+	epoch      int                 // windows passed by a long run of the fleet
+	broken     []string            // rows broken in the windows passed
+	end        time.Time           // the schedule ends before its keys' windows do
+	sleep      func(time.Duration) // the virtual time of a step, slept by a node on the process clock
+	mu         sync.Mutex          // the faults, for a node with goroutines of its own
+	rng        *rand.Rand
+	clk        *clock.Fake
+	mem        *memory.Backend
+	budget     store.Budget
+	slots      []*slot
+	lives      int
+	all        []*life
+	log        []string
 	// faults
 	cutAll bool
 	// facts for the checks
@@ -173,6 +174,7 @@ func newWorld(t testing.TB, seed uint64, node func(*world, *life) node, sleep fu
 		registry: map[*life]bool{},
 	}
 	w.mode = rng.IntN(4)
+	w.maxMembers = []int{0, 0, 3, 5}[rng.IntN(4)]
 	maxEntries := 0
 	if rng.IntN(5) == 0 {
 		maxEntries = 2 + rng.IntN(6) // a full store: strangers' keys fill it
@@ -184,7 +186,7 @@ func newWorld(t testing.TB, seed uint64, node func(*world, *life) node, sleep fu
 		w.slots = append(w.slots, s)
 		w.start(s)
 	}
-	w.logf("budget %d, %d instances, max entries %d, schedule kind %d", w.budget.Limit, len(w.slots), maxEntries, w.mode)
+	w.logf("budget %d, %d instances, max entries %d, schedule kind %d, registry of %d", w.budget.Limit, len(w.slots), maxEntries, w.mode, w.maxMembers)
 	for range (simLife + simFresh) / simFresh { // the fleet runs together, the store healthy
 		w.advance(simFresh)
 		for _, s := range w.slots {
@@ -262,7 +264,7 @@ type pathNode struct {
 func newPathNode(w *world, l *life) node {
 	local := clock.Offset{Base: w.clk, Shift: l.s.skew}
 	n := &pathNode{w: w, l: l}
-	n.fleet = NewFleet(FleetOptions{ID: "life" + strconv.Itoa(l.id), Now: local.Now, Fresh: simFresh, Life: simLife})
+	n.fleet = NewFleet(FleetOptions{ID: "life" + strconv.Itoa(l.id), Now: local.Now, Fresh: simFresh, Life: simLife, MaxMembers: w.maxMembers})
 	n.path = New(Options{Fleet: n.fleet, Alone: true, MaxKeys: 64, Now: local.Now, Wait: func(ctx context.Context) error {
 		if l.waits++; l.waits%4 == 0 { // the request's deadline passed
 			return context.DeadlineExceeded
@@ -280,11 +282,11 @@ func (n *pathNode) attempt(b store.Budget, keys ...string) (Outcome, bool, int, 
 }
 
 func (n *pathNode) beat() bool {
-	if err := n.fleet.Beat(context.Background(), n.w.conn(n.l.s, "fleet")); err != nil {
-		return false
+	err := n.fleet.Beat(context.Background(), n.w.conn(n.l.s, "fleet"))
+	if err == nil || errors.Is(err, errFull) { // the store answers
+		n.path.Flush(context.Background(), n.w.conn(n.l.s, "keys"))
 	}
-	n.path.Flush(context.Background(), n.w.conn(n.l.s, "keys"))
-	return true
+	return err == nil
 }
 
 func (n *pathNode) stop() bool {

@@ -63,6 +63,7 @@ type world struct {
 	mode       int
 	full       bool                // the store is full when the schedule begins
 	maxMembers int                 // bounds the registry: crashed lives fill it
+	stalled    []string            // attempts that failed, their store within reach and not busy
 	verbose    bool                // the events are logged: a schedule replayed
 	epoch      int                 // windows passed by a long run of the fleet
 	broken     []string            // rows broken in the windows passed
@@ -108,7 +109,7 @@ type life struct {
 	registered int       // lives in the registry at its last successful beat
 	beatAt     time.Time // that beat
 	alone      int
-	waits      int
+	waits      int // of the attempt under way
 }
 
 // keyFacts is what happened to one key.
@@ -266,15 +267,17 @@ func newPathNode(w *world, l *life) node {
 	n := &pathNode{w: w, l: l}
 	n.fleet = NewFleet(FleetOptions{ID: "life" + strconv.Itoa(l.id), Now: local.Now, Fresh: simFresh, Life: simLife, MaxMembers: w.maxMembers})
 	n.path = New(Options{Fleet: n.fleet, Alone: true, MaxKeys: 64, Now: local.Now, Wait: func(ctx context.Context) error {
-		if l.waits++; l.waits%4 == 0 { // the request's deadline passed
+		if l.waits++; l.waits == 4 { // the request's deadline passed
 			return context.DeadlineExceeded
 		}
+		w.beat(l) // the fleet's beats go on while a request waits
 		return nil
 	}})
 	return n
 }
 
 func (n *pathNode) attempt(b store.Budget, keys ...string) (Outcome, bool, int, error) {
+	n.l.waits = 0
 	var t store.Tally
 	caps := []store.Budget{b, b}[:len(keys)]
 	o, _, err := n.path.Attempt(context.Background(), n.w.conn(n.l.s, "keys"), keys, caps, 1, &t)
@@ -298,7 +301,11 @@ func (n *pathNode) stop() bool {
 // attempt sends one attempt on keys through slot s.
 func (w *world) attempt(s *slot, keys ...string) {
 	l := s.life
+	calm := s.busy == 0 && !w.out(s) // within reach and not busy
 	o, allowed, limiting, err := l.n.attempt(w.budget, keys...)
+	if err != nil && calm {
+		w.stalled = append(w.stalled, fmt.Sprintf("life %d on %v", l.id, keys))
+	}
 	w.logf("slot %d: life %d attempts %v: outcome %d allowed %v limiting %d (%v)", s.i, l.id, keys, o, allowed, limiting, err)
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		w.t.Fatalf("attempt: %v", err)
@@ -470,6 +477,9 @@ func (w *world) check() []string {
 		if l.outAlone > 0 {
 			broken = append(broken, fmt.Sprintf("out of reach for all: life %d, started out of reach, admitted %d alone before reaching the store", l.id, l.outAlone))
 		}
+	}
+	if !w.outage && len(w.everCut) == 0 && len(w.stalled) > 0 {
+		broken = append(broken, fmt.Sprintf("store answers: attempts failed, their store within reach and not busy: %v", w.stalled))
 	}
 	b := w.budget.Limit
 	oneCut := !w.outage && len(w.everCut) <= 1

@@ -491,7 +491,7 @@ func (w *world) check() []string {
 		case healthy && f.admitted > b:
 			broken = append(broken, fmt.Sprintf("store answers (busy, full, crashes): %s admitted %d of %d", key, f.admitted, b))
 		case healthy && f.refused && f.admitted != b && (!w.full || strings.HasPrefix(key, "held")):
-			broken = append(broken, fmt.Sprintf("store answers (busy, full: a key it holds, crashes): %s admitted %d of %d, and was refused by the store", key, f.admitted, b))
+			broken = append(broken, fmt.Sprintf("store answers (busy, full and a key it holds, crashes): %s admitted %d of %d, and was refused by the store", key, f.admitted, b))
 		case oneCut && f.alone > 0 && f.admitted > b+b/max(f.minRegistry, 1):
 			broken = append(broken, fmt.Sprintf("out of reach for one: %s admitted %d, want at most %d + %d", key, f.admitted, b, b/max(f.minRegistry, 1)))
 		case oneCut && f.alone == 0 && f.admitted > b:

@@ -229,8 +229,10 @@ func saturated(d map[string]int64) int64 {
 // passwords reach the password check (RATE_LIMIT_LOGIN_ACCOUNT_FAILURES)
 // and at most 3 codes go to her address (RATE_LIMIT_RESET_PER_DESTINATION),
 // on all servers together. And all through the flood, bob's correct
-// sign-ins, each from an address of its own, answer 200 within the
-// request's deadline: never 503, never a cut connection.
+// sign-ins, each from an address of its own, are answered within the
+// request's deadline: 200, or, when his wait for the store outlasts it,
+// 429 naming no budget (Retry-After 1 s); at least one 200, never 503,
+// never a cut connection, never a refusal by one of his budgets.
 func TestFreshKeyFloodOverload(t *testing.T) {
 	servicetest.Long(t)
 	type route struct {
@@ -344,8 +346,13 @@ func TestFreshKeyFloodOverload(t *testing.T) {
 						t.Errorf("%d %s (%d during the flood, %d after it), want at most the budget of %d",
 							reached, rt.what, reachedDuring, reached-reachedDuring, rt.budget)
 					}
-					if o := others(bob, http.StatusOK); len(o) > 0 || bob.Requests == 0 {
-						t.Errorf("bob's correct sign-ins during the flood: %d answered %v, want every one 200 (other statuses %v; 0 is no answer; errors %v)", bob.Requests, bob.Status, o, bob.Errors)
+					// A 429 that names no budget is a wait for the store past
+					// the request's deadline: the app starved of CPU (the
+					// race detector, two cores) may make bob wait that long.
+					busy := bob.Errors["answer without a RateLimit field"]
+					if o := others(bob, http.StatusOK, http.StatusTooManyRequests); len(o) > 0 || bob.Status[http.StatusOK] == 0 || bob.Status[http.StatusTooManyRequests] != busy {
+						t.Errorf("bob's correct sign-ins during the flood: %d answered %v, want each 200, or 429 naming no budget (his wait past the request's deadline); other statuses %v (0 is no answer); errors %v",
+							bob.Requests, bob.Status, o, bob.Errors)
 					}
 				})
 			}

@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"runtime"
-	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,47 +18,78 @@ import (
 
 	"github.com/gatecount/gatecount/examples/internal/demotest"
 	"github.com/gatecount/gatecount/internal/loadtest"
+	"github.com/gatecount/gatecount/internal/servicetest"
 )
 
 // The tests of this file are floods whose clients do not wait: a request
 // waits for a busy store only as long as its client and its deadline do.
-// They are long, and run with GATECOUNT_LONG=1.
+// They are long (servicetest.Long): they run with GATECOUNT_LONG=1.
 
-// long skips t unless GATECOUNT_LONG=1.
-func long(t *testing.T) {
+// residentSet returns the memory process pid holds, as an operator sees
+// it: its resident set (VmRSS).
+func residentSet(t *testing.T, pid int) uint64 {
 	t.Helper()
-	if os.Getenv("GATECOUNT_LONG") != "1" {
-		t.Skip("a long flood: set GATECOUNT_LONG=1")
-	}
-}
-
-// memoryInUse returns the memory the process holds: its resident set, as
-// an operator sees it.
-func memoryInUse() uint64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil { // not Linux: what the Go runtime holds of the system
-		s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
-		metrics.Read(s)
-		return s[0].Value.Uint64() - s[1].Value.Uint64()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("the resident set of a process is read from /proc: %v", err)
 	}
 	for line := range strings.Lines(string(b)) {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS of process %d: %q", pid, v)
+			}
 			return kb << 10
 		}
 	}
+	t.Fatalf("process %d tells no VmRSS", pid)
 	return 0
 }
 
-// peaks samples the process and a server's store every 50 ms until stop is
-// closed: the most memory in use, goroutines and calls queued for the
-// store.
+// storeStats returns the Stats of the store the example server whose
+// /debug/vars is at debug publishes (metrics' stores.limits).
+func storeStats(t *testing.T, debug string) (queued, inFlight int) {
+	t.Helper()
+	res, err := http.Get(debug + "/debug/vars")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var vars struct {
+		Gatecount struct {
+			Stores struct {
+				Limits struct {
+					Queued   int `json:"queued"`
+					InFlight int `json:"in_flight"`
+				} `json:"limits"`
+			} `json:"stores"`
+		} `json:"gatecount"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&vars); err != nil {
+		t.Fatal(err)
+	}
+	return vars.Gatecount.Stores.Limits.Queued, vars.Gatecount.Stores.Limits.InFlight
+}
+
+// freeAddr returns a loopback address no one listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// peaks are the most goroutines of the process, and calls queued for a
+// server's store, that watch saw.
 type peaks struct {
-	memory            uint64
 	goroutines, queue int
 	done              chan struct{}
 }
 
+// watch samples the process and s's store every 50 ms until stop is closed.
 func watch(s *demotest.Server, stop <-chan struct{}) *peaks {
 	p := &peaks{done: make(chan struct{})}
 	go func() {
@@ -66,7 +97,6 @@ func watch(s *demotest.Server, stop <-chan struct{}) *peaks {
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
-			p.memory = max(p.memory, memoryInUse())
 			p.goroutines = max(p.goroutines, runtime.NumGoroutine())
 			p.queue = max(p.queue, s.App.Store.Store.Stats().Queued)
 			select {
@@ -77,14 +107,6 @@ func watch(s *demotest.Server, stop <-chan struct{}) *peaks {
 		}
 	}()
 	return p
-}
-
-// idleMemory returns memoryInUse once the process has settled, after a
-// collection.
-func idleMemory() uint64 {
-	runtime.GC()
-	runtime.GC()
-	return memoryInUse()
 }
 
 // dropFlood writes POST /login with a fresh account, password and IPv6
@@ -122,30 +144,49 @@ func dropFlood(addr string, sockets, rate int, d time.Duration) int64 {
 }
 
 // A flood of requests written and dropped at once waits for nobody. One
-// server on PostgreSQL; 100 sockets write 2,500 POST /login a second for
-// 15 s, each with a fresh account, password and /64, and close at once;
-// meanwhile bob signs in with his right password from addresses of his
-// own. The memory the process holds (its resident set) stays within
-// twice an idle server's, the store's queue within
-// RATE_LIMIT_STORE_MAX_QUEUED, and every one of bob's sign-ins answers
-// 200: his budget is never spent by attempts nobody waits for.
+// server process (built without the race detector) on PostgreSQL; 100
+// sockets write 2,500 POST /login a second for 15 s, each with a fresh
+// account, password and /64, and close at once; meanwhile bob signs in
+// with his right password from addresses of his own. The server's
+// resident memory stays within twice its idle figure, the store's queue
+// within RATE_LIMIT_STORE_MAX_QUEUED, and every one of bob's sign-ins
+// answers 200: his budget is never spent by attempts nobody waits for.
 func TestDroppedRequestsFlood(t *testing.T) {
-	long(t)
+	servicetest.Long(t)
 	const (
-		sockets = 100
-		rate    = 2500
-		floodIn = 15 * time.Second
+		sockets   = 100
+		rate      = 2500
+		floodIn   = 15 * time.Second
+		maxQueued = 16384 // RATE_LIMIT_STORE_MAX_QUEUED's default
 	)
-	servers, urls := startFleet(t, 1, storeEnv(t, "postgres", "TRUSTED_PROXIES=127.0.0.1/32"))
-	s := servers[0]
-	// warm: bob signs in once, the pools open
-	run(t, loadtest.LoadConfig{Targets: urls, Callers: loadtest.NewCallers(1), Clients: 2, Requests: 4, Duration: time.Minute,
+	debug := freeAddr(t)
+	cl := cluster(t, loadtest.Postgres, 1, loadtest.NewCallers(1), 30, "TRUSTED_PROXIES=127.0.0.1/32", "DEBUG_ADDR="+debug)
+	urls, pid := cl.URLs(), cl.Servers[0].Pid()
+	debug = "http://" + debug
+	// warm: bob signs in, the pools open
+	run(t, loadtest.LoadConfig{Targets: urls, Callers: loadtest.NewCallers(1), Clients: 2, Requests: 20, Duration: time.Minute,
 		Request: formFrom("/login", freshV4("10.20.%d.%d"), bobSignsIn)})
-	idle := idleMemory()
-	checks := s.App.PasswordChecks()
-	before := counters(s)
+	time.Sleep(time.Second) // settled
+	idle := residentSet(t, pid)
+	var memory uint64
+	var queue int
 	stop := make(chan struct{})
-	p := watch(s, stop)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			memory = max(memory, residentSet(t, pid))
+			q, _ := storeStats(t, debug)
+			queue = max(queue, q)
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 	var sent int64
 	var wg sync.WaitGroup
 	wg.Go(func() { sent = dropFlood(strings.TrimPrefix(urls[0], "http://"), sockets, rate, floodIn) })
@@ -155,23 +196,20 @@ func TestDroppedRequestsFlood(t *testing.T) {
 	})
 	wg.Wait()
 	close(stop)
-	<-p.done
-	st := s.App.Store.Store.Stats()
-	flooded := s.App.PasswordChecks() - checks - bob.Status[http.StatusOK]
-	_, figures := since(before, counters(s))
-	t.Logf("%d requests written and dropped from %d sockets over %v; %d of them reached the password check; meanwhile %s",
-		sent, sockets, floodIn, flooded, figures)
-	t.Logf("memory held (resident set): idle %.1f MB, at most %.1f MB during the flood (%.2f×); at most %d goroutines; at most %d calls queued for the store (bound %d), %d once it ended",
-		mb(idle), mb(p.memory), float64(p.memory)/float64(idle), p.goroutines, p.queue, st.MaxQueued, st.Queued)
+	<-sampled
+	after, _ := storeStats(t, debug)
+	t.Logf("%d requests written and dropped from %d sockets over %v", sent, sockets, floodIn)
+	t.Logf("the server's resident memory: idle %.1f MB, at most %.1f MB during the flood (%.2f×); at most %d calls queued for the store (bound %d), %d once it ended",
+		mb(idle), mb(memory), float64(memory)/float64(idle), queue, maxQueued, after)
 	t.Logf("bob's sign-ins during the flood: %d answered %v, errors %v", bob.Requests, bob.Status, bob.Errors)
 	if sent < rate*int64(floodIn/time.Second)/2 {
 		t.Errorf("only %d requests written in %v, want at least half of %d a second: the scenario tests little", sent, floodIn, rate)
 	}
-	if p.memory > 2*idle {
-		t.Errorf("memory in use reached %.1f MB during the flood, want at most twice the idle %.1f MB", mb(p.memory), mb(idle))
+	if memory > 2*idle {
+		t.Errorf("the server's resident memory reached %.1f MB during the flood, want at most twice the idle %.1f MB", mb(memory), mb(idle))
 	}
-	if p.queue > st.MaxQueued {
-		t.Errorf("%d calls queued for the store, want at most RATE_LIMIT_STORE_MAX_QUEUED (%d)", p.queue, st.MaxQueued)
+	if queue > maxQueued {
+		t.Errorf("%d calls queued for the store, want at most RATE_LIMIT_STORE_MAX_QUEUED (%d)", queue, maxQueued)
 	}
 	if o := others(bob, http.StatusOK); len(o) > 0 || bob.Requests == 0 {
 		t.Errorf("bob's sign-ins during the flood: %d answered %v, want every one 200 (other statuses %v; 0 is no answer; errors %v)", bob.Requests, bob.Status, o, bob.Errors)
@@ -190,7 +228,7 @@ func mb(n uint64) float64 { return float64(n) / (1 << 20) }
 // deadline (the server answers 429 past it), and 5 s after the flood no
 // call is left waiting for the store.
 func TestSlowStoreFlood(t *testing.T) {
-	long(t)
+	servicetest.Long(t)
 	const (
 		clients = 500
 		floodIn = 10 * time.Second
@@ -254,6 +292,9 @@ func TestSlowStoreFlood(t *testing.T) {
 			t.Logf("bob's sign-ins during the flood: %d answered %v, errors %v", bob.Requests, bob.Status, bob.Errors)
 			if d, _ := since(before, counters(s)); saturated(d) == 0 {
 				t.Errorf("no store call waited during the flood: the scenario tests nothing")
+			}
+			if p.queue > st.MaxQueued {
+				t.Errorf("%d calls queued for the store, want at most RATE_LIMIT_STORE_MAX_QUEUED (%d)", p.queue, st.MaxQueued)
 			}
 			if st.Queued != 0 {
 				t.Errorf("%d calls still queued for the store %v after the flood, want 0", st.Queued, after)

@@ -396,6 +396,9 @@ func (s *Server) waitHealthy(ctx context.Context) error {
 // Done is closed once the process has exited.
 func (s *Server) Done() <-chan struct{} { return s.done }
 
+// Pid returns the process's ID.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Kill kills the process with SIGKILL, at once, and waits for it.
 func (s *Server) Kill() error {
 	select {

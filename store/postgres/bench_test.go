@@ -286,17 +286,94 @@ func migratedSchema(b testing.TB) string {
 }
 
 // benchHandle opens a store of its own secret, in schema through path, on
-// a pool of conc connections, and waits for the store's first sweep and
-// count: the benchmarks measure a store that is running, not one that is
-// starting (see Backend.background).
+// a pool of conc connections, running (see runningStore).
 func benchHandle(b *testing.B, path benchPath, schema string, conc int, o Options) *store.Handle {
 	b.Helper()
 	pool := path.pool(b, conc, schema, false)
-	o.Secret = randomSecret()
-	s := newStore(b, pool, o)
-	<-s.Backend().(*Backend).started
+	s := runningStore(b, pool, o)
 	vacuumFirst(b, pool, "gatecount_entries")
 	return newHandle(b, s, "bench")
+}
+
+// benchAnnounce is how often the benchmarks' stores announce themselves,
+// unless their options say: short, so that their start ends soon.
+const benchAnnounce = 50 * time.Millisecond
+
+// runningStore opens a store of its own secret on pool and waits until it
+// is running: the benchmarks measure a store that is running, not one that
+// is starting. It waits for the store's first sweep and count (see
+// Backend.background). Then it waits until the store counts new keys by its
+// estimate: until it has counted the fleet, or exactStart announce
+// intervals after it opened (see Backend.hold). Until then every count takes
+// gatecount_count and the bound's exact count.
+func runningStore(t testing.TB, pool *pgxpool.Pool, o Options) *store.Store {
+	t.Helper()
+	o.Secret = randomSecret()
+	if o.Store.Announce == 0 {
+		o.Store.Announce = benchAnnounce
+	}
+	s := newStore(t, pool, o)
+	be := s.Backend().(*Backend)
+	<-be.started
+	for be.members() == 0 {
+		left := time.Duration(be.exactUntil - be.processNow().UnixNano())
+		if left <= 0 {
+			break
+		}
+		time.Sleep(left)
+	}
+	return s
+}
+
+// TestBenchStoreRunning: a store the benchmarks measure counts one key at
+// a time with the single-key statement, never with gatecount_count, which
+// a store still starting takes for every count. A count of two keys takes
+// it, so that the test sees the function's calls.
+func TestBenchStoreRunning(t *testing.T) {
+	ctx := context.Background()
+	schema := migratedSchema(t)
+	pool := connectedPool(t, benchURL(), 1, map[string]string{"search_path": schema, "track_functions": "all"})
+	h := newHandle(t, runningStore(t, pool, Options{}), "bench")
+	caps := []store.Budget{{Limit: 1 << 40, Window: time.Minute}, {Limit: 1 << 40, Window: time.Minute}}
+	for i := range 20 {
+		key := "hot"
+		if i%2 == 0 {
+			key = fmt.Sprint("new", i)
+		}
+		if _, err := h.Count(ctx, []string{key}, caps[:1], 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := functionCalls(t, pool, schema, "gatecount_count"); got != 0 {
+		t.Errorf("20 counts of one key called gatecount_count %d times, want 0", got)
+	}
+	if _, err := h.Count(ctx, []string{"a", "b"}, caps, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := functionCalls(t, pool, schema, "gatecount_count"); got != 1 {
+		t.Errorf("gatecount_count called %d times after a count of two keys, want 1", got)
+	}
+}
+
+// functionCalls returns how many times the connections of pool, whose
+// sessions track function calls (track_functions), called the function
+// name of schema. It makes them report their statistics first: pool must
+// hold one connection.
+func functionCalls(t *testing.T, pool *pgxpool.Pool, schema, name string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	// The server reports a session's statistics when it goes idle after
+	// pg_stat_force_next_flush, before it answers.
+	if _, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+		t.Fatal(err)
+	}
+	var calls int64
+	err := newPool(t).QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions
+		WHERE schemaname = $1 AND funcname = $2`, schema, name).Scan(&calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return calls
 }
 
 // forPaths runs bench for each path (those that can run with synchronous

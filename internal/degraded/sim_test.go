@@ -36,7 +36,7 @@ const (
 	simWindow = 30 * time.Second
 	simFresh  = 4 * time.Second
 	simLife   = simWindow + simFresh
-	simBeat   = 2 * time.Second
+	simBeat   = 3 * time.Second
 	simSkew   = 20 * time.Minute // the documented limit of clock skew
 )
 
@@ -188,8 +188,8 @@ func newWorld(t testing.TB, seed uint64, node func(*world, *life) node, sleep fu
 		w.start(s)
 	}
 	w.logf("budget %d, %d instances, max entries %d, schedule kind %d, registry of %d", w.budget.Limit, len(w.slots), maxEntries, w.mode, w.maxMembers)
-	for range (simLife + simFresh) / simFresh { // the fleet runs together, the store healthy
-		w.advance(simFresh)
+	for range 2 { // the fleet runs together past a window and Fresh, the store healthy
+		w.advance((simWindow + simFresh + time.Second) / 2)
 		for _, s := range w.slots {
 			w.beat(s.life)
 		}

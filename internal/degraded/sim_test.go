@@ -431,7 +431,7 @@ func (w *world) step() {
 			w.logf("slot %d: life %d stops (left: %v)", s.i, l.id, left)
 			s.life = nil
 		}
-	case r < 86 && w.epoch == 0 && w.rng.IntN(16) == 0:
+	case r < 86 && w.epoch == 0 && w.rng.IntN(6) == 0:
 		// The fleet runs on past every window, the faults as they are:
 		// lives cut off are dropped from the registry, and keys count
 		// in new windows (new names, so that each keeps one window).

@@ -270,9 +270,9 @@ func (s *Store) admit(br *breaker) error {
 // prompt one (under a deadline context). Otherwise it runs on a goroutine
 // of its own. A call waits for a slot up to the deadline (a patient call as
 // long as ctx lasts), with a place in its handle's queue. Then it has the
-// whole deadline in the backend: one
-// that reached the backend with its time nearly spent would waste the work
-// done for it.
+// whole deadline in the backend (or ctx's, when sooner), even if ctx is
+// cancelled: one that reached the backend with its time nearly spent would
+// waste the work done for it.
 func (s *Store) call(ctx context.Context, l *lane, br *breaker, f func(ctx context.Context) error) error {
 	if s.inline != nil {
 		if err := s.enter(); err != nil {
@@ -299,13 +299,17 @@ func (s *Store) call(ctx context.Context, l *lane, br *breaker, f func(ctx conte
 		}
 		return err
 	}
-	dctx := ctx
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.opts.Deadline {
-		// A caller's deadline within ours bounds the call already.
-		var cancel context.CancelFunc
-		dctx, cancel = context.WithTimeout(ctx, s.opts.Deadline)
-		defer cancel()
+	// In the backend the call has the store's deadline, or the caller's
+	// when sooner, but a caller that hangs up does not cut it short: a
+	// query cut mid-way costs the driver its connection, and a flood of
+	// clients that hang up would so churn them all. The wait for a slot,
+	// above, is what ends as soon as ctx does.
+	deadline := time.Now().Add(s.opts.Deadline)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
+	dctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
 	if s.prompt {
 		err := f(dctx)
 		s.slots.release()

@@ -354,7 +354,8 @@ func (s *Server) copyLog(r io.Reader, logf *os.File, addr chan<- string) {
 	for sc.Scan() {
 		line := sc.Text()
 		fmt.Fprintln(logf, line)
-		if !found && strings.Contains(line, "kind=server-listening") {
+		// the app's listener, not DEBUG_ADDR's (server=debug)
+		if !found && strings.Contains(line, "kind=server-listening") && !strings.Contains(line, "server=debug") {
 			if _, a, ok := strings.Cut(line, " addr="); ok {
 				a, _, _ = strings.Cut(a, " ")
 				found = true

@@ -130,9 +130,8 @@ const (
 	// Local counts in this process's memory while the store cannot answer,
 	// starting from the last count this instance had of each key. It
 	// returns to the store as soon as the store answers again. A key this
-	// instance saw spent stays refused until its window ends. Budgets hold
-	// per instance; across N instances an attacker gets up to N times what
-	// was left of the budget during the outage. A full store still counts
+	// instance saw spent stays refused until its window ends. What it
+	// bounds across instances is stated in RELIABILITY.md. A full store still counts
 	// the keys it holds; only keys it has no room for are counted in
 	// memory, and with memory full too the attempt is refused as counted
 	// alone (a middleware answers 429), never as an outage.

@@ -617,8 +617,8 @@ func (l *Limiter) decide(ctx context.Context, keys []string, caps []store.Budget
 // failed decides an attempt of cost n whose count in the store failed with
 // err.
 func (l *Limiter) failed(ctx context.Context, keys []string, caps []store.Budget, n int64, err error, d *Decision) error {
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("limiter %q: %w", l.name, err)
+	if ctx.Err() != nil { // the attempt's context ended: nobody waits for an answer
+		return fmt.Errorf("limiter %q: %w", l.name, errors.Join(ctx.Err(), err))
 	}
 	if !errors.Is(err, store.ErrUnavailable) {
 		return fmt.Errorf("%w: limiter %q: %w", ErrInvalidKeys, l.name, err)

@@ -280,6 +280,9 @@ func (s *Store) call(ctx context.Context, l *lane, br *breaker, f func(ctx conte
 		}
 		return s.classify(ctx, f(ctx))
 	}
+	if err := ctx.Err(); err != nil { // nobody waits for it: it never starts
+		return err
+	}
 	var waited bool
 	var err error
 	if !s.closed.Load() && s.slots.tryAcquire() {
@@ -318,6 +321,11 @@ func (s *Store) call(ctx context.Context, l *lane, br *breaker, f func(ctx conte
 			err = &UnavailableError{Reason: ReasonDeadline, Err: err}
 		}
 		err = s.classify(ctx, err)
+		if err != nil && ctx.Err() != nil {
+			// The caller's deadline cut it short: that says nothing of
+			// the store's health.
+			return ctx.Err()
+		}
 		br.record(err, waited)
 		return err
 	}

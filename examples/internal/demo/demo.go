@@ -379,9 +379,10 @@ func sharedMetrics() *metrics.Expvar {
 
 // Time bounds of the server: each request's deadline comes before the
 // write timeout, so that a request waiting for a busy store ends with an
-// answer (429, Retry-After 1 s) rather than a cut connection.
+// answer (429, Retry-After 1 s) rather than a cut connection. The margin
+// leaves room for what follows a check, which may take 5 s.
 const (
-	RequestTimeout = 10 * time.Second
+	RequestTimeout = 8 * time.Second
 	WriteTimeout   = 15 * time.Second
 )
 

@@ -347,21 +347,37 @@ func (b *held) Update(ctx context.Context, p string, k []string, a store.ApplyFu
 	return b.Backend.Update(ctx, p, k, a)
 }
 
+// heldStore returns a shared store of one slot, whose updates under the
+// prefix "hold:" wait until release. take starts one such update and
+// returns once it holds the slot. Every update is released and has
+// returned by the end of the test.
+func heldStore(t *testing.T) (s *store.Store, take, release func()) {
+	t.Helper()
+	o := store.Options{Logger: quiet, MaxInFlight: 1, Deadline: time.Hour}.WithDefaults()
+	b := &held{Backend: memory.NewBackend(memory.Options{Store: o}), entered: make(chan struct{}, 1), open: make(chan struct{})}
+	s = store.New(b, o)
+	t.Cleanup(func() { s.Close() })
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	var opened sync.Once
+	release = func() { opened.Do(func() { close(b.open) }) }
+	t.Cleanup(release) // registered after wg.Wait: runs before it
+	hold := handle(t, s, "hold:")
+	take = func() {
+		wg.Go(func() {
+			hold.Update(context.Background(), []string{"k"}, func(time.Time, []store.Entry) error { return nil })
+		})
+		<-b.entered
+	}
+	return s, take, release
+}
+
 // A successful sign-in's credit never holds its answer (nor so a server's
 // shutdown, which waits for answers) behind a busy store: with the store's
 // one slot taken by a call that does not return, bob's right password is
 // answered 200 at once, and the credit waits in the limiter's outbox.
 func TestSignInCreditNeverHoldsTheAnswer(t *testing.T) {
-	o := store.Options{Logger: quiet, MaxInFlight: 1, Deadline: time.Hour}.WithDefaults()
-	b := &held{Backend: memory.NewBackend(memory.Options{Store: o}), entered: make(chan struct{}, 1), open: make(chan struct{})}
-	s := store.New(b, o)
-	t.Cleanup(func() { s.Close() })
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait)
-	var opened sync.Once
-	release := func() { opened.Do(func() { close(b.open) }) }
-	t.Cleanup(release) // registered after wg.Wait: runs before it
-	hold := handle(t, s, "hold:")
+	s, take, release := heldStore(t)
 	proxies, _ := keyfunc.ParseNetworks("127.0.0.1/32")
 	g, err := middleware.SignIn(handle(t, s, "signin:"), middleware.SignInOptions{Logger: quiet, IP: keyfunc.IPOptions{TrustedProxies: proxies}, Device: middleware.DeviceOptions{Secret: deviceSecret}})
 	if err != nil {
@@ -370,10 +386,7 @@ func TestSignInCreditNeverHoldsTheAnswer(t *testing.T) {
 	t.Cleanup(func() { g.Close() })
 	h := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// bob's right password; meanwhile a call takes the store's slot
-		wg.Go(func() {
-			hold.Update(context.Background(), []string{"k"}, func(time.Time, []store.Entry) error { return nil })
-		})
-		<-b.entered
+		take()
 		middleware.ReportSuccess(r)
 		w.WriteHeader(http.StatusOK)
 	}))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,8 +11,6 @@ import (
 	"github.com/gatecount/gatecount/keyfunc"
 	"github.com/gatecount/gatecount/limiter"
 	"github.com/gatecount/gatecount/middleware"
-	"github.com/gatecount/gatecount/store"
-	"github.com/gatecount/gatecount/store/memory"
 )
 
 // A request waiting for a busy store ends with an answer, never a cut
@@ -24,16 +21,7 @@ import (
 // answers, the key still has its whole budget. (A full queue's answer is
 // TestOverloadedBurstExact's, in package limiter.)
 func TestBusyStoreAnswers(t *testing.T) {
-	o := store.Options{Logger: quiet, MaxInFlight: 1, Deadline: time.Hour}.WithDefaults()
-	b := &held{Backend: memory.NewBackend(memory.Options{Store: o}), entered: make(chan struct{}, 1), open: make(chan struct{})}
-	s := store.New(b, o)
-	t.Cleanup(func() { s.Close() })
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait)
-	var opened sync.Once
-	release := func() { opened.Do(func() { close(b.open) }) }
-	t.Cleanup(release) // registered after wg.Wait: runs before it
-	hold := handle(t, s, "hold:")
+	s, take, release := heldStore(t)
 	proxies, _ := keyfunc.ParseNetworks("127.0.0.1/32")
 	const budget = 3
 	m, err := middleware.New(handle(t, s, "api:"), limiter.Budget{Limit: budget, Window: time.Minute},
@@ -52,10 +40,7 @@ func TestBusyStoreAnswers(t *testing.T) {
 		h.ServeHTTP(w, r)
 		return w
 	}
-	wg.Go(func() {
-		hold.Update(context.Background(), []string{"k"}, func(time.Time, []store.Entry) error { return nil })
-	})
-	<-b.entered // the store's one slot is held
+	take() // the store's one slot is held
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	w := request(ctx)

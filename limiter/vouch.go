@@ -1,21 +1,22 @@
 package limiter
 
-import "context"
+import (
+	"context"
 
-type vouchKey struct{}
+	"github.com/gatecount/gatecount/internal/overload"
+)
 
-// Vouch returns a copy of ctx under which attempts may count new keys alone
-// in room of process memory kept for them. A flood of strangers' new keys
-// fills the rest of memory, never that room. Vouch only for a client that
-// proved who it is, such as one with a signed device token: whoever can be
-// vouched for can fill that room too. The room is an eighth of memory, and
-// at least 16 keys.
+// Vouch returns a copy of ctx for attempts of a client that proved who it
+// is, such as one with a signed device token. Their store calls wait in a
+// queue of their own, which strangers' calls never join: a flood delays
+// them by one turn, not by its length. They may count new keys alone in
+// room of process memory kept for them, which strangers' new keys never
+// fill. Whoever can be vouched for shares that queue and room, so vouch
+// only for proof an attacker cannot mint. The room is an eighth of memory,
+// and at least 16 keys.
 func Vouch(ctx context.Context) context.Context {
-	return context.WithValue(ctx, vouchKey{}, true)
+	return overload.Vouched(ctx)
 }
 
 // vouched reports whether ctx comes from Vouch.
-func vouched(ctx context.Context) bool {
-	v, _ := ctx.Value(vouchKey{}).(bool)
-	return v
-}
+func vouched(ctx context.Context) bool { return overload.IsVouched(ctx) }

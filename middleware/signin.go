@@ -784,8 +784,8 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 	var d limiter.Decision
 	consecutive := keyfunc.JoinKeys("consecutive", account)
 	if a.known {
-		// A known device's keys keep room in memory that a flood of
-		// strangers' keys cannot take.
+		// A known device's store calls wait in a queue of their own, and
+		// its keys keep room in memory, that strangers' floods cannot take.
 		a.device = keyfunc.JoinKeys("device", account, dev.id)
 		a.deviceCap = keyfunc.JoinKeys("device-consecutive", account, dev.id)
 		d, ok = g.attempt(w, r.WithContext(limiter.Vouch(r.Context())),
@@ -796,6 +796,8 @@ func (g *SignInGuard) count(w http.ResponseWriter, r *http.Request, next http.Ha
 		p.entries, p.own = g.devEntry[:], deviceOwn
 		if ok && g.demoted(r, &d, dev) {
 			a.known = false // counted below as any client without a device
+		} else {
+			p.r = p.r.WithContext(limiter.Vouch(p.r.Context())) // and what follows its check
 		}
 	}
 	if !ok {

@@ -45,6 +45,9 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{ready: make(chan str
 // lane, lanes in turn.
 type slots struct {
 	max int64
+	// vouched is the lane of every vouched call (see overload.Vouched),
+	// whatever its handle: strangers' calls never wait in it.
+	vouched lane
 
 	mu      sync.Mutex
 	running int64   // slots held
@@ -54,17 +57,22 @@ type slots struct {
 }
 
 // acquire takes a slot for a call of l, waiting until ctx ends when none is
-// free. It answers errQueueFull at once when l already has maxQueued calls
-// waiting, or for a NoWait call, and errWaitedOut when ctx ends first.
-// waited reports whether the call had to wait.
+// free; a vouched call waits in the vouched lane instead, NoWait or not. It
+// answers errQueueFull at once when the lane already has maxQueued calls
+// waiting, or for a NoWait call not vouched for, and errWaitedOut when ctx
+// ends first. waited reports whether the call had to wait.
 func (sl *slots) acquire(ctx context.Context, l *lane, maxQueued int) (waited bool, err error) {
+	vouched := overload.IsVouched(ctx)
+	if vouched {
+		l = &sl.vouched
+	}
 	sl.mu.Lock()
 	if sl.free() {
 		sl.running++
 		sl.mu.Unlock()
 		return false, nil
 	}
-	if l.queued >= maxQueued || overload.IsNoWait(ctx) {
+	if l.queued >= maxQueued || overload.IsNoWait(ctx) && !vouched {
 		sl.mu.Unlock()
 		return true, errQueueFull
 	}

@@ -223,7 +223,8 @@ func TestPatientStopsWithContext(t *testing.T) {
 
 // A call under NoWait runs when a slot is free, and is answered overloaded
 // (ErrQueueFull) at once when none is, never queued: a call that something
-// else makes later holds no caller behind a busy store.
+// else makes later holds no caller behind a busy store. Vouched for, it
+// waits its turn in the vouched queue.
 func TestNoWaitNeverQueues(t *testing.T) {
 	const max = 1
 	st := newStuck(max + 1)
@@ -239,12 +240,22 @@ func TestNoWaitNeverQueues(t *testing.T) {
 	if n := s.Stats().Waited; n != 0 {
 		t.Errorf("%d calls waited for a slot, want 0", n)
 	}
+	// Vouched for, it waits its turn in the vouched queue, which no flood
+	// joins.
+	vouched := make(chan error, 1)
+	go func() {
+		vouched <- h.Update(overload.NoWait(overload.Vouched(context.Background())), []string{"k"}, nop)
+	}()
+	waitFor(t, "the vouched call queued", func() bool { return s.Queued() == 1 })
 	st.free()
 	if err := <-free; err != nil {
 		t.Errorf("NoWait call with a free slot: %v, want it answered by the backend", err)
 	}
-	if n := f.calls.Load(); n != max {
-		t.Errorf("backend called %d times, want %d", n, max)
+	if err := <-vouched; err != nil {
+		t.Errorf("NoWait call vouched for, with every slot held: %v, want it to wait its turn and be answered", err)
+	}
+	if n := f.calls.Load(); n != max+1 {
+		t.Errorf("backend called %d times, want %d", n, max+1)
 	}
 }
 
@@ -278,57 +289,75 @@ func TestPatientWaitsPastDeadline(t *testing.T) {
 	<-held
 }
 
-// Slots go to the handles with waiting calls in turn: a flood queued on one
-// handle does not delay another handle's call behind it.
+// Slots go to the lanes with waiting calls in turn: a flood queued on one
+// handle does not delay, behind it, another handle's call, nor a vouched
+// call of the flooded handle itself.
 func TestSlotsInTurn(t *testing.T) {
 	const max, flood = 1, 50
-	var (
-		mu    sync.Mutex
-		order []string
-		gate  = make(chan struct{})
-	)
-	f := &fake{}
-	s, flooded := open(t, f, Options{MaxInFlight: max, Deadline: time.Minute})
-	quietH, err := s.Handle("quiet:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	record := func(name string) ApplyFunc {
-		return func(time.Time, []Entry) error {
-			mu.Lock()
-			order = append(order, name)
-			mu.Unlock()
-			return nil
-		}
-	}
-	var wg sync.WaitGroup
-	started := make(chan struct{})
-	wg.Go(func() {
-		flooded.Update(context.Background(), []string{"k"}, func(time.Time, []Entry) error {
-			close(started)
-			<-gate
-			return nil
+	for _, tc := range []struct {
+		name string
+		// quiet returns the handle and context of the call made after
+		// the flood
+		quiet func(t *testing.T, s *Store, flooded *Handle) (*Handle, context.Context)
+	}{
+		{"another handle", func(t *testing.T, s *Store, _ *Handle) (*Handle, context.Context) {
+			h, err := s.Handle("quiet:")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return h, context.Background()
+		}},
+		{"vouched, on the flooded handle", func(_ *testing.T, _ *Store, flooded *Handle) (*Handle, context.Context) {
+			return flooded, overload.Vouched(context.Background())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu    sync.Mutex
+				order []string
+				gate  = make(chan struct{})
+			)
+			f := &fake{}
+			s, flooded := open(t, f, Options{MaxInFlight: max, Deadline: time.Minute})
+			quietH, quietCtx := tc.quiet(t, s, flooded)
+			record := func(name string) ApplyFunc {
+				return func(time.Time, []Entry) error {
+					mu.Lock()
+					order = append(order, name)
+					mu.Unlock()
+					return nil
+				}
+			}
+			var wg sync.WaitGroup
+			started := make(chan struct{})
+			wg.Go(func() {
+				flooded.Update(context.Background(), []string{"k"}, func(time.Time, []Entry) error {
+					close(started)
+					<-gate
+					return nil
+				})
+			})
+			<-started
+			for range flood {
+				wg.Go(func() { flooded.Update(context.Background(), []string{"k"}, record("flood")) })
+			}
+			waitFor(t, "the flood queued", func() bool { return s.Queued() == flood })
+			wg.Go(func() { quietH.Update(quietCtx, []string{"k"}, record("quiet")) })
+			waitFor(t, "the quiet call queued", func() bool { return s.Queued() == flood+1 })
+			close(gate)
+			wg.Wait()
+			at := -1
+			for i, name := range order {
+				if name == "quiet" {
+					at = i
+				}
+			}
+			// The flood's first waiter had its turn before the quiet lane
+			// joined the turns; the quiet call comes second.
+			if at < 0 || at > 1 {
+				t.Errorf("the quiet call ran %dth of %d, behind the flood; want it within the first 2", at+1, len(order))
+			}
 		})
-	})
-	<-started
-	for range flood {
-		wg.Go(func() { flooded.Update(context.Background(), []string{"k"}, record("flood")) })
-	}
-	waitFor(t, "the flood queued", func() bool { return s.Queued() == flood })
-	wg.Go(func() { quietH.Update(context.Background(), []string{"k"}, record("quiet")) })
-	waitFor(t, "the quiet call queued", func() bool { return s.Queued() == flood+1 })
-	close(gate)
-	wg.Wait()
-	at := -1
-	for i, name := range order {
-		if name == "quiet" {
-			at = i
-		}
-	}
-	// The flood's first waiter had its turn before the quiet handle joined
-	// the turns; the quiet call comes second.
-	if at < 0 || at > 1 {
-		t.Errorf("the quiet handle's call ran %dth of %d, behind the flood; want it within the first 2", at+1, len(order))
 	}
 }
 

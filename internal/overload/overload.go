@@ -1,6 +1,6 @@
 // Package overload holds what the guard of package store and the module's
 // stores share about overload: the causes of an overloaded answer, and the
-// patient context of a call that waits its turn as long as its request.
+// contexts that tell how a call waits its turn.
 package overload
 
 import (
@@ -39,10 +39,25 @@ type noWaitKey struct{}
 // runs when a slot is free at once, and is answered overloaded
 // ([ErrQueueFull]) when the store is busy. It is for a call that something
 // else can make later, so that its caller is never held behind a busy
-// store.
+// store. A call also [Vouched] for still waits its turn in the vouched
+// queue: no flood is ahead of it there.
 func NoWait(ctx context.Context) context.Context {
 	return context.WithValue(ctx, noWaitKey{}, true)
 }
 
 // IsNoWait reports whether ctx came from NoWait.
 func IsNoWait(ctx context.Context) bool { return ctx.Value(noWaitKey{}) != nil }
+
+type vouchedKey struct{}
+
+// Vouched returns a context under which a store call waits for a slot in a
+// queue of its own, shared only with other vouched calls. Queues take
+// slots in turn, so strangers' calls, however many, delay it by one turn.
+// It waits so even under [NoWait]: a vouched credit lands at once, and a
+// known device is never refused by its own successes not yet given back.
+func Vouched(ctx context.Context) context.Context {
+	return context.WithValue(ctx, vouchedKey{}, true)
+}
+
+// IsVouched reports whether ctx came from Vouched.
+func IsVouched(ctx context.Context) bool { return ctx.Value(vouchedKey{}) != nil }

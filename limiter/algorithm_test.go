@@ -102,6 +102,7 @@ func TestAttemptEachAlgorithms(t *testing.T) {
 // store last told of a sliding window or a token bucket, and what it admits
 // alone reaches the store once it is back.
 func TestOutageKeepsUnits(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	for _, b := range []limiter.Budget{
 		{Limit: 5, Window: time.Minute, Algorithm: store.SlidingWindow},
 		{Limit: 5, Window: time.Minute, Algorithm: store.TokenBucket},

@@ -134,6 +134,7 @@ func TestAttemptCostExact(t *testing.T) {
 // store, back, holds it: a budget of 30 admits three of cost 10, then
 // nothing more.
 func TestAttemptCostAlone(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	b := limiter.Budget{Limit: 30, Window: time.Minute}
 	c, l := newCounting(t, limiter.Local, b, 0)
 	ctx := context.Background()

@@ -39,7 +39,7 @@ func (c *counting) Count(ctx context.Context, p string, k []string, caps []store
 
 func newCounting(t *testing.T, policy limiter.Policy, budget limiter.Budget, maxEntries int) (*counting, *limiter.Limiter) {
 	t.Helper()
-	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 250 * time.Millisecond}.WithDefaults()
 	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o, MaxEntries: maxEntries})}}
 	s := store.New(c, o)
 	t.Cleanup(func() { s.Close() })
@@ -58,6 +58,7 @@ func newCounting(t *testing.T, policy limiter.Policy, budget limiter.Budget, max
 // A key the store refused is refused from memory, with no store call, until
 // a refund through this instance; every policy alike.
 func TestRefusedFromMemory(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	for _, policy := range []limiter.Policy{limiter.Deny, limiter.Allow, limiter.Local} {
 		t.Run(policy.String(), func(t *testing.T) {
 			ctx := context.Background()
@@ -99,6 +100,7 @@ func TestRefusedFromMemory(t *testing.T) {
 // Nothing is admitted from memory: concurrent attempts on a store that
 // answers admit exactly the budget, memory only sparing store calls.
 func TestMemoryKeepsAdmissionExact(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	ctx := context.Background()
 	_, l := newCounting(t, limiter.Local, limiter.Budget{Limit: 30, Window: time.Minute}, 0)
 	var allowed atomic.Int64
@@ -119,6 +121,7 @@ func TestMemoryKeepsAdmissionExact(t *testing.T) {
 // An outage after a key was refused never hands it a fresh budget, and a
 // key seen counted goes on from its count.
 func TestOutageKeepsCounts(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	for _, policy := range []limiter.Policy{limiter.Local, limiter.Allow} {
 		t.Run(policy.String(), func(t *testing.T) {
 			ctx := context.Background()
@@ -165,6 +168,7 @@ func TestOutageKeepsCounts(t *testing.T) {
 // A full store still counts the keys it holds: a held key that is spent
 // refuses the attempt, and only the new key falls to the policy.
 func TestFullStoreCountsHeldKeys(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	ctx := context.Background()
 	budget := limiter.Budget{Limit: 5, Window: time.Minute}
 	setup := func(t *testing.T, policy limiter.Policy) (*counting, *limiter.Limiter) {
@@ -310,6 +314,7 @@ func TestFullMemoryStoreHeldKeys(t *testing.T) {
 
 // Allow lets an attempt through uncounted only when the store is down.
 func TestAllowOnlyWhenDown(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	ctx := context.Background()
 	c, l := newCounting(t, limiter.Allow, limiter.Budget{Limit: 1, Window: time.Minute}, 0)
 	c.down.Store(true)
@@ -324,6 +329,7 @@ func TestAllowOnlyWhenDown(t *testing.T) {
 // The limiter's memory is bounded by the store's own bound when it is
 // smaller than the default.
 func TestMemoryBoundedByStore(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	ctx := context.Background()
 	c, l := newCounting(t, limiter.Local, limiter.Budget{Limit: 5, Window: time.Minute}, 8)
 	c.down.Store(true)
@@ -493,6 +499,7 @@ func gatedLimiter(t *testing.T, limit int) (*limiter.Limiter, *gated) {
 // the store's one slot held by a call that does not return, a refund
 // returns at once, and the outbox lands it once the store answers.
 func TestCreditNeverWaitsForBusyStore(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	ctx := context.Background()
 	l, g := gatedLimiter(t, 5)
 	d, err := l.Attempt(ctx, "k")
@@ -532,6 +539,7 @@ func TestCreditNeverWaitsForBusyStore(t *testing.T) {
 // an attempt the store refuses by a key that credits still owe lands them
 // and asks again, rather than waiting for the outbox's next round.
 func TestOwedCreditLandsBeforeRefusal(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	ctx := context.Background()
 	l, g := gatedLimiter(t, 1)
 	for round := range 20 {
@@ -558,6 +566,7 @@ func TestOwedCreditLandsBeforeRefusal(t *testing.T) {
 // second remembers spent is asked of the store again after AskAgain, while
 // every attempt before that is refused from memory.
 func TestResetReachesOtherInstance(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	ctx := context.Background()
 	o := store.Options{Logger: quiet}.WithDefaults()
 	shared := memory.NewBackend(memory.Options{Store: o})
@@ -637,7 +646,7 @@ func TestNoShareBeforeMembersCounted(t *testing.T) {
 		{"counted once", 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 20 * time.Millisecond}.WithDefaults()
+			o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 250 * time.Millisecond}.WithDefaults()
 			a := &announcing{counting: counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}}
 			a.ok.Store(tt.announcements)
 			a.down.Store(true)
@@ -680,6 +689,7 @@ func (s *slow) Update(ctx context.Context, p string, k []string, a store.ApplyFu
 // key, in its update: the store's count then holds them all, before the
 // outbox's next round.
 func TestAloneGoesWithNextAttempt(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	ctx := context.Background()
 	c, l := newCounting(t, limiter.Local, limiter.Budget{Limit: 5, Window: time.Minute}, 0)
 	c.down.Store(true)
@@ -709,8 +719,9 @@ func TestAloneGoesWithNextAttempt(t *testing.T) {
 // holds of its other keys: the attempts admitted alone on them go to the
 // store with it, rather than being passed over.
 func TestMemoryFullStillSeesHeldKeys(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	ctx := context.Background()
-	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}}.WithDefaults()
+	o := store.Options{Logger: quiet, Breaker: store.BreakerOptions{Failures: -1}, Announce: 250 * time.Millisecond}.WithDefaults()
 	c := &counting{flaky: flaky{remote: memory.NewBackend(memory.Options{Store: o})}}
 	s := store.New(c, o)
 	t.Cleanup(func() { s.Close() })
@@ -880,6 +891,7 @@ func TestVouchedKeepRoom(t *testing.T) {
 // new key the store has no room for. The new key's attempts are kept, and
 // land once another instance has made the key in the store.
 func TestFullStoreTakesAttemptsAdmittedAlone(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	ctx := context.Background()
 	c, l := newCounting(t, limiter.Local, limiter.Budget{Limit: 5, Window: time.Minute}, 8)
 	if d, _ := l.Attempt(ctx, "held"); !d.Allowed {
@@ -926,6 +938,7 @@ func TestFullStoreTakesAttemptsAdmittedAlone(t *testing.T) {
 // them: a held key at 4 of 5 admits one more while the store is down, not
 // what the count at its first attempt left.
 func TestFullStoreCountsRemembered(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	ctx := context.Background()
 	c, l := newCounting(t, limiter.Local, limiter.Budget{Limit: 5, Window: time.Minute}, 8)
 	if d, _ := l.Attempt(ctx, "held"); !d.Allowed || d.Local {
@@ -978,6 +991,7 @@ func fillStore(ctx context.Context, t *testing.T, l *limiter.Limiter) {
 // budget of 3, an attempt is admitted alone, lands in the store, and is
 // refunded while the store is down again; each is admitted.
 func TestRefundAfterSendFreesShare(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	ctx := context.Background()
 	c, l := newCounting(t, limiter.Local, limiter.Budget{Limit: 3, Window: time.Minute}, 0)
 	h := l.Handle()

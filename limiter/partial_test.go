@@ -83,6 +83,7 @@ func instances(t *testing.T, kind string, n int, b limiter.Budget, maxEntries in
 // guess has its password: the store counts the key it holds, and memory
 // the new one.
 func TestFleetWithinBudgetThroughOutage(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	const budget, before, maxEntries = 20, 10, 64
 	for _, kind := range []string{"postgres", "redis"} {
 		for _, cut := range []string{"all", "one", "all, store full"} {

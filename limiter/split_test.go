@@ -22,6 +22,7 @@ import (
 // in it includes every attempt admitted alone. On PostgreSQL and on Redis,
 // each instance through a fault proxy of its own, all cut at once.
 func TestSplitAcrossInstances(t *testing.T) {
+	t.Parallel() // waits in real time: overlaps the others
 	budgets := []int{1, 5, 20, 30}
 	for _, kind := range []string{"postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {

@@ -236,12 +236,14 @@ func mb(n uint64) float64 { return float64(n) / (1 << 20) }
 
 // A slow store is waited for within each request's deadline, and only while
 // its client waits. One server on PostgreSQL behind a link that holds
-// every chunk of bytes 200 ms each way; 500 connections flood POST
-// /password-reset with fresh keys for 10 s, and hang up when it ends;
-// meanwhile bob signs in with his right password from addresses of his
-// own, a bystander on another limiter. Every one of bob's sign-ins answers 200, within the request's
-// deadline (the server answers 429 past it), and 5 s after the flood no
-// call is left waiting for the store.
+// every chunk of bytes 200 ms each way; 500 connections flood a route with
+// fresh keys for 10 s, and hang up when it ends; meanwhile bob signs in
+// with his right password from addresses of his own. The flood is on POST
+// /password-reset, bob a bystander on another limiter; then on POST
+// /login, bob on the flooded route with his device cookie. Every one of
+// bob's sign-ins answers 200, within the request's deadline (the server
+// answers 429 past it), and 5 s after the flood no call is left waiting
+// for the store.
 func TestSlowStoreFlood(t *testing.T) {
 	servicetest.Long(t)
 	const (
@@ -254,8 +256,13 @@ func TestSlowStoreFlood(t *testing.T) {
 	for _, route := range []struct {
 		path string
 		form func(i int) url.Values
+		// device: bob signs in with his device cookie
+		device bool
 	}{
-		{"/password-reset", func(i int) url.Values { return url.Values{"email": {"u" + strconv.Itoa(i) + "@example.com"}} }},
+		{"/password-reset", func(i int) url.Values { return url.Values{"email": {"u" + strconv.Itoa(i) + "@example.com"}} }, false},
+		{"/login", func(i int) url.Values {
+			return url.Values{"username": {"u" + strconv.Itoa(i)}, "password": {"x" + strconv.Itoa(i)}}
+		}, true},
 	} {
 		t.Run(strings.TrimPrefix(route.path, "/"), func(t *testing.T) {
 			env := storeEnv(t, "postgres", "TRUSTED_PROXIES=127.0.0.1/32")
@@ -268,6 +275,10 @@ func TestSlowStoreFlood(t *testing.T) {
 			}
 			servers, urls := startFleet(t, 1, env)
 			s := servers[0]
+			bobs := formFrom("/login", freshV4("10.22.%d.%d"), bobSignsIn)
+			if route.device {
+				bobs = withCookie(bobs, deviceOf(t, s, "bob", "battery-staple"))
+			}
 			proxy.Delay(slow)
 			before := counters(s)
 			stop := make(chan struct{})
@@ -286,7 +297,7 @@ func TestSlowStoreFlood(t *testing.T) {
 			})
 			bob := run(t, loadtest.LoadConfig{
 				Targets: urls, Callers: loadtest.NewCallers(1), Clients: 1, Duration: floodIn, Requests: 100000, Timeout: time.Minute,
-				Request: formFrom("/login", freshV4("10.22.%d.%d"), bobSignsIn),
+				Request: bobs,
 			})
 			wg.Wait()
 			if err != nil {

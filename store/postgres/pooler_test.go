@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gatecount/gatecount/internal/servicetest"
 )
 
 // The tests behind a pooler go through the PgBouncer that .ci/pgbouncer.sh
@@ -120,10 +122,20 @@ func poolerName(alias, mode string) string {
 }
 
 // TestPoolerContract runs the contract suite through PgBouncer, as
-// TestContract does directly: two pools as two instances, in each pooler
-// mode and pgx mode.
+// TestContract does directly: two pools as two instances, in the first
+// pooler mode and pgx mode. TestPoolerContractModes runs it in the others.
 func TestPoolerContract(t *testing.T) {
-	for _, m := range poolerModes {
+	m := poolerModes[0]
+	t.Run(poolerName(m.alias, m.mode), func(t *testing.T) {
+		runContract(t, poolerPool(t, m.alias, m.mode), poolerPool(t, m.alias, m.mode))
+	})
+}
+
+// TestPoolerContractModes runs the contract suite through PgBouncer in
+// each pooler mode and pgx mode but the first (long: a minute more).
+func TestPoolerContractModes(t *testing.T) {
+	servicetest.Long(t)
+	for _, m := range poolerModes[1:] {
 		t.Run(poolerName(m.alias, m.mode), func(t *testing.T) {
 			runContract(t, poolerPool(t, m.alias, m.mode), poolerPool(t, m.alias, m.mode))
 		})

@@ -33,7 +33,7 @@ import (
 // counting in the database resumes by itself.
 func TestStoreCut(t *testing.T) {
 	url := servicetest.PostgresURL(t)
-	if err := migratePostgres(context.Background(), url); err != nil {
+	if err := migrate(context.Background(), serverBin(t), url); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,12 +17,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-	_ "modernc.org/sqlite" // the driver sqlite.Migrate needs
-
-	"github.com/gatecount/gatecount/store/postgres"
-	"github.com/gatecount/gatecount/store/sqlite"
 )
 
 // LibraryModule is the module ServerPackage belongs to.
@@ -31,6 +24,10 @@ const LibraryModule = "github.com/gatecount/gatecount"
 
 // ServerPackage is the example server Build compiles.
 const ServerPackage = LibraryModule + "/examples/stdlib"
+
+// CommandPackage is the gatecount command Build compiles beside the server:
+// StartCluster migrates the store with it.
+const CommandPackage = LibraryModule + "/cmd/gatecount"
 
 // Defaults of the shared stores' locations: the local test servers.
 const (
@@ -84,22 +81,21 @@ func LibraryDir(ctx context.Context) (string, error) {
 	return dir, nil
 }
 
-// Build compiles ServerPackage into dir with the go command found on PATH,
-// in LibraryDir (so with the library's own go.mod), and returns the
-// binary's path.
+// Build compiles ServerPackage and CommandPackage into dir with the go
+// command found on PATH, in LibraryDir (so with the library's own go.mod),
+// and returns the server binary's path.
 func Build(ctx context.Context, dir string) (string, error) {
 	root, err := LibraryDir(ctx)
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "stdlib")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ServerPackage)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), ServerPackage, CommandPackage)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("loadtest: go build %s: %w\n%s", ServerPackage, err, out)
+		return "", fmt.Errorf("loadtest: go build %s %s: %w\n%s", ServerPackage, CommandPackage, err, out)
 	}
-	return bin, nil
+	return filepath.Join(dir, "stdlib"), nil
 }
 
 // NewSecret returns a fresh random GATECOUNT_SECRET, so that a run's counts
@@ -142,7 +138,8 @@ func APIKeys(callers []Caller) string {
 
 // ClusterConfig describes the servers StartCluster runs.
 type ClusterConfig struct {
-	// Bin is the example server's binary (see Build). Required.
+	// Bin is the example server's binary, with the gatecount command beside
+	// it (see Build). Required.
 	Bin string
 	// Dir holds the servers' logs and the SQLite file. Required.
 	Dir string
@@ -204,13 +201,13 @@ func StartCluster(ctx context.Context, c ClusterConfig) (*Cluster, error) {
 		if c.DatabaseURL == "" {
 			c.DatabaseURL = DefaultPostgresURL
 		}
-		if err := migratePostgres(ctx, c.DatabaseURL); err != nil {
+		if err := migrate(ctx, c.Bin, c.DatabaseURL); err != nil {
 			return nil, err
 		}
 		env = append(env, "DATABASE_URL="+c.DatabaseURL)
 	case SQLite:
 		path := filepath.Join(c.Dir, "limits.db")
-		if err := migrateSQLite(ctx, path); err != nil {
+		if err := migrate(ctx, c.Bin, "sqlite:"+path); err != nil {
 			return nil, err
 		}
 		env = append(env, "DATABASE_URL=sqlite:"+path)
@@ -257,28 +254,15 @@ func (c *Cluster) Close() error {
 	return errors.Join(errs...)
 }
 
-func migratePostgres(ctx context.Context, url string) error {
+// migrate runs "gatecount migrate" on the database url names, with the
+// command Build made beside the server bin.
+func migrate(ctx context.Context, bin, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return fmt.Errorf("loadtest: PostgreSQL: %w", err)
-	}
-	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool); err != nil {
-		return fmt.Errorf("loadtest: migrate PostgreSQL: %w", err)
-	}
-	return nil
-}
-
-func migrateSQLite(ctx context.Context, path string) error {
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		return fmt.Errorf("loadtest: SQLite: %w", err)
-	}
-	defer db.Close()
-	if err := sqlite.Migrate(ctx, db); err != nil {
-		return fmt.Errorf("loadtest: migrate SQLite: %w", err)
+	cmd := exec.CommandContext(ctx, filepath.Join(filepath.Dir(bin), "gatecount"), "migrate")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("loadtest: gatecount migrate: %w\n%s", err, out)
 	}
 	return nil
 }

@@ -1,11 +1,13 @@
 package postgres
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/gatecount/gatecount/internal/benchload"
 	"github.com/gatecount/gatecount/limiter"
+	"github.com/gatecount/gatecount/store"
 )
 
 // BenchmarkRefused compares a refused attempt answered by the store with
@@ -18,5 +20,11 @@ func BenchmarkRefused(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
-	benchload.Refused(b, h, l)
+	benchload.Refused(b, func(ctx context.Context, key string) error {
+		_, err := h.Count(ctx, []string{key}, []store.Budget{l.Budget()}, 1)
+		return err
+	}, func(ctx context.Context, key string) (bool, error) {
+		d, err := l.Attempt(ctx, key)
+		return d.Allowed, err
+	})
 }

@@ -25,7 +25,13 @@ func BenchmarkRefused(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
-	benchload.Refused(b, h, l)
+	benchload.Refused(b, func(ctx context.Context, key string) error {
+		_, err := h.Count(ctx, []string{key}, []store.Budget{l.Budget()}, 1)
+		return err
+	}, func(ctx context.Context, key string) (bool, error) {
+		d, err := l.Attempt(ctx, key)
+		return d.Allowed, err
+	})
 }
 
 // BenchmarkFull runs, from 8 callers, Counts of new keys on a store whose

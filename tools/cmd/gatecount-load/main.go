@@ -133,7 +133,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.databaseURL, "database-url", loadtest.DefaultPostgresURL, "PostgreSQL URL, for -store postgres")
 	fs.StringVar(&o.redisURL, "redis-url", loadtest.DefaultRedisURL, "Redis URL, for -store redis")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the servers' logs and print where they are")
-	fs.StringVar(&o.bin, "server-bin", "", "a built examples/stdlib to run instead of building one")
+	fs.StringVar(&o.bin, "server-bin", "", "a built examples/stdlib to run instead of building one, with cmd/gatecount built beside it")
 	fs.IntVar(&o.burst, "burst", 0, "burst mode: this many concurrent POST /execute per round, for one fresh caller")
 	fs.IntVar(&o.rounds, "rounds", 1, "rounds of the burst mode")
 	if err := fs.Parse(args); err != nil {

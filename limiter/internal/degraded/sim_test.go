@@ -566,7 +566,7 @@ func TestSim(t *testing.T) {
 			t.Log("\n" + strings.Join(w.log, "\n"))
 		}
 		if len(broken) > 0 {
-			t.Fatalf("after %d schedules, seed %d breaks the table (replay: GATECOUNT_SIM_SEED=%d go test -v -run TestSim ./internal/degraded/):\n%s", seed-first, seed, seed, strings.Join(broken, "\n"))
+			t.Fatalf("after %d schedules, seed %d breaks the table (replay: GATECOUNT_SIM_SEED=%d go test -v -run TestSim ./limiter/internal/degraded/):\n%s", seed-first, seed, seed, strings.Join(broken, "\n"))
 		}
 	}
 	t.Logf("%d schedules from seed %d: %d with no key counted alone, %d with keys counted alone by one instance cut off, %d by several (cut, black-holed, flapping), %d where a life that counted alone crashed or stopped, %d with new keys of a full store counted alone",
